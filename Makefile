@@ -1,0 +1,26 @@
+# The test command CI runs (see README): installs the real tools, then lints and tests.
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv-tools
+export PATH := $(VENV)/bin:$(PATH)
+export KUBE_AWS_TOOLS := $(VENV)/bin
+export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
+
+.PHONY: test tools lint unit example bench
+
+test: tools lint unit
+
+tools:
+	@bash scripts/install-tools.sh
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+unit:
+	cargo test --all-targets
+
+example:
+	cargo run --quiet -- init --example example --force && cargo run --quiet -- --dir example render
+
+bench:
+	bash scripts/bench.sh

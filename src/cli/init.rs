@@ -1,0 +1,40 @@
+use std::path::PathBuf;
+
+use super::GlobalOptions;
+use crate::config::{init_work_tree, InitOptions};
+
+/// Arguments of `kube-aws init`.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// Directory to create the work tree in
+    pub dir: PathBuf,
+    /// Cluster name (default: the directory's name when valid, else "demo")
+    #[arg(long)]
+    pub cluster_name: Option<String>,
+    /// AWS region
+    #[arg(long, default_value = "us-west-2")]
+    pub region: String,
+    /// Where to publish artifacts, s3://bucket/prefix
+    #[arg(long)]
+    pub s3_uri: Option<String>,
+    /// Overwrite an existing cluster.yaml
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
+    let report = init_work_tree(&InitOptions {
+        dir: args.dir.clone(),
+        cluster_name: args.cluster_name,
+        region: args.region,
+        s3_uri: args.s3_uri,
+        force: args.force,
+    })?;
+    println!(
+        "created {} for cluster {:?}\nnext: edit it, then run `kube-aws --dir {} validate`",
+        report.cluster_file.display(),
+        report.cluster_name,
+        args.dir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! The command line: global options, one small file per command. Commands
+//! parse flags into an options struct, call the library, and print.
+
+mod init;
+mod schema;
+mod validate;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Bring up a Kubernetes cluster on AWS with its addons deployed and ready.
+#[derive(Debug, Parser)]
+#[command(name = "kube-aws", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOptions,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalOptions {
+    /// The work tree (the directory holding cluster.yaml)
+    #[arg(long, global = true, default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Output format for commands whose output is data
+    #[arg(short, long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Print more detail
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Disable colors (also honoured: the NO_COLOR environment variable)
+    #[arg(long, global = true)]
+    pub no_color: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a work tree: cluster.yaml, values/, plugins/, charts-index/
+    Init(init::InitArgs),
+    /// Load and check the work tree offline
+    Validate(validate::ValidateArgs),
+    /// Print a JSON Schema, for editors
+    Schema(schema::SchemaArgs),
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let colors = !cli.global.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    console::set_colors_enabled(colors);
+    console::set_colors_enabled_stderr(colors);
+    match cli.command {
+        Command::Init(args) => init::run(&cli.global, args),
+        Command::Validate(args) => validate::run(&cli.global, args),
+        Command::Schema(args) => schema::run(&cli.global, args),
+    }
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

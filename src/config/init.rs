@@ -1,0 +1,124 @@
+//! `init`: lay out a new work tree with a commented, valid cluster.yaml.
+
+use std::path::{Path, PathBuf};
+
+use super::{parse_cluster, validate, CLUSTER_FILE};
+use crate::fsutil::write_atomic;
+
+const TEMPLATE: &str = include_str!("cluster.yaml.tmpl");
+
+/// The directories every work tree has.
+pub const WORK_TREE_DIRS: [&str; 3] = ["values", "plugins", "charts-index"];
+
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    pub dir: PathBuf,
+    pub cluster_name: Option<String>,
+    pub region: String,
+    pub s3_uri: Option<String>,
+    pub force: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("{} already exists (pass --force to overwrite it)", .0.display())]
+    Exists(PathBuf),
+    #[error("--{flag}: {value:?} {why}")]
+    BadOption {
+        flag: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("internal error: the cluster.yaml template does not load: {0}")]
+    Template(String),
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// What `init` created.
+#[derive(Debug)]
+pub struct InitReport {
+    pub cluster_file: PathBuf,
+    pub cluster_name: String,
+}
+
+/// Creates `dir/cluster.yaml` and the work-tree directories.
+pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
+    let cluster_file = opts.dir.join(CLUSTER_FILE);
+    if cluster_file.exists() && !opts.force {
+        return Err(InitError::Exists(cluster_file));
+    }
+    let name = match &opts.cluster_name {
+        Some(n) => n.clone(),
+        None => default_name(&opts.dir),
+    };
+    if !validate::is_dns_label(&name, 63) {
+        return Err(InitError::BadOption {
+            flag: "cluster-name",
+            value: name,
+            why: "is not a valid name (use lowercase letters, digits and '-')".into(),
+        });
+    }
+    let s3_uri = opts
+        .s3_uri
+        .clone()
+        .unwrap_or_else(|| format!("s3://{name}-kube-aws/clusters"));
+    if let Err(why) = validate::parse_s3_uri(&s3_uri) {
+        return Err(InitError::BadOption {
+            flag: "s3-uri",
+            value: s3_uri,
+            why: format!("is not valid: {why}"),
+        });
+    }
+    if !validate::is_region(&opts.region) {
+        return Err(InitError::BadOption {
+            flag: "region",
+            value: opts.region.clone(),
+            why: "is not a valid AWS region (for example \"us-west-2\")".into(),
+        });
+    }
+    let text = TEMPLATE
+        .replace("@CLUSTER_NAME@", &yaml_string(&name))
+        .replace("@S3_URI@", &yaml_string(&s3_uri))
+        .replace("@REGION@", &opts.region);
+    // What init writes must load; a failure here is a bug in the template.
+    if let Err(e) = parse_cluster(&opts.dir, Path::new(CLUSTER_FILE), &text) {
+        return Err(InitError::Template(e.to_string()));
+    }
+    for d in WORK_TREE_DIRS {
+        let p = opts.dir.join(d);
+        std::fs::create_dir_all(&p).map_err(|source| InitError::Write { path: p, source })?;
+    }
+    write_atomic(&cluster_file, text.as_bytes()).map_err(|source| InitError::Write {
+        path: cluster_file.clone(),
+        source,
+    })?;
+    Ok(InitReport {
+        cluster_file,
+        cluster_name: name,
+    })
+}
+
+/// The directory's own name when it is a valid cluster name, else "demo".
+fn default_name(dir: &Path) -> String {
+    let base = std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|p| p.file_name().map(|s| s.to_string_lossy().to_lowercase()))
+        .or_else(|| dir.file_name().map(|s| s.to_string_lossy().to_lowercase()))
+        .unwrap_or_default();
+    if validate::is_dns_label(&base, 63) {
+        base
+    } else {
+        "demo".into()
+    }
+}
+
+/// A plain scalar when it is safe, else a JSON (= YAML) double-quoted string.
+fn yaml_string(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-./:_".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).unwrap_or_default()
+    }
+}

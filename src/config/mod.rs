@@ -1,0 +1,68 @@
+//! The cluster.yaml stage: load it raw with positions, resolve defaults that
+//! need the work tree, and validate it. Every error is located.
+
+mod init;
+mod model;
+mod resolve;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
+pub use model::*;
+pub use resolve::{resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+pub use validate::{check_version_constraint, find_cycle, is_dns_label, is_region, normalize_constraint, parse_s3_uri};
+
+use crate::located::{parse_yaml, Diagnostics};
+
+/// The cluster file's name inside a work tree.
+pub const CLUSTER_FILE: &str = "cluster.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source} (run `kube-aws init` to create a work tree)", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(Diagnostics),
+}
+
+/// The path shown in messages for a file inside `dir`: `dir/name`, without a leading `./`.
+pub fn display_path(dir: &Path, name: &str) -> PathBuf {
+    if dir == Path::new(".") || dir.as_os_str().is_empty() {
+        PathBuf::from(name)
+    } else {
+        dir.join(name)
+    }
+}
+
+/// Loads, resolves and validates `dir/cluster.yaml`.
+pub fn load_cluster(dir: &Path) -> Result<Cluster, ConfigError> {
+    let file = display_path(dir, CLUSTER_FILE);
+    let text = std::fs::read_to_string(dir.join(CLUSTER_FILE)).map_err(|source| ConfigError::Read {
+        path: file.clone(),
+        source,
+    })?;
+    parse_cluster(dir, &file, &text)
+}
+
+/// Parses, resolves and validates cluster.yaml text; `file` is used in messages.
+pub fn parse_cluster(dir: &Path, file: &Path, text: &str) -> Result<Cluster, ConfigError> {
+    let (config, source): (ClusterConfig, _) = parse_yaml(file, text).map_err(|e| ConfigError::Invalid(e.into()))?;
+    let errors = validate::validate(file, dir, &config, &source);
+    if !errors.is_empty() {
+        return Err(ConfigError::Invalid(Diagnostics::sorted(errors)));
+    }
+    let releases = config
+        .charts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| resolve_release(dir, i, c))
+        .collect();
+    Ok(Cluster {
+        dir: dir.to_path_buf(),
+        file: file.to_path_buf(),
+        config,
+        source,
+        releases,
+    })
+}

@@ -1,0 +1,279 @@
+//! The cluster.yaml model as the user writes it. Unknown keys are rejected;
+//! defaults that need no context are filled by serde, the rest by `resolve`.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The whole cluster.yaml.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "kube-aws cluster.yaml")]
+pub struct ClusterConfig {
+    /// Name of the cluster; also the CloudFormation root stack name. DNS-1123 label.
+    pub cluster_name: String,
+    /// AWS region, e.g. `us-west-2`.
+    pub region: String,
+    /// Where templates, user-data parts and charts are published: `s3://bucket/prefix`.
+    #[serde(rename = "s3URI")]
+    pub s3_uri: String,
+    /// KMS key that encrypts bootstrap secrets and secret plugin parameters.
+    #[serde(rename = "kmsKeyARN", default, skip_serializing_if = "Option::is_none")]
+    pub kms_key_arn: Option<String>,
+    /// Kubernetes minor version, e.g. `"1.31"`.
+    #[serde(default = "default_kubernetes_version")]
+    pub kubernetes_version: String,
+    /// The VPC: a new one (vpcCIDR, availabilityZones) or an existing one (vpcId, subnetIds).
+    #[serde(default)]
+    pub network: Network,
+    /// The control plane.
+    #[serde(default)]
+    pub controller: Controller,
+    /// Worker node pools.
+    #[serde(default)]
+    pub worker: Worker,
+    /// Helm mode for installing charts.
+    #[serde(default)]
+    pub helm: Helm,
+    /// Helm charts installed as addons, listed directly.
+    #[serde(default)]
+    pub charts: Vec<ChartSpec>,
+    /// Plugins by name: `{enabled: true, <parameter>: <value>, …}`.
+    #[serde(default)]
+    pub plugins: IndexMap<String, PluginSettings>,
+}
+
+pub fn default_kubernetes_version() -> String {
+    "1.31".into()
+}
+
+/// Network settings.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Network {
+    /// CIDR of a new VPC (default 10.0.0.0/16). Not allowed with vpcId.
+    #[serde(rename = "vpcCIDR", default, skip_serializing_if = "Option::is_none")]
+    pub vpc_cidr: Option<String>,
+    /// Availability zones for the new VPC's subnets (default: the region's first two).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub availability_zones: Vec<String>,
+    /// An existing VPC to use instead of creating one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_id: Option<String>,
+    /// Subnets of the existing VPC; required with vpcId.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnet_ids: Vec<String>,
+}
+
+/// The control plane nodes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Controller {
+    /// Number of controller nodes.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// EC2 instance type.
+    #[serde(default = "default_instance_type")]
+    pub instance_type: String,
+    /// Root volume size in GiB.
+    #[serde(default = "default_root_volume")]
+    pub root_volume_size: u32,
+    /// Plugin parameter overrides for the controller scope.
+    #[serde(default)]
+    pub plugins: IndexMap<String, PluginSettings>,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Controller {
+            count: 1,
+            instance_type: default_instance_type(),
+            root_volume_size: default_root_volume(),
+            plugins: IndexMap::new(),
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_instance_type() -> String {
+    "m6i.large".into()
+}
+fn default_root_volume() -> u32 {
+    30
+}
+
+/// Worker settings.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Worker {
+    /// Node pools, each its own auto scaling group and stack.
+    #[serde(default)]
+    pub node_pools: Vec<NodePool>,
+}
+
+/// One node pool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodePool {
+    /// Pool name, DNS-1123 label, unique.
+    pub name: String,
+    /// Fixed size. Use either count or minSize/maxSize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Lower bound of the group's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_size: Option<u32>,
+    /// Upper bound of the group's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<u32>,
+    /// EC2 instance type.
+    #[serde(default = "default_instance_type")]
+    pub instance_type: String,
+    /// Root volume size in GiB.
+    #[serde(default = "default_root_volume")]
+    pub root_volume_size: u32,
+    /// Kubernetes node labels.
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+    /// Kubernetes node taints.
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// Plugin parameter overrides for this pool's scope.
+    #[serde(default)]
+    pub plugins: IndexMap<String, PluginSettings>,
+}
+
+/// A node taint.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+/// Helm settings.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Helm {
+    /// 3 (default), or 2 for Helm v2 with Tiller.
+    #[serde(default = "helm_three")]
+    pub version: u32,
+    /// Tiller settings (Helm v2 only).
+    #[serde(default)]
+    pub tiller: Tiller,
+}
+
+impl Default for Helm {
+    fn default() -> Self {
+        Helm {
+            version: 3,
+            tiller: Tiller::default(),
+        }
+    }
+}
+
+fn helm_three() -> u32 {
+    3
+}
+
+/// Tiller, Helm v2's in-cluster server.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tiller {
+    /// Install Tiller (Helm v2 only; installed if and only if charts are listed).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Namespace Tiller runs in.
+    #[serde(default = "kube_system")]
+    pub namespace: String,
+    /// Release history kept per release (`tiller --history-max`).
+    #[serde(default = "history_max")]
+    pub history_max: u32,
+}
+
+impl Default for Tiller {
+    fn default() -> Self {
+        Tiller {
+            enabled: true,
+            namespace: kube_system(),
+            history_max: history_max(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn kube_system() -> String {
+    "kube-system".into()
+}
+fn history_max() -> u32 {
+    10
+}
+
+/// A Helm chart release.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartSpec {
+    /// Release name, DNS-1123, unique.
+    pub name: String,
+    /// Chart name in the repository (default: the release name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<String>,
+    /// An HTTP(S) Helm repository URL. One of repo, oci, path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// An OCI reference `oci://host/path/name`. One of repo, oci, path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<String>,
+    /// A chart directory or .tgz in the work tree. One of repo, oci, path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Exact version or semver constraint (`~3.12`, `>=1.2 <2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Namespace of the release (default: `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Values files, relative to the work tree (default: values/<name>.yaml when it exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<String>>,
+    /// Inline values; highest precedence.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub set: serde_json::Map<String, serde_json::Value>,
+    /// Releases that must be ready before this one starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// How long `helm --wait` may take, e.g. `5m`, `90s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Create the namespace when missing (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_namespace: Option<bool>,
+    /// Install right after the apiserver answers, before nodes are Ready (CNI charts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bootstrap: bool,
+}
+
+/// Settings for one plugin: `enabled` plus the plugin's parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginSettings {
+    /// Turn the plugin on or off (default: the plugin's enabledByDefault).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The plugin's parameters.
+    #[serde(flatten)]
+    pub params: IndexMap<String, serde_json::Value>,
+}

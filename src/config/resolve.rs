@@ -1,0 +1,126 @@
+//! From the raw cluster.yaml to the resolved cluster: defaults that need the
+//! work tree (values files), chart sources, and timeouts.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::model::{ChartSpec, ClusterConfig};
+use crate::located::SourceMap;
+
+/// Where a chart comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChartSource {
+    /// An HTTP(S) Helm repository URL.
+    Repo(String),
+    /// An OCI reference, `oci://host/path/name`.
+    Oci(String),
+    /// A chart directory or .tgz, relative to the work tree.
+    Path(String),
+}
+
+/// Which declaration a release came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Origin {
+    /// `charts[i]` of cluster.yaml.
+    Cluster { index: usize },
+    /// A chart declared by a plugin.
+    Plugin { plugin: String, index: usize },
+}
+
+/// One Helm release, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Release {
+    pub name: String,
+    pub chart: String,
+    pub source: ChartSource,
+    /// Exact version or constraint; None means the newest stable version.
+    pub version: Option<String>,
+    pub namespace: String,
+    /// Values files relative to the work tree, lowest precedence first.
+    pub values_files: Vec<String>,
+    pub set: serde_json::Map<String, serde_json::Value>,
+    pub depends_on: Vec<String>,
+    #[serde(with = "duration_secs")]
+    pub timeout: Duration,
+    pub create_namespace: bool,
+    pub bootstrap: bool,
+    pub origin: Origin,
+}
+
+mod duration_secs {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+}
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// A loaded, resolved and validated work tree.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The work tree directory.
+    pub dir: PathBuf,
+    /// cluster.yaml, as shown in messages.
+    pub file: PathBuf,
+    pub config: ClusterConfig,
+    pub source: SourceMap,
+    /// Releases listed in cluster.yaml, in file order.
+    pub releases: Vec<Release>,
+}
+
+impl Cluster {
+    /// The pool names, in file order.
+    pub fn pool_names(&self) -> Vec<&str> {
+        self.config.worker.node_pools.iter().map(|p| p.name.as_str()).collect()
+    }
+}
+
+/// Resolves one cluster.yaml chart entry. Validation has already checked that
+/// exactly one source is set and the timeout parses.
+pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
+    let source = if let Some(r) = &spec.repo {
+        ChartSource::Repo(r.clone())
+    } else if let Some(o) = &spec.oci {
+        ChartSource::Oci(o.clone())
+    } else {
+        ChartSource::Path(spec.path.clone().unwrap_or_default())
+    };
+    let chart = spec.chart.clone().unwrap_or_else(|| match &source {
+        ChartSource::Oci(o) => o.rsplit('/').next().unwrap_or(&spec.name).to_string(),
+        _ => spec.name.clone(),
+    });
+    let values_files = match &spec.values {
+        Some(list) => list.clone(),
+        None => {
+            let default = format!("values/{}.yaml", spec.name);
+            if dir.join(&default).is_file() {
+                vec![default]
+            } else {
+                Vec::new()
+            }
+        }
+    };
+    Release {
+        name: spec.name.clone(),
+        chart,
+        source,
+        version: spec.version.clone(),
+        namespace: spec.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+        values_files,
+        set: spec.set.clone(),
+        depends_on: spec.depends_on.clone(),
+        timeout: spec
+            .timeout
+            .as_deref()
+            .and_then(|t| humantime::parse_duration(t).ok())
+            .unwrap_or(DEFAULT_TIMEOUT),
+        create_namespace: spec.create_namespace.unwrap_or(true),
+        bootstrap: spec.bootstrap,
+        origin: Origin::Cluster { index },
+    }
+}

@@ -1,0 +1,588 @@
+//! The rules a cluster.yaml must follow beyond its types. Every rule reports a
+//! located error that quotes the bad value and says how to fix it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::model::{ChartSpec, ClusterConfig};
+use crate::located::{closest, Located, SourceMap};
+
+static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$").unwrap());
+static REGION: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}$").unwrap());
+static BUCKET: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$").unwrap());
+static KMS_ARN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/[A-Za-z0-9-]+|alias/[A-Za-z0-9/_-]+)$").unwrap()
+});
+static K8S_VERSION: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^1\.[0-9]{2}(\.[0-9]+)?$").unwrap());
+static CIDR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$").unwrap());
+static VPC_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^vpc-[0-9a-f]{8,17}$").unwrap());
+static SUBNET_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^subnet-[0-9a-f]{8,17}$").unwrap());
+static LABEL_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$").unwrap()
+});
+
+const NAME_HINT: &str = "use lowercase letters, digits and '-', starting and ending with a letter or digit";
+
+/// Is `s` a DNS-1123 label of at most `max` characters?
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && DNS_LABEL.is_match(s)
+}
+
+/// Is `s` a well-formed AWS region name?
+pub fn is_region(s: &str) -> bool {
+    REGION.is_match(s)
+}
+
+/// Checks every rule; returns all violations.
+pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -> Vec<Located> {
+    let mut v = Validator {
+        file,
+        map,
+        errors: Vec::new(),
+    };
+    v.top_level(cfg);
+    v.network(cfg);
+    v.nodes(cfg);
+    v.helm(cfg);
+    v.charts(dir, &cfg.charts);
+    v.errors
+}
+
+struct Validator<'a> {
+    file: &'a Path,
+    map: &'a SourceMap,
+    errors: Vec<Located>,
+}
+
+impl Validator<'_> {
+    fn err(&mut self, path: &str, message: impl Into<String>) {
+        let pos = self.map.locate(path);
+        self.errors.push(Located::new(self.file, pos, path, message));
+    }
+
+    fn name(&mut self, path: &str, value: &str, max: usize) {
+        if !is_dns_label(value, max) {
+            let hint = if value.len() > max {
+                format!("at most {max} characters")
+            } else {
+                NAME_HINT.to_string()
+            };
+            self.err(path, format!("{value:?} is not a valid name ({hint})"));
+        }
+    }
+
+    fn top_level(&mut self, cfg: &ClusterConfig) {
+        self.name("clusterName", &cfg.cluster_name, 63);
+        if !is_region(&cfg.region) {
+            self.err(
+                "region",
+                format!("{:?} is not a valid AWS region (for example \"us-west-2\")", cfg.region),
+            );
+        }
+        if let Err(why) = parse_s3_uri(&cfg.s3_uri) {
+            self.err(
+                "s3URI",
+                format!("{:?} is not a valid S3 URI: {why} (use s3://bucket/prefix)", cfg.s3_uri),
+            );
+        }
+        if let Some(arn) = &cfg.kms_key_arn {
+            if !KMS_ARN.is_match(arn) {
+                self.err(
+                    "kmsKeyARN",
+                    format!("{arn:?} is not a KMS key ARN (use arn:aws:kms:REGION:ACCOUNT:key/ID or …:alias/NAME)"),
+                );
+            }
+        }
+        if !K8S_VERSION.is_match(&cfg.kubernetes_version) {
+            self.err(
+                "kubernetesVersion",
+                format!(
+                    "{:?} is not a Kubernetes version (use MAJOR.MINOR, for example \"1.31\", quoted)",
+                    cfg.kubernetes_version
+                ),
+            );
+        }
+    }
+
+    fn network(&mut self, cfg: &ClusterConfig) {
+        let n = &cfg.network;
+        if let Some(cidr) = &n.vpc_cidr {
+            if !is_cidr(cidr) {
+                self.err(
+                    "network.vpcCIDR",
+                    format!("{cidr:?} is not an IPv4 CIDR (for example \"10.0.0.0/16\")"),
+                );
+            } else if let Some(bits) = cidr.rsplit('/').next().and_then(|b| b.parse::<u8>().ok()) {
+                if !(16..=24).contains(&bits) {
+                    self.err(
+                        "network.vpcCIDR",
+                        format!("{cidr:?} has a /{bits} prefix; a VPC needs /16 to /24"),
+                    );
+                }
+            }
+        }
+        match &n.vpc_id {
+            Some(id) => {
+                if n.vpc_cidr.is_some() {
+                    self.err(
+                        "network.vpcCIDR",
+                        "vpcCIDR cannot be set with vpcId (an existing VPC keeps its CIDR)",
+                    );
+                }
+                if !n.availability_zones.is_empty() {
+                    self.err(
+                        "network.availabilityZones",
+                        "availabilityZones cannot be set with vpcId (the subnets decide the zones)",
+                    );
+                }
+                if !VPC_ID.is_match(id) {
+                    self.err(
+                        "network.vpcId",
+                        format!("{id:?} is not a VPC id (for example \"vpc-0abc12345def67890\")"),
+                    );
+                }
+                if n.subnet_ids.is_empty() {
+                    self.err(
+                        "network.vpcId",
+                        "an existing VPC needs subnetIds (list at least one subnet)",
+                    );
+                }
+            }
+            None => {
+                if !n.subnet_ids.is_empty() {
+                    self.err(
+                        "network.subnetIds",
+                        "subnetIds need vpcId (or remove them to create a new VPC)",
+                    );
+                }
+            }
+        }
+        for (i, s) in n.subnet_ids.iter().enumerate() {
+            if !SUBNET_ID.is_match(s) {
+                self.err(
+                    &format!("network.subnetIds[{i}]"),
+                    format!("{s:?} is not a subnet id (for example \"subnet-0abc12345def67890\")"),
+                );
+            }
+        }
+        let zone_prefix = &cfg.region;
+        for (i, az) in n.availability_zones.iter().enumerate() {
+            let ok = az.len() == zone_prefix.len() + 1
+                && az.starts_with(zone_prefix.as_str())
+                && az.ends_with(|c: char| c.is_ascii_lowercase());
+            if !ok {
+                self.err(
+                    &format!("network.availabilityZones[{i}]"),
+                    format!("{az:?} is not a zone of region {zone_prefix:?} (for example \"{zone_prefix}a\")"),
+                );
+            }
+        }
+    }
+
+    fn nodes(&mut self, cfg: &ClusterConfig) {
+        if cfg.controller.count == 0 {
+            self.err("controller.count", "0 controllers cannot run a cluster (use 1 or more)");
+        }
+        if cfg.controller.root_volume_size < 8 {
+            self.err(
+                "controller.rootVolumeSize",
+                format!("{} GiB is too small (use at least 8)", cfg.controller.root_volume_size),
+            );
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
+            let base = format!("worker.nodePools[{i}]");
+            self.name(&format!("{base}.name"), &pool.name, 40);
+            if let Some(first) = seen.insert(pool.name.as_str(), i) {
+                self.err(
+                    &format!("{base}.name"),
+                    format!(
+                        "{:?} is already the name of worker.nodePools[{first}] (pool names must be unique)",
+                        pool.name
+                    ),
+                );
+            }
+            match (pool.count, pool.min_size, pool.max_size) {
+                (Some(_), Some(_), _) | (Some(_), _, Some(_)) => self.err(
+                    &format!("{base}.count"),
+                    "set either count or minSize/maxSize, not both",
+                ),
+                (None, Some(min), Some(max)) if min > max => self.err(
+                    &format!("{base}.minSize"),
+                    format!("minSize {min} is larger than maxSize {max}"),
+                ),
+                (None, Some(_), None) => self.err(&format!("{base}.minSize"), "minSize needs maxSize"),
+                (None, None, Some(_)) => self.err(&format!("{base}.maxSize"), "maxSize needs minSize"),
+                _ => {}
+            }
+            if pool.root_volume_size < 8 {
+                self.err(
+                    &format!("{base}.rootVolumeSize"),
+                    format!("{} GiB is too small (use at least 8)", pool.root_volume_size),
+                );
+            }
+            for key in pool.labels.keys() {
+                if !LABEL_KEY.is_match(key) {
+                    self.err(
+                        &format!("{base}.labels.{key}"),
+                        format!(
+                            "{key:?} is not a valid label key (use [prefix/]name with letters, digits, '-', '_', '.')"
+                        ),
+                    );
+                }
+            }
+            for (j, t) in pool.taints.iter().enumerate() {
+                if !LABEL_KEY.is_match(&t.key) {
+                    self.err(
+                        &format!("{base}.taints[{j}].key"),
+                        format!("{:?} is not a valid taint key (use [prefix/]name)", t.key),
+                    );
+                }
+            }
+        }
+    }
+
+    fn helm(&mut self, cfg: &ClusterConfig) {
+        if cfg.helm.version != 2 && cfg.helm.version != 3 {
+            self.err(
+                "helm.version",
+                format!("{} is not a supported Helm version (use 2 or 3)", cfg.helm.version),
+            );
+        }
+        self.name("helm.tiller.namespace", &cfg.helm.tiller.namespace, 63);
+    }
+
+    fn charts(&mut self, dir: &Path, charts: &[ChartSpec]) {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, c) in charts.iter().enumerate() {
+            let base = format!("charts[{i}]");
+            self.name(&format!("{base}.name"), &c.name, 53);
+            if let Some(first) = seen.insert(c.name.as_str(), i) {
+                self.err(
+                    &format!("{base}.name"),
+                    format!(
+                        "{:?} is already the name of charts[{first}] (release names must be unique)",
+                        c.name
+                    ),
+                );
+            }
+            let sources = [c.repo.is_some(), c.oci.is_some(), c.path.is_some()];
+            match sources.iter().filter(|s| **s).count() {
+                0 => self.err(
+                    &base,
+                    format!(
+                        "release {:?} has no chart source (set one of repo, oci or path)",
+                        c.name
+                    ),
+                ),
+                1 => {}
+                _ => self.err(
+                    &base,
+                    format!(
+                        "release {:?} sets more than one of repo, oci and path (keep one)",
+                        c.name
+                    ),
+                ),
+            }
+            if let Some(repo) = &c.repo {
+                match url::Url::parse(repo) {
+                    Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                    Ok(u) if u.scheme() == "oci" => self.err(
+                        &format!("{base}.repo"),
+                        format!("{repo:?} is an OCI reference (use oci: instead of repo:)"),
+                    ),
+                    _ => self.err(
+                        &format!("{base}.repo"),
+                        format!("{repo:?} is not an http(s) URL (for example \"https://charts.example.com\")"),
+                    ),
+                }
+            }
+            if let Some(oci) = &c.oci {
+                let ok = oci
+                    .strip_prefix("oci://")
+                    .map(|rest| rest.contains('/') && !rest.ends_with('/'))
+                    .unwrap_or(false);
+                if !ok {
+                    self.err(
+                        &format!("{base}.oci"),
+                        format!("{oci:?} is not an OCI chart reference (use oci://host/path/name)"),
+                    );
+                }
+            }
+            if let Some(p) = &c.path {
+                if Path::new(p).is_absolute() || p.split(['/', '\\']).any(|s| s == "..") {
+                    self.err(
+                        &format!("{base}.path"),
+                        format!("{p:?} leaves the work tree (use a path relative to it, without '..')"),
+                    );
+                } else if !dir.join(p).exists() {
+                    self.err(
+                        &format!("{base}.path"),
+                        format!("{p:?} does not exist in the work tree"),
+                    );
+                }
+            }
+            if let Some(v) = &c.version {
+                if let Err(why) = check_version_constraint(v) {
+                    self.err(
+                        &format!("{base}.version"),
+                        format!("{v:?} is not a version or constraint: {why}"),
+                    );
+                }
+            }
+            if let Some(ns) = &c.namespace {
+                self.name(&format!("{base}.namespace"), ns, 63);
+            }
+            if let Some(t) = &c.timeout {
+                match humantime::parse_duration(t) {
+                    Ok(d) if d.as_secs() == 0 => self.err(
+                        &format!("{base}.timeout"),
+                        format!("{t:?} is zero (use for example \"5m\")"),
+                    ),
+                    Ok(_) => {}
+                    Err(_) => self.err(
+                        &format!("{base}.timeout"),
+                        format!("{t:?} is not a duration (use for example \"90s\", \"5m\" or \"1h\")"),
+                    ),
+                }
+            }
+            for (j, f) in c.values.iter().flatten().enumerate() {
+                let path = format!("{base}.values[{j}]");
+                if Path::new(f).is_absolute() || f.split(['/', '\\']).any(|s| s == "..") {
+                    self.err(&path, format!("{f:?} leaves the work tree (use a path relative to it)"));
+                } else if !dir.join(f).is_file() {
+                    self.err(&path, format!("values file {f:?} does not exist"));
+                }
+            }
+        }
+        self.dependencies(charts);
+    }
+
+    fn dependencies(&mut self, charts: &[ChartSpec]) {
+        let names: Vec<&str> = charts.iter().map(|c| c.name.as_str()).collect();
+        let known: HashSet<&str> = names.iter().copied().collect();
+        for (i, c) in charts.iter().enumerate() {
+            for (j, d) in c.depends_on.iter().enumerate() {
+                let path = format!("charts[{i}].dependsOn[{j}]");
+                if d == &c.name {
+                    self.err(&path, format!("release {:?} depends on itself", c.name));
+                } else if !known.contains(d.as_str()) {
+                    let hint = match closest(d, &names) {
+                        Some(best) => format!(" (did you mean {best:?}?)"),
+                        None => " (list it under charts, or remove it)".to_string(),
+                    };
+                    self.err(&path, format!("{d:?} is not a release in this cluster{hint}"));
+                }
+            }
+        }
+        let graph: BTreeMap<&str, Vec<&str>> = charts
+            .iter()
+            .map(|c| {
+                let deps = c
+                    .depends_on
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|d| known.contains(d) && *d != c.name)
+                    .collect();
+                (c.name.as_str(), deps)
+            })
+            .collect();
+        if let Some(cycle) = find_cycle(&graph) {
+            let first = cycle[0];
+            let i = charts.iter().position(|c| c.name == first).unwrap_or(0);
+            let j = charts[i].depends_on.iter().position(|d| d == cycle[1]).unwrap_or(0);
+            self.err(
+                &format!("charts[{i}].dependsOn[{j}]"),
+                format!(
+                    "dependency cycle: {} (remove one of these dependsOn entries)",
+                    cycle.join(" -> ")
+                ),
+            );
+        }
+    }
+}
+
+/// Finds one dependency cycle, returned as `[a, b, …, a]`.
+pub fn find_cycle<'a>(graph: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a str>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    fn visit<'a>(
+        n: &'a str,
+        graph: &BTreeMap<&'a str, Vec<&'a str>>,
+        marks: &mut HashMap<&'a str, Mark>,
+        stack: &mut Vec<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        marks.insert(n, Mark::Active);
+        stack.push(n);
+        for &d in graph.get(n).map(Vec::as_slice).unwrap_or(&[]) {
+            match marks.get(d).copied().unwrap_or(Mark::New) {
+                Mark::Active => {
+                    let start = stack.iter().position(|s| *s == d).unwrap_or(0);
+                    let mut cycle = stack[start..].to_vec();
+                    cycle.push(d);
+                    return Some(cycle);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(d, graph, marks, stack) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks.insert(n, Mark::Done);
+        None
+    }
+    let mut marks = HashMap::new();
+    for &n in graph.keys() {
+        if marks.get(n).copied().unwrap_or(Mark::New) == Mark::New {
+            let mut stack = Vec::new();
+            if let Some(c) = visit(n, graph, &mut marks, &mut stack) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Splits `s3://bucket/prefix` into bucket and prefix (without slashes at the ends).
+pub fn parse_s3_uri(uri: &str) -> Result<(String, String), String> {
+    let rest = uri.strip_prefix("s3://").ok_or("it must start with s3://")?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err("the bucket name is missing".into());
+    }
+    if !BUCKET.is_match(bucket) || bucket.contains("..") {
+        return Err(format!(
+            "{bucket:?} is not a valid bucket name (3-63 lowercase letters, digits, '.' and '-')"
+        ));
+    }
+    let prefix = prefix.trim_matches('/');
+    if prefix.split('/').any(|s| s == "." || s == "..") || prefix.contains("//") {
+        return Err(format!("the prefix {prefix:?} has empty, '.' or '..' segments"));
+    }
+    Ok((bucket.to_string(), prefix.to_string()))
+}
+
+fn is_cidr(s: &str) -> bool {
+    CIDR.captures(s)
+        .map(|c| {
+            (1..=4).all(|i| c[i].parse::<u16>().map(|o| o <= 255).unwrap_or(false))
+                && c[5].parse::<u8>().map(|b| b <= 32).unwrap_or(false)
+        })
+        .unwrap_or(false)
+}
+
+/// Accepts what Helm accepts: an exact version or a semver constraint.
+/// Helm's `~1.2`, `^1.2`, `1.2.x` and space- or comma-separated ranges are
+/// mapped onto the semver crate's syntax.
+pub fn check_version_constraint(v: &str) -> Result<(), String> {
+    if v.trim().is_empty() {
+        return Err("it is empty".into());
+    }
+    for alternative in v.split("||") {
+        let normalized = normalize_constraint(alternative);
+        semver::VersionReq::parse(&normalized).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Rewrites a Helm (Masterminds) constraint into the semver crate's syntax:
+/// space-separated comparators become comma-separated, a leading `v` goes.
+pub fn normalize_constraint(c: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let tokens: Vec<&str> = c.split([' ', ',']).filter(|t| !t.is_empty()).collect();
+    let mut i = 0;
+    while i < tokens.len() {
+        let mut t = tokens[i].to_string();
+        // "> = 1.2" or ">= 1.2": join an operator with the version after it.
+        if t.chars().all(|ch| "<>=~^!".contains(ch)) && i + 1 < tokens.len() {
+            t.push_str(tokens[i + 1]);
+            i += 1;
+        }
+        let op_len = t.find(|ch: char| !"<>=~^!".contains(ch)).unwrap_or(t.len());
+        let (op, ver) = t.split_at(op_len);
+        let ver = ver.strip_prefix('v').unwrap_or(ver);
+        parts.push(format!("{op}{ver}"));
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns_label("general-1", 63));
+        assert!(!is_dns_label("Pool_1", 63));
+        assert!(!is_dns_label("-a", 63));
+        assert!(!is_dns_label("a-", 63));
+        assert!(!is_dns_label("", 63));
+        assert!(!is_dns_label(&"a".repeat(64), 63));
+    }
+
+    #[test]
+    fn s3_uris() {
+        assert_eq!(
+            parse_s3_uri("s3://my-bucket/kube-aws").unwrap(),
+            ("my-bucket".into(), "kube-aws".into())
+        );
+        assert_eq!(parse_s3_uri("s3://my-bucket").unwrap(), ("my-bucket".into(), "".into()));
+        assert!(parse_s3_uri("https://my-bucket/x").is_err());
+        assert!(parse_s3_uri("s3://My_Bucket/x").is_err());
+        assert!(parse_s3_uri("s3:///x").is_err());
+        assert!(parse_s3_uri("s3://b-1/a/../b").is_err());
+    }
+
+    #[test]
+    fn cycles_are_named() {
+        let mut g = BTreeMap::new();
+        g.insert("a", vec!["b"]);
+        g.insert("b", vec!["c"]);
+        g.insert("c", vec!["a"]);
+        g.insert("d", vec![]);
+        assert_eq!(find_cycle(&g).unwrap(), vec!["a", "b", "c", "a"]);
+        g.insert("c", vec![]);
+        assert_eq!(find_cycle(&g), None);
+    }
+
+    #[test]
+    fn helm_constraints() {
+        for ok in [
+            "3.12.1",
+            "~3.12",
+            "^1.2",
+            ">=1.2 <2.0",
+            ">= 1.2, < 2",
+            "1.2.x",
+            "*",
+            "v1.2.3",
+            "1.2 || 2.x",
+        ] {
+            assert!(check_version_constraint(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "banana", ">=>1"] {
+            assert!(check_version_constraint(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cidrs() {
+        assert!(is_cidr("10.0.0.0/16"));
+        assert!(!is_cidr("10.0.0.256/16"));
+        assert!(!is_cidr("10.0.0.0/33"));
+        assert!(!is_cidr("10.0.0/16"));
+    }
+}

@@ -1,0 +1,8 @@
+//! kube-aws: bring up a Kubernetes cluster on AWS with its addons deployed and
+//! ready. The stages form a pipeline, one module each (see docs/architecture):
+//! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
+
+pub mod cli;
+pub mod config;
+pub mod fsutil;
+pub mod located;

@@ -1,0 +1,134 @@
+//! A table of bad cluster.yaml inputs: each must exit 1 with a located, quoted
+//! error on stderr, and never panic. The exact text is snapshotted.
+
+use assert_cmd::Command;
+
+fn validate(yaml: &str, extra_files: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
+    for (name, body) in extra_files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    let out = Command::cargo_bin("kube-aws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .arg("validate")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
+
+macro_rules! bad {
+    ($name:ident, $yaml:expr) => {
+        bad!($name, $yaml, &[]);
+    };
+    ($name:ident, $yaml:expr, $files:expr) => {
+        #[test]
+        fn $name() {
+            let yaml: String = $yaml.into();
+            let (code, stderr) = validate(&yaml, $files);
+            assert_eq!(code, 1, "stderr: {stderr}");
+            assert!(
+                stderr.starts_with("error: cluster.yaml:"),
+                "not located: {stderr}"
+            );
+            insta::assert_snapshot!(stderr);
+        }
+    };
+}
+
+bad!(malformed_yaml, format!("{BASE}worker: {{nodePools: [\n"));
+bad!(tab_indentation, format!("{BASE}controller:\n\tcount: 1\n"));
+bad!(unknown_top_level_key, format!("{BASE}clustrName: x\n"));
+bad!(
+    unknown_nested_key_suggests,
+    format!("{BASE}worker:\n  nodePool:\n    - name: a\n")
+);
+bad!(wrong_type_count, format!("{BASE}controller:\n  count: three\n"));
+bad!(wrong_type_charts, format!("{BASE}charts: {{name: x}}\n"));
+bad!(missing_required_key, "clusterName: demo\nregion: us-west-2\n");
+bad!(
+    duplicate_pool_names,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      count: 1\n    - name: a\n      count: 2\n")
+);
+bad!(
+    invalid_pool_name,
+    format!("{BASE}worker:\n  nodePools:\n    - name: general\n    - name: Pool_1\n")
+);
+bad!(invalid_cluster_name, BASE.replace("demo", "Demo.Cluster"));
+bad!(
+    bad_s3_uri,
+    BASE.replace("s3://bucket-1/kube-aws", "https://bucket-1/kube-aws")
+);
+bad!(bad_region, BASE.replace("us-west-2", "uswest2"));
+bad!(bad_helm_version, format!("{BASE}helm:\n  version: 4\n"));
+bad!(
+    depends_on_cycle,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    dependsOn: [b]\n  - name: b\n    repo: https://c.example.com\n    dependsOn: [c]\n  - name: c\n    repo: https://c.example.com\n    dependsOn: [a]\n")
+);
+bad!(
+    depends_on_unknown,
+    format!("{BASE}charts:\n  - name: cert-manager\n    repo: https://c.example.com\n  - name: app\n    repo: https://c.example.com\n    dependsOn: [cert-manger]\n")
+);
+bad!(
+    chart_without_source,
+    format!("{BASE}charts:\n  - name: a\n    version: 1.0.0\n")
+);
+bad!(
+    chart_two_sources,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    oci: oci://r.example.com/a\n")
+);
+bad!(
+    bad_timeout,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    timeout: soon\n")
+);
+bad!(
+    bad_version_constraint,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    version: latest-please\n")
+);
+bad!(
+    missing_values_file,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    values: [values/nope.yaml]\n")
+);
+bad!(
+    count_and_min_max,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      count: 1\n      minSize: 1\n      maxSize: 3\n")
+);
+bad!(
+    bad_taint_effect,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      taints: [{{key: k, effect: Sometimes}}]\n")
+);
+bad!(
+    vpc_id_without_subnets,
+    format!("{BASE}network:\n  vpcId: vpc-0123456789abcdef0\n")
+);
+bad!(bad_kubernetes_version, format!("{BASE}kubernetesVersion: 1.3\n"));
+bad!(empty_file, "# nothing here\n");
+bad!(
+    several_errors_at_once,
+    format!("{BASE}controller:\n  count: 0\nworker:\n  nodePools:\n    - name: Bad_Name\nhelm:\n  version: 1\n")
+);
+
+#[test]
+fn no_cluster_file_is_exit_1_with_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("kube-aws")
+        .unwrap()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("cannot read cluster.yaml") && stderr.contains("kube-aws init"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,134 @@
+//! Shared test helpers: start real servers (moto, a static HTTP chart
+//! repository) on a free 127.0.0.1 port, wait until each answers, and kill each
+//! by its PID when the handle drops, also when a test fails.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding the pinned Python tools (`make tools` creates it).
+pub fn tools_bin() -> PathBuf {
+    std::env::var_os("KUBE_AWS_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-tools/bin"))
+}
+
+/// A tool from the venv, or a clear panic saying how to install it.
+pub fn tool(name: &str) -> PathBuf {
+    let p = tools_bin().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `make tools` (scripts/install-tools.sh)",
+        p.display()
+    );
+    p
+}
+
+/// `../shared/data`, or None with a message saying how to point at it.
+pub fn shared_data() -> Option<PathBuf> {
+    let p = std::env::var_os("KUBE_AWS_SHARED_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    if p.is_dir() {
+        Some(p)
+    } else {
+        eprintln!(
+            "shared data not found at {}: set KUBE_AWS_SHARED_DATA; skipping",
+            p.display()
+        );
+        None
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Does an HTTP server answer on `port`? (A bare TCP accept can come before
+/// the application is ready.)
+fn http_answers(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if write!(s, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).is_ok() && &head == b"HTTP/"
+}
+
+/// A server process killed on drop.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts `cmd` (which must listen on `port`) and waits until the port accepts.
+    pub fn start(mut cmd: Command, port: u16) -> Server {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let mut server = Server { child, port };
+        server.wait_ready(Duration::from_secs(30));
+        server
+    }
+
+    fn wait_ready(&mut self, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server on port {} exited early: {status}", self.port);
+            }
+            if http_answers(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server on port {} not ready after {limit:?}", self.port);
+    }
+
+    /// `http://localhost:PORT` (moto wants `localhost`, not an IP, in S3 URLs).
+    pub fn url(&self) -> String {
+        format!("http://localhost:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// moto server, all services, on a free port.
+pub fn start_moto() -> Server {
+    let port = free_port();
+    let mut cmd = Command::new(tool("moto_server"));
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    Server::start(cmd, port)
+}
+
+/// A static HTTP server over `dir` (a chart repository), on a free port.
+pub fn start_http(dir: &Path) -> Server {
+    let port = free_port();
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-m",
+        "http.server",
+        "--bind",
+        "127.0.0.1",
+        &port.to_string(),
+        "--directory",
+    ])
+    .arg(dir);
+    Server::start(cmd, port)
+}
