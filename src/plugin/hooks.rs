@@ -1,0 +1,136 @@
+//! The hook contributions of the active plugins, merged per scope: the cluster
+//! scope (control-plane flags, manifests, CloudFormation), the controller, and
+//! each node pool. This is what `render` consumes.
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::config::{Release, Taint};
+
+/// Where a plugin was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginSource {
+    BuiltIn,
+    WorkTree,
+}
+
+/// An enabled plugin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActivePlugin {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub source: PluginSource,
+}
+
+/// A file written on nodes by cloud-init.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeFile {
+    pub plugin: String,
+    /// Absolute path on the node.
+    pub path: String,
+    pub content: String,
+    /// Octal mode, e.g. "0644".
+    pub permissions: String,
+    pub owner: String,
+}
+
+/// A systemd unit installed on nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SystemdUnit {
+    pub plugin: String,
+    /// Unit file name, e.g. `foo.service`.
+    pub name: String,
+    pub content: String,
+    /// `systemctl enable --now` it at boot.
+    pub enable: bool,
+}
+
+/// One IAM policy statement (an object with Effect, Action, Resource, …).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IamStatement {
+    pub plugin: String,
+    pub statement: serde_json::Value,
+}
+
+/// A Kubernetes manifest applied once the apiserver answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Manifest {
+    pub plugin: String,
+    /// File name, unique per plugin, e.g. `rbac.yaml`.
+    pub name: String,
+    pub content: String,
+}
+
+/// CloudFormation resources and outputs a plugin adds to one stack.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CfnContribution {
+    pub plugin: String,
+    /// Target stack: `root`, `network`, `control-plane` or `node-pool-<name>`.
+    pub stack: String,
+    pub resources: serde_json::Map<String, serde_json::Value>,
+    pub outputs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Hooks that apply to one kind of node (the controller, or one pool).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NodeHooks {
+    pub kubelet_flags: BTreeMap<String, String>,
+    pub iam_statements: Vec<IamStatement>,
+    pub files: Vec<NodeFile>,
+    pub systemd_units: Vec<SystemdUnit>,
+    pub node_labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Tags for this scope's auto scaling group (e.g. autoscaler discovery).
+    pub asg_tags: BTreeMap<String, String>,
+}
+
+/// Hooks that apply to the whole cluster.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ClusterHooks {
+    pub api_server_flags: BTreeMap<String, String>,
+    pub controller_manager_flags: BTreeMap<String, String>,
+    pub scheduler_flags: BTreeMap<String, String>,
+    pub manifests: Vec<Manifest>,
+    pub cloudformation: Vec<CfnContribution>,
+}
+
+/// Values a plugin contributes to one of its releases (rendered YAML text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginValues {
+    pub plugin: String,
+    /// The template file it came from, relative to the plugin directory.
+    pub file: String,
+    pub content: String,
+}
+
+/// A release declared by a plugin, with the plugin's values layer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PluginRelease {
+    pub release: Release,
+    pub values: Vec<PluginValues>,
+}
+
+/// A parameter marked `secret: true`: templates see a reference, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecretRef {
+    pub plugin: String,
+    pub param: String,
+    /// The placeholder templates saw, replaced on the node after KMS decryption.
+    pub reference: String,
+}
+
+/// Everything the active plugins contribute, merged per scope.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ResolvedPlugins {
+    pub plugins: Vec<ActivePlugin>,
+    pub cluster: ClusterHooks,
+    pub controller: NodeHooks,
+    /// One entry per node pool, in cluster.yaml order.
+    pub pools: IndexMap<String, NodeHooks>,
+    pub releases: Vec<PluginRelease>,
+    pub secrets: Vec<SecretRef>,
+}
