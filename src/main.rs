@@ -8,6 +8,12 @@ use clap::Parser;
 use kube_aws::cli::{run, Cli};
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`kube-aws schema cluster | head`) like other Unix tools,
+    // instead of panicking inside println!.
+    // SAFETY: called first thing in main, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,5 @@
 use super::{print_json, GlobalOptions};
-use crate::config::ClusterConfig;
+use crate::config::{cluster_reference, ClusterConfig};
 
 /// Arguments of `kube-aws schema`.
 #[derive(Debug, clap::Args)]
@@ -7,6 +7,15 @@ pub struct SchemaArgs {
     /// Which file's schema to print
     #[arg(value_enum)]
     pub kind: SchemaKind,
+    /// JSON Schema, or a Markdown reference page
+    #[arg(long, value_enum, default_value_t = SchemaFormat::Json)]
+    pub format: SchemaFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaFormat {
+    Json,
+    Markdown,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -17,6 +26,10 @@ pub enum SchemaKind {
 
 pub fn run(_global: &GlobalOptions, args: SchemaArgs) -> anyhow::Result<()> {
     match args.kind {
+        SchemaKind::Cluster if args.format == SchemaFormat::Markdown => {
+            print!("{}", cluster_reference());
+            Ok(())
+        }
         SchemaKind::Cluster => print_json(&schemars::schema_for!(ClusterConfig)),
     }
 }
