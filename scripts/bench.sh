@@ -90,7 +90,7 @@ wait_port "$SPORT"
 
 worktree() { # dir count
   mkdir -p "$1"
-  { printf 'clusterName: bench\nregion: us-west-2\ns3URI: s3://b/p\ncharts:\n'
+  { printf 'clusterName: bench\nregion: us-west-2\ns3URI: s3://my-bucket/p\ncharts:\n'
     for i in $(seq 1 "$2"); do printf "  - {name: app%s, chart: app, repo: 'http://127.0.0.1:%s', version: 0.0.%s}\n" "$i" "$SPORT" "$i"; done
   } >"$1/cluster.yaml"
   XDG_CACHE_HOME=$WORK/lockcache "$BIN" --dir "$1" charts lock >/dev/null

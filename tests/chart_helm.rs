@@ -35,7 +35,7 @@ fn kube_aws(dir: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
 
 fn cluster(dir: &Path, charts: &str) {
     std::fs::create_dir_all(dir.join("values")).unwrap();
-    let text = format!("clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\ncharts:\n{charts}");
+    let text = format!("clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\ncharts:\n{charts}");
     std::fs::write(dir.join("cluster.yaml"), text).unwrap();
 }
 
