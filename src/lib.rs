@@ -2,8 +2,10 @@
 //! ready. The stages form a pipeline, one module each (see docs/architecture):
 //! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
 
+pub mod chart;
 pub mod cli;
 pub mod config;
 pub mod fsutil;
 pub mod located;
 pub mod plugin;
+pub mod progress;

@@ -1,6 +1,7 @@
 //! The command line: global options, one small file per command. Commands
 //! parse flags into an options struct, call the library, and print.
 
+mod charts;
 mod init;
 mod schema;
 mod validate;
@@ -50,6 +51,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print a JSON Schema, for editors
     Schema(schema::SchemaArgs),
+    /// Pin, fetch and verify Helm charts (charts-index/index.yaml)
+    Charts(charts::ChartsArgs),
 }
 
 /// Runs the parsed command line.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init::run(&cli.global, args),
         Command::Validate(args) => validate::run(&cli.global, args),
         Command::Schema(args) => schema::run(&cli.global, args),
+        Command::Charts(args) => charts::run(&cli.global, args),
     }
 }
 

@@ -1,0 +1,461 @@
+//! The lock: `charts-index/index.yaml` in the work tree, a valid Helm index
+//! listing each release's resolved chart (name, version, urls, digest,
+//! created) with annotations naming the release and the source reference.
+//! `charts lock` writes it; render, validate and up check it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::chart::archive::{read_chart_archive, read_chart_dir};
+use crate::chart::cache::{sha256_hex, ChartCache};
+use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
+use crate::chart::index::{find_chart, parse_index, ChartVersion, Index, IndexError};
+use crate::chart::version::{newest_versions, parse_version, resolve_version, version_satisfies, ResolveFailure};
+use crate::config::{ChartSource, Release};
+use crate::located::closest;
+
+/// The lock file, relative to the work tree.
+pub const LOCK_FILE: &str = "charts-index/index.yaml";
+/// Annotation: where the chart came from (`repo:URL`, `oci:REF`, `path:PATH`).
+pub const SOURCE_ANNOTATION: &str = "kube-aws.io/source";
+/// Annotation: the release the entry was locked for.
+pub const RELEASE_ANNOTATION: &str = "kube-aws.io/release";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{}: {source}", file.display())]
+    Index { file: PathBuf, source: IndexError },
+    #[error("cannot read {}: {source}", file.display())]
+    Read { file: PathBuf, source: std::io::Error },
+    #[error("cannot write {}: {source}", file.display())]
+    Write { file: PathBuf, source: std::io::Error },
+    #[error("{}", .0.join("\n"))]
+    Stale(Vec<String>),
+    #[error("release {release:?}: {source}")]
+    Fetch { release: String, source: FetchError },
+    #[error("release {release:?}: {message}")]
+    Resolve { release: String, message: String },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A loaded lock.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    /// The lock file, as shown in messages.
+    pub file: PathBuf,
+    pub index: Index,
+}
+
+/// One release's locked chart.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockedChart {
+    pub release: String,
+    pub chart: String,
+    pub version: String,
+    /// Lowercase hex sha256 of the archive; None for a chart directory.
+    pub digest: Option<String>,
+    pub urls: Vec<String>,
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_version: Option<String>,
+}
+
+/// The source reference written to the lock for a release.
+pub fn source_ref(source: &ChartSource) -> String {
+    match source {
+        ChartSource::Repo(u) => format!("repo:{}", u.trim_end_matches('/')),
+        ChartSource::Oci(o) => format!("oci:{o}"),
+        ChartSource::Path(p) => format!("path:{p}"),
+    }
+}
+
+/// Loads `dir/charts-index/index.yaml`; an absent file is an empty lock.
+pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
+    let file = crate::config::display_path(dir, LOCK_FILE);
+    let text = match std::fs::read_to_string(dir.join(LOCK_FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Lock {
+                file,
+                index: Index {
+                    api_version: "v1".into(),
+                    ..Index::default()
+                },
+            })
+        }
+        Err(source) => return Err(LockError::Read { file, source }),
+    };
+    // Entry URLs in the lock are absolute already.
+    let index = parse_index(&text, "", &file.display().to_string())
+        .map_err(|source| LockError::Index { file: file.clone(), source })?;
+    Ok(Lock { file, index })
+}
+
+fn entry_for<'a>(lock: &'a Lock, release: &Release) -> Option<&'a ChartVersion> {
+    let source = source_ref(&release.source);
+    let list = lock.index.entries.get(&release.chart)?;
+    let same_source = |v: &&ChartVersion| v.annotations.get(SOURCE_ANNOTATION) == Some(&source);
+    list.iter()
+        .filter(same_source)
+        .find(|v| v.annotations.get(RELEASE_ANNOTATION) == Some(&release.name))
+        .or_else(|| list.iter().find(same_source))
+}
+
+fn locked_chart(release: &Release, v: &ChartVersion) -> LockedChart {
+    LockedChart {
+        release: release.name.clone(),
+        chart: release.chart.clone(),
+        version: v.version.clone(),
+        digest: v.digest_hex(),
+        urls: v.urls.clone(),
+        source: source_ref(&release.source),
+        kube_version: v.kube_version.clone(),
+    }
+}
+
+/// Checks that every release has a lock entry from its source that still
+/// satisfies its version constraint. Every problem is listed, each naming
+/// the command that fixes it.
+pub fn check_lock(lock: &Lock, releases: &[Release]) -> Result<Vec<LockedChart>, LockError> {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for r in releases {
+        let source = source_ref(&r.source);
+        match entry_for(lock, r) {
+            None => problems.push(format!(
+                "{}: release {:?}: chart {:?} from {source} is not locked: run `kube-aws charts lock`",
+                lock.file.display(),
+                r.name,
+                r.chart
+            )),
+            Some(v) => {
+                let wanted = r.version.as_deref().filter(|w| !w.trim().is_empty());
+                let ok = match wanted {
+                    None => true,
+                    Some(w) => version_satisfies(&v.version, w).unwrap_or(false),
+                };
+                if !ok {
+                    problems.push(format!(
+                        "{}: release {:?}: locked version {} of chart {:?} does not match {:?}: run `kube-aws charts lock`",
+                        lock.file.display(),
+                        r.name,
+                        v.version,
+                        r.chart,
+                        wanted.unwrap_or_default()
+                    ));
+                } else {
+                    out.push(locked_chart(r, v));
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(LockError::Stale(problems))
+    }
+}
+
+/// Inputs of `lock_charts`.
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    /// The work tree.
+    pub dir: PathBuf,
+    pub releases: Vec<Release>,
+    /// Re-resolve every release, also those whose lock entry still matches.
+    pub update: bool,
+    pub fetch: FetchOptions,
+    /// Cache root (charts without a digest in their index are downloaded once to hash them).
+    pub cache_dir: PathBuf,
+}
+
+/// What `lock_charts` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockReport {
+    pub file: PathBuf,
+    pub charts: Vec<LockedChart>,
+    /// Releases whose existing entry was kept.
+    pub kept: Vec<String>,
+    /// Index entries skipped as invalid, and similar notes.
+    pub warnings: Vec<String>,
+    pub requests: usize,
+}
+
+/// Resolves every release and writes the lock.
+pub fn lock_charts(opts: LockOptions) -> Result<LockReport, LockError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(LockError::Runtime)?;
+    rt.block_on(lock_charts_async(opts))
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+/// The async body of `lock_charts`.
+pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockError> {
+    let existing = load_lock(&opts.dir)?;
+    let http = Http::new(opts.fetch.clone()).map_err(|source| LockError::Fetch {
+        release: String::new(),
+        source,
+    })?;
+    let cache = ChartCache::new(&opts.cache_dir);
+    let mut warnings = Vec::new();
+    let mut kept = Vec::new();
+    let mut todo = Vec::new();
+    let mut done: Vec<(usize, ChartVersion)> = Vec::new();
+    for (i, r) in opts.releases.iter().enumerate() {
+        let keep = (!opts.update)
+            .then(|| check_lock(&existing, std::slice::from_ref(r)).ok())
+            .flatten()
+            .and_then(|_| entry_for(&existing, r).cloned());
+        match keep {
+            Some(v) => {
+                kept.push(r.name.clone());
+                done.push((i, v));
+            }
+            None => todo.push(i),
+        }
+    }
+    // Each repository's index is fetched once, all of them at the same time.
+    let mut repos: Vec<String> = Vec::new();
+    for &i in &todo {
+        if let ChartSource::Repo(u) = &opts.releases[i].source {
+            if !repos.contains(u) {
+                repos.push(u.clone());
+            }
+        }
+    }
+    let texts = bounded(repos.clone(), opts.fetch.concurrency, |u| {
+        let http = &http;
+        async move { http.get_index(&u).await }
+    })
+    .await;
+    let mut indexes: HashMap<String, String> = HashMap::new();
+    for (u, t) in repos.into_iter().zip(texts) {
+        let text = t.map_err(|source| LockError::Fetch {
+            release: opts
+                .releases
+                .iter()
+                .find(|r| r.source == ChartSource::Repo(u.clone()))
+                .map(|r| r.name.clone())
+                .unwrap_or_default(),
+            source,
+        })?;
+        indexes.insert(u, text);
+    }
+    let resolved = bounded(todo, opts.fetch.concurrency, |i| {
+        let (http, cache, indexes, dir) = (&http, &cache, &indexes, &opts.dir);
+        let r = &opts.releases[i];
+        async move { resolve_release(http, cache, indexes, dir, r).await.map(|(v, w)| (i, v, w)) }
+    })
+    .await;
+    for res in resolved {
+        let (i, v, w) = res?;
+        warnings.extend(w);
+        done.push((i, v));
+    }
+    done.sort_by_key(|(i, _)| *i);
+
+    let mut entries: IndexMap<String, Vec<ChartVersion>> = IndexMap::new();
+    let mut charts = Vec::new();
+    for (i, mut v) in done {
+        let r = &opts.releases[i];
+        v.annotations.insert(SOURCE_ANNOTATION.into(), source_ref(&r.source));
+        v.annotations.insert(RELEASE_ANNOTATION.into(), r.name.clone());
+        charts.push(locked_chart(r, &v));
+        entries.entry(r.chart.clone()).or_default().push(v);
+    }
+    entries.sort_keys();
+    let file = existing.file.clone();
+    write_lock(&opts.dir.join(LOCK_FILE), &entries).map_err(|source| LockError::Write {
+        file: file.clone(),
+        source,
+    })?;
+    Ok(LockReport {
+        file,
+        charts,
+        kept,
+        warnings,
+        requests: http.request_count(),
+    })
+}
+
+/// Writes a Helm index (apiVersion v1) holding `entries`.
+pub fn write_lock(path: &Path, entries: &IndexMap<String, Vec<ChartVersion>>) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Out<'a> {
+        api_version: &'a str,
+        entries: &'a IndexMap<String, Vec<ChartVersion>>,
+        generated: String,
+    }
+    let body = serde_yaml::to_string(&Out {
+        api_version: "v1",
+        entries,
+        generated: now_rfc3339(),
+    })
+    .map_err(std::io::Error::other)?;
+    let text = format!("# The chart lock, written by `kube-aws charts lock`: a Helm repository index.\n{body}");
+    crate::fsutil::write_atomic(path, text.as_bytes())
+}
+
+fn resolve_err(r: &Release, message: String) -> LockError {
+    LockError::Resolve {
+        release: r.name.clone(),
+        message,
+    }
+}
+
+fn no_match_message(r: &Release, source: &str, failure: ResolveFailure) -> String {
+    match failure {
+        ResolveFailure::BadConstraint(e) => format!("bad version constraint {e}"),
+        ResolveFailure::NoMatch { newest } => format!(
+            "no version of chart {:?} in {source} matches {:?}; newest: {}",
+            r.chart,
+            r.version.as_deref().unwrap_or("(newest stable)"),
+            if newest.is_empty() { "none".to_string() } else { newest.join(", ") }
+        ),
+    }
+}
+
+async fn resolve_release(
+    http: &Http,
+    cache: &ChartCache,
+    indexes: &HashMap<String, String>,
+    dir: &Path,
+    r: &Release,
+) -> Result<(ChartVersion, Vec<String>), LockError> {
+    let fetch_err = |source| LockError::Fetch {
+        release: r.name.clone(),
+        source,
+    };
+    match &r.source {
+        ChartSource::Repo(url) => {
+            let text = indexes.get(url).map(String::as_str).unwrap_or("");
+            let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
+            let lookup = find_chart(text, &r.chart, url, &index_url).map_err(|e| resolve_err(r, e.to_string()))?;
+            let Some(versions) = lookup.versions else {
+                let hint = closest(&r.chart, &lookup.names)
+                    .map(|c| format!(" (did you mean {c:?}?)"))
+                    .unwrap_or_default();
+                return Err(resolve_err(r, format!("chart {:?} is not in {index_url}{hint}", r.chart)));
+            };
+            let mut v = resolve_version(&versions, r.version.as_deref())
+                .map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?
+                .clone();
+            if v.urls.is_empty() {
+                return Err(resolve_err(r, format!("chart {:?} {} has no urls in {index_url}", r.chart, v.version)));
+            }
+            let mut warnings = lookup.warnings;
+            if v.deprecated {
+                warnings.push(format!("release {:?}: chart {:?} {} is deprecated", r.name, r.chart, v.version));
+            }
+            match v.digest_hex() {
+                Some(hex) => v.digest = Some(hex),
+                None => {
+                    // No usable digest in the index: pin what the URL serves now.
+                    let bytes = http.get_bytes(&v.urls[0]).await.map_err(fetch_err)?;
+                    let (hex, _) = cache.store(&bytes).map_err(|e| {
+                        fetch_err(FetchError::Cache {
+                            path: cache.root().display().to_string(),
+                            source: e,
+                        })
+                    })?;
+                    v.digest = Some(hex);
+                }
+            }
+            Ok((v, warnings))
+        }
+        ChartSource::Oci(reference) => {
+            let oci = OciRef::parse(reference).map_err(fetch_err)?;
+            let tag = match (&oci.tag, r.version.as_deref()) {
+                (Some(t), _) => t.clone(),
+                (None, wanted) => {
+                    let tags = http.oci_tags(&oci).await.map_err(fetch_err)?;
+                    // OCI tags cannot hold `+`; Helm writes `_` instead.
+                    let versions: Vec<ChartVersion> = tags
+                        .iter()
+                        .map(|t| t.replace('_', "+"))
+                        .filter(|t| parse_version(t).is_some())
+                        .map(|t| bare_version(&oci, &t))
+                        .collect();
+                    resolve_version(&versions, wanted)
+                        .map_err(|f| resolve_err(r, no_match_message(r, reference, f)))?
+                        .version
+                        .replace('+', "_")
+                }
+            };
+            let digest = http.oci_chart_digest(&oci, &tag).await.map_err(fetch_err)?;
+            let mut v = bare_version(&oci, &tag.replace('_', "+"));
+            v.name = r.chart.clone();
+            v.urls = vec![format!("oci://{}/{}:{tag}", oci.registry, oci.repository)];
+            v.digest = Some(digest);
+            v.created = Some(now_rfc3339());
+            Ok((v, Vec::new()))
+        }
+        ChartSource::Path(p) => {
+            let full = dir.join(p);
+            let (files, digest) = if full.is_dir() {
+                (read_chart_dir(&full).map_err(|e| resolve_err(r, e.to_string()))?, None)
+            } else {
+                let bytes = std::fs::read(&full).map_err(|e| resolve_err(r, format!("cannot read chart {p:?}: {e}")))?;
+                let files = read_chart_archive(&bytes, p, None).map_err(|e| resolve_err(r, e.to_string()))?;
+                (files, Some(sha256_hex(&bytes)))
+            };
+            if let Some(w) = r.version.as_deref() {
+                if !version_satisfies(&files.metadata.version, w).unwrap_or(false) {
+                    return Err(resolve_err(
+                        r,
+                        format!("chart at {p:?} is version {}, which does not match {w:?}", files.metadata.version),
+                    ));
+                }
+            }
+            Ok((
+                ChartVersion {
+                    api_version: files.metadata.api_version.clone().unwrap_or_else(|| "v2".into()),
+                    name: files.metadata.name.clone(),
+                    version: files.metadata.version.clone(),
+                    app_version: None,
+                    description: files.metadata.description.clone(),
+                    kube_version: files.metadata.kube_version.clone(),
+                    deprecated: false,
+                    created: Some(now_rfc3339()),
+                    digest,
+                    urls: Vec::new(),
+                    annotations: IndexMap::new(),
+                },
+                Vec::new(),
+            ))
+        }
+    }
+}
+
+fn bare_version(oci: &OciRef, version: &str) -> ChartVersion {
+    ChartVersion {
+        api_version: "v2".into(),
+        name: oci.name().to_string(),
+        version: version.to_string(),
+        app_version: None,
+        description: None,
+        kube_version: None,
+        deprecated: false,
+        created: None,
+        digest: None,
+        urls: Vec::new(),
+        annotations: IndexMap::new(),
+    }
+}
+
+/// The newest few versions of a list (for messages).
+pub fn newest(versions: &[ChartVersion], n: usize) -> Vec<String> {
+    newest_versions(versions.iter().map(|v| v.version.as_str()), n)
+}

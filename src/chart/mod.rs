@@ -1,0 +1,19 @@
+//! The chart stage: Helm repository indexes, version resolution, the lock
+//! (`charts-index/index.yaml`), concurrent verified fetching into a
+//! content-addressed cache, safe archive reading, and values layering.
+
+pub mod archive;
+pub mod cache;
+pub mod fetch;
+pub mod index;
+pub mod lock;
+pub mod values;
+pub mod version;
+
+pub use archive::{read_chart_archive, read_chart_dir, ArchiveError, ChartFiles, ChartMetadata};
+pub use cache::{default_cache_dir, ChartCache};
+pub use fetch::{fetch_charts, FetchChartsOptions, FetchError, FetchOptions, FetchReport};
+pub use index::{find_chart, normalize_digest, parse_index, resolve_url, ChartLookup, ChartVersion, Index, IndexError};
+pub use lock::{check_lock, load_lock, lock_charts, Lock, LockError, LockOptions, LockReport, LockedChart, LOCK_FILE};
+pub use values::{check_release_values, coalesce, load_user_layers, merge_layers, ReleaseValues, ValuesError, ValuesLayer};
+pub use version::{parse_version, resolve_version, version_satisfies, Constraint, ResolveFailure};

@@ -1,0 +1,373 @@
+//! Values layering exactly as Helm does it, and the checks on the result.
+//!
+//! Lowest first: the chart's values.yaml < plugin values < values/<release>.yaml
+//! < the release's listed files < `set`. The user layers merge like Helm's
+//! `-f` files (maps merge, everything else replaces, a null is kept as null);
+//! the result is then coalesced over the chart's values like Helm's
+//! `CoalesceValues` (a null deletes the chart's key).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::chart::archive::ChartFiles;
+use crate::chart::version::version_satisfies;
+use crate::config::Release;
+use crate::located::{join_index, join_key, SourceMap};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesError {
+    #[error("release {release:?}: cannot read values file {}: {source}", file.display())]
+    Read {
+        release: String,
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("release {release:?}: values file {}: {message}", file.display())]
+    Malformed {
+        release: String,
+        file: PathBuf,
+        message: String,
+    },
+    #[error("release {release:?}: chart {chart:?} {chart_version} needs Kubernetes {constraint:?}, but kubernetesVersion is {kubernetes:?}")]
+    KubeVersion {
+        release: String,
+        chart: String,
+        chart_version: String,
+        constraint: String,
+        kubernetes: String,
+    },
+    #[error("release {release:?}: values.schema.json of chart {chart:?}: {message}")]
+    BadSchema {
+        release: String,
+        chart: String,
+        message: String,
+    },
+    #[error("{}", .0.join("\n"))]
+    Schema(Vec<String>),
+}
+
+/// One layer of user values and where it came from.
+#[derive(Debug, Clone)]
+pub struct ValuesLayer {
+    /// The file (or `cluster.yaml set`, `plugin <name>`) named in messages.
+    pub label: String,
+    pub values: Value,
+    /// Positions of keys, for `file:line:col` in messages.
+    pub source: Option<SourceMap>,
+}
+
+impl ValuesLayer {
+    /// A layer from YAML text; `label` names it in messages.
+    pub fn from_yaml(release: &str, label: &Path, text: &str) -> Result<ValuesLayer, ValuesError> {
+        let malformed = |message: String| ValuesError::Malformed {
+            release: release.into(),
+            file: label.to_path_buf(),
+            message,
+        };
+        let values: Value = if text.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_yaml::from_str(text).map_err(|e| malformed(e.to_string()))?
+        };
+        let values = match values {
+            Value::Null => Value::Object(Map::new()),
+            Value::Object(m) => Value::Object(m),
+            other => return Err(malformed(format!("the top level must be a mapping, not {}", kind(&other)))),
+        };
+        Ok(ValuesLayer {
+            label: label.display().to_string(),
+            values,
+            source: SourceMap::parse(label, text).ok(),
+        })
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The user layers of a release, lowest first: `plugin` (already rendered
+/// plugin values), values/<release>.yaml when it exists, the listed files,
+/// then `set`.
+pub fn load_user_layers(dir: &Path, release: &Release, plugin: Option<ValuesLayer>) -> Result<Vec<ValuesLayer>, ValuesError> {
+    let mut layers: Vec<ValuesLayer> = plugin.into_iter().collect();
+    let default = format!("values/{}.yaml", release.name);
+    let mut files = Vec::new();
+    if dir.join(&default).is_file() && !release.values_files.contains(&default) {
+        files.push(default);
+    }
+    files.extend(release.values_files.iter().cloned());
+    for f in files {
+        let label = crate::config::display_path(dir, &f);
+        let text = std::fs::read_to_string(dir.join(&f)).map_err(|source| ValuesError::Read {
+            release: release.name.clone(),
+            file: label.clone(),
+            source,
+        })?;
+        layers.push(ValuesLayer::from_yaml(&release.name, &label, &text)?);
+    }
+    if !release.set.is_empty() {
+        layers.push(ValuesLayer {
+            label: format!("cluster.yaml (set of release {:?})", release.name),
+            values: Value::Object(release.set.clone()),
+            source: None,
+        });
+    }
+    Ok(layers)
+}
+
+/// Merges user layers the way Helm merges `-f` files: maps merge, anything
+/// else (lists, scalars, null) replaces.
+pub fn merge_layers(layers: &[ValuesLayer]) -> Value {
+    let mut out = Map::new();
+    for l in layers {
+        if let Value::Object(m) = &l.values {
+            merge_maps(&mut out, m);
+        }
+    }
+    Value::Object(out)
+}
+
+fn merge_maps(into: &mut Map<String, Value>, from: &Map<String, Value>) {
+    for (k, v) in from {
+        if let (Value::Object(src), Some(Value::Object(dst))) = (v, into.get_mut(k)) {
+            merge_maps(dst, src);
+            continue;
+        }
+        into.insert(k.clone(), v.clone());
+    }
+}
+
+/// Coalesces user values over the chart's values like Helm's
+/// `chartutil.CoalesceValues`: user values win, maps merge, a null deletes
+/// the chart's key.
+pub fn coalesce(user: &Value, chart: &Value) -> Value {
+    let mut v = match user {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    if let Value::Object(chart) = chart {
+        for (key, val) in chart {
+            match v.get_mut(key) {
+                Some(Value::Null) => {
+                    v.shift_remove(key);
+                }
+                Some(Value::Object(dest)) => {
+                    if let Value::Object(src) = val {
+                        coalesce_tables(dest, src);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    v.insert(key.clone(), val.clone());
+                }
+            }
+        }
+    }
+    Value::Object(v)
+}
+
+fn coalesce_tables(dst: &mut Map<String, Value>, src: &Map<String, Value>) {
+    // Helm marks every null in dst as "delete", also when src lacks the key.
+    let nulls: Vec<String> = dst.iter().filter(|(_, v)| v.is_null()).map(|(k, _)| k.clone()).collect();
+    for k in &nulls {
+        dst.shift_remove(k);
+    }
+    for (key, val) in src {
+        if nulls.contains(key) {
+            continue;
+        }
+        match dst.get_mut(key) {
+            None => {
+                dst.insert(key.clone(), val.clone());
+            }
+            Some(Value::Object(d)) => {
+                if let Value::Object(s) = val {
+                    coalesce_tables(d, s);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// The user values of a release, as the one YAML document the node passes
+/// to `helm -f`.
+pub fn to_yaml_document(user: &Value) -> String {
+    serde_yaml::to_string(user).unwrap_or_default()
+}
+
+/// The values of one release, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseValues {
+    pub release: String,
+    /// The merged user layers (what the node gets).
+    pub user: Value,
+    /// The user values coalesced over the chart's values (what Helm renders with).
+    pub merged: Value,
+}
+
+/// Layers, coalesces and checks a release's values against its chart:
+/// the chart's kubeVersion against `kubernetes_version`, then values.schema.json.
+pub fn check_release_values(
+    release: &str,
+    chart: &ChartFiles,
+    layers: &[ValuesLayer],
+    kubernetes_version: &str,
+) -> Result<ReleaseValues, ValuesError> {
+    if let Some(kv) = chart.metadata.kube_version.as_deref().filter(|k| !k.trim().is_empty()) {
+        let ok = version_satisfies(kubernetes_version, kv).unwrap_or(false);
+        if !ok {
+            return Err(ValuesError::KubeVersion {
+                release: release.into(),
+                chart: chart.metadata.name.clone(),
+                chart_version: chart.metadata.version.clone(),
+                constraint: kv.into(),
+                kubernetes: kubernetes_version.into(),
+            });
+        }
+    }
+    let chart_values = match chart.values.as_deref() {
+        Some(text) => ValuesLayer::from_yaml(release, Path::new("values.yaml"), text)?.values,
+        None => Value::Object(Map::new()),
+    };
+    let user = merge_layers(layers);
+    let merged = coalesce(&user, &chart_values);
+    if let Some(schema) = &chart.schema {
+        validate_schema(release, &chart.metadata.name, schema, &merged, layers)?;
+    }
+    Ok(ReleaseValues {
+        release: release.into(),
+        user,
+        merged,
+    })
+}
+
+fn validate_schema(release: &str, chart: &str, schema: &Value, merged: &Value, layers: &[ValuesLayer]) -> Result<(), ValuesError> {
+    let compiled = jsonschema::JSONSchema::compile(schema).map_err(|e| ValuesError::BadSchema {
+        release: release.into(),
+        chart: chart.into(),
+        message: e.to_string(),
+    })?;
+    let Err(errors) = compiled.validate(merged) else {
+        return Ok(());
+    };
+    let mut out = Vec::new();
+    for e in errors {
+        let segments: Vec<String> = e
+            .instance_path
+            .iter()
+            .map(|c| match c {
+                jsonschema::paths::PathChunk::Property(p) => p.to_string(),
+                jsonschema::paths::PathChunk::Index(i) => i.to_string(),
+                jsonschema::paths::PathChunk::Keyword(k) => k.to_string(),
+            })
+            .collect();
+        let (path, origin) = locate_value(&segments, merged, layers);
+        let shown = if path.is_empty() { "(top level)".to_string() } else { path };
+        out.push(format!("{origin}: release {release:?}: value {shown}: {e}"));
+    }
+    Err(ValuesError::Schema(out))
+}
+
+/// The dotted path of a JSON pointer, and the highest layer that set it
+/// (`file:line:col` when known), or the chart's values.yaml.
+fn locate_value(segments: &[String], merged: &Value, layers: &[ValuesLayer]) -> (String, String) {
+    // Build the path the way SourceMap spells it: a.b[0].c.
+    let mut path = String::new();
+    let mut node = Some(merged);
+    for s in segments {
+        match node {
+            Some(Value::Array(items)) => {
+                let i: usize = s.parse().unwrap_or(0);
+                path = join_index(&path, i);
+                node = items.get(i);
+            }
+            other => {
+                path = join_key(&path, s);
+                node = other.and_then(|n| n.get(s));
+            }
+        }
+    }
+    for depth in (1..=segments.len()).rev() {
+        for layer in layers.iter().rev() {
+            // A parent only counts when the layer replaced it wholesale (a list, a scalar).
+            let found = lookup(&layer.values, &segments[..depth]);
+            if found.is_some_and(|v| depth == segments.len() || !v.is_object()) {
+                let pos = layer
+                    .source
+                    .as_ref()
+                    .map(|s| {
+                        let p = s.locate(&path);
+                        format!(":{}:{}", p.line, p.col)
+                    })
+                    .unwrap_or_default();
+                return (path, format!("{}{pos}", layer.label));
+            }
+        }
+    }
+    (path, "chart values.yaml".into())
+}
+
+fn lookup<'a>(v: &'a Value, segments: &[String]) -> Option<&'a Value> {
+    let mut cur = v;
+    for s in segments {
+        cur = match cur {
+            Value::Object(m) => m.get(s)?,
+            Value::Array(a) => a.get(s.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn layer(label: &str, v: Value) -> ValuesLayer {
+        ValuesLayer {
+            label: label.into(),
+            values: v,
+            source: None,
+        }
+    }
+
+    #[test]
+    fn maps_merge_lists_replace_nulls_delete() {
+        let chart = json!({"a": {"b": 1, "c": [1, 2], "d": {"e": 1}}, "keep": true, "gone": 1});
+        let layers = [
+            layer("one", json!({"a": {"c": [3], "d": {"f": 2}}, "gone": null})),
+            layer("two", json!({"a": {"b": 5, "d": null}})),
+        ];
+        let user = merge_layers(&layers);
+        assert_eq!(user, json!({"a": {"c": [3], "d": null, "b": 5}, "gone": null}));
+        let merged = coalesce(&user, &chart);
+        assert_eq!(merged, json!({"a": {"c": [3], "b": 5}, "keep": true}));
+    }
+
+    #[test]
+    fn schema_errors_name_release_path_and_file() {
+        let chart = ChartFiles {
+            metadata: serde_yaml::from_str("name: c\nversion: 1.0.0\nkubeVersion: '>=1.20.0-0'\n").unwrap(),
+            values: Some("replicas: 1\n".into()),
+            schema: Some(json!({"properties": {"replicas": {"type": "integer"}}})),
+            crds: vec![],
+        };
+        let text = "replicas: two\n";
+        let l = ValuesLayer::from_yaml("r", Path::new("values/r.yaml"), text).unwrap();
+        let err = check_release_values("r", &chart, &[l], "1.31").unwrap_err().to_string();
+        assert!(err.contains("values/r.yaml:1:") && err.contains("\"r\"") && err.contains("replicas"), "{err}");
+        let err = check_release_values("r", &chart, &[], "1.19").unwrap_err().to_string();
+        assert!(err.contains(">=1.20.0-0") && err.contains("1.19"), "{err}");
+    }
+}

@@ -1,0 +1,186 @@
+//! `kube-aws charts lock|fetch|resolve`: pin chart versions and digests in
+//! charts-index/index.yaml, fill the chart cache, or resolve one chart.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use super::{print_json, GlobalOptions, OutputFormat};
+use crate::chart::{self, FetchOptions};
+use crate::config::load_cluster;
+
+/// Arguments of `kube-aws charts`.
+#[derive(Debug, clap::Args)]
+pub struct ChartsArgs {
+    #[command(subcommand)]
+    pub command: ChartsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ChartsCommand {
+    /// Resolve every chart's version and write charts-index/index.yaml (digests pinned)
+    Lock(LockArgs),
+    /// Download the locked charts into the cache, verifying their digests
+    Fetch(FetchArgs),
+    /// Resolve one chart from a repository or an index file (for scripts and benchmarks)
+    #[command(hide = true)]
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct NetArgs {
+    /// Downloads at the same time
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub concurrency: usize,
+    /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
+    #[arg(long, value_name = "DIR", env = "KUBE_AWS_CHART_CACHE")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl NetArgs {
+    fn fetch_options(&self, global: &GlobalOptions) -> FetchOptions {
+        FetchOptions {
+            concurrency: self.concurrency.max(1),
+            progress: global.output == OutputFormat::Text,
+            ..FetchOptions::default()
+        }
+    }
+    fn cache_dir(&self) -> PathBuf {
+        self.cache_dir.clone().unwrap_or_else(chart::default_cache_dir)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LockArgs {
+    /// Re-resolve every chart, also those whose locked version still matches
+    #[arg(long)]
+    pub update: bool,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResolveArgs {
+    /// Chart name
+    pub chart: String,
+    /// Exact version or constraint (default: newest stable)
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Repository URL (its index.yaml is fetched)
+    #[arg(long, conflicts_with = "repo_index", required_unless_present = "repo_index")]
+    pub repo: Option<String>,
+    /// A local index file
+    #[arg(long, value_name = "FILE")]
+    pub repo_index: Option<PathBuf>,
+}
+
+pub fn run(global: &GlobalOptions, args: ChartsArgs) -> anyhow::Result<()> {
+    match args.command {
+        ChartsCommand::Lock(a) => lock(global, a),
+        ChartsCommand::Fetch(a) => fetch(global, a),
+        ChartsCommand::Resolve(a) => resolve(global, a),
+    }
+}
+
+fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let report = chart::lock_charts(chart::LockOptions {
+        dir: global.dir.clone(),
+        releases: cluster.releases.clone(),
+        update: args.update,
+        fetch: args.net.fetch_options(global),
+        cache_dir: args.net.cache_dir(),
+    })?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    match global.output {
+        OutputFormat::Json => print_json(&report),
+        OutputFormat::Text => {
+            for c in &report.charts {
+                let kept = if report.kept.contains(&c.release) { " (unchanged)" } else { "" };
+                println!("{}: {} {} from {}{kept}", c.release, c.chart, c.version, c.source);
+            }
+            println!("wrote {} ({} chart(s))", report.file.display(), report.charts.len());
+            Ok(())
+        }
+    }
+}
+
+fn fetch(global: &GlobalOptions, args: FetchArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let lock = chart::load_lock(&global.dir)?;
+    let charts = chart::check_lock(&lock, &cluster.releases)?;
+    let report = chart::fetch_charts(chart::FetchChartsOptions {
+        dir: global.dir.clone(),
+        charts,
+        fetch: args.net.fetch_options(global),
+        cache_dir: args.net.cache_dir(),
+    })?;
+    match global.output {
+        OutputFormat::Json => print_json(&report),
+        OutputFormat::Text => {
+            println!(
+                "{} downloaded, {} already cached, {} local ({} request(s))",
+                report.downloaded.len(),
+                report.cached.len(),
+                report.local.len(),
+                report.requests
+            );
+            Ok(())
+        }
+    }
+}
+
+fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let (text, repo, label) = match (&args.repo_index, &args.repo) {
+        (Some(file), _) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+            (text, String::new(), file.display().to_string())
+        }
+        (None, Some(repo)) => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let http = chart::fetch::Http::new(FetchOptions::default())?;
+            let text = rt.block_on(http.get_index(repo))?;
+            (text, repo.clone(), format!("{}/index.yaml", repo.trim_end_matches('/')))
+        }
+        (None, None) => anyhow::bail!("give --repo URL or --repo-index FILE"),
+    };
+    let lookup = chart::find_chart(&text, &args.chart, &repo, &label)?;
+    for w in &lookup.warnings {
+        eprintln!("warning: {w}");
+    }
+    let Some(versions) = lookup.versions else {
+        let hint = crate::located::closest(&args.chart, &lookup.names)
+            .map(|c| format!(" (did you mean {c:?}?)"))
+            .unwrap_or_default();
+        anyhow::bail!("chart {:?} is not in {label}{hint}", args.chart);
+    };
+    let v = chart::resolve_version(&versions, args.version.as_deref()).map_err(|f| match f {
+        chart::ResolveFailure::BadConstraint(e) => anyhow::anyhow!("bad version constraint {e}"),
+        chart::ResolveFailure::NoMatch { newest } => anyhow::anyhow!(
+            "no version of chart {:?} matches {:?}; newest: {}",
+            args.chart,
+            args.version.as_deref().unwrap_or("(newest stable)"),
+            newest.join(", ")
+        ),
+    })?;
+    match global.output {
+        OutputFormat::Json => print_json(&serde_json::json!({
+            "chart": v,
+            "seconds": start.elapsed().as_secs_f64(),
+        })),
+        OutputFormat::Text => {
+            println!("{} {} {}", v.name, v.version, v.urls.first().map(String::as_str).unwrap_or(""));
+            Ok(())
+        }
+    }
+}
