@@ -24,7 +24,7 @@ pub enum ChartsCommand {
     /// Download the locked charts into the cache, verifying their digests
     Fetch(FetchArgs),
     /// Resolve one chart from a repository or an index file (for scripts and benchmarks)
-    #[command(hide = true)]
+    #[command(hide = true, disable_version_flag = true)]
     Resolve(ResolveArgs),
 }
 
