@@ -72,8 +72,14 @@ fn reads_a_good_chart() {
         ("app/Chart.yaml", chart_yaml("app")),
         ("app/values.yaml", Kind::File(b"a: 1\n".to_vec())),
         ("app/values.schema.json", Kind::File(br#"{"type":"object"}"#.to_vec())),
-        ("app/crds/b.yaml", Kind::File(b"kind: CustomResourceDefinition\n".to_vec())),
-        ("app/crds/a.yaml", Kind::File(b"kind: CustomResourceDefinition\n".to_vec())),
+        (
+            "app/crds/b.yaml",
+            Kind::File(b"kind: CustomResourceDefinition\n".to_vec()),
+        ),
+        (
+            "app/crds/a.yaml",
+            Kind::File(b"kind: CustomResourceDefinition\n".to_vec()),
+        ),
         ("app/templates/x.yaml", Kind::File(b"x\n".to_vec())),
     ]);
     let c = read_chart_archive(&t, "app-1.0.0.tgz", Some("app")).unwrap();
@@ -94,23 +100,70 @@ fn refuses_hostile_tarballs_naming_the_entry() {
         bomb.push((n.as_str(), Kind::File(four_mib.clone())));
     }
     let cases: Vec<(&str, Vec<(&str, Kind)>, &str, &str)> = vec![
-        ("absolute", vec![("/etc/passwd", Kind::File(b"x".to_vec()))], "/etc/passwd", "absolute"),
+        (
+            "absolute",
+            vec![("/etc/passwd", Kind::File(b"x".to_vec()))],
+            "/etc/passwd",
+            "absolute",
+        ),
         (
             "dotdot",
-            vec![("app/Chart.yaml", chart_yaml("app")), ("app/../../x", Kind::File(b"x".to_vec()))],
+            vec![
+                ("app/Chart.yaml", chart_yaml("app")),
+                ("app/../../x", Kind::File(b"x".to_vec())),
+            ],
             "app/../../x",
             "..",
         ),
-        ("symlink", vec![("app/Chart.yaml", chart_yaml("app")), ("app/l", Kind::Symlink("/etc/passwd"))], "app/l", "symbolic link"),
-        ("hardlink", vec![("app/Chart.yaml", chart_yaml("app")), ("app/h", Kind::HardLink("/etc/passwd"))], "app/h", "hard link"),
-        ("device", vec![("app/Chart.yaml", chart_yaml("app")), ("app/dev", Kind::CharDevice)], "app/dev", "device"),
-        ("fifo", vec![("app/Chart.yaml", chart_yaml("app")), ("app/p", Kind::Fifo)], "app/p", "pipe"),
-        ("big file", vec![("app/Chart.yaml", chart_yaml("app")), ("app/big", Kind::File(big))], "app/big", "5 MiB"),
+        (
+            "symlink",
+            vec![
+                ("app/Chart.yaml", chart_yaml("app")),
+                ("app/l", Kind::Symlink("/etc/passwd")),
+            ],
+            "app/l",
+            "symbolic link",
+        ),
+        (
+            "hardlink",
+            vec![
+                ("app/Chart.yaml", chart_yaml("app")),
+                ("app/h", Kind::HardLink("/etc/passwd")),
+            ],
+            "app/h",
+            "hard link",
+        ),
+        (
+            "device",
+            vec![("app/Chart.yaml", chart_yaml("app")), ("app/dev", Kind::CharDevice)],
+            "app/dev",
+            "device",
+        ),
+        (
+            "fifo",
+            vec![("app/Chart.yaml", chart_yaml("app")), ("app/p", Kind::Fifo)],
+            "app/p",
+            "pipe",
+        ),
+        (
+            "big file",
+            vec![("app/Chart.yaml", chart_yaml("app")), ("app/big", Kind::File(big))],
+            "app/big",
+            "5 MiB",
+        ),
         ("bomb", bomb, "app/files/f24", "100 MiB"),
-        ("wrong top dir", vec![("other/Chart.yaml", chart_yaml("app"))], "other", "not the chart's name"),
+        (
+            "wrong top dir",
+            vec![("other/Chart.yaml", chart_yaml("app"))],
+            "other",
+            "not the chart's name",
+        ),
         (
             "two top dirs",
-            vec![("app/Chart.yaml", chart_yaml("app")), ("evil/x", Kind::File(b"x".to_vec()))],
+            vec![
+                ("app/Chart.yaml", chart_yaml("app")),
+                ("evil/x", Kind::File(b"x".to_vec())),
+            ],
             "evil/x",
             "one top-level directory",
         ),
@@ -123,7 +176,9 @@ fn refuses_hostile_tarballs_naming_the_entry() {
         assert!(err.contains("evil.tgz"), "{label}: {err}");
     }
     // Not a dir but fine as a file: an empty archive and garbage are clear errors.
-    let err = read_chart_archive(b"not gzip", "junk.tgz", None).unwrap_err().to_string();
+    let err = read_chart_archive(b"not gzip", "junk.tgz", None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("junk.tgz"), "{err}");
     let _ = Kind::Dir;
 }

@@ -15,8 +15,16 @@ use serde_json::{json, Value};
 
 fn helm(args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/helm_fixture.py");
-    let out = Command::new(common::tool("python")).arg(script).args(args).output().unwrap();
-    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(common::tool("python"))
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -78,7 +86,12 @@ fn lock_and_fetch_from_a_helm_built_repository() {
     assert_eq!(by_release("db").version, "2.0.0");
     for c in &locked {
         let helm_digest = digests[format!("{}-{}.tgz", c.chart, c.version)].as_str().unwrap();
-        assert_eq!(format!("sha256:{}", c.digest.as_deref().unwrap()), helm_digest, "{}", c.release);
+        assert_eq!(
+            format!("sha256:{}", c.digest.as_deref().unwrap()),
+            helm_digest,
+            "{}",
+            c.release
+        );
         assert_eq!(c.urls, vec![format!("{url}/{}-{}.tgz", c.chart, c.version)]);
     }
     // The lock is a Helm index: Helm itself reads it.
@@ -91,10 +104,27 @@ fn lock_and_fetch_from_a_helm_built_repository() {
         json!(format!("repo:{url}"))
     );
 
+    // validate reads the lock and the cache: before fetch it names the command.
+    let out = kube_aws(&wt, &cache, &["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("run `kube-aws charts fetch`"), "{}", stderr(&out));
+
     let out = kube_aws(&wt, &cache, &["-o", "json", "charts", "fetch"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["downloaded"].as_array().unwrap().len(), 3, "{report}");
+    let out = kube_aws(&wt, &cache, &["validate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // db's values.schema.json wants replicaCount >= 1.
+    std::fs::write(wt.join("values/db.yaml"), "image:\n  tag: x\nreplicaCount: 0\n").unwrap();
+    let out = kube_aws(&wt, &cache, &["validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("values/db.yaml:3:") && err.contains("release \"db\"") && err.contains("replicaCount"),
+        "{err}"
+    );
+    std::fs::remove_file(wt.join("values/db.yaml")).unwrap();
     assert_eq!(cached_files(&cache).len(), 3);
     // A warm run makes no request at all.
     let out = kube_aws(&wt, &cache, &["-o", "json", "charts", "fetch"]);
@@ -108,9 +138,14 @@ fn lock_and_fetch_from_a_helm_built_repository() {
     assert_eq!(report["requests"], 0, "{report}");
 
     // A constraint the lock no longer satisfies is an error naming the command.
-    cluster(&wt, &format!("  - {{name: web, chart: app, repo: '{url}', version: '~0.2'}}\n"));
+    cluster(
+        &wt,
+        &format!("  - {{name: web, chart: app, repo: '{url}', version: '~0.2'}}\n"),
+    );
     let cl = kube_aws::config::load_cluster(&wt).unwrap();
-    let err = kube_aws::chart::check_lock(&lock, &cl.releases).unwrap_err().to_string();
+    let err = kube_aws::chart::check_lock(&lock, &cl.releases)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("kube-aws charts lock") && err.contains("0.1.5"), "{err}");
 }
 
@@ -147,12 +182,17 @@ fn values_coalesce_like_helm() {
     helm(&["make-repo", repo.to_str().unwrap()]);
     let tgz = repo.join("app-0.1.0.tgz");
     let chart = kube_aws::chart::read_chart_archive(&std::fs::read(&tgz).unwrap(), "app", Some("app")).unwrap();
-    let layer = |label: &str, text: &str| {
-        kube_aws::chart::ValuesLayer::from_yaml("web", Path::new(label), text).unwrap()
-    };
+    let layer =
+        |label: &str, text: &str| kube_aws::chart::ValuesLayer::from_yaml("web", Path::new(label), text).unwrap();
     let layers = vec![
-        layer("plugin", "nested:\n  a:\n    c: [9]\n    d: {f: y}\nimage:\n  tag: v1\nextra: {x: 1}\n"),
-        layer("values/web.yaml", "nested:\n  a:\n    b: null\n  keep: null\nservice: null\nlistOfMaps: [{name: only}]\n"),
+        layer(
+            "plugin",
+            "nested:\n  a:\n    c: [9]\n    d: {f: y}\nimage:\n  tag: v1\nextra: {x: 1}\n",
+        ),
+        layer(
+            "values/web.yaml",
+            "nested:\n  a:\n    b: null\n  keep: null\nservice: null\nlistOfMaps: [{name: only}]\n",
+        ),
         layer(
             "values/more.yaml",
             "image:\n  pullPolicy: Always\n  tag: null\nresources: {limits: {cpu: 1}}\nextra: {y: null}\n",
@@ -188,7 +228,11 @@ fn bad_input_fails_clearly_and_caches_nothing() {
     // A third one with a broken index.
     let broken = tmp.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
-    std::fs::write(broken.join("index.yaml"), "apiVersion: v1\nentries:\n  app:\n  - name: [unclosed\n").unwrap();
+    std::fs::write(
+        broken.join("index.yaml"),
+        "apiVersion: v1\nentries:\n  app:\n  - name: [unclosed\n",
+    )
+    .unwrap();
 
     let good = common::start_http(&repo);
     let bad_server = common::start_http(&bad);
@@ -199,9 +243,24 @@ fn bad_input_fails_clearly_and_caches_nothing() {
     let dead_url = format!("http://127.0.0.1:{}", common::free_port());
 
     let cases: Vec<(&str, String, &[&str], Vec<String>)> = vec![
-        ("unreachable", format!("{{name: a, chart: app, repo: '{dead_url}'}}"), &["lock"], vec![format!("cannot reach {dead_url}/index.yaml")]),
-        ("malformed index", format!("{{name: a, chart: app, repo: '{broken_url}'}}"), &["lock"], vec!["malformed index".into(), "line".into()]),
-        ("unknown chart", format!("{{name: a, chart: ap, repo: '{good_url}'}}"), &["lock"], vec!["\"ap\" is not in".into(), "did you mean \"app\"".into()]),
+        (
+            "unreachable",
+            format!("{{name: a, chart: app, repo: '{dead_url}'}}"),
+            &["lock"],
+            vec![format!("cannot reach {dead_url}/index.yaml")],
+        ),
+        (
+            "malformed index",
+            format!("{{name: a, chart: app, repo: '{broken_url}'}}"),
+            &["lock"],
+            vec!["malformed index".into(), "line".into()],
+        ),
+        (
+            "unknown chart",
+            format!("{{name: a, chart: ap, repo: '{good_url}'}}"),
+            &["lock"],
+            vec!["\"ap\" is not in".into(), "did you mean \"app\"".into()],
+        ),
         (
             "no version",
             format!("{{name: a, chart: app, repo: '{good_url}', version: '~5'}}"),
@@ -212,7 +271,13 @@ fn bad_input_fails_clearly_and_caches_nothing() {
             "digest mismatch",
             format!("{{name: db, repo: '{bad_url}'}}"),
             &["fetch"],
-            vec!["digest mismatch".into(), format!("expected sha256:{wrong}"), format!("got sha256:{real}"), format!("{bad_url}/db-2.0.0.tgz"), "\"db\"".into()],
+            vec![
+                "digest mismatch".into(),
+                format!("expected sha256:{wrong}"),
+                format!("got sha256:{real}"),
+                format!("{bad_url}/db-2.0.0.tgz"),
+                "\"db\"".into(),
+            ],
         ),
         (
             "404",

@@ -9,7 +9,9 @@ use kube_aws::chart::index::{find_chart, parse_index, parse_index_full};
 use kube_aws::chart::{resolve_version, ChartVersion};
 
 fn index_files(sub: &str) -> Vec<std::path::PathBuf> {
-    let Some(data) = common::shared_data() else { return Vec::new() };
+    let Some(data) = common::shared_data() else {
+        return Vec::new();
+    };
     let mut files: Vec<_> = std::fs::read_dir(data.join(sub))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -49,7 +51,9 @@ fn fast_parse_equals_full_parse_on_every_real_index() {
 }
 
 fn lookup(file: &str, chart: &str) -> Vec<ChartVersion> {
-    let Some(data) = common::shared_data() else { return Vec::new() };
+    let Some(data) = common::shared_data() else {
+        return Vec::new();
+    };
     let text = std::fs::read_to_string(data.join(file)).unwrap();
     find_chart(&text, chart, "https://argoproj.github.io/argo-helm", file)
         .unwrap()
@@ -72,7 +76,10 @@ fn real_data_quirks() {
     let dups: Vec<_> = alloy.iter().filter(|v| v.version == "0.2.6-beta.2").collect();
     assert!(dups.len() >= 2, "{}", dups.len());
     assert_ne!(dups[0].digest, dups[1].digest);
-    assert_eq!(resolve_version(&alloy, Some("0.2.6-beta.2")).unwrap().version, "0.2.6-beta.2");
+    assert_eq!(
+        resolve_version(&alloy, Some("0.2.6-beta.2")).unwrap().version,
+        "0.2.6-beta.2"
+    );
     // Deprecated entries and mixed apiVersions parse.
     let argo = lookup("indexes/argoproj__argo-helm.index.yaml", "argo");
     assert!(argo.iter().any(|v| v.deprecated));
@@ -89,7 +96,12 @@ fn oci_urls_inside_an_http_index_are_kept() {
     let Some(data) = common::shared_data() else { return };
     let text = std::fs::read_to_string(data.join("indexes/kubeshop__helm-charts.index.yaml")).unwrap();
     let index = parse_index(&text, "https://kubeshop.github.io/helm-charts", "kubeshop").unwrap();
-    let oci: Vec<_> = index.entries.values().flatten().filter(|v| v.urls.iter().any(|u| u.starts_with("oci://"))).collect();
+    let oci: Vec<_> = index
+        .entries
+        .values()
+        .flatten()
+        .filter(|v| v.urls.iter().any(|u| u.starts_with("oci://")))
+        .collect();
     assert!(!oci.is_empty(), "expected oci:// urls in the kubeshop index");
 }
 
@@ -98,7 +110,12 @@ fn argo_relative_urls_resolve_against_the_repository() {
     let Some(data) = common::shared_data() else { return };
     let text = std::fs::read_to_string(data.join("indexes/argoproj__argo-helm.index.yaml")).unwrap();
     let index = parse_index(&text, "https://argoproj.github.io/argo-helm", "argo").unwrap();
-    let all_absolute = index.entries.values().flatten().flat_map(|v| &v.urls).all(|u| u.contains("://"));
+    let all_absolute = index
+        .entries
+        .values()
+        .flatten()
+        .flat_map(|v| &v.urls)
+        .all(|u| u.contains("://"));
     assert!(all_absolute);
 }
 
@@ -110,7 +127,10 @@ fn builtin_lock_matches_the_published_indexes() {
     assert_eq!(lock.index.entries.len(), 8);
     for (name, versions) in &lock.index.entries {
         let v = &versions[0];
-        let source = v.annotations["kube-aws.io/source"].strip_prefix("repo:").unwrap().to_string();
+        let source = v.annotations["kube-aws.io/source"]
+            .strip_prefix("repo:")
+            .unwrap()
+            .to_string();
         let mut found = None;
         for sub in ["addon-indexes", "indexes"] {
             for f in std::fs::read_dir(data.join(sub)).unwrap() {

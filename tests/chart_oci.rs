@@ -16,8 +16,16 @@ const REGISTRY: &str = "/usr/bin/docker-registry";
 
 fn helm(args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/helm_fixture.py");
-    let out = Command::new(common::tool("python")).arg(script).args(args).output().unwrap();
-    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(common::tool("python"))
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -86,7 +94,10 @@ fn lock_and_fetch_by_oci() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let hex = v.digest_hex().unwrap();
     let cached = cache.join(format!("kube-aws/charts/sha256/{hex}.tgz"));
-    assert_eq!(std::fs::read(cached).unwrap(), std::fs::read(repo.join("app-0.1.5.tgz")).unwrap());
+    assert_eq!(
+        std::fs::read(cached).unwrap(),
+        std::fs::read(repo.join("app-0.1.5.tgz")).unwrap()
+    );
 
     // An unknown tag is a clear error.
     std::fs::write(

@@ -17,7 +17,11 @@ pub const MAX_FILE: u64 = 5 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
     #[error("chart archive {archive}: entry {entry:?}: {reason}")]
-    Refused { archive: String, entry: String, reason: String },
+    Refused {
+        archive: String,
+        entry: String,
+        reason: String,
+    },
     #[error("chart archive {archive}: {reason}")]
     Invalid { archive: String, reason: String },
 }
@@ -83,7 +87,10 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
             return Err(refuse(&raw_path, "hard links are not allowed in a chart".into()));
         }
         if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
-            return Err(refuse(&raw_path, "device files and pipes are not allowed in a chart".into()));
+            return Err(refuse(
+                &raw_path,
+                "device files and pipes are not allowed in a chart".into(),
+            ));
         }
         if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() || kind.is_gnu_longname() {
             continue;
@@ -122,7 +129,10 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
         }
         let size = entry.header().size().unwrap_or(u64::MAX);
         if size > MAX_FILE {
-            return Err(refuse(&raw_path, format!("{size} bytes is more than the 5 MiB limit for one file")));
+            return Err(refuse(
+                &raw_path,
+                format!("{size} bytes is more than the 5 MiB limit for one file"),
+            ));
         }
         // Read through a limit: the header's size is not to be trusted.
         let mut buf = Vec::new();
@@ -135,7 +145,10 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
         }
         total += buf.len() as u64;
         if total > MAX_TOTAL {
-            return Err(refuse(&raw_path, "the archive decompresses to more than 100 MiB".into()));
+            return Err(refuse(
+                &raw_path,
+                "the archive decompresses to more than 100 MiB".into(),
+            ));
         }
         let rel = parts[1..].join("/");
         match rel.as_str() {
@@ -152,7 +165,10 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
     if files.metadata.name != top {
         return Err(refuse(
             &top,
-            format!("the top-level directory is not the chart's name {:?}", files.metadata.name),
+            format!(
+                "the top-level directory is not the chart's name {:?}",
+                files.metadata.name
+            ),
         ));
     }
     if let Some(expected) = expected_name {
@@ -180,7 +196,13 @@ pub fn read_chart_dir(dir: &Path) -> Result<ChartFiles, ArchiveError> {
             crds.push(format!("crds/{}", e.file_name().to_string_lossy()));
         }
     }
-    chart_files(&label, chart_yaml, read("values.yaml"), read("values.schema.json"), crds)
+    chart_files(
+        &label,
+        chart_yaml,
+        read("values.yaml"),
+        read("values.schema.json"),
+        crds,
+    )
 }
 
 fn chart_files(

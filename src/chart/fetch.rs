@@ -171,10 +171,13 @@ impl Http {
             if !resp.status().is_success() {
                 return Err(Self::status_error(url, resp.status()));
             }
-            resp.bytes().await.map(|b| b.to_vec()).map_err(|e| FetchError::Unreachable {
-                url: url.to_string(),
-                reason: describe(&e),
-            })
+            resp.bytes()
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| FetchError::Unreachable {
+                    url: url.to_string(),
+                    reason: describe(&e),
+                })
         })
         .await
     }
@@ -338,11 +341,16 @@ impl Http {
             reference: r.to_string(),
             reason: format!("bad manifest: {}", describe(&e)),
         })?;
-        let layers = json.get("layers").and_then(|l| l.as_array()).cloned().unwrap_or_default();
+        let layers = json
+            .get("layers")
+            .and_then(|l| l.as_array())
+            .cloned()
+            .unwrap_or_default();
         layers
             .iter()
             .find(|l| {
-                l.get("mediaType").and_then(|m| m.as_str()) == Some("application/vnd.cncf.helm.chart.content.v1.tar+gzip")
+                l.get("mediaType").and_then(|m| m.as_str())
+                    == Some("application/vnd.cncf.helm.chart.content.v1.tar+gzip")
             })
             .and_then(|l| l.get("digest")?.as_str())
             .and_then(crate::chart::index::normalize_digest)
@@ -355,7 +363,10 @@ impl Http {
 
 /// `Bearer realm="…",service="…",scope="…"` → its parameters.
 fn parse_challenge(h: &str) -> Option<HashMap<String, String>> {
-    let rest = h.trim().strip_prefix("Bearer ").or_else(|| h.trim().strip_prefix("bearer "))?;
+    let rest = h
+        .trim()
+        .strip_prefix("Bearer ")
+        .or_else(|| h.trim().strip_prefix("bearer "))?;
     let mut out = HashMap::new();
     let re = regex::Regex::new(r#"(\w+)="([^"]*)""#).ok()?;
     for c in re.captures_iter(rest) {
@@ -385,7 +396,9 @@ impl OciRef {
             reason: reason.to_string(),
         };
         let rest = s.strip_prefix("oci://").ok_or_else(|| bad("must start with oci://"))?;
-        let (registry, path) = rest.split_once('/').ok_or_else(|| bad("expected oci://host/path/name"))?;
+        let (registry, path) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("expected oci://host/path/name"))?;
         if registry.is_empty() || path.is_empty() {
             return Err(bad("expected oci://host/path/name"));
         }
@@ -404,7 +417,10 @@ impl OciRef {
     /// Registries on the loopback interface speak plain HTTP (like Helm's
     /// `--plain-http`, which tests with a local registry need); all others HTTPS.
     pub fn base_url(&self) -> String {
-        let host = self.registry.rsplit_once(':').map_or(self.registry.as_str(), |(h, _)| h);
+        let host = self
+            .registry
+            .rsplit_once(':')
+            .map_or(self.registry.as_str(), |(h, _)| h);
         let plain = matches!(host, "localhost" | "127.0.0.1" | "[::1]");
         format!("{}://{}", if plain { "http" } else { "https" }, self.registry)
     }
@@ -501,7 +517,10 @@ pub async fn fetch_charts_async(opts: FetchChartsOptions) -> Result<FetchReport,
                 store_local(cache, &dir.join(p), &c, &hex)
             } else {
                 match c.urls.first() {
-                    Some(url) => http.download_verified(cache, &c.chart, &c.version, url, &hex).await.map(|_| ()),
+                    Some(url) => http
+                        .download_verified(cache, &c.chart, &c.version, url, &hex)
+                        .await
+                        .map(|_| ()),
                     None => Err(FetchError::Oci {
                         reference: c.source.clone(),
                         reason: format!("chart {:?} {} has no download URL in the lock", c.chart, c.version),
@@ -521,7 +540,12 @@ pub async fn fetch_charts_async(opts: FetchChartsOptions) -> Result<FetchReport,
     Ok(report)
 }
 
-fn store_local(cache: &ChartCache, path: &std::path::Path, c: &crate::chart::lock::LockedChart, hex: &str) -> Result<(), FetchError> {
+fn store_local(
+    cache: &ChartCache,
+    path: &std::path::Path,
+    c: &crate::chart::lock::LockedChart,
+    hex: &str,
+) -> Result<(), FetchError> {
     let bytes = std::fs::read(path).map_err(|e| FetchError::Cache {
         path: path.display().to_string(),
         source: e,
@@ -562,7 +586,8 @@ mod tests {
 
     #[test]
     fn bearer_challenge() {
-        let p = parse_challenge(r#"Bearer realm="https://auth/token",service="reg",scope="repository:a/b:pull""#).unwrap();
+        let p =
+            parse_challenge(r#"Bearer realm="https://auth/token",service="reg",scope="repository:a/b:pull""#).unwrap();
         assert_eq!(p["realm"], "https://auth/token");
         assert_eq!(p["scope"], "repository:a/b:pull");
         assert!(parse_challenge("Basic realm=x").is_none());

@@ -222,7 +222,12 @@ pub fn parse_index_full(text: &str, repo_url: &str, source_name: &str) -> Result
         source_name: source_name.into(),
         message: e.to_string(),
     })?;
-    let Some(api_version) = raw.api_version.as_ref().and_then(scalar_string).filter(|a| !a.is_empty()) else {
+    let Some(api_version) = raw
+        .api_version
+        .as_ref()
+        .and_then(scalar_string)
+        .filter(|a| !a.is_empty())
+    else {
         return Err(IndexError::NoApiVersion {
             source_name: source_name.into(),
         });
@@ -290,7 +295,11 @@ fn version_from_value(raw: Value, repo_url: &str) -> Result<ChartVersion, String
         return Err(format!("version {version:?} is not a valid semantic version"));
     }
     let urls = match map.get("urls") {
-        Some(Value::Sequence(seq)) => seq.iter().filter_map(scalar_string).map(|u| resolve_url(repo_url, &u)).collect(),
+        Some(Value::Sequence(seq)) => seq
+            .iter()
+            .filter_map(scalar_string)
+            .map(|u| resolve_url(repo_url, &u))
+            .collect(),
         Some(Value::Null) | None => Vec::new(),
         Some(_) => return Err("urls is not a list".into()),
     };
@@ -303,7 +312,9 @@ fn version_from_value(raw: Value, repo_url: &str) -> Result<ChartVersion, String
     };
     Ok(ChartVersion {
         // Helm defaults a missing apiVersion to v1.
-        api_version: get("apiVersion").filter(|a| !a.is_empty()).unwrap_or_else(|| "v1".into()),
+        api_version: get("apiVersion")
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "v1".into()),
         name,
         version,
         app_version: get("appVersion"),
@@ -467,7 +478,9 @@ fn plain_key(content: &str) -> Option<String> {
     if "&*!?|>{[@`%-,".contains(first) {
         return None;
     }
-    let colon = content.find(": ").or_else(|| content.strip_suffix(':').map(|s| s.len()))?;
+    let colon = content
+        .find(": ")
+        .or_else(|| content.strip_suffix(':').map(|s| s.len()))?;
     let key = content[..colon].trim_end();
     if key.is_empty() || key.contains(" #") {
         return None;
@@ -532,7 +545,10 @@ mod tests {
     #[test]
     fn digests() {
         let hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        assert_eq!(normalize_digest(&format!("SHA256:{}", hex.to_uppercase())).as_deref(), Some(hex));
+        assert_eq!(
+            normalize_digest(&format!("SHA256:{}", hex.to_uppercase())).as_deref(),
+            Some(hex)
+        );
         assert_eq!(normalize_digest(hex).as_deref(), Some(hex));
         assert_eq!(normalize_digest("sha256:abc"), None);
     }

@@ -91,8 +91,10 @@ pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
         Err(source) => return Err(LockError::Read { file, source }),
     };
     // Entry URLs in the lock are absolute already.
-    let index = parse_index(&text, "", &file.display().to_string())
-        .map_err(|source| LockError::Index { file: file.clone(), source })?;
+    let index = parse_index(&text, "", &file.display().to_string()).map_err(|source| LockError::Index {
+        file: file.clone(),
+        source,
+    })?;
     Ok(Lock { file, index })
 }
 
@@ -255,7 +257,11 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let resolved = bounded(todo, opts.fetch.concurrency, |i| {
         let (http, cache, indexes, dir) = (&http, &cache, &indexes, &opts.dir);
         let r = &opts.releases[i];
-        async move { resolve_release(http, cache, indexes, dir, r).await.map(|(v, w)| (i, v, w)) }
+        async move {
+            resolve_release(http, cache, indexes, dir, r)
+                .await
+                .map(|(v, w)| (i, v, w))
+        }
     })
     .await;
     for res in resolved {
@@ -322,7 +328,11 @@ fn no_match_message(r: &Release, source: &str, failure: ResolveFailure) -> Strin
             "no version of chart {:?} in {source} matches {:?}; newest: {}",
             r.chart,
             r.version.as_deref().unwrap_or("(newest stable)"),
-            if newest.is_empty() { "none".to_string() } else { newest.join(", ") }
+            if newest.is_empty() {
+                "none".to_string()
+            } else {
+                newest.join(", ")
+            }
         ),
     }
 }
@@ -347,17 +357,26 @@ async fn resolve_release(
                 let hint = closest(&r.chart, &lookup.names)
                     .map(|c| format!(" (did you mean {c:?}?)"))
                     .unwrap_or_default();
-                return Err(resolve_err(r, format!("chart {:?} is not in {index_url}{hint}", r.chart)));
+                return Err(resolve_err(
+                    r,
+                    format!("chart {:?} is not in {index_url}{hint}", r.chart),
+                ));
             };
             let mut v = resolve_version(&versions, r.version.as_deref())
                 .map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?
                 .clone();
             if v.urls.is_empty() {
-                return Err(resolve_err(r, format!("chart {:?} {} has no urls in {index_url}", r.chart, v.version)));
+                return Err(resolve_err(
+                    r,
+                    format!("chart {:?} {} has no urls in {index_url}", r.chart, v.version),
+                ));
             }
             let mut warnings = lookup.warnings;
             if v.deprecated {
-                warnings.push(format!("release {:?}: chart {:?} {} is deprecated", r.name, r.chart, v.version));
+                warnings.push(format!(
+                    "release {:?}: chart {:?} {} is deprecated",
+                    r.name, r.chart, v.version
+                ));
             }
             match v.digest_hex() {
                 Some(hex) => v.digest = Some(hex),
@@ -407,7 +426,8 @@ async fn resolve_release(
             let (files, digest) = if full.is_dir() {
                 (read_chart_dir(&full).map_err(|e| resolve_err(r, e.to_string()))?, None)
             } else {
-                let bytes = std::fs::read(&full).map_err(|e| resolve_err(r, format!("cannot read chart {p:?}: {e}")))?;
+                let bytes =
+                    std::fs::read(&full).map_err(|e| resolve_err(r, format!("cannot read chart {p:?}: {e}")))?;
                 let files = read_chart_archive(&bytes, p, None).map_err(|e| resolve_err(r, e.to_string()))?;
                 (files, Some(sha256_hex(&bytes)))
             };
@@ -415,7 +435,10 @@ async fn resolve_release(
                 if !version_satisfies(&files.metadata.version, w).unwrap_or(false) {
                     return Err(resolve_err(
                         r,
-                        format!("chart at {p:?} is version {}, which does not match {w:?}", files.metadata.version),
+                        format!(
+                            "chart at {p:?} is version {}, which does not match {w:?}",
+                            files.metadata.version
+                        ),
                     ));
                 }
             }

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod fetch;
 pub mod index;
 pub mod lock;
+pub mod prepare;
 pub mod values;
 pub mod version;
 
@@ -15,5 +16,8 @@ pub use cache::{default_cache_dir, ChartCache};
 pub use fetch::{fetch_charts, FetchChartsOptions, FetchError, FetchOptions, FetchReport};
 pub use index::{find_chart, normalize_digest, parse_index, resolve_url, ChartLookup, ChartVersion, Index, IndexError};
 pub use lock::{check_lock, load_lock, lock_charts, Lock, LockError, LockOptions, LockReport, LockedChart, LOCK_FILE};
-pub use values::{check_release_values, coalesce, load_user_layers, merge_layers, ReleaseValues, ValuesError, ValuesLayer};
+pub use prepare::{prepare_releases, PrepareError, PrepareOptions, PreparedRelease};
+pub use values::{
+    check_release_values, coalesce, load_user_layers, merge_layers, ReleaseValues, ValuesError, ValuesLayer,
+};
 pub use version::{parse_version, resolve_version, version_satisfies, Constraint, ResolveFailure};

@@ -73,7 +73,12 @@ impl ValuesLayer {
         let values = match values {
             Value::Null => Value::Object(Map::new()),
             Value::Object(m) => Value::Object(m),
-            other => return Err(malformed(format!("the top level must be a mapping, not {}", kind(&other)))),
+            other => {
+                return Err(malformed(format!(
+                    "the top level must be a mapping, not {}",
+                    kind(&other)
+                )))
+            }
         };
         Ok(ValuesLayer {
             label: label.display().to_string(),
@@ -97,7 +102,11 @@ fn kind(v: &Value) -> &'static str {
 /// The user layers of a release, lowest first: `plugin` (already rendered
 /// plugin values), values/<release>.yaml when it exists, the listed files,
 /// then `set`.
-pub fn load_user_layers(dir: &Path, release: &Release, plugin: Option<ValuesLayer>) -> Result<Vec<ValuesLayer>, ValuesError> {
+pub fn load_user_layers(
+    dir: &Path,
+    release: &Release,
+    plugin: Option<ValuesLayer>,
+) -> Result<Vec<ValuesLayer>, ValuesError> {
     let mut layers: Vec<ValuesLayer> = plugin.into_iter().collect();
     let default = format!("values/{}.yaml", release.name);
     let mut files = Vec::new();
@@ -177,7 +186,11 @@ pub fn coalesce(user: &Value, chart: &Value) -> Value {
 
 fn coalesce_tables(dst: &mut Map<String, Value>, src: &Map<String, Value>) {
     // Helm marks every null in dst as "delete", also when src lacks the key.
-    let nulls: Vec<String> = dst.iter().filter(|(_, v)| v.is_null()).map(|(k, _)| k.clone()).collect();
+    let nulls: Vec<String> = dst
+        .iter()
+        .filter(|(_, v)| v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect();
     for k in &nulls {
         dst.shift_remove(k);
     }
@@ -251,7 +264,13 @@ pub fn check_release_values(
     })
 }
 
-fn validate_schema(release: &str, chart: &str, schema: &Value, merged: &Value, layers: &[ValuesLayer]) -> Result<(), ValuesError> {
+fn validate_schema(
+    release: &str,
+    chart: &str,
+    schema: &Value,
+    merged: &Value,
+    layers: &[ValuesLayer],
+) -> Result<(), ValuesError> {
     let compiled = jsonschema::JSONSchema::compile(schema).map_err(|e| ValuesError::BadSchema {
         release: release.into(),
         chart: chart.into(),
@@ -272,7 +291,11 @@ fn validate_schema(release: &str, chart: &str, schema: &Value, merged: &Value, l
             })
             .collect();
         let (path, origin) = locate_value(&segments, merged, layers);
-        let shown = if path.is_empty() { "(top level)".to_string() } else { path };
+        let shown = if path.is_empty() {
+            "(top level)".to_string()
+        } else {
+            path
+        };
         out.push(format!("{origin}: release {release:?}: value {shown}: {e}"));
     }
     Err(ValuesError::Schema(out))
@@ -366,7 +389,10 @@ mod tests {
         let text = "replicas: two\n";
         let l = ValuesLayer::from_yaml("r", Path::new("values/r.yaml"), text).unwrap();
         let err = check_release_values("r", &chart, &[l], "1.31").unwrap_err().to_string();
-        assert!(err.contains("values/r.yaml:1:") && err.contains("\"r\"") && err.contains("replicas"), "{err}");
+        assert!(
+            err.contains("values/r.yaml:1:") && err.contains("\"r\"") && err.contains("replicas"),
+            "{err}"
+        );
         let err = check_release_values("r", &chart, &[], "1.19").unwrap_err().to_string();
         assert!(err.contains(">=1.20.0-0") && err.contains("1.19"), "{err}");
     }

@@ -24,7 +24,12 @@ pub fn parse_version(s: &str) -> Option<Version> {
     let split = s.find(['-', '+']).unwrap_or(s.len());
     let (core, rest) = s.split_at(split);
     let parts: Vec<&str> = core.split('.').collect();
-    if parts.is_empty() || parts.len() > 3 || parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+    if parts.is_empty()
+        || parts.len() > 3
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
         return None;
     }
     let mut padded = parts.join(".");
@@ -154,11 +159,16 @@ fn comparator_matches(c: &Comparator, v: &Version) -> bool {
 pub enum ResolveFailure {
     BadConstraint(String),
     /// No version matched; the newest few versions, newest first.
-    NoMatch { newest: Vec<String> },
+    NoMatch {
+        newest: Vec<String>,
+    },
 }
 
 /// Picks a version: `wanted` None means the newest stable version.
-pub fn resolve_version<'a>(versions: &'a [ChartVersion], wanted: Option<&str>) -> Result<&'a ChartVersion, ResolveFailure> {
+pub fn resolve_version<'a>(
+    versions: &'a [ChartVersion],
+    wanted: Option<&str>,
+) -> Result<&'a ChartVersion, ResolveFailure> {
     let wanted = wanted.map(str::trim).filter(|w| !w.is_empty());
     if let Some(w) = wanted {
         if let Some(exact) = versions.iter().find(|v| v.version == w) {
@@ -221,7 +231,16 @@ mod tests {
         resolve_version(&vs, wanted).map(|v| v.version.clone())
     }
 
-    const LIST: &[&str] = &["1.1.0", "1.2.0", "1.2.5", "1.3.0-rc.1", "1.3.0", "2.0.0", "2.1.0-beta.1", "v0.9"];
+    const LIST: &[&str] = &[
+        "1.1.0",
+        "1.2.0",
+        "1.2.5",
+        "1.3.0-rc.1",
+        "1.3.0",
+        "2.0.0",
+        "2.1.0-beta.1",
+        "v0.9",
+    ];
 
     #[test]
     fn helm_constraint_syntax() {
@@ -242,7 +261,12 @@ mod tests {
         assert_eq!(pick(LIST, Some(">=2.0.0")).unwrap(), "2.0.0");
         assert_eq!(pick(LIST, Some(">=2.0.0-0")).unwrap(), "2.1.0-beta.1");
         assert_eq!(pick(LIST, Some("1.3.0-rc.1")).unwrap(), "1.3.0-rc.1");
-        assert_eq!(pick(&["1.0.0-rc.1"], None), Err(ResolveFailure::NoMatch { newest: vec!["1.0.0-rc.1".into()] }));
+        assert_eq!(
+            pick(&["1.0.0-rc.1"], None),
+            Err(ResolveFailure::NoMatch {
+                newest: vec!["1.0.0-rc.1".into()]
+            })
+        );
     }
 
     #[test]

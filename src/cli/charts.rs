@@ -24,7 +24,7 @@ pub enum ChartsCommand {
     /// Download the locked charts into the cache, verifying their digests
     Fetch(FetchArgs),
     /// Resolve one chart from a repository or an index file (for scripts and benchmarks)
-    #[command(hide = true)]
+    #[command(hide = true, disable_version_flag = true)]
     Resolve(ResolveArgs),
 }
 
@@ -34,7 +34,7 @@ pub struct NetArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrency: usize,
     /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
-    #[arg(long, value_name = "DIR", env = "KUBE_AWS_CHART_CACHE")]
+    #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -105,7 +105,11 @@ fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
         OutputFormat::Json => print_json(&report),
         OutputFormat::Text => {
             for c in &report.charts {
-                let kept = if report.kept.contains(&c.release) { " (unchanged)" } else { "" };
+                let kept = if report.kept.contains(&c.release) {
+                    " (unchanged)"
+                } else {
+                    ""
+                };
                 println!("{}: {} {} from {}{kept}", c.release, c.chart, c.version, c.source);
             }
             println!("wrote {} ({} chart(s))", report.file.display(), report.charts.len());
@@ -179,7 +183,12 @@ fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
             "seconds": start.elapsed().as_secs_f64(),
         })),
         OutputFormat::Text => {
-            println!("{} {} {}", v.name, v.version, v.urls.first().map(String::as_str).unwrap_or(""));
+            println!(
+                "{} {} {}",
+                v.name,
+                v.version,
+                v.urls.first().map(String::as_str).unwrap_or("")
+            );
             Ok(())
         }
     }

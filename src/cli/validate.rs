@@ -1,4 +1,5 @@
 use super::{print_json, GlobalOptions, OutputFormat};
+use crate::chart;
 use crate::config::load_cluster;
 
 /// Arguments of `kube-aws validate`.
@@ -8,6 +9,17 @@ pub struct ValidateArgs {}
 pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
+    // Charts: the lock must cover every release, and each release's values
+    // must pass its chart's schema and kubeVersion (charts read from the cache).
+    if !cluster.releases.is_empty() {
+        chart::prepare_releases(&chart::PrepareOptions {
+            dir: global.dir.clone(),
+            releases: cluster.releases.clone(),
+            kubernetes_version: cfg.kubernetes_version.clone(),
+            plugin_values: Default::default(),
+            cache_dir: chart::default_cache_dir(),
+        })?;
+    }
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({
             "valid": true,

@@ -1,0 +1,108 @@
+//! What render, validate and up need from the chart stage, offline: each
+//! release's locked chart (from the lock), its archive (from the cache or the
+//! work tree), and its checked values (schema, kubeVersion) as one YAML
+//! document for the node.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::chart::archive::{read_chart_archive, read_chart_dir, ArchiveError, ChartFiles};
+use crate::chart::cache::ChartCache;
+use crate::chart::lock::{check_lock, load_lock, LockError, LockedChart};
+use crate::chart::values::{
+    check_release_values, load_user_layers, to_yaml_document, ReleaseValues, ValuesError, ValuesLayer,
+};
+use crate::config::Release;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("release {release:?}: chart {chart:?} {version} is not in the chart cache {}: run `kube-aws charts fetch`", cache.display())]
+    NotFetched {
+        release: String,
+        chart: String,
+        version: String,
+        cache: PathBuf,
+    },
+    #[error("release {release:?}: {source}")]
+    Cache { release: String, source: std::io::Error },
+    #[error("release {release:?}: {source}")]
+    Archive { release: String, source: ArchiveError },
+    #[error(transparent)]
+    Values(#[from] ValuesError),
+}
+
+/// Inputs of `prepare_releases`.
+#[derive(Debug, Clone)]
+pub struct PrepareOptions {
+    /// The work tree.
+    pub dir: PathBuf,
+    pub releases: Vec<Release>,
+    /// cluster.yaml `kubernetesVersion`.
+    pub kubernetes_version: String,
+    /// Rendered plugin values by release name (the layer between the chart's
+    /// values.yaml and values/<release>.yaml).
+    pub plugin_values: HashMap<String, ValuesLayer>,
+    pub cache_dir: PathBuf,
+}
+
+/// One release, ready to render.
+#[derive(Debug, Clone)]
+pub struct PreparedRelease {
+    pub locked: LockedChart,
+    pub chart: ChartFiles,
+    pub values: ReleaseValues,
+    /// The layered user values as one YAML document
+    /// (render writes it to rendered/addons/values/<release>.yaml).
+    pub values_yaml: String,
+}
+
+/// Checks the lock, reads every chart, layers and checks every release's values.
+pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, PrepareError> {
+    let lock = load_lock(&opts.dir)?;
+    let locked = check_lock(&lock, &opts.releases)?;
+    let cache = ChartCache::new(&opts.cache_dir);
+    let mut out = Vec::new();
+    for (release, locked) in opts.releases.iter().zip(locked) {
+        let chart = read_locked_chart(&opts.dir, &cache, &locked)?;
+        let layers = load_user_layers(&opts.dir, release, opts.plugin_values.get(&release.name).cloned())?;
+        let values = check_release_values(&release.name, &chart, &layers, &opts.kubernetes_version)?;
+        let values_yaml = to_yaml_document(&values.user);
+        out.push(PreparedRelease {
+            locked,
+            chart,
+            values,
+            values_yaml,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a locked chart: a chart directory in place, anything else from the cache.
+pub fn read_locked_chart(dir: &Path, cache: &ChartCache, locked: &LockedChart) -> Result<ChartFiles, PrepareError> {
+    let archive_err = |source| PrepareError::Archive {
+        release: locked.release.clone(),
+        source,
+    };
+    let Some(hex) = &locked.digest else {
+        let path = locked.source.strip_prefix("path:").unwrap_or(&locked.source);
+        return read_chart_dir(&dir.join(path)).map_err(archive_err);
+    };
+    let bytes = cache
+        .read(hex)
+        .map_err(|source| PrepareError::Cache {
+            release: locked.release.clone(),
+            source,
+        })?
+        .ok_or_else(|| PrepareError::NotFetched {
+            release: locked.release.clone(),
+            chart: locked.chart.clone(),
+            version: locked.version.clone(),
+            cache: cache.root().to_path_buf(),
+        })?;
+    let label = format!("{}-{}.tgz", locked.chart, locked.version);
+    // The index key can differ from the chart's own name (kubeshop's
+    // `common-kubeshop` holds `common`), so the name is not enforced here.
+    read_chart_archive(&bytes, &label, None).map_err(archive_err)
+}
