@@ -2,6 +2,7 @@
 //! parse flags into an options struct, call the library, and print.
 
 mod init;
+mod plugins;
 mod schema;
 mod validate;
 
@@ -50,6 +51,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print a JSON Schema, for editors
     Schema(schema::SchemaArgs),
+    /// List plugins, or show one
+    Plugins(plugins::PluginsArgs),
 }
 
 /// Runs the parsed command line.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init::run(&cli.global, args),
         Command::Validate(args) => validate::run(&cli.global, args),
         Command::Schema(args) => schema::run(&cli.global, args),
+        Command::Plugins(args) => plugins::run(&cli.global, args),
     }
 }
 

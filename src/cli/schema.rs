@@ -13,10 +13,13 @@ pub struct SchemaArgs {
 pub enum SchemaKind {
     /// cluster.yaml
     Cluster,
+    /// plugin.yaml
+    Plugin,
 }
 
 pub fn run(_global: &GlobalOptions, args: SchemaArgs) -> anyhow::Result<()> {
     match args.kind {
         SchemaKind::Cluster => print_json(&schemars::schema_for!(ClusterConfig)),
+        SchemaKind::Plugin => print_json(&schemars::schema_for!(crate::plugin::PluginManifest)),
     }
 }
