@@ -62,8 +62,14 @@ fn list(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<()> {
         return print_json(&rows);
     }
     let w = defs.iter().map(|d| d.name().len()).max().unwrap_or(4).max(4);
+    let vw = defs
+        .iter()
+        .map(|d| d.manifest.metadata.version.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
     println!(
-        "{:<w$}  {:<8}  {:<9}  {:<7}  DESCRIPTION",
+        "{:<w$}  {:<vw$}  {:<9}  {:<7}  DESCRIPTION",
         "NAME", "VERSION", "SOURCE", "ENABLED"
     );
     for (d, on) in defs.iter().zip(&on) {
@@ -72,7 +78,7 @@ fn list(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<()> {
             crate::plugin::PluginSource::WorkTree => "work-tree",
         };
         println!(
-            "{:<w$}  {:<8}  {:<9}  {:<7}  {}",
+            "{:<w$}  {:<vw$}  {:<9}  {:<7}  {}",
             d.name(),
             d.manifest.metadata.version,
             source,

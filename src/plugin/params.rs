@@ -180,6 +180,8 @@ pub fn resolve_values(
     let names: Vec<&str> = params.keys().map(String::as_str).collect();
     let mut errors = Vec::new();
     let mut out: IndexMap<String, Value> = IndexMap::new();
+    // Parameters given a bad value are reported once, not also as missing.
+    let mut given_bad: Vec<&str> = Vec::new();
     for (name, spec) in params {
         if let Some(d) = &spec.default {
             out.insert(name.clone(), d.clone());
@@ -211,12 +213,15 @@ pub fn resolve_values(
                 Ok(()) => {
                     out.insert(key.clone(), v.clone());
                 }
-                Err(why) => errors.push(Located::new(file, map.locate(&path), &path, why)),
+                Err(why) => {
+                    given_bad.push(key);
+                    errors.push(Located::new(file, map.locate(&path), &path, why))
+                }
             }
         }
     }
     for (name, spec) in params {
-        if spec.required && !out.contains_key(name) {
+        if spec.required && !out.contains_key(name) && !given_bad.contains(&name.as_str()) {
             errors.push(Located::new(
                 file,
                 map.key(missing_at).unwrap_or_else(|| map.locate(missing_at)),

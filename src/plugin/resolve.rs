@@ -385,6 +385,7 @@ impl Merger {
     fn claim(
         &mut self,
         scope: &Scope,
+        place: &str,
         kind: &str,
         key: &str,
         value: &str,
@@ -392,7 +393,8 @@ impl Merger {
         plugin: &str,
         at: Located,
     ) -> Result<bool, Located> {
-        let k = (scope.key(), kind.to_string(), key.to_string());
+        // The place words name the scope or stack, so they key the identity too.
+        let k = (format!("{}/{place}", scope.key()), kind.to_string(), key.to_string());
         match self.owners.get(&k) {
             None => {
                 self.owners.insert(
@@ -408,19 +410,17 @@ impl Merger {
             Some(first) if same_value_ok && first.value == value => Ok(false),
             Some(first) => {
                 let mut e = at.clone();
-                let place = format!("{}:{}", first.at.file.display(), first.at.pos.line);
+                let first_at = format!("{}:{}", first.at.file.display(), first.at.pos.line);
                 e.message = if same_value_ok {
                     format!(
-                        "{kind} {key:?} in {}: plugin {:?} sets {value:?}, but plugin {:?} sets {:?} ({place}) (make them agree or disable one)",
-                        scope.words(),
+                        "{kind} {key:?} in {place}: plugin {:?} sets {value:?}, but plugin {:?} sets {:?} ({first_at}) (make them agree or disable one)",
                         plugin,
                         first.plugin,
                         first.value
                     )
                 } else {
                     format!(
-                        "{kind} {key:?} in {} comes from plugin {:?} and from plugin {:?} ({place}) (rename one or disable one of the plugins)",
-                        scope.words(),
+                        "{kind} {key:?} in {place} comes from plugin {:?} and from plugin {:?} ({first_at}) (rename one or disable one of the plugins)",
                         plugin,
                         first.plugin
                     )
@@ -464,7 +464,16 @@ fn merge_flags(
         if value.is_empty() {
             continue;
         }
-        match merger.claim(scope, kind, name, &value, true, r.def.name(), r.def.err(&path, "")) {
+        match merger.claim(
+            scope,
+            &scope.words(),
+            kind,
+            name,
+            &value,
+            true,
+            r.def.name(),
+            r.def.err(&path, ""),
+        ) {
             Ok(_) => {
                 target.insert(name.clone(), value);
             }
@@ -676,7 +685,8 @@ fn cloudformation(
                         );
                         match merger.claim(
                             &Scope::Cluster,
-                            &format!("CloudFormation {what} in stack {stack}"),
+                            &format!("stack {stack:?}"),
+                            &format!("CloudFormation {what}"),
                             &id,
                             "",
                             false,
@@ -1065,6 +1075,7 @@ fn node_hooks(
         if let Some(sid) = st.get("Sid").and_then(Value::as_str) {
             if let Err(e) = merger.claim(
                 scope,
+                &scope.words(),
                 "IAM statement Sid",
                 sid,
                 "",
@@ -1117,6 +1128,7 @@ fn node_hooks(
         };
         match merger.claim(
             scope,
+            &scope.words(),
             "file",
             &path,
             "",
@@ -1156,6 +1168,7 @@ fn node_hooks(
         };
         match merger.claim(
             scope,
+            &scope.words(),
             "systemd unit",
             &name,
             "",
@@ -1198,7 +1211,7 @@ fn node_hooks(
                 ));
                 continue;
             }
-            match merger.claim(scope, what, &k2, &v2, true, &plugin, def.err(&key, "")) {
+            match merger.claim(scope, &scope.words(), what, &k2, &v2, true, &plugin, def.err(&key, "")) {
                 Ok(_) => {
                     target.insert(k2, v2);
                 }
@@ -1232,7 +1245,16 @@ fn node_hooks(
             continue;
         }
         let id = format!("{k}:{:?}", t.effect);
-        match merger.claim(scope, "taint", &id, &v, true, &plugin, def.err(&key, "")) {
+        match merger.claim(
+            scope,
+            &scope.words(),
+            "taint",
+            &id,
+            &v,
+            true,
+            &plugin,
+            def.err(&key, ""),
+        ) {
             Ok(true) => target.taints.push(Taint {
                 key: k,
                 value: v,

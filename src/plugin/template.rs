@@ -96,7 +96,9 @@ impl<'a> Renderer<'a> {
                     )
                 })
             });
-            let mut why = last.replace(&format!(" while rendering '{name}'"), "");
+            let mut why =
+                last.replace(&format!(" while rendering '{name}'"), "")
+                    .replacen("Variable `", "variable `", 1);
             if let Some(v) = culprit.as_deref().and_then(|v| v.strip_prefix("params.")) {
                 let v = v.split(['.', '[', ' ']).next().unwrap_or(v);
                 if !self.params.iter().any(|p| p == v) {
