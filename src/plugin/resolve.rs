@@ -1325,3 +1325,153 @@ fn check_statement(st: &Value) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_cluster;
+
+    /// A cluster with two pools and one work-tree plugin `p` from `plugin_yaml`.
+    fn setup(cluster_yaml: &str, plugin_yaml: &str) -> (tempfile::TempDir, Cluster) {
+        let dir = tempfile::tempdir().unwrap();
+        let pdir = dir.path().join("plugins/p");
+        std::fs::create_dir_all(&pdir).unwrap();
+        std::fs::write(
+            pdir.join("plugin.yaml"),
+            format!("apiVersion: kube-aws/v1\nkind: Plugin\nmetadata: {{name: p, version: 0.1.0}}\n{plugin_yaml}"),
+        )
+        .unwrap();
+        let text = format!(
+            "clusterName: c1\nregion: us-west-2\ns3URI: s3://bucket-1/pre/fix\nworker:\n  nodePools:\n    - {{name: a, count: 1}}\n    - name: b\n      count: 1\n{cluster_yaml}"
+        );
+        let cluster = parse_cluster(dir.path(), Path::new("cluster.yaml"), &text).unwrap();
+        (dir, cluster)
+    }
+
+    fn resolve(cluster: &Cluster) -> Result<ResolvedPlugins, String> {
+        resolve_plugins(cluster).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_pool_can_opt_in_alone() {
+        let (_d, c) = setup(
+            "      plugins: {p: {enabled: true}}\n",
+            "spec:\n  nodes:\n    worker:\n      nodeLabels: {p: 'on'}\n    controller:\n      nodeLabels: {p: 'on'}\n",
+        );
+        let r = resolve(&c).unwrap();
+        assert!(r.pools["a"].node_labels.is_empty());
+        assert_eq!(r.pools["b"].node_labels["p"], "on");
+        assert!(r.controller.node_labels.is_empty());
+        assert_eq!(r.plugins.len(), 1);
+    }
+
+    #[test]
+    fn a_pool_can_opt_out() {
+        let (_d, c) = setup(
+            "      plugins: {p: {enabled: false}}\nplugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    worker:\n      asgTags: {t: '{{ scope.pool }}'}\n",
+        );
+        let r = resolve(&c).unwrap();
+        assert_eq!(r.pools["a"].asg_tags["t"], "a");
+        assert!(r.pools["b"].asg_tags.is_empty());
+    }
+
+    #[test]
+    fn enabled_by_default_and_turned_off() {
+        let yaml = "enabledByDefault: true\nspec:\n  kubernetes:\n    apiServer:\n      flags: {x: '1'}\n";
+        let (_d, c) = setup("", yaml);
+        assert_eq!(resolve(&c).unwrap().cluster.api_server_flags["x"], "1");
+        let (_d, c) = setup("plugins:\n  p: {enabled: false}\n", yaml);
+        assert!(resolve(&c).unwrap().cluster.api_server_flags.is_empty());
+    }
+
+    #[test]
+    fn templates_never_see_plugin_settings_of_the_cluster() {
+        let ctx_yaml = "spec:\n  parameters:\n    pw: {type: string, secret: true}\n  kubernetes:\n    manifests: []\n    apiServer:\n      flags: {x: '{{ cluster.plugins.p.pw }}'}\n";
+        let (_d, c) = setup("plugins:\n  p: {enabled: true, pw: hunter2}\n", ctx_yaml);
+        let err = resolve(&c).unwrap_err();
+        assert!(err.contains("cluster.plugins.p.pw"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn s3_bucket_and_prefix_are_in_the_context() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  kubernetes:\n    apiServer:\n      flags: {x: '{{ cluster.s3Bucket }}|{{ cluster.s3Prefix }}|{{ scope.role }}'}\n",
+        );
+        assert_eq!(
+            resolve(&c).unwrap().cluster.api_server_flags["x"],
+            "bucket-1|pre/fix|cluster"
+        );
+    }
+
+    #[test]
+    fn a_flag_name_with_dashes_is_refused() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  kubernetes:\n    scheduler:\n      flags: {--v: '2'}\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(err.contains("without leading dashes, e.g. \"v\""), "{err}");
+    }
+
+    #[test]
+    fn same_label_from_two_scopes_is_not_a_conflict() {
+        // Each pool is its own scope: the same file path in two pools is fine.
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    worker:\n      files: [{path: /etc/p, content: x}]\n",
+        );
+        let r = resolve(&c).unwrap();
+        assert_eq!(r.pools["a"].files.len(), 1);
+        assert_eq!(r.pools["b"].files.len(), 1);
+    }
+
+    #[test]
+    fn one_plugin_cannot_write_a_file_twice() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    controller:\n      files: [{path: /etc/p, content: x}, {path: /etc/p, content: y}]\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("file \"/etc/p\" in the controller comes from plugin \"p\" and from plugin \"p\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn content_and_template_are_exclusive() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    controller:\n      systemdUnits: [{name: a.service}]\n",
+        );
+        assert!(resolve(&c)
+            .unwrap_err()
+            .contains("set exactly one of content and template"));
+    }
+
+    #[test]
+    fn unknown_stack_is_refused() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  cloudformation: {stack: node-pool-zzz}\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(err.contains("node-pool-a, node-pool-b"), "{err}");
+    }
+
+    #[test]
+    fn plugin_depends_on_unknown_release() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  charts:\n    - {name: x, repo: 'https://c.example.com', dependsOn: [cert-manager]}\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("depends on \"cert-manager\", which no chart or enabled plugin declares"),
+            "{err}"
+        );
+    }
+}
