@@ -3,6 +3,7 @@
 
 mod charts;
 mod init;
+mod plugins;
 mod schema;
 mod validate;
 
@@ -53,6 +54,8 @@ pub enum Command {
     Schema(schema::SchemaArgs),
     /// Pin, fetch and verify Helm charts (charts-index/index.yaml)
     Charts(charts::ChartsArgs),
+    /// List plugins, or show one
+    Plugins(plugins::PluginsArgs),
 }
 
 /// Runs the parsed command line.
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Validate(args) => validate::run(&cli.global, args),
         Command::Schema(args) => schema::run(&cli.global, args),
         Command::Charts(args) => charts::run(&cli.global, args),
+        Command::Plugins(args) => plugins::run(&cli.global, args),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum SchemaFormat {
 pub enum SchemaKind {
     /// cluster.yaml
     Cluster,
+    /// plugin.yaml
+    Plugin,
 }
 
 pub fn run(_global: &GlobalOptions, args: SchemaArgs) -> anyhow::Result<()> {
@@ -31,5 +33,6 @@ pub fn run(_global: &GlobalOptions, args: SchemaArgs) -> anyhow::Result<()> {
             Ok(())
         }
         SchemaKind::Cluster => print_json(&schemars::schema_for!(ClusterConfig)),
+        SchemaKind::Plugin => print_json(&schemars::schema_for!(crate::plugin::PluginManifest)),
     }
 }

@@ -1,6 +1,7 @@
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::chart;
 use crate::config::load_cluster;
+use crate::plugin::resolve_plugins;
 
 /// Arguments of `kube-aws validate`.
 #[derive(Debug, clap::Args)]
@@ -8,6 +9,7 @@ pub struct ValidateArgs {}
 
 pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
+    let plugins = resolve_plugins(&cluster)?;
     let cfg = &cluster.config;
     // Charts: the lock must cover every release, and each release's values
     // must pass its chart's schema and kubeVersion (charts read from the cache).
@@ -27,6 +29,8 @@ pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
             "controllers": cfg.controller.count,
             "nodePools": cluster.pool_names(),
             "releases": cluster.releases,
+            "plugins": plugins.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            "pluginReleases": plugins.releases.iter().map(|r| &r.release).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
             println!(
@@ -37,6 +41,14 @@ pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
                 cfg.worker.node_pools.len(),
                 cluster.releases.len(),
             );
+            if !plugins.plugins.is_empty() {
+                let names: Vec<&str> = plugins.plugins.iter().map(|p| p.name.as_str()).collect();
+                println!(
+                    "plugins: {} ({} release(s) from plugins)",
+                    names.join(", "),
+                    plugins.releases.len()
+                );
+            }
             Ok(())
         }
     }

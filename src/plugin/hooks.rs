@@ -121,6 +121,29 @@ pub struct SecretRef {
     pub param: String,
     /// The placeholder templates saw, replaced on the node after KMS decryption.
     pub reference: String,
+    /// `cluster`, or the scope that overrides the value (`controller`, `pool-<name>`).
+    pub scope: String,
+    /// The value to encrypt; never serialized, never printed.
+    #[serde(skip)]
+    pub value: SecretValue,
+}
+
+/// A secret parameter's value. `Debug` hides it and serde skips it, so it
+/// cannot leak into `-o json`, logs or rendered files by accident.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretValue(pub serde_json::Value);
+
+impl SecretValue {
+    /// The plaintext, for the one place that encrypts it.
+    pub fn expose(&self) -> &serde_json::Value {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretValue(<hidden>)")
+    }
 }
 
 /// Everything the active plugins contribute, merged per scope.

@@ -1,6 +1,29 @@
 //! The plugin stage: plugin.yaml model, discovery (built-in and work tree),
 //! typed parameters, templating, and hook contributions merged per scope.
+//!
+//! Entry points: [`discover`] lists the plugins a work tree sees, and
+//! [`resolve_plugins`] turns a loaded cluster into [`ResolvedPlugins`].
 
+pub mod discover;
 pub mod hooks;
+pub mod model;
+pub mod params;
+pub mod resolve;
+pub mod template;
 
+use std::path::PathBuf;
+
+pub use discover::{discover, PluginDef};
 pub use hooks::*;
+pub use model::PluginManifest;
+pub use resolve::{activation, resolve_plugins, resolve_with, secret_reference, Activation};
+
+use crate::located::Diagnostics;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(Diagnostics),
+}

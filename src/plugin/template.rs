@@ -1,0 +1,182 @@
+//! Rendering a plugin's templates with tera, strictly: a missing variable or a
+//! broken template is a located error naming the plugin, the file and the line.
+//! The context is `{cluster, params, scope: {role, pool}}`; secret parameters
+//! appear as reference strings, never as their values.
+
+use std::path::Path;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::Value;
+use tera::{Context, Tera};
+
+use super::discover::PluginDef;
+use crate::located::{join_index, join_key, Located, Pos};
+
+static PARSE_POS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"-->\s*(\d+):(\d+)").unwrap());
+static BACKTICKED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`]+)`").unwrap());
+
+/// Renders templates of one plugin in one scope.
+pub struct Renderer<'a> {
+    pub def: &'a PluginDef,
+    ctx: Context,
+    /// The parameter names, for "did you mean" hints.
+    params: Vec<String>,
+}
+
+/// Does `s` contain template syntax? Plain strings skip tera entirely.
+pub fn is_template(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%") || s.contains("{#")
+}
+
+impl<'a> Renderer<'a> {
+    pub fn new(def: &'a PluginDef, cluster: &Value, params: &Value, scope: &Value) -> Self {
+        let mut ctx = Context::new();
+        ctx.insert("cluster", cluster);
+        ctx.insert("params", params);
+        ctx.insert("scope", scope);
+        let params = params
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        Renderer { def, ctx, params }
+    }
+
+    /// Renders `text`; on error, the message is located in `file` at the
+    /// template's line when known, else at `at`.
+    fn render_text(
+        &self,
+        name: &str,
+        text: &str,
+        file: &Path,
+        at: Pos,
+        key: &str,
+        in_file: bool,
+    ) -> Result<String, Located> {
+        if !is_template(text) {
+            return Ok(text.to_string());
+        }
+        let mut tera = Tera::default();
+        let fail = |line: Option<(usize, usize)>, why: String| {
+            let plugin = self.def.name();
+            match (in_file, line) {
+                (true, Some((l, c))) => {
+                    Located::new(file, Pos { line: l, col: c }, "", format!("plugin {plugin:?}: {why}"))
+                }
+                (false, Some((l, _))) if l > 1 => Located::new(
+                    file,
+                    at,
+                    key,
+                    format!("plugin {plugin:?}: line {l} of the template: {why}"),
+                ),
+                _ => Located::new(file, at, key, format!("plugin {plugin:?}: {why}")),
+            }
+        };
+        if let Err(e) = tera.add_raw_template(name, text) {
+            let full = chain(&e);
+            let pos = PARSE_POS
+                .captures(&full)
+                .and_then(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)));
+            let detail = full
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("= "))
+                .unwrap_or("syntax error")
+                .to_string();
+            return Err(fail(pos, format!("broken template: {detail}")));
+        }
+        tera.render(name, &self.ctx).map_err(|e| {
+            let full = chain(&e);
+            let last = full.rsplit(": ").next().unwrap_or(&full).to_string();
+            let culprit = BACKTICKED.captures(&last).map(|c| c[1].to_string());
+            let line = culprit.as_ref().and_then(|v| {
+                text.lines().position(|l| l.contains(v.as_str())).map(|i| {
+                    (
+                        i + 1,
+                        text.lines().nth(i).and_then(|l| l.find(v.as_str())).unwrap_or(0) + 1,
+                    )
+                })
+            });
+            let mut why =
+                last.replace(&format!(" while rendering '{name}'"), "")
+                    .replacen("Variable `", "variable `", 1);
+            if let Some(v) = culprit.as_deref().and_then(|v| v.strip_prefix("params.")) {
+                let v = v.split(['.', '[', ' ']).next().unwrap_or(v);
+                if !self.params.iter().any(|p| p == v) {
+                    match crate::located::closest(v, &self.params) {
+                        Some(best) => why.push_str(&format!(" (did you mean params.{best}?)")),
+                        None if self.params.is_empty() => why.push_str(" (no parameter has a value here)"),
+                        None => why.push_str(&format!(" (parameters with a value: {})", self.params.join(", "))),
+                    }
+                } else {
+                    why.push_str(" (a parameter without a value: give it a default, or test it with `is defined`)");
+                }
+            }
+            fail(line, why)
+        })
+    }
+
+    /// Renders the plugin.yaml string at key path `key`.
+    pub fn field(&self, key: &str, text: &str) -> Result<String, Located> {
+        let at = self.def.map.locate(key);
+        self.render_text(key, text, &self.def.file, at, key, false)
+    }
+
+    /// Reads and renders file `rel` (named at plugin.yaml key `key`): `*.tera`
+    /// files are templates, other files are taken as they are.
+    pub fn file(&self, key: &str, rel: &str) -> Result<String, Located> {
+        let text = self.def.read(key, rel)?;
+        if !rel.ends_with(".tera") {
+            return Ok(text);
+        }
+        let shown = self.def.display_file(rel);
+        self.render_text(rel, &text, &shown, Pos { line: 1, col: 1 }, "", true)
+    }
+
+    /// Renders every string (and map key) inside `v`, found at plugin.yaml key `key`.
+    pub fn json(&self, key: &str, v: &Value, errors: &mut Vec<Located>) -> Value {
+        match v {
+            Value::String(s) => match self.field(key, s) {
+                Ok(r) => Value::String(r),
+                Err(e) => {
+                    errors.push(e);
+                    v.clone()
+                }
+            },
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| self.json(&join_index(key, i), x, errors))
+                    .collect(),
+            ),
+            Value::Object(m) => {
+                let mut out = serde_json::Map::new();
+                for (k, x) in m {
+                    let path = join_key(key, k);
+                    let k2 = match self.field(&path, k) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            errors.push(e);
+                            k.clone()
+                        }
+                    };
+                    out.insert(k2, self.json(&path, x, errors));
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        }
+    }
+}
+
+/// A tera error with its causes, one string.
+fn chain(e: &tera::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}
