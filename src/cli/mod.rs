@@ -61,8 +61,11 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let colors = !cli.global.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    console::set_colors_enabled(colors);
-    console::set_colors_enabled_stderr(colors);
+    // Only ever turn colors off: console already leaves them off when not on a TTY.
+    if !colors {
+        console::set_colors_enabled(false);
+        console::set_colors_enabled_stderr(false);
+    }
     match cli.command {
         Command::Init(args) => init::run(&cli.global, args),
         Command::Validate(args) => validate::run(&cli.global, args),
