@@ -194,8 +194,9 @@ fn built_in_metrics_server_resolves() {
     .unwrap();
     let cluster = load_cluster(dir.path()).unwrap();
     let r = resolve_plugins(&cluster).unwrap();
-    assert_eq!(r.plugins[0].source, PluginSource::BuiltIn);
-    let rel = &r.releases[0];
+    let ms = r.plugins.iter().find(|p| p.name == "metrics-server").unwrap();
+    assert_eq!(ms.source, PluginSource::BuiltIn);
+    let rel = r.releases.iter().find(|p| p.release.name == "metrics-server").unwrap();
     assert_eq!(rel.release.version.as_deref(), Some("3.13.1"));
     let v: serde_yaml::Value = serde_yaml::from_str(&rel.values[0].content).unwrap();
     assert_eq!(v["replicas"].as_i64(), Some(2));

@@ -1228,6 +1228,53 @@ fn node_hooks(
     );
     kv("ASG tag", &spec.asg_tags, "asgTags", &mut target.asg_tags, false);
 
+    if let Some(size) = &spec.asg_size {
+        let mut bound = |name: &str, v: &Option<super::model::Scalar>| -> Option<u32> {
+            let key = format!("{base}.asgSize.{name}");
+            let text = r.field(&key, &v.as_ref()?.to_text()).map_err(|e| errors.push(e)).ok()?;
+            if text.is_empty() {
+                return None;
+            }
+            match text.parse::<u32>() {
+                Ok(n) => {
+                    let what = format!("ASG {name} size");
+                    match merger.claim(
+                        scope,
+                        &scope.words(),
+                        &what,
+                        name,
+                        &text,
+                        true,
+                        &plugin,
+                        def.err(&key, ""),
+                    ) {
+                        Ok(_) => Some(n),
+                        Err(e) => {
+                            errors.push(e);
+                            None
+                        }
+                    }
+                }
+                Err(_) => {
+                    errors.push(def.err(&key, format!("{text:?} is not a whole number of instances")));
+                    None
+                }
+            }
+        };
+        let min = bound("min", &size.min);
+        let max = bound("max", &size.max);
+        if let (Some(a), Some(b)) = (min, max) {
+            if a > b {
+                errors.push(def.err(
+                    &format!("{base}.asgSize"),
+                    format!("min {a} is above max {b} in {}", scope.words()),
+                ));
+            }
+        }
+        target.asg_min_size = min.or(target.asg_min_size);
+        target.asg_max_size = max.or(target.asg_max_size);
+    }
+
     for (i, t) in spec.taints.iter().enumerate() {
         let key = format!("{base}.taints[{i}]");
         let (k, v) = match (
@@ -1362,7 +1409,7 @@ mod tests {
         assert!(r.pools["a"].node_labels.is_empty());
         assert_eq!(r.pools["b"].node_labels["p"], "on");
         assert!(r.controller.node_labels.is_empty());
-        assert_eq!(r.plugins.len(), 1);
+        assert!(r.plugins.iter().any(|p| p.name == "p"));
     }
 
     #[test]
