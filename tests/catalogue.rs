@@ -301,3 +301,66 @@ fn chart_versions_are_real() {
         assert!(versions.contains(&want), "{} {want} is not in its index", rel.chart);
     }
 }
+
+/// The manifests built-ins apply pass kubernetes-validate (strict, 1.31), and
+/// the cluster-dump script passes shellcheck.
+#[test]
+fn manifests_and_scripts_pass_real_validators() {
+    let r = resolve(CLUSTER);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!r.cluster.manifests.is_empty());
+    for m in &r.cluster.manifests {
+        let path = dir.path().join(format!("{}-{}", m.plugin, m.name));
+        std::fs::write(&path, &m.content).unwrap();
+        let out = std::process::Command::new(common::tool("kubernetes-validate"))
+            .args(["--strict", "-k", "1.31.0"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            m.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dump = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
+    let cron = serde_yaml::Deserializer::from_str(&dump.content)
+        .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "CronJob")
+        .unwrap();
+    let script = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = dir.path().join("dump.sh");
+    std::fs::write(&path, format!("#!/bin/sh\nset -e\n{script}")).unwrap();
+    let out = std::process::Command::new("shellcheck")
+        .args(["-S", "warning"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Each built-in has docs/plugins/<name>.md naming its chart version and every parameter.
+#[test]
+fn every_built_in_is_documented() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for def in kube_aws::plugin::discover::built_in().unwrap() {
+        let doc = root.join("docs/plugins").join(format!("{}.md", def.name()));
+        let text = std::fs::read_to_string(&doc).unwrap_or_else(|_| panic!("{} is missing", doc.display()));
+        for p in def.manifest.spec.parameters.keys() {
+            assert!(
+                text.contains(&format!("`{p}`")),
+                "{}: parameter {p} undocumented",
+                doc.display()
+            );
+        }
+        for c in &def.manifest.spec.charts {
+            let v = c.version.as_deref().unwrap();
+            assert!(text.contains(v), "{}: chart version {v} not stated", doc.display());
+        }
+    }
+}
