@@ -282,6 +282,7 @@ fn chart_versions_are_real() {
             "external-dns" => "addon-indexes/kubernetes-sigs__external-dns.index.yaml",
             "descheduler" => "addon-indexes/kubernetes-sigs__descheduler.index.yaml",
             "aws-vpc-cni" => "indexes/aws__eks-charts.index.yaml",
+            "cilium" => "addon-indexes/cilium__charts.index.yaml",
             other => panic!("no index known for {other}"),
         };
         data.join(name)
@@ -363,4 +364,31 @@ fn every_built_in_is_documented() {
             assert!(text.contains(v), "{}: chart version {v} not stated", doc.display());
         }
     }
+}
+
+#[test]
+fn cilium_replaces_aws_vpc_cni_and_both_conflict() {
+    let base = "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n";
+    let r = resolve(&format!(
+        "{base}plugins:\n  aws-vpc-cni: {{enabled: false}}\n  cilium: {{enabled: true}}\n"
+    ));
+    let names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["cilium"]);
+    assert!(r.releases[0].release.bootstrap);
+    let v: serde_yaml::Value = serde_yaml::from_str(&r.releases[0].values[0].content).unwrap();
+    assert_eq!(v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"][0], "10.244.0.0/16");
+    assert_eq!(r.pools["a"].files[0].content, "cilium\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        format!("{base}plugins:\n  cilium: {{enabled: true}}\n"),
+    )
+    .unwrap();
+    let cluster = load_cluster(dir.path()).unwrap();
+    let err = resolve_plugins(&cluster).unwrap_err().to_string();
+    assert!(
+        err.contains("/etc/kube-aws/cni-plugin") && err.contains("\"cilium\"") && err.contains("\"aws-vpc-cni\""),
+        "{err}"
+    );
 }
