@@ -392,3 +392,33 @@ fn cilium_replaces_aws_vpc_cni_and_both_conflict() {
         "{err}"
     );
 }
+
+/// Every built-in IAM statement, in a managed policy per scope, passes cfn-lint
+/// (which checks policy documents: actions, ARNs, condition operators).
+#[test]
+fn iam_statements_pass_cfn_lint() {
+    let r = resolve(CLUSTER);
+    let mut resources = serde_json::Map::new();
+    let scopes = std::iter::once(("Controller".to_string(), &r.controller))
+        .chain(r.pools.iter().map(|(n, h)| (format!("Pool{}", n.replace('-', "")), h)));
+    for (name, hooks) in scopes {
+        let statements: Vec<&Value> = hooks.iam_statements.iter().map(|s| &s.statement).collect();
+        resources.insert(
+            format!("{name}Policy"),
+            serde_json::json!({
+                "Type": "AWS::IAM::ManagedPolicy",
+                "Properties": {"PolicyDocument": {"Version": "2012-10-17", "Statement": statements}}
+            }),
+        );
+    }
+    let template = serde_json::json!({"AWSTemplateFormatVersion": "2010-09-09", "Resources": resources});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("iam.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&template).unwrap()).unwrap();
+    let out = std::process::Command::new(common::tool("cfn-lint"))
+        .arg(&path)
+        .args(["--non-zero-exit-code", "warning"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}

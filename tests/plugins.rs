@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use assert_cmd::Command;
 use kube_aws::config::{load_cluster, ChartSource, Origin};
 use kube_aws::plugin::{resolve_plugins, PluginSource, ResolvedPlugins};
@@ -308,4 +310,26 @@ fn schema_plugin_is_strict() {
         };
         assert!(msgs.is_empty(), "{}: {msgs:?}", f.display());
     }
+}
+
+/// A plugin's CloudFormation contribution, wrapped in a bare template, passes
+/// cfn-lint. (How render merges it into the real stack is tested by render.)
+#[test]
+fn cloudformation_contribution_passes_cfn_lint() {
+    let r = resolve("every-hook");
+    let c = &r.cluster.cloudformation[0];
+    let template = serde_json::json!({
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Resources": c.resources,
+        "Outputs": c.outputs,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&template).unwrap()).unwrap();
+    let out = std::process::Command::new(common::tool("cfn-lint"))
+        .arg(&path)
+        .args(["--non-zero-exit-code", "error"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
