@@ -62,7 +62,8 @@ fn init_then_validate() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "demo/cluster.yaml: valid (cluster \"demo\": 1 controller(s), 1 node pool(s), 0 chart(s))\n"
+        "demo/cluster.yaml: valid (cluster \"demo\": 1 controller(s), 1 node pool(s), 0 chart(s))\n\
+         plugins: aws-vpc-cni (1 release(s) from plugins)\n"
     );
 
     let json = kube_aws()

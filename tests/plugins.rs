@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
 use assert_cmd::Command;
 use kube_aws::config::{load_cluster, ChartSource, Origin};
 use kube_aws::plugin::{resolve_plugins, PluginSource, ResolvedPlugins};
@@ -194,8 +196,9 @@ fn built_in_metrics_server_resolves() {
     .unwrap();
     let cluster = load_cluster(dir.path()).unwrap();
     let r = resolve_plugins(&cluster).unwrap();
-    assert_eq!(r.plugins[0].source, PluginSource::BuiltIn);
-    let rel = &r.releases[0];
+    let ms = r.plugins.iter().find(|p| p.name == "metrics-server").unwrap();
+    assert_eq!(ms.source, PluginSource::BuiltIn);
+    let rel = r.releases.iter().find(|p| p.release.name == "metrics-server").unwrap();
     assert_eq!(rel.release.version.as_deref(), Some("3.13.1"));
     let v: serde_yaml::Value = serde_yaml::from_str(&rel.values[0].content).unwrap();
     assert_eq!(v["replicas"].as_i64(), Some(2));
@@ -307,4 +310,26 @@ fn schema_plugin_is_strict() {
         };
         assert!(msgs.is_empty(), "{}: {msgs:?}", f.display());
     }
+}
+
+/// A plugin's CloudFormation contribution, wrapped in a bare template, passes
+/// cfn-lint. (How render merges it into the real stack is tested by render.)
+#[test]
+fn cloudformation_contribution_passes_cfn_lint() {
+    let r = resolve("every-hook");
+    let c = &r.cluster.cloudformation[0];
+    let template = serde_json::json!({
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Resources": c.resources,
+        "Outputs": c.outputs,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&template).unwrap()).unwrap();
+    let out = std::process::Command::new(common::tool("cfn-lint"))
+        .arg(&path)
+        .args(["--non-zero-exit-code", "error"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }

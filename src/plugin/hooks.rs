@@ -86,6 +86,10 @@ pub struct NodeHooks {
     pub taints: Vec<Taint>,
     /// Tags for this scope's auto scaling group (e.g. autoscaler discovery).
     pub asg_tags: BTreeMap<String, String>,
+    /// Overrides of the pool's auto scaling group MinSize (e.g. cluster-autoscaler).
+    pub asg_min_size: Option<u32>,
+    /// Overrides of the pool's auto scaling group MaxSize.
+    pub asg_max_size: Option<u32>,
 }
 
 /// Hooks that apply to the whole cluster.

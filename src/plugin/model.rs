@@ -210,6 +210,20 @@ pub struct NodeSpec {
     /// Tags on the scope's auto scaling group (propagated at launch).
     #[serde(default)]
     pub asg_tags: IndexMap<String, String>,
+    /// Bounds for the scope's auto scaling group (worker pools only); a value
+    /// that renders empty leaves the pool's own bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asg_size: Option<AsgSizeSpec>,
+}
+
+/// Auto scaling group bounds, as templates rendering to whole numbers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AsgSizeSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<Scalar>,
 }
 
 /// IAM policy statements added to the node role.

@@ -159,7 +159,8 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
         if !act.any() {
             continue;
         }
-        let spec_errors = check_specs(def);
+        let mut spec_errors = check_specs(def);
+        spec_errors.extend(check_file_references(def));
         if !spec_errors.is_empty() {
             errors.extend(spec_errors);
             continue;
@@ -182,6 +183,44 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
     } else {
         Err(PluginError::Invalid(Diagnostics::sorted(errors)))
     }
+}
+
+/// Every file a plugin names (when the name is not itself a template) exists
+/// inside the plugin directory, also in scopes no pool renders today.
+fn check_file_references(def: &PluginDef) -> Vec<Located> {
+    let s = &def.manifest.spec;
+    let mut refs: Vec<(String, &str)> = Vec::new();
+    for (i, c) in s.charts.iter().enumerate() {
+        for (j, f) in c.values.iter().flatten().enumerate() {
+            refs.push((format!("spec.charts[{i}].values[{j}]"), f));
+        }
+    }
+    for (i, m) in s.kubernetes.manifests.iter().enumerate() {
+        refs.push((join_index("spec.kubernetes.manifests", i), m));
+    }
+    for (role, n) in [("controller", &s.nodes.controller), ("worker", &s.nodes.worker)] {
+        for (i, f) in n.files.iter().enumerate() {
+            if let Some(t) = &f.template {
+                refs.push((format!("spec.nodes.{role}.files[{i}].template"), t));
+            }
+        }
+        for (i, u) in n.systemd_units.iter().enumerate() {
+            if let Some(t) = &u.template {
+                refs.push((format!("spec.nodes.{role}.systemdUnits[{i}].template"), t));
+            }
+        }
+    }
+    if let Some(c) = &s.cloudformation {
+        for (key, f) in [("resources", &c.resources), ("outputs", &c.outputs)] {
+            if let Some(f) = f {
+                refs.push((format!("spec.cloudformation.{key}"), f));
+            }
+        }
+    }
+    refs.into_iter()
+        .filter(|(_, rel)| !super::template::is_template(rel))
+        .filter_map(|(key, rel)| def.read(&key, rel).err())
+        .collect()
 }
 
 /// Plugin names in cluster.yaml that no plugin answers to.
@@ -1228,6 +1267,53 @@ fn node_hooks(
     );
     kv("ASG tag", &spec.asg_tags, "asgTags", &mut target.asg_tags, false);
 
+    if let Some(size) = &spec.asg_size {
+        let mut bound = |name: &str, v: &Option<super::model::Scalar>| -> Option<u32> {
+            let key = format!("{base}.asgSize.{name}");
+            let text = r.field(&key, &v.as_ref()?.to_text()).map_err(|e| errors.push(e)).ok()?;
+            if text.is_empty() {
+                return None;
+            }
+            match text.parse::<u32>() {
+                Ok(n) => {
+                    let what = format!("ASG {name} size");
+                    match merger.claim(
+                        scope,
+                        &scope.words(),
+                        &what,
+                        name,
+                        &text,
+                        true,
+                        &plugin,
+                        def.err(&key, ""),
+                    ) {
+                        Ok(_) => Some(n),
+                        Err(e) => {
+                            errors.push(e);
+                            None
+                        }
+                    }
+                }
+                Err(_) => {
+                    errors.push(def.err(&key, format!("{text:?} is not a whole number of instances")));
+                    None
+                }
+            }
+        };
+        let min = bound("min", &size.min);
+        let max = bound("max", &size.max);
+        if let (Some(a), Some(b)) = (min, max) {
+            if a > b {
+                errors.push(def.err(
+                    &format!("{base}.asgSize"),
+                    format!("min {a} is above max {b} in {}", scope.words()),
+                ));
+            }
+        }
+        target.asg_min_size = min.or(target.asg_min_size);
+        target.asg_max_size = max.or(target.asg_max_size);
+    }
+
     for (i, t) in spec.taints.iter().enumerate() {
         let key = format!("{base}.taints[{i}]");
         let (k, v) = match (
@@ -1362,7 +1448,7 @@ mod tests {
         assert!(r.pools["a"].node_labels.is_empty());
         assert_eq!(r.pools["b"].node_labels["p"], "on");
         assert!(r.controller.node_labels.is_empty());
-        assert_eq!(r.plugins.len(), 1);
+        assert!(r.plugins.iter().any(|p| p.name == "p"));
     }
 
     #[test]
@@ -1424,8 +1510,9 @@ mod tests {
             "spec:\n  nodes:\n    worker:\n      files: [{path: /etc/p, content: x}]\n",
         );
         let r = resolve(&c).unwrap();
-        assert_eq!(r.pools["a"].files.len(), 1);
-        assert_eq!(r.pools["b"].files.len(), 1);
+        for pool in ["a", "b"] {
+            assert_eq!(r.pools[pool].files.iter().filter(|f| f.plugin == "p").count(), 1);
+        }
     }
 
     #[test]
@@ -1473,5 +1560,18 @@ mod tests {
             err.contains("depends on \"cert-manager\", which no chart or enabled plugin declares"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn missing_files_are_found_even_in_unused_scopes() {
+        // No pool enables p's worker hooks here (the pools opt out), yet the typo is reported.
+        let (_d, c) = setup(
+            "      plugins: {p: {enabled: false}}\nplugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    worker:\n      files: [{path: /etc/p, template: nope.tera}]\n",
+        );
+        let mut c = c;
+        c.config.worker.node_pools[0].plugins = c.config.worker.node_pools[1].plugins.clone();
+        let err = resolve(&c).unwrap_err();
+        assert!(err.contains("\"nope.tera\" does not exist"), "{err}");
     }
 }

@@ -1,0 +1,424 @@
+//! The built-in plugin catalogue: each plugin resolves with example
+//! parameters from an empty work tree (so only the embedded layer is used)
+//! and contributes the hooks it promises. Chart versions are checked against
+//! the real upstream indexes in ../shared/data when present.
+//!
+//! Not covered: rendering these hooks into CloudFormation and cloud-config
+//! (the render issue), and installing the charts (no cluster here).
+
+mod common;
+
+use kube_aws::config::{load_cluster, ChartSource};
+use kube_aws::plugin::{resolve_plugins, PluginSource, ResolvedPlugins};
+use serde_json::Value;
+
+const CLUSTER: &str = "clusterName: demo
+region: us-west-2
+s3URI: s3://demo-bucket/kube-aws
+worker:
+  nodePools:
+    - name: general
+      minSize: 1
+      maxSize: 3
+      plugins:
+        cluster-autoscaler: {minSize: 2, maxSize: 10}
+    - name: batch
+      count: 1
+      plugins:
+        cluster-autoscaler: {enabled: false}
+plugins:
+  dex:
+    enabled: true
+    issuerURL: https://dex.example.com
+    staticClientSecret: not-in-any-output
+    staticClientRedirectURIs: [https://app.example.com/callback]
+  cluster-autoscaler: {enabled: true}
+  aws-ebs-csi-driver: {enabled: true}
+  metrics-server: {enabled: true}
+  external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
+  cluster-dump: {enabled: true, keptRevisions: 5}
+  descheduler: {enabled: true}
+";
+
+fn resolve(yaml: &str) -> ResolvedPlugins {
+    // A work tree outside the repository, so only built-ins are seen.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
+    let cluster = load_cluster(dir.path()).unwrap();
+    resolve_plugins(&cluster).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn actions(hooks: &kube_aws::plugin::NodeHooks, plugin: &str) -> Vec<String> {
+    hooks
+        .iter_statements(plugin)
+        .flat_map(|s| match &s["Action"] {
+            Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+            Value::String(x) => vec![x.clone()],
+            _ => vec![],
+        })
+        .collect()
+}
+
+trait Statements {
+    fn iter_statements<'a>(&'a self, plugin: &'a str) -> Box<dyn Iterator<Item = &'a Value> + 'a>;
+}
+
+impl Statements for kube_aws::plugin::NodeHooks {
+    fn iter_statements<'a>(&'a self, plugin: &'a str) -> Box<dyn Iterator<Item = &'a Value> + 'a> {
+        Box::new(
+            self.iam_statements
+                .iter()
+                .filter(move |s| s.plugin == plugin)
+                .map(|s| &s.statement),
+        )
+    }
+}
+
+fn values_of(r: &ResolvedPlugins, release: &str) -> serde_yaml::Value {
+    let pr = r.releases.iter().find(|p| p.release.name == release).unwrap();
+    serde_yaml::from_str(&pr.values[0].content).unwrap()
+}
+
+#[test]
+fn all_built_ins_resolve_together() {
+    let r = resolve(CLUSTER);
+    let mut names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "aws-ebs-csi-driver",
+            "aws-vpc-cni",
+            "cluster-autoscaler",
+            "cluster-dump",
+            "descheduler",
+            "dex",
+            "external-dns",
+            "metrics-server"
+        ]
+    );
+    assert!(r.plugins.iter().all(|p| p.source == PluginSource::BuiltIn));
+}
+
+#[test]
+fn dex_sets_the_oidc_flags_and_keeps_the_client_secret_secret() {
+    let r = resolve(CLUSTER);
+    let f = &r.cluster.api_server_flags;
+    assert_eq!(f["oidc-issuer-url"], "https://dex.example.com");
+    assert_eq!(f["oidc-client-id"], "kubernetes");
+    assert_eq!(f["oidc-username-claim"], "email");
+    assert_eq!(f["oidc-groups-claim"], "groups");
+    let v = values_of(&r, "dex");
+    assert_eq!(v["config"]["issuer"], "https://dex.example.com");
+    let client = &v["config"]["staticClients"][0];
+    assert_eq!(client["secret"], "kube-aws-secret.dex.staticClientSecret");
+    assert_eq!(client["redirectURIs"][0], "https://app.example.com/callback");
+    assert!(!serde_json::to_string(&r).unwrap().contains("not-in-any-output"));
+    assert_eq!(r.secrets[0].value.expose(), "not-in-any-output");
+}
+
+#[test]
+fn dex_without_a_groups_claim_leaves_the_flag_out() {
+    let yaml = CLUSTER.replace(
+        "issuerURL: https://dex.example.com",
+        "issuerURL: https://dex.example.com\n    groupsClaim: ''",
+    );
+    let r = resolve(&yaml);
+    assert!(!r.cluster.api_server_flags.contains_key("oidc-groups-claim"));
+}
+
+#[test]
+fn cluster_autoscaler_tags_and_sizes_the_pools_that_enable_it() {
+    let r = resolve(CLUSTER);
+    let general = &r.pools["general"];
+    let batch = &r.pools["batch"];
+    assert_eq!(general.asg_tags["k8s.io/cluster-autoscaler/enabled"], "true");
+    assert_eq!(general.asg_tags["k8s.io/cluster-autoscaler/demo"], "owned");
+    assert_eq!((general.asg_min_size, general.asg_max_size), (Some(2), Some(10)));
+    assert!(batch.asg_tags.is_empty());
+    assert_eq!((batch.asg_min_size, batch.asg_max_size), (None, None));
+    assert!(actions(batch, "cluster-autoscaler").is_empty());
+    // Writes are limited to this cluster's groups; describes are not.
+    let write = general
+        .iter_statements("cluster-autoscaler")
+        .find(|s| s["Sid"] == "ClusterAutoscalerWrite")
+        .unwrap();
+    assert_eq!(
+        write["Condition"]["StringEquals"]["aws:ResourceTag/k8s.io/cluster-autoscaler/demo"],
+        "owned"
+    );
+    assert!(write["Action"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a.as_str().unwrap().starts_with("autoscaling:S") || a.as_str().unwrap().starts_with("autoscaling:T")));
+    assert!(actions(general, "cluster-autoscaler").contains(&"autoscaling:DescribeAutoScalingGroups".to_string()));
+    let v = values_of(&r, "cluster-autoscaler");
+    assert_eq!(v["autoDiscovery"]["clusterName"], "demo");
+    assert_eq!(v["awsRegion"], "us-west-2");
+}
+
+#[test]
+fn ebs_csi_driver_gets_volume_and_snapshot_iam() {
+    let r = resolve(CLUSTER);
+    for hooks in [&r.controller, &r.pools["general"], &r.pools["batch"]] {
+        let a = actions(hooks, "aws-ebs-csi-driver");
+        for needed in [
+            "ec2:CreateVolume",
+            "ec2:AttachVolume",
+            "ec2:CreateSnapshot",
+            "ec2:DescribeVolumes",
+        ] {
+            assert!(a.contains(&needed.to_string()), "{needed} missing: {a:?}");
+        }
+    }
+    let v = values_of(&r, "aws-ebs-csi-driver");
+    assert_eq!(v["storageClasses"][0]["parameters"]["type"], "gp3");
+    assert_eq!(
+        v["storageClasses"][0]["annotations"]["storageclass.kubernetes.io/is-default-class"],
+        "true"
+    );
+}
+
+#[test]
+fn metrics_server_is_a_chart_only() {
+    let r = resolve(CLUSTER);
+    let pr = r.releases.iter().find(|p| p.release.name == "metrics-server").unwrap();
+    assert_eq!(pr.release.namespace, "kube-system");
+    for hooks in [&r.controller, &r.pools["general"]] {
+        assert!(actions(hooks, "metrics-server").is_empty());
+    }
+}
+
+#[test]
+fn external_dns_may_change_only_its_hosted_zone() {
+    let r = resolve(CLUSTER);
+    let change = r.pools["general"]
+        .iter_statements("external-dns")
+        .find(|s| s["Action"][0] == "route53:ChangeResourceRecordSets")
+        .unwrap();
+    assert_eq!(change["Resource"], "arn:aws:route53:::hostedzone/Z0123456789ABC");
+    let v = values_of(&r, "external-dns");
+    assert_eq!(v["extraArgs"][0], "--zone-id-filter=Z0123456789ABC");
+    assert_eq!(v["domainFilters"][0], "example.com");
+    assert_eq!(v["txtOwnerId"], "demo");
+}
+
+#[test]
+fn cluster_dump_writes_only_under_its_prefix() {
+    let r = resolve(CLUSTER);
+    let write = r
+        .controller
+        .iter_statements("cluster-dump")
+        .find(|s| s["Sid"] == "ClusterDumpWrite")
+        .unwrap();
+    assert_eq!(write["Resource"], "arn:aws:s3:::demo-bucket/kube-aws/demo/dumps/*");
+    assert!(actions(&r.pools["general"], "cluster-dump").is_empty());
+    let m = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&m.content)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let cron = docs.iter().find(|d| d["kind"] == "CronJob").unwrap();
+    assert_eq!(cron["spec"]["schedule"], "0 * * * *");
+    let env = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(env[0]["value"], "s3://demo-bucket/kube-aws/demo/dumps");
+    assert_eq!(env[1]["value"], "5");
+}
+
+#[test]
+fn cluster_dump_prefix_cannot_leave_dumps() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = CLUSTER.replace("keptRevisions: 5}", "s3Prefix: etc}");
+    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
+    let cluster = load_cluster(dir.path()).unwrap();
+    let err = resolve_plugins(&cluster).unwrap_err().to_string();
+    assert!(
+        err.contains("plugins.cluster-dump.s3Prefix") && err.contains("does not match"),
+        "{err}"
+    );
+}
+
+#[test]
+fn descheduler_runs_as_a_cronjob() {
+    let r = resolve(CLUSTER);
+    let v = values_of(&r, "descheduler");
+    assert_eq!(v["kind"], "CronJob");
+    assert_eq!(v["schedule"], "*/10 * * * *");
+}
+
+#[test]
+fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
+    let r = resolve("clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n");
+    assert_eq!(r.plugins.len(), 1);
+    let pr = &r.releases[0];
+    assert_eq!(pr.release.name, "aws-vpc-cni");
+    assert!(pr.release.bootstrap);
+    assert_eq!(
+        pr.release.source,
+        ChartSource::Repo("https://aws.github.io/eks-charts".into())
+    );
+    for hooks in [&r.controller, &r.pools["a"]] {
+        let a = actions(hooks, "aws-vpc-cni");
+        assert!(a.contains(&"ec2:AssignPrivateIpAddresses".to_string()), "{a:?}");
+        assert!(a.contains(&"ec2:CreateNetworkInterface".to_string()), "{a:?}");
+    }
+    let off = resolve(
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n",
+    );
+    assert!(off.plugins.is_empty());
+}
+
+/// Every built-in chart version exists in the real upstream index.
+#[test]
+fn chart_versions_are_real() {
+    let Some(data) = common::shared_data() else { return };
+    let r = resolve(CLUSTER);
+    let index_for = |chart: &str| -> std::path::PathBuf {
+        let name = match chart {
+            "dex" => "addon-indexes/dexidp__helm-charts.index.yaml",
+            "metrics-server" => "addon-indexes/kubernetes-sigs__metrics-server.index.yaml",
+            "cluster-autoscaler" => "addon-indexes/kubernetes__autoscaler.index.yaml",
+            "aws-ebs-csi-driver" => "addon-indexes/kubernetes-sigs__aws-ebs-csi-driver.index.yaml",
+            "external-dns" => "addon-indexes/kubernetes-sigs__external-dns.index.yaml",
+            "descheduler" => "addon-indexes/kubernetes-sigs__descheduler.index.yaml",
+            "aws-vpc-cni" => "indexes/aws__eks-charts.index.yaml",
+            "cilium" => "addon-indexes/cilium__charts.index.yaml",
+            other => panic!("no index known for {other}"),
+        };
+        data.join(name)
+    };
+    assert_eq!(r.releases.len(), 7);
+    for pr in &r.releases {
+        let rel = &pr.release;
+        let index: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(index_for(&rel.chart)).unwrap()).unwrap();
+        let versions: Vec<&str> = index["entries"][rel.chart.as_str()]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["version"].as_str())
+            .collect();
+        let want = rel.version.as_deref().unwrap();
+        assert!(versions.contains(&want), "{} {want} is not in its index", rel.chart);
+    }
+}
+
+/// The manifests built-ins apply pass kubernetes-validate (strict, 1.31), and
+/// the cluster-dump script passes shellcheck.
+#[test]
+fn manifests_and_scripts_pass_real_validators() {
+    let r = resolve(CLUSTER);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!r.cluster.manifests.is_empty());
+    for m in &r.cluster.manifests {
+        let path = dir.path().join(format!("{}-{}", m.plugin, m.name));
+        std::fs::write(&path, &m.content).unwrap();
+        let out = std::process::Command::new(common::tool("kubernetes-validate"))
+            .args(["--strict", "-k", "1.31.0"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            m.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dump = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
+    let cron = serde_yaml::Deserializer::from_str(&dump.content)
+        .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "CronJob")
+        .unwrap();
+    let script = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = dir.path().join("dump.sh");
+    std::fs::write(&path, format!("#!/bin/sh\nset -e\n{script}")).unwrap();
+    let out = std::process::Command::new("shellcheck")
+        .args(["-S", "warning"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Each built-in has docs/plugins/<name>.md naming its chart version and every parameter.
+#[test]
+fn every_built_in_is_documented() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for def in kube_aws::plugin::discover::built_in().unwrap() {
+        let doc = root.join("docs/plugins").join(format!("{}.md", def.name()));
+        let text = std::fs::read_to_string(&doc).unwrap_or_else(|_| panic!("{} is missing", doc.display()));
+        for p in def.manifest.spec.parameters.keys() {
+            assert!(
+                text.contains(&format!("`{p}`")),
+                "{}: parameter {p} undocumented",
+                doc.display()
+            );
+        }
+        for c in &def.manifest.spec.charts {
+            let v = c.version.as_deref().unwrap();
+            assert!(text.contains(v), "{}: chart version {v} not stated", doc.display());
+        }
+    }
+}
+
+#[test]
+fn cilium_replaces_aws_vpc_cni_and_both_conflict() {
+    let base = "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n";
+    let r = resolve(&format!(
+        "{base}plugins:\n  aws-vpc-cni: {{enabled: false}}\n  cilium: {{enabled: true}}\n"
+    ));
+    let names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["cilium"]);
+    assert!(r.releases[0].release.bootstrap);
+    let v: serde_yaml::Value = serde_yaml::from_str(&r.releases[0].values[0].content).unwrap();
+    assert_eq!(v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"][0], "10.244.0.0/16");
+    assert_eq!(r.pools["a"].files[0].content, "cilium\n");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        format!("{base}plugins:\n  cilium: {{enabled: true}}\n"),
+    )
+    .unwrap();
+    let cluster = load_cluster(dir.path()).unwrap();
+    let err = resolve_plugins(&cluster).unwrap_err().to_string();
+    assert!(
+        err.contains("/etc/kube-aws/cni-plugin") && err.contains("\"cilium\"") && err.contains("\"aws-vpc-cni\""),
+        "{err}"
+    );
+}
+
+/// Every built-in IAM statement, in a managed policy per scope, passes cfn-lint
+/// (which checks policy documents: actions, ARNs, condition operators).
+#[test]
+fn iam_statements_pass_cfn_lint() {
+    let r = resolve(CLUSTER);
+    let mut resources = serde_json::Map::new();
+    let scopes = std::iter::once(("Controller".to_string(), &r.controller))
+        .chain(r.pools.iter().map(|(n, h)| (format!("Pool{}", n.replace('-', "")), h)));
+    for (name, hooks) in scopes {
+        let statements: Vec<&Value> = hooks.iam_statements.iter().map(|s| &s.statement).collect();
+        resources.insert(
+            format!("{name}Policy"),
+            serde_json::json!({
+                "Type": "AWS::IAM::ManagedPolicy",
+                "Properties": {"PolicyDocument": {"Version": "2012-10-17", "Statement": statements}}
+            }),
+        );
+    }
+    let template = serde_json::json!({"AWSTemplateFormatVersion": "2010-09-09", "Resources": resources});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("iam.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&template).unwrap()).unwrap();
+    let out = std::process::Command::new(common::tool("cfn-lint"))
+        .arg(&path)
+        .args(["--non-zero-exit-code", "warning"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
