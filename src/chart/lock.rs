@@ -35,7 +35,7 @@ pub enum LockError {
     #[error("{}", .0.join("\n"))]
     Stale(Vec<String>),
     #[error("release {release:?}: {source}")]
-    Fetch { release: String, source: FetchError },
+    Fetch { release: String, source: Box<FetchError> },
     #[error("release {release:?}: {message}")]
     Resolve { release: String, message: String },
     #[error("cannot start the async runtime: {0}")]
@@ -207,7 +207,7 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let existing = load_lock(&opts.dir)?;
     let http = Http::new(opts.fetch.clone()).map_err(|source| LockError::Fetch {
         release: String::new(),
-        source,
+        source: Box::new(source),
     })?;
     let cache = ChartCache::new(&opts.cache_dir);
     let mut warnings = Vec::new();
@@ -250,7 +250,7 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
                 .find(|r| r.source == ChartSource::Repo(u.clone()))
                 .map(|r| r.name.clone())
                 .unwrap_or_default(),
-            source,
+            source: Box::new(source),
         })?;
         indexes.insert(u, text);
     }
@@ -346,7 +346,7 @@ async fn resolve_release(
 ) -> Result<(ChartVersion, Vec<String>), LockError> {
     let fetch_err = |source| LockError::Fetch {
         release: r.name.clone(),
-        source,
+        source: Box::new(source),
     };
     match &r.source {
         ChartSource::Repo(url) => {
