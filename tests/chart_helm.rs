@@ -74,8 +74,11 @@ fn lock_and_fetch_from_a_helm_built_repository() {
             "  - {{name: web, chart: app, repo: '{url}', version: '~0.1'}}\n  - {{name: next, chart: app, repo: '{url}/', version: '>=0.2.0-0'}}\n  - {{name: db, repo: '{url}'}}\n"
         ),
     );
-    let out = kube_aws(&wt, &cache, &["charts", "lock"]);
+    let out = kube_aws(&wt, &cache, &["-o", "json", "charts", "lock"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Three releases, one repository (spelled with and without a trailing slash): one request.
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["requests"], 1, "{report}");
 
     let lock = kube_aws::chart::load_lock(&wt).unwrap();
     let cl = kube_aws::config::load_cluster(&wt).unwrap();

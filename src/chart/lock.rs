@@ -231,8 +231,9 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let mut repos: Vec<String> = Vec::new();
     for &i in &todo {
         if let ChartSource::Repo(u) = &opts.releases[i].source {
-            if !repos.contains(u) {
-                repos.push(u.clone());
+            let u = u.trim_end_matches('/').to_string();
+            if !repos.contains(&u) {
+                repos.push(u);
             }
         }
     }
@@ -247,7 +248,7 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
             release: opts
                 .releases
                 .iter()
-                .find(|r| r.source == ChartSource::Repo(u.clone()))
+                .find(|r| matches!(&r.source, ChartSource::Repo(x) if x.trim_end_matches('/') == u))
                 .map(|r| r.name.clone())
                 .unwrap_or_default(),
             source: Box::new(source),
@@ -350,7 +351,7 @@ async fn resolve_release(
     };
     match &r.source {
         ChartSource::Repo(url) => {
-            let text = indexes.get(url).map(String::as_str).unwrap_or("");
+            let text = indexes.get(url.trim_end_matches('/')).map(String::as_str).unwrap_or("");
             let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
             let lookup = find_chart(text, &r.chart, url, &index_url).map_err(|e| resolve_err(r, e.to_string()))?;
             let Some(versions) = lookup.versions else {
