@@ -127,6 +127,20 @@ fn lock_and_fetch_from_a_helm_built_repository() {
         err.contains("values/db.yaml:3:") && err.contains("release \"db\"") && err.contains("replicaCount"),
         "{err}"
     );
+    std::fs::write(
+        wt.join("values/db.yaml"),
+        "image:\n  tag: x\nreplicaCount: 2\nservice: null\n",
+    )
+    .unwrap();
+    let out = kube_aws(&wt, &cache, &["charts", "values", "db"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let doc: Value = serde_yaml::from_str(&shown).unwrap();
+    assert_eq!(
+        doc,
+        json!({"image": {"tag": "x"}, "replicaCount": 2, "service": null}),
+        "{shown}"
+    );
     std::fs::remove_file(wt.join("values/db.yaml")).unwrap();
     assert_eq!(cached_files(&cache).len(), 3);
     // A warm run makes no request at all.
