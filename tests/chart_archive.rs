@@ -69,6 +69,7 @@ fn chart_yaml(name: &str) -> Kind {
 #[test]
 fn reads_a_good_chart() {
     let t = tarball(vec![
+        ("app/", Kind::Dir),
         ("app/Chart.yaml", chart_yaml("app")),
         ("app/values.yaml", Kind::File(b"a: 1\n".to_vec())),
         ("app/values.schema.json", Kind::File(br#"{"type":"object"}"#.to_vec())),
@@ -99,7 +100,9 @@ fn refuses_hostile_tarballs_naming_the_entry() {
     for n in &names {
         bomb.push((n.as_str(), Kind::File(four_mib.clone())));
     }
-    let cases: Vec<(&str, Vec<(&str, Kind)>, &str, &str)> = vec![
+    // (label, entries, the entry the error names, a word of the reason)
+    type Case<'a> = (&'a str, Vec<(&'a str, Kind)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "absolute",
             vec![("/etc/passwd", Kind::File(b"x".to_vec()))],
@@ -180,5 +183,4 @@ fn refuses_hostile_tarballs_naming_the_entry() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("junk.tgz"), "{err}");
-    let _ = Kind::Dir;
 }

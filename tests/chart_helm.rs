@@ -74,8 +74,11 @@ fn lock_and_fetch_from_a_helm_built_repository() {
             "  - {{name: web, chart: app, repo: '{url}', version: '~0.1'}}\n  - {{name: next, chart: app, repo: '{url}/', version: '>=0.2.0-0'}}\n  - {{name: db, repo: '{url}'}}\n"
         ),
     );
-    let out = kube_aws(&wt, &cache, &["charts", "lock"]);
+    let out = kube_aws(&wt, &cache, &["-o", "json", "charts", "lock"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Three releases, one repository (spelled with and without a trailing slash): one request.
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["requests"], 1, "{report}");
 
     let lock = kube_aws::chart::load_lock(&wt).unwrap();
     let cl = kube_aws::config::load_cluster(&wt).unwrap();
@@ -123,6 +126,20 @@ fn lock_and_fetch_from_a_helm_built_repository() {
     assert!(
         err.contains("values/db.yaml:3:") && err.contains("release \"db\"") && err.contains("replicaCount"),
         "{err}"
+    );
+    std::fs::write(
+        wt.join("values/db.yaml"),
+        "image:\n  tag: x\nreplicaCount: 2\nservice: null\n",
+    )
+    .unwrap();
+    let out = kube_aws(&wt, &cache, &["charts", "values", "db"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let doc: Value = serde_yaml::from_str(&shown).unwrap();
+    assert_eq!(
+        doc,
+        json!({"image": {"tag": "x"}, "replicaCount": 2, "service": null}),
+        "{shown}"
     );
     std::fs::remove_file(wt.join("values/db.yaml")).unwrap();
     assert_eq!(cached_files(&cache).len(), 3);

@@ -1,8 +1,8 @@
 //! OCI charts against a real registry: Debian's docker-registry (CNCF
 //! distribution 2.8) on 127.0.0.1, charts pushed by helm-python-sdk, then
 //! locked and fetched by kube-aws through `oci://`.
-//! Not covered: the anonymous bearer-token challenge (this registry runs
-//! without auth; the challenge parsing is unit-tested in chart::fetch).
+//! This registry runs without auth; the anonymous bearer-token challenge is
+//! tested against a scripted registry in tests/chart_fetch.rs.
 
 mod common;
 

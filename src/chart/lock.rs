@@ -35,7 +35,7 @@ pub enum LockError {
     #[error("{}", .0.join("\n"))]
     Stale(Vec<String>),
     #[error("release {release:?}: {source}")]
-    Fetch { release: String, source: FetchError },
+    Fetch { release: String, source: Box<FetchError> },
     #[error("release {release:?}: {message}")]
     Resolve { release: String, message: String },
     #[error("cannot start the async runtime: {0}")]
@@ -207,7 +207,7 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let existing = load_lock(&opts.dir)?;
     let http = Http::new(opts.fetch.clone()).map_err(|source| LockError::Fetch {
         release: String::new(),
-        source,
+        source: Box::new(source),
     })?;
     let cache = ChartCache::new(&opts.cache_dir);
     let mut warnings = Vec::new();
@@ -231,8 +231,9 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let mut repos: Vec<String> = Vec::new();
     for &i in &todo {
         if let ChartSource::Repo(u) = &opts.releases[i].source {
-            if !repos.contains(u) {
-                repos.push(u.clone());
+            let u = u.trim_end_matches('/').to_string();
+            if !repos.contains(&u) {
+                repos.push(u);
             }
         }
     }
@@ -247,10 +248,10 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
             release: opts
                 .releases
                 .iter()
-                .find(|r| r.source == ChartSource::Repo(u.clone()))
+                .find(|r| matches!(&r.source, ChartSource::Repo(x) if x.trim_end_matches('/') == u))
                 .map(|r| r.name.clone())
                 .unwrap_or_default(),
-            source,
+            source: Box::new(source),
         })?;
         indexes.insert(u, text);
     }
@@ -346,11 +347,11 @@ async fn resolve_release(
 ) -> Result<(ChartVersion, Vec<String>), LockError> {
     let fetch_err = |source| LockError::Fetch {
         release: r.name.clone(),
-        source,
+        source: Box::new(source),
     };
     match &r.source {
         ChartSource::Repo(url) => {
-            let text = indexes.get(url).map(String::as_str).unwrap_or("");
+            let text = indexes.get(url.trim_end_matches('/')).map(String::as_str).unwrap_or("");
             let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
             let lookup = find_chart(text, &r.chart, url, &index_url).map_err(|e| resolve_err(r, e.to_string()))?;
             let Some(versions) = lookup.versions else {

@@ -23,6 +23,8 @@ pub enum ChartsCommand {
     Lock(LockArgs),
     /// Download the locked charts into the cache, verifying their digests
     Fetch(FetchArgs),
+    /// Print a release's layered user values (what the node passes to helm -f), after checking them
+    Values(ValuesArgs),
     /// Resolve one chart from a repository or an index file (for scripts and benchmarks)
     #[command(hide = true, disable_version_flag = true)]
     Resolve(ResolveArgs),
@@ -67,6 +69,15 @@ pub struct FetchArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ValuesArgs {
+    /// The release (default: every release, one YAML document each)
+    pub release: Option<String>,
+    /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct ResolveArgs {
     /// Chart name
     pub chart: String,
@@ -85,8 +96,51 @@ pub fn run(global: &GlobalOptions, args: ChartsArgs) -> anyhow::Result<()> {
     match args.command {
         ChartsCommand::Lock(a) => lock(global, a),
         ChartsCommand::Fetch(a) => fetch(global, a),
+        ChartsCommand::Values(a) => values(global, a),
         ChartsCommand::Resolve(a) => resolve(global, a),
     }
+}
+
+fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let releases: Vec<_> = match &args.release {
+        None => cluster.releases.clone(),
+        Some(name) => {
+            let Some(r) = cluster.releases.iter().find(|r| &r.name == name) else {
+                let names: Vec<&str> = cluster.releases.iter().map(|r| r.name.as_str()).collect();
+                let hint = crate::located::closest(name, &names)
+                    .map(|c| format!(" (did you mean {c:?}?)"))
+                    .unwrap_or_default();
+                anyhow::bail!("no release {name:?} in {}{hint}", cluster.file.display());
+            };
+            vec![r.clone()]
+        }
+    };
+    let prepared = chart::prepare_releases(&chart::PrepareOptions {
+        dir: global.dir.clone(),
+        releases,
+        kubernetes_version: cluster.config.kubernetes_version.clone(),
+        plugin_values: Default::default(),
+        cache_dir: args.cache_dir.unwrap_or_else(chart::default_cache_dir),
+    })?;
+    if global.output == OutputFormat::Json {
+        let map: serde_json::Map<String, serde_json::Value> = prepared
+            .iter()
+            .map(|p| (p.locked.release.clone(), p.values.user.clone()))
+            .collect();
+        return print_json(&map);
+    }
+    for (i, p) in prepared.iter().enumerate() {
+        if i > 0 {
+            println!("---");
+        }
+        println!(
+            "# release {}: chart {} {}",
+            p.locked.release, p.locked.chart, p.locked.version
+        );
+        print!("{}", p.values_yaml);
+    }
+    Ok(())
 }
 
 fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
