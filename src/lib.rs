@@ -7,3 +7,4 @@ pub mod config;
 pub mod fsutil;
 pub mod located;
 pub mod plugin;
+pub mod render;

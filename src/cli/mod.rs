@@ -2,6 +2,7 @@
 //! parse flags into an options struct, call the library, and print.
 
 mod init;
+pub mod render;
 mod schema;
 mod validate;
 
@@ -50,6 +51,8 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print a JSON Schema, for editors
     Schema(schema::SchemaArgs),
+    /// Render stacks, user-data and the addon plan into <dir>/rendered (offline)
+    Render(render::RenderArgs),
 }
 
 /// Runs the parsed command line.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init::run(&cli.global, args),
         Command::Validate(args) => validate::run(&cli.global, args),
         Command::Schema(args) => schema::run(&cli.global, args),
+        Command::Render(args) => render::run(&cli.global, args),
     }
 }
 
