@@ -9,3 +9,4 @@ pub mod fsutil;
 pub mod located;
 pub mod plugin;
 pub mod progress;
+pub mod render;

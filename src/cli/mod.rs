@@ -4,6 +4,7 @@
 mod charts;
 mod init;
 mod plugins;
+pub mod render;
 mod schema;
 mod validate;
 
@@ -56,6 +57,8 @@ pub enum Command {
     Charts(charts::ChartsArgs),
     /// List plugins, or show one
     Plugins(plugins::PluginsArgs),
+    /// Render stacks, user-data and the addon plan into <dir>/rendered (offline)
+    Render(render::RenderArgs),
 }
 
 /// Runs the parsed command line.
@@ -72,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(args) => schema::run(&cli.global, args),
         Command::Charts(args) => charts::run(&cli.global, args),
         Command::Plugins(args) => plugins::run(&cli.global, args),
+        Command::Render(args) => render::run(&cli.global, args),
     }
 }
 

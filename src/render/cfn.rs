@@ -1,0 +1,599 @@
+//! CloudFormation stacks as JSON values: `root` (nested stacks by TemplateURL),
+//! `network` (VPC or an existing one, security groups, the API's NLB),
+//! `control-plane` (IAM, launch template, group, one wait condition per addon)
+//! and `node-pool-<name>`. Plugin resources and outputs merge into their stack.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Map, Value};
+
+use super::plan::{camel, Plan};
+use super::{Ctx, RenderError, RenderInput};
+use crate::config::NodePool;
+use crate::plugin::NodeHooks;
+
+const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
+const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
+const DEFAULT_VPC_CIDR: &str = "10.0.0.0/16";
+const DEFAULT_AZ_COUNT: usize = 2;
+/// How long a node has to boot, join and signal.
+const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
+
+/// Graviton instance families (`m7g`, `c6gn`, `t4g`) need the arm64 AMI.
+pub fn is_arm64(instance_type: &str) -> bool {
+    let family = instance_type.split('.').next().unwrap_or("");
+    let letters = family.trim_start_matches(|c: char| c.is_ascii_lowercase());
+    let rest = letters.trim_start_matches(|c: char| c.is_ascii_digit());
+    letters.len() < family.len() && rest.len() < letters.len() && rest.starts_with('g')
+}
+
+fn ami_parameter(instance_type: &str) -> Value {
+    json!({
+        "Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+        "Default": if is_arm64(instance_type) { AMI_ARM } else { AMI_X86 },
+        "Description": "Amazon Linux 2023 AMI, from its SSM public parameter",
+    })
+}
+
+/// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
+pub fn iso_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    let mut out = "PT".to_string();
+    if h > 0 {
+        out.push_str(&format!("{h}H"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}M"));
+    }
+    if s > 0 || (h == 0 && m == 0) {
+        out.push_str(&format!("{s}S"));
+    }
+    out
+}
+
+fn template(description: String) -> Map<String, Value> {
+    let mut t = Map::new();
+    t.insert("AWSTemplateFormatVersion".into(), json!("2010-09-09"));
+    t.insert("Description".into(), json!(description));
+    t
+}
+
+fn tags(ctx: &Ctx, name: &str) -> Value {
+    json!([
+        {"Key": "Name", "Value": name},
+        {"Key": format!("kubernetes.io/cluster/{}", ctx.cluster), "Value": "owned"},
+    ])
+}
+
+/// Splits `cidr` into `count` subnets four bits longer (`10.0.0.0/16` -> /20s).
+fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, RenderError> {
+    let bad = || RenderError::Network {
+        message: format!("network.vpcCIDR {cidr:?} is not an IPv4 CIDR like 10.0.0.0/16"),
+    };
+    let (addr, bits) = cidr.split_once('/').ok_or_else(bad)?;
+    let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    let bits: u32 = bits.parse().map_err(|_| bad())?;
+    if !(8..=24).contains(&bits) {
+        return Err(RenderError::Network {
+            message: format!("network.vpcCIDR {cidr:?}: use a prefix between /8 and /24"),
+        });
+    }
+    if count > 16 {
+        return Err(RenderError::Network {
+            message: format!("network.availabilityZones lists {count} zones; at most 16 are supported"),
+        });
+    }
+    let sub = bits + 4;
+    let base = u32::from(addr) & (u32::MAX << (32 - bits));
+    Ok((0..count as u32)
+        .map(|i| format!("{}/{sub}", Ipv4Addr::from(base + (i << (32 - sub)))))
+        .collect())
+}
+
+fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
+    let net = &input.cluster.network;
+    let mut t = template(format!("kube-aws cluster {}: network", ctx.cluster));
+    let mut r = Map::new();
+    let (vpc, subnets, gateway): (Value, Vec<Value>, Option<&str>) = match &net.vpc_id {
+        Some(id) => (json!(id), net.subnet_ids.iter().map(|s| json!(s)).collect(), None),
+        None => {
+            let cidr = net.vpc_cidr.as_deref().unwrap_or(DEFAULT_VPC_CIDR);
+            let count = if net.availability_zones.is_empty() {
+                DEFAULT_AZ_COUNT
+            } else {
+                net.availability_zones.len()
+            };
+            let cidrs = subnet_cidrs(cidr, count)?;
+            r.insert(
+                "Vpc".into(),
+                json!({"Type": "AWS::EC2::VPC", "Properties": {
+                    "CidrBlock": cidr, "EnableDnsSupport": true, "EnableDnsHostnames": true,
+                    "Tags": tags(ctx, &ctx.cluster)}}),
+            );
+            r.insert(
+                "InternetGateway".into(),
+                json!({"Type": "AWS::EC2::InternetGateway", "Properties": {"Tags": tags(ctx, &ctx.cluster)}}),
+            );
+            r.insert(
+                "GatewayAttachment".into(),
+                json!({"Type": "AWS::EC2::VPCGatewayAttachment", "Properties": {
+                    "VpcId": {"Ref": "Vpc"}, "InternetGatewayId": {"Ref": "InternetGateway"}}}),
+            );
+            r.insert(
+                "PublicRouteTable".into(),
+                json!({"Type": "AWS::EC2::RouteTable", "Properties": {
+                    "VpcId": {"Ref": "Vpc"}, "Tags": tags(ctx, &ctx.cluster)}}),
+            );
+            r.insert(
+                "PublicRoute".into(),
+                json!({"Type": "AWS::EC2::Route", "DependsOn": "GatewayAttachment", "Properties": {
+                    "RouteTableId": {"Ref": "PublicRouteTable"}, "DestinationCidrBlock": "0.0.0.0/0",
+                    "GatewayId": {"Ref": "InternetGateway"}}}),
+            );
+            let mut ids = Vec::new();
+            for (i, sub) in cidrs.iter().enumerate() {
+                let az = match net.availability_zones.get(i) {
+                    Some(z) => json!(z),
+                    None => json!({"Fn::Select": [i, {"Fn::GetAZs": ""}]}),
+                };
+                let name = format!("Subnet{i}");
+                r.insert(
+                    name.clone(),
+                    json!({"Type": "AWS::EC2::Subnet", "Properties": {
+                        "VpcId": {"Ref": "Vpc"}, "CidrBlock": sub, "AvailabilityZone": az,
+                        "MapPublicIpOnLaunch": true,
+                        "Tags": tags(ctx, &format!("{}-{i}", ctx.cluster))}}),
+                );
+                r.insert(
+                    format!("{name}RouteTableAssociation"),
+                    json!({"Type": "AWS::EC2::SubnetRouteTableAssociation", "Properties": {
+                        "SubnetId": {"Ref": name}, "RouteTableId": {"Ref": "PublicRouteTable"}}}),
+                );
+                ids.push(json!({"Ref": name}));
+            }
+            (json!({"Ref": "Vpc"}), ids, Some("GatewayAttachment"))
+        }
+    };
+    r.insert(
+        "ControllerSecurityGroup".into(),
+        json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
+            "GroupDescription": format!("kube-aws {} controllers", ctx.cluster),
+            "VpcId": vpc,
+            "SecurityGroupIngress": [
+                {"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443, "CidrIp": "0.0.0.0/0",
+                 "Description": "Kubernetes API through the load balancer"}],
+            "Tags": tags(ctx, &format!("{}-controller", ctx.cluster))}}),
+    );
+    r.insert(
+        "WorkerSecurityGroup".into(),
+        json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
+            "GroupDescription": format!("kube-aws {} workers", ctx.cluster),
+            "VpcId": vpc,
+            "Tags": tags(ctx, &format!("{}-worker", ctx.cluster))}}),
+    );
+    for (name, group, source) in [
+        (
+            "ControllerFromControllers",
+            "ControllerSecurityGroup",
+            "ControllerSecurityGroup",
+        ),
+        (
+            "ControllerFromWorkers",
+            "ControllerSecurityGroup",
+            "WorkerSecurityGroup",
+        ),
+        (
+            "WorkerFromControllers",
+            "WorkerSecurityGroup",
+            "ControllerSecurityGroup",
+        ),
+        ("WorkerFromWorkers", "WorkerSecurityGroup", "WorkerSecurityGroup"),
+    ] {
+        r.insert(
+            name.into(),
+            json!({"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {
+                "GroupId": {"Fn::GetAtt": [group, "GroupId"]}, "IpProtocol": "-1",
+                "SourceSecurityGroupId": {"Fn::GetAtt": [source, "GroupId"]},
+                "Description": "cluster traffic"}}),
+        );
+    }
+    let mut nlb = json!({"Type": "AWS::ElasticLoadBalancingV2::LoadBalancer", "Properties": {
+        "Type": "network", "Scheme": "internet-facing", "Subnets": subnets,
+        "Tags": tags(ctx, &format!("{}-api", ctx.cluster))}});
+    if let Some(g) = gateway {
+        nlb["DependsOn"] = json!(g);
+    }
+    r.insert("ApiLoadBalancer".into(), nlb);
+    r.insert(
+        "ApiTargetGroup".into(),
+        // Without client IP preservation a controller reaching the API through
+        // the NLB may land on itself (hairpin) and still get an answer.
+        json!({"Type": "AWS::ElasticLoadBalancingV2::TargetGroup", "Properties": {
+            "Protocol": "TCP", "Port": 6443, "VpcId": vpc, "TargetType": "instance",
+            "HealthCheckProtocol": "TCP",
+            "TargetGroupAttributes": [{"Key": "preserve_client_ip.enabled", "Value": "false"}]}}),
+    );
+    r.insert(
+        "ApiListener".into(),
+        json!({"Type": "AWS::ElasticLoadBalancingV2::Listener", "Properties": {
+            "LoadBalancerArn": {"Ref": "ApiLoadBalancer"}, "Port": 6443, "Protocol": "TCP",
+            "DefaultActions": [{"Type": "forward", "TargetGroupArn": {"Ref": "ApiTargetGroup"}}]}}),
+    );
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({
+            "VpcId": {"Value": vpc},
+            "SubnetIds": {"Value": {"Fn::Join": [",", subnets]}},
+            "ControllerSecurityGroupId": {"Value": {"Fn::GetAtt": ["ControllerSecurityGroup", "GroupId"]}},
+            "WorkerSecurityGroupId": {"Value": {"Fn::GetAtt": ["WorkerSecurityGroup", "GroupId"]}},
+            "ApiEndpoint": {"Value": {"Fn::GetAtt": ["ApiLoadBalancer", "DNSName"]}},
+            "ApiTargetGroupArn": {"Value": {"Ref": "ApiTargetGroup"}},
+        }),
+    );
+    Ok(t)
+}
+
+/// The statements every node role gets, plus its scope's plugin statements.
+fn policy_statements(input: &RenderInput, ctx: &Ctx, role: &str, controller: bool, hooks: &NodeHooks) -> Vec<Value> {
+    let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
+    let mut read = vec![obj(&format!("userdata/{role}/*")), obj("bootstrap/join.json")];
+    let mut write = vec![];
+    if controller {
+        read.push(obj("charts/*"));
+        write.push(obj("bootstrap/*"));
+        write.push(obj("status/*"));
+    }
+    let mut s =
+        vec![json!({"Sid": "ReadClusterObjects", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": read})];
+    if controller {
+        s.push(
+            json!({"Sid": "WriteBootstrapAndStatus", "Effect": "Allow", "Action": ["s3:PutObject"], "Resource": write}),
+        );
+    }
+    s.push(json!({
+        "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],
+        "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
+    }));
+    if let Some(k) = &input.cluster.kms_key_arn {
+        let actions = if controller {
+            json!(["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"])
+        } else {
+            json!(["kms:Decrypt"])
+        };
+        s.push(json!({"Sid": "UseClusterKey", "Effect": "Allow", "Action": actions, "Resource": k}));
+    }
+    s.extend(hooks.iam_statements.iter().map(|st| st.statement.clone()));
+    s
+}
+
+struct Group<'a> {
+    prefix: &'a str,
+    role: &'a str,
+    controller: bool,
+    instance_type: &'a str,
+    root_volume: u32,
+    min: u32,
+    max: u32,
+    desired: u32,
+    security_group: &'a str,
+    hooks: &'a NodeHooks,
+    extra_target_groups: Vec<Value>,
+}
+
+fn sub_escape(stub: &str) -> String {
+    stub.replace("${", "${!")
+        .replace("${!AWS::StackName}", "${AWS::StackName}")
+        .replace("${!AWS::Region}", "${AWS::Region}")
+        .replace("${!ApiEndpoint}", "${ApiEndpoint}")
+}
+
+/// Role, instance profile, launch template and auto scaling group of one node kind.
+fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
+    let p = g.prefix;
+    r.insert(
+        format!("{p}Role"),
+        json!({"Type": "AWS::IAM::Role", "Properties": {
+            "Path": "/",
+            "AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
+            "Policies": [{"PolicyName": format!("kube-aws-{}", g.role), "PolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": policy_statements(input, ctx, g.role, g.controller, g.hooks)}}]}}),
+    );
+    r.insert(
+        format!("{p}InstanceProfile"),
+        json!({"Type": "AWS::IAM::InstanceProfile", "Properties": {"Path": "/", "Roles": [{"Ref": format!("{p}Role")}]}}),
+    );
+    let name = format!("{}-{}", ctx.cluster, g.role);
+    r.insert(
+        format!("{p}LaunchTemplate"),
+        json!({"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {
+            "ImageId": {"Ref": "ImageId"},
+            "InstanceType": g.instance_type,
+            "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
+            "SecurityGroupIds": [{"Ref": g.security_group}],
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+            "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
+                "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
+            "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
+        }}}),
+    );
+    let mut group_tags = vec![json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true})];
+    for (k, v) in &g.hooks.asg_tags {
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+    }
+    let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": {
+            "VPCZoneIdentifier": {"Ref": "SubnetIds"},
+            "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate")},
+                               "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate"), "LatestVersionNumber"]}},
+            "MinSize": g.min.to_string(), "MaxSize": g.max.to_string(), "DesiredCapacity": g.desired.to_string(),
+            "Tags": group_tags,
+        },
+        "UpdatePolicy": {"AutoScalingRollingUpdate": {
+            "MinInstancesInService": g.desired.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
+            "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true}},
+    });
+    if !g.extra_target_groups.is_empty() {
+        asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
+    }
+    if g.desired > 0 {
+        asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": g.desired, "Timeout": NODE_SIGNAL_TIMEOUT}});
+    }
+    r.insert(format!("{p}Group"), asg);
+}
+
+fn control_plane_stack(
+    input: &RenderInput,
+    ctx: &Ctx,
+    plan: &Plan,
+    stub: &str,
+) -> Result<Map<String, Value>, RenderError> {
+    let c = &input.cluster.controller;
+    if is_arm64(&c.instance_type) && input.helm_binary.url.contains("amd64") {
+        return Err(RenderError::Network {
+            message: format!(
+                "controller.instanceType {:?} is arm64 but the helm client is linux-amd64; pick an x86_64 type",
+                c.instance_type
+            ),
+        });
+    }
+    let mut t = template(format!(
+        "kube-aws cluster {}: control plane and addon wait conditions",
+        ctx.cluster
+    ));
+    t.insert(
+        "Parameters".into(),
+        json!({
+            "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
+            "ControllerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
+            "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
+            "ApiTargetGroupArn": {"Type": "String"},
+            "ImageId": ami_parameter(&c.instance_type),
+        }),
+    );
+    let mut r = Map::new();
+    let g = Group {
+        prefix: "Controller",
+        role: "controller",
+        controller: true,
+        instance_type: &c.instance_type,
+        root_volume: c.root_volume_size,
+        min: c.count,
+        max: c.count,
+        desired: c.count,
+        security_group: "ControllerSecurityGroupId",
+        hooks: &input.plugins.controller,
+        extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
+    };
+    node_group(input, ctx, &g, stub, &mut r);
+    let ids: BTreeMap<&str, &str> = plan
+        .releases
+        .iter()
+        .map(|e| (e.name.as_str(), e.wait_condition.as_str()))
+        .collect();
+    for e in &plan.releases {
+        let mut deps = vec![json!("ControllerGroup")];
+        deps.extend(
+            e.depends_on
+                .iter()
+                .filter_map(|d| ids.get(d.as_str()))
+                .map(|w| json!(w)),
+        );
+        r.insert(
+            e.wait_condition.clone(),
+            json!({"Type": "AWS::CloudFormation::WaitCondition", "DependsOn": deps,
+                "CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": iso_duration(e.wait_timeout_seconds)}},
+                "Metadata": {"Release": e.name, "Namespace": e.namespace, "Chart": e.chart,
+                             "ChartVersion": e.chart_version}}),
+        );
+    }
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"ControllerRoleArn": {"Value": {"Fn::GetAtt": ["ControllerRole", "Arn"]}}}),
+    );
+    Ok(t)
+}
+
+fn pool_sizes(p: &NodePool) -> (u32, u32, u32) {
+    let desired = p.count.or(p.min_size).unwrap_or(1);
+    let min = p.count.or(p.min_size).unwrap_or(desired);
+    let max = p.count.or(p.max_size).unwrap_or(desired).max(min).max(1);
+    (min, max, desired)
+}
+
+fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, stub: &str) -> Map<String, Value> {
+    let mut t = template(format!("kube-aws cluster {}: node pool {}", ctx.cluster, pool.name));
+    t.insert(
+        "Parameters".into(),
+        json!({
+            "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
+            "WorkerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
+            "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
+            "ImageId": ami_parameter(&pool.instance_type),
+        }),
+    );
+    let default_hooks = NodeHooks::default();
+    let hooks = input.plugins.pools.get(&pool.name).unwrap_or(&default_hooks);
+    let (min, max, desired) = pool_sizes(pool);
+    let role = format!("worker-{}", pool.name);
+    let g = Group {
+        prefix: "Worker",
+        role: &role,
+        controller: false,
+        instance_type: &pool.instance_type,
+        root_volume: pool.root_volume_size,
+        min,
+        max,
+        desired,
+        security_group: "WorkerSecurityGroupId",
+        hooks,
+        extra_target_groups: vec![],
+    };
+    let mut r = Map::new();
+    node_group(input, ctx, &g, stub, &mut r);
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"WorkerRoleArn": {"Value": {"Fn::GetAtt": ["WorkerRole", "Arn"]}},
+               "AutoScalingGroupName": {"Value": {"Ref": "WorkerGroup"}}}),
+    );
+    t
+}
+
+fn root_stack(input: &RenderInput, ctx: &Ctx) -> Map<String, Value> {
+    let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
+    let base = format!(
+        "https://{}.s3.{}.amazonaws.com/{}/stacks",
+        ctx.bucket, ctx.region, ctx.key_prefix
+    );
+    t.insert(
+        "Parameters".into(),
+        json!({"TemplateBaseURL": {"Type": "String", "Default": base,
+            "Description": "HTTPS URL of the folder holding the nested stack templates"}}),
+    );
+    let out = |o: &str| json!({"Fn::GetAtt": ["Network", format!("Outputs.{o}")]});
+    let url = |s: &str| json!({"Fn::Sub": format!("${{TemplateBaseURL}}/{s}.json")});
+    let mut r = Map::new();
+    r.insert(
+        "Network".into(),
+        json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("network")}}),
+    );
+    r.insert(
+        "ControlPlane".into(),
+        json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
+            "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
+                           "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn")}}}),
+    );
+    for pool in &input.cluster.worker.node_pools {
+        r.insert(
+            format!("NodePool{}", camel(&pool.name)),
+            json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
+                "TemplateURL": url(&format!("node-pool-{}", pool.name)),
+                "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
+                               "ApiEndpoint": out("ApiEndpoint")}}}),
+        );
+    }
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"ApiEndpoint": {"Value": out("ApiEndpoint")},
+               "ControlPlaneStack": {"Value": {"Ref": "ControlPlane"}}}),
+    );
+    t
+}
+
+/// Merges plugin contributions into their stacks; a logical ID clash is an error.
+fn merge_plugins(input: &RenderInput, stacks: &mut [(String, Map<String, Value>)]) -> Result<(), RenderError> {
+    for c in &input.plugins.cluster.cloudformation {
+        let names: Vec<String> = stacks.iter().map(|(n, _)| n.clone()).collect();
+        let Some((_, t)) = stacks.iter_mut().find(|(n, _)| *n == c.stack) else {
+            return Err(RenderError::Plugin {
+                plugin: c.plugin.clone(),
+                message: format!(
+                    "targets stack {:?}, which does not exist; stacks: {}",
+                    c.stack,
+                    names.join(", ")
+                ),
+            });
+        };
+        for (section, items) in [("Resources", &c.resources), ("Outputs", &c.outputs)] {
+            let target = t
+                .entry(section)
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .ok_or_else(|| RenderError::Template {
+                    name: c.stack.clone(),
+                    message: format!("{section} is not an object"),
+                })?;
+            for (k, v) in items {
+                if target.contains_key(k) {
+                    return Err(RenderError::Plugin {
+                        plugin: c.plugin.clone(),
+                        message: format!("{section} {k:?} already exists in stack {:?}; rename it", c.stack),
+                    });
+                }
+                target.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Renders every stack, in a fixed order, as (name, template).
+pub fn render_stacks(
+    input: &RenderInput,
+    ctx: &Ctx,
+    plan: &Plan,
+    stubs: &BTreeMap<String, String>,
+) -> Result<Vec<(String, Value)>, RenderError> {
+    let stub = |role: &str| stubs.get(role).map(String::as_str).unwrap_or_default();
+    let mut stacks = vec![
+        ("root".to_string(), root_stack(input, ctx)),
+        ("network".to_string(), network_stack(input, ctx)?),
+        (
+            "control-plane".to_string(),
+            control_plane_stack(input, ctx, plan, stub("controller"))?,
+        ),
+    ];
+    for pool in &input.cluster.worker.node_pools {
+        let role = format!("worker-{}", pool.name);
+        stacks.push((
+            format!("node-pool-{}", pool.name),
+            pool_stack(input, ctx, pool, stub(&role)),
+        ));
+    }
+    merge_plugins(input, &mut stacks)?;
+    Ok(stacks.into_iter().map(|(n, t)| (n, Value::Object(t))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm64_families() {
+        for t in ["m7g.large", "c6gn.xlarge", "t4g.small", "g5g.xlarge", "r7gd.large"] {
+            assert!(is_arm64(t), "{t}");
+        }
+        for t in ["m6i.large", "g5.xlarge", "c5n.large", "t3.micro", "inf1.xlarge"] {
+            assert!(!is_arm64(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn subnets_and_durations() {
+        assert_eq!(
+            subnet_cidrs("10.0.0.0/16", 3).unwrap(),
+            ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20"]
+        );
+        assert!(subnet_cidrs("10.0.0.0/28", 2).is_err());
+        assert_eq!(iso_duration(5400), "PT1H30M");
+        assert_eq!(iso_duration(45), "PT45S");
+        assert_eq!(iso_duration(0), "PT0S");
+    }
+}

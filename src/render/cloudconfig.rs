@@ -1,0 +1,406 @@
+//! Node cloud-configs (`#cloud-config` for Amazon Linux 2023) and the user-data
+//! stubs that fetch them. The tera templates hold layout only; every value
+//! reaches the node as a data file under `write_files` (a literal block or
+//! base64, byte-exact), read by static scripts.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::plan::sha256_hex;
+use super::yaml::{file_content, quote};
+use super::{Ctx, RenderError, RenderInput, Rendered};
+use crate::config::{Taint, TaintEffect};
+use crate::plugin::NodeHooks;
+
+const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
+const STUB_TEMPLATE: &str = include_str!("templates/stub.cloud-config.tera");
+const NODE_BOOTSTRAP_SH: &str = include_str!("templates/node-bootstrap.sh");
+const STUB_SH: &str = include_str!("templates/stub.sh");
+const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
+const MODULES_CONF: &str = include_str!("templates/modules.conf");
+const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
+
+/// Where the addon plan and values live on the controller.
+pub const NODE_ADDON_DIR: &str = "/etc/kube-aws/addons";
+/// The pod network kubeadm configures; CNI charts must agree with it.
+pub const POD_SUBNET: &str = "10.244.0.0/16";
+const PACKAGES: &[&str] = &["containerd", "kubelet", "kubeadm", "kubectl", "cri-tools", "tar"];
+
+/// One node role's full cloud-config.
+#[derive(Debug, Clone)]
+pub struct NodePart {
+    /// `controller` or `worker-<pool>`.
+    pub role: String,
+    /// The stack holding its auto scaling group: `control-plane` or `node-pool-<pool>`.
+    pub stack: String,
+    /// The group's logical ID, which the node signals.
+    pub asg_logical_id: String,
+    pub cloud_config: String,
+    pub sha256: String,
+}
+
+fn tera() -> Result<&'static tera::Tera, RenderError> {
+    static TERA: OnceLock<Result<tera::Tera, String>> = OnceLock::new();
+    TERA.get_or_init(|| {
+        let mut t = tera::Tera::default();
+        t.autoescape_on(vec![]);
+        t.add_raw_templates(vec![("node", NODE_TEMPLATE), ("stub", STUB_TEMPLATE)])
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(t)
+    })
+    .as_ref()
+    .map_err(|e| RenderError::Template {
+        name: "node/stub".into(),
+        message: e.clone(),
+    })
+}
+
+/// A `write_files` entry, every field already YAML.
+#[derive(Serialize)]
+struct FileEntry {
+    path: String,
+    permissions: String,
+    owner: String,
+    b64: bool,
+    content: String,
+}
+
+fn entry(path: &str, permissions: &str, owner: &str, content: &str) -> FileEntry {
+    let c = file_content(content, 6);
+    FileEntry {
+        path: quote(path),
+        permissions: quote(permissions),
+        owner: quote(owner),
+        b64: c.b64,
+        content: c.yaml,
+    }
+}
+
+fn render_template(name: &str, ctx: &tera::Context) -> Result<String, RenderError> {
+    tera()?.render(name, ctx).map_err(|e| RenderError::Template {
+        name: name.into(),
+        message: format!("{e:?}"),
+    })
+}
+
+/// kubeadm's `extraArgs` shape: a list of {name, value} from v1beta4 (1.31), a map before.
+fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
+    if v1beta4 {
+        Value::Array(args.iter().map(|(k, v)| json!({"name": k, "value": v})).collect())
+    } else {
+        json!(args)
+    }
+}
+
+fn taint_json(t: &Taint) -> Value {
+    let effect = match t.effect {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    };
+    let mut v = json!({"key": t.key, "effect": effect});
+    if !t.value.is_empty() {
+        v["value"] = json!(t.value);
+    }
+    v
+}
+
+fn minor_at_least(ctx: &Ctx, want: u32) -> bool {
+    let mut parts = ctx.k8s_minor.split('.');
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(1);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    major > 1 || minor >= want
+}
+
+/// What one kind of node gets: its role, labels, taints and hooks.
+struct NodeSpec<'a> {
+    role: String,
+    pool: Option<&'a str>,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    hooks: &'a NodeHooks,
+}
+
+fn node_registration(ctx: &Ctx, spec: &NodeSpec) -> Value {
+    let v1beta4 = minor_at_least(ctx, 31);
+    let mut kubelet = spec.hooks.kubelet_flags.clone();
+    if !spec.labels.is_empty() {
+        let mut labels: Vec<String> = spec.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(extra) = kubelet.get("node-labels") {
+            labels.push(extra.clone());
+        }
+        kubelet.insert("node-labels".into(), labels.join(","));
+    }
+    json!({
+        "criSocket": "unix:///run/containerd/containerd.sock",
+        "taints": spec.taints.iter().map(taint_json).collect::<Vec<_>>(),
+        "kubeletExtraArgs": extra_args(v1beta4, &kubelet),
+    })
+}
+
+fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Value {
+    let v1beta4 = minor_at_least(ctx, 31);
+    let api = if v1beta4 {
+        "kubeadm.k8s.io/v1beta4"
+    } else {
+        "kubeadm.k8s.io/v1beta3"
+    };
+    let reg = node_registration(ctx, spec);
+    let hooks = &input.plugins.cluster;
+    let mut docs = Vec::new();
+    if spec.pool.is_none() {
+        docs.push(json!({"apiVersion": api, "kind": "InitConfiguration", "nodeRegistration": reg}));
+        docs.push(json!({
+            "apiVersion": api,
+            "kind": "ClusterConfiguration",
+            "clusterName": ctx.cluster,
+            "networking": {"podSubnet": POD_SUBNET},
+            "apiServer": {"extraArgs": extra_args(v1beta4, &hooks.api_server_flags)},
+            "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
+            "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
+        }));
+    }
+    // Controllers after the first, and workers, join with this one.
+    docs.push(json!({"apiVersion": api, "kind": "JoinConfiguration", "nodeRegistration": reg}));
+    json!({ "documents": docs })
+}
+
+fn pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn plain_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0', '\n'])
+}
+
+fn plugin_err(plugin: &str, message: String) -> RenderError {
+    RenderError::Plugin {
+        plugin: plugin.into(),
+        message,
+    }
+}
+
+fn render_node(
+    input: &RenderInput,
+    ctx: &Ctx,
+    spec: &NodeSpec,
+    addons: &[(String, String, String)],
+) -> Result<String, RenderError> {
+    let mut files: Vec<FileEntry> = Vec::new();
+    let mut paths: BTreeMap<String, String> = BTreeMap::new();
+    let mut claim = |path: &str, owner: &str| -> Result<(), RenderError> {
+        if let Some(first) = paths.insert(path.to_string(), owner.to_string()) {
+            return Err(plugin_err(
+                owner,
+                format!(
+                    "file {path:?} on {} nodes is also written by {first}; pick another path",
+                    spec.role
+                ),
+            ));
+        }
+        Ok(())
+    };
+    let hooks = spec.hooks;
+    let node = json!({
+        "role": if spec.pool.is_some() { "worker" } else { "controller" },
+        "pool": spec.pool,
+        "cluster": ctx.cluster,
+        "kubernetesMinor": ctx.k8s_minor,
+        "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
+        "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str()).collect::<Vec<_>>(),
+    });
+    let ours: Vec<(&str, &str, String)> = vec![
+        ("/etc/kube-aws/node.json", "0644", pretty(&node)),
+        (
+            "/etc/kube-aws/kubeadm.json",
+            "0600",
+            pretty(&kubeadm_documents(input, ctx, spec)),
+        ),
+        ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
+        ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
+        (
+            "/opt/kube-aws/bin/kube-aws-node-bootstrap",
+            "0755",
+            NODE_BOOTSTRAP_SH.into(),
+        ),
+    ];
+    for (path, mode, content) in &ours {
+        claim(path, "kube-aws")?;
+        files.push(entry(path, mode, "root:root", content));
+    }
+    for (path, mode, content) in addons {
+        claim(path, "kube-aws")?;
+        files.push(entry(path, mode, "root:root", content));
+    }
+    for f in &hooks.files {
+        if !f.path.starts_with('/') || f.path.split('/').any(|s| s == "..") {
+            return Err(plugin_err(
+                &f.plugin,
+                format!("file path {:?} must be absolute, without '..'", f.path),
+            ));
+        }
+        let mode_ok = (3..=4).contains(&f.permissions.len()) && f.permissions.chars().all(|c| ('0'..='7').contains(&c));
+        if !mode_ok {
+            return Err(plugin_err(
+                &f.plugin,
+                format!(
+                    "file {:?} has permissions {:?}; use octal like \"0644\"",
+                    f.path, f.permissions
+                ),
+            ));
+        }
+        claim(&f.path, &format!("plugin {}", f.plugin))?;
+        let owner = if f.owner.is_empty() { "root:root" } else { &f.owner };
+        files.push(entry(&f.path, &f.permissions, owner, &f.content));
+    }
+    for u in &hooks.systemd_units {
+        if !plain_name(&u.name) || !u.name.contains('.') {
+            return Err(plugin_err(
+                &u.plugin,
+                format!("systemd unit name {:?} must be a file name like foo.service", u.name),
+            ));
+        }
+        let path = format!("/etc/systemd/system/{}", u.name);
+        claim(&path, &format!("plugin {}", u.plugin))?;
+        files.push(entry(&path, "0644", "root:root", &u.content));
+    }
+    let mut c = tera::Context::new();
+    c.insert("role", &spec.role);
+    c.insert("cluster", &ctx.cluster);
+    c.insert("k8s_minor", &ctx.k8s_minor);
+    c.insert(
+        "repo_url",
+        &quote(&format!("https://pkgs.k8s.io/core:/stable:/v{}/rpm/", ctx.k8s_minor)),
+    );
+    c.insert(
+        "repo_key",
+        &quote(&format!(
+            "https://pkgs.k8s.io/core:/stable:/v{}/rpm/repodata/repomd.xml.key",
+            ctx.k8s_minor
+        )),
+    );
+    c.insert("packages", PACKAGES);
+    c.insert("files", &files);
+    render_template("node", &c)
+}
+
+/// The addon files the controller carries: plan, values, Tiller, manifests, installer, unit.
+fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)>, RenderError> {
+    let mut files = Vec::new();
+    for (rel, bytes) in &out.files {
+        let (path, mode) = if rel == "addons/install-addons.sh" {
+            ("/opt/kube-aws/bin/install-addons.sh".to_string(), "0755")
+        } else if let Some(rest) = rel.strip_prefix("addons/") {
+            (format!("{NODE_ADDON_DIR}/{rest}"), "0600")
+        } else if rel.starts_with("manifests/") {
+            (format!("{NODE_ADDON_DIR}/{rel}"), "0600")
+        } else {
+            continue;
+        };
+        let text = String::from_utf8(bytes.clone()).map_err(|_| RenderError::Template {
+            name: rel.clone(),
+            message: "is not UTF-8".into(),
+        })?;
+        files.push((path, mode.to_string(), text));
+    }
+    files.push((
+        "/etc/systemd/system/kube-aws-addons.service".into(),
+        "0644".into(),
+        ADDONS_UNIT.into(),
+    ));
+    Ok(files)
+}
+
+/// Renders the controller's and each pool's full cloud-config. `out` already
+/// holds the addon artifacts the controller carries.
+pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Vec<NodePart>, RenderError> {
+    let mut parts = Vec::new();
+    let default_hooks = NodeHooks::default();
+    let p = &input.plugins;
+
+    let mut taints = vec![Taint {
+        key: "node-role.kubernetes.io/control-plane".into(),
+        value: String::new(),
+        effect: TaintEffect::NoSchedule,
+    }];
+    taints.extend(p.controller.taints.iter().cloned());
+    let spec = NodeSpec {
+        role: "controller".into(),
+        pool: None,
+        labels: p.controller.node_labels.clone(),
+        taints,
+        hooks: &p.controller,
+    };
+    let text = render_node(input, ctx, &spec, &controller_addon_files(out)?)?;
+    parts.push(NodePart {
+        role: "controller".into(),
+        stack: "control-plane".into(),
+        asg_logical_id: "ControllerGroup".into(),
+        sha256: sha256_hex(text.as_bytes()),
+        cloud_config: text,
+    });
+
+    for pool in &input.cluster.worker.node_pools {
+        let hooks = p.pools.get(&pool.name).unwrap_or(&default_hooks);
+        // Plugin labels first; the pool's own labels in cluster.yaml win.
+        let mut labels = hooks.node_labels.clone();
+        labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut taints = pool.taints.clone();
+        taints.extend(hooks.taints.iter().filter(|t| !pool.taints.contains(t)).cloned());
+        let role = format!("worker-{}", pool.name);
+        let spec = NodeSpec {
+            role: role.clone(),
+            pool: Some(&pool.name),
+            labels,
+            taints,
+            hooks,
+        };
+        let text = render_node(input, ctx, &spec, &[])?;
+        parts.push(NodePart {
+            role,
+            stack: format!("node-pool-{}", pool.name),
+            asg_logical_id: "WorkerGroup".into(),
+            sha256: sha256_hex(text.as_bytes()),
+            cloud_config: text,
+        });
+    }
+    Ok(parts)
+}
+
+/// The S3 URI a node part is published to (content-addressed).
+pub fn part_uri(ctx: &Ctx, part: &NodePart) -> String {
+    format!("{}/userdata/{}/{}.cloud-config", ctx.s3_base, part.role, part.sha256)
+}
+
+/// The user-data stub of a node part. `${AWS::StackName}`, `${AWS::Region}` and
+/// `${ApiEndpoint}` are left for CloudFormation's Fn::Sub.
+pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
+    let runtime = json!({
+        "role": part.role,
+        "cluster": ctx.cluster,
+        "region": "${AWS::Region}",
+        "stackName": "${AWS::StackName}",
+        "asgLogicalId": part.asg_logical_id,
+        "apiEndpoint": "${ApiEndpoint}",
+        "bucket": ctx.bucket,
+        "keyPrefix": ctx.key_prefix,
+        "s3Base": ctx.s3_base,
+        "cloudConfig": part_uri(ctx, part),
+        "cloudConfigSha256": part.sha256,
+    });
+    let mut runtime_text = serde_json::to_string(&runtime).unwrap_or_default();
+    runtime_text.push('\n');
+    let files = vec![
+        entry("/etc/kube-aws/runtime.json", "0644", "root:root", &runtime_text),
+        entry("/opt/kube-aws/bin/kube-aws-stub", "0755", "root:root", STUB_SH),
+    ];
+    let mut c = tera::Context::new();
+    c.insert("role", &part.role);
+    c.insert("files", &files);
+    render_template("stub", &c)
+}

@@ -1,0 +1,346 @@
+//! The addon plan: every release in install order (bootstrap addons first, then
+//! dependency order), with what the installer needs to fetch, check, install,
+//! report and signal. It is the only input of `install-addons.sh`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::input::{HelmBinary, RenderInput};
+use super::{Ctx, RenderError};
+use crate::config::Origin;
+
+/// Installer retry policy.
+pub const ATTEMPTS: u32 = 3;
+/// Seconds between attempts (the installer multiplies it by the attempt number).
+pub const RETRY_DELAY_SECONDS: u64 = 10;
+/// How long the installer waits for `/readyz`, then for a Ready node.
+pub const READYZ_TIMEOUT_SECONDS: u64 = 900;
+pub const NODE_READY_TIMEOUT_SECONDS: u64 = 1800;
+/// Slack added per release to the wait condition timeout: chart fetch, CRD wait, status writes.
+const PER_RELEASE_SLACK_SECONDS: u64 = 180;
+/// CloudFormation's longest CreationPolicy timeout.
+const MAX_WAIT_SECONDS: u64 = 12 * 3600;
+/// The Tiller image for Helm v2 mode.
+pub const TILLER_IMAGE: &str = "ghcr.io/helm/tiller:v2.17.0";
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub cluster: String,
+    pub region: String,
+    /// `s3://…/<cluster>/status/addons/`; the installer appends `<release>.json`.
+    #[serde(rename = "statusURI")]
+    pub status_uri: String,
+    pub helm: PlanHelm,
+    pub retries: Retries,
+    pub readyz_timeout_seconds: u64,
+    pub node_ready_timeout_seconds: u64,
+    /// Plugin manifests, relative to the addon directory, applied after the bootstrap addons.
+    pub manifests: Vec<String>,
+    pub releases: Vec<PlanRelease>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanHelm {
+    pub version: u32,
+    pub binary: HelmBinary,
+    pub tiller: PlanTiller,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanTiller {
+    /// Helm v2 mode with at least one release.
+    pub install: bool,
+    pub namespace: String,
+    pub history_max: u32,
+    /// The manifest the installer applies, relative to the addon directory.
+    pub manifest: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retries {
+    pub attempts: u32,
+    pub delay_seconds: u64,
+}
+
+/// One release as the installer sees it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRelease {
+    pub name: String,
+    pub chart: String,
+    pub chart_version: String,
+    pub namespace: String,
+    pub create_namespace: bool,
+    pub timeout_seconds: u64,
+    pub bootstrap: bool,
+    pub depends_on: Vec<String>,
+    /// False when the chart has no pinned digest: the installer refuses it.
+    pub locked: bool,
+    pub sha256: Option<String>,
+    /// The published archive, `s3://…/<cluster>/charts/<sha256>.tgz`.
+    pub chart_object: String,
+    pub chart_url: String,
+    /// Relative to the addon directory.
+    pub values_file: String,
+    pub values_sha256: String,
+    /// Files under the chart's `crds/`: the installer waits for them to be Established.
+    pub crds: Vec<String>,
+    pub origin: String,
+    /// The control-plane stack's wait condition this release signals.
+    pub wait_condition: String,
+    /// Its CreationPolicy timeout: this release and every one installed before it.
+    pub wait_timeout_seconds: u64,
+}
+
+/// Orders releases: bootstrap ones first, each group in dependency order, ties in input order.
+fn install_order(input: &RenderInput) -> Result<Vec<usize>, RenderError> {
+    let index: BTreeMap<&str, usize> = input
+        .addons
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.release.name.as_str(), i))
+        .collect();
+    if index.len() != input.addons.len() {
+        let mut seen = BTreeSet::new();
+        for a in &input.addons {
+            if !seen.insert(a.release.name.as_str()) {
+                return Err(RenderError::Addon {
+                    release: a.release.name.clone(),
+                    message: "is declared twice (by cluster.yaml or plugins); rename one release".into(),
+                });
+            }
+        }
+    }
+    for a in &input.addons {
+        for d in &a.release.depends_on {
+            let Some(&j) = index.get(d.as_str()) else {
+                return Err(RenderError::Addon {
+                    release: a.release.name.clone(),
+                    message: format!("depends on {d:?}, which is not a release of this cluster"),
+                });
+            };
+            if a.release.bootstrap && !input.addons[j].release.bootstrap {
+                return Err(RenderError::Addon {
+                    release: a.release.name.clone(),
+                    message: format!(
+                        "is a bootstrap addon but depends on {d:?}, which is not; mark {d:?} bootstrap too"
+                    ),
+                });
+            }
+        }
+    }
+    let mut order = Vec::with_capacity(input.addons.len());
+    let mut done = vec![false; input.addons.len()];
+    for bootstrap in [true, false] {
+        loop {
+            let next = (0..input.addons.len()).find(|&i| {
+                let r = &input.addons[i].release;
+                !done[i] && r.bootstrap == bootstrap && r.depends_on.iter().all(|d| done[index[d.as_str()]])
+            });
+            match next {
+                Some(i) => {
+                    done[i] = true;
+                    order.push(i);
+                }
+                None => break,
+            }
+        }
+    }
+    if let Some(i) = (0..input.addons.len()).find(|&i| !done[i]) {
+        return Err(RenderError::Addon {
+            release: input.addons[i].release.name.clone(),
+            message: "is part of a dependsOn cycle; remove one of the dependencies".into(),
+        });
+    }
+    Ok(order)
+}
+
+/// `metrics-server` -> `MetricsServer` (logical IDs are alphanumeric).
+pub fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut up = true;
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(if up { c.to_ascii_uppercase() } else { c });
+            up = false;
+        } else {
+            up = true;
+        }
+    }
+    out
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Builds the plan. Values files are `values/<release>.yaml` next to it.
+pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
+    let helm = &input.cluster.helm;
+    if helm.version == 2 && !input.addons.is_empty() && !helm.tiller.enabled {
+        return Err(RenderError::TillerDisabled {
+            releases: input.addons.len(),
+        });
+    }
+    let order = install_order(input)?;
+    let tiller_install = helm.version == 2 && !input.addons.is_empty();
+    let mut releases = Vec::with_capacity(order.len());
+    let mut elapsed = READYZ_TIMEOUT_SECONDS + NODE_READY_TIMEOUT_SECONDS;
+    for i in order {
+        let a = &input.addons[i];
+        let r = &a.release;
+        let timeout = r.timeout.as_secs().max(1);
+        elapsed += timeout * u64::from(ATTEMPTS) + PER_RELEASE_SLACK_SECONDS;
+        let chart_object = match &a.digest {
+            Some(d) => format!("{}/charts/{d}.tgz", ctx.s3_base),
+            None => format!("{}/charts/{}-{}.tgz", ctx.s3_base, r.chart, a.chart_version),
+        };
+        let mut entry = PlanRelease {
+            name: r.name.clone(),
+            chart: r.chart.clone(),
+            chart_version: a.chart_version.clone(),
+            namespace: r.namespace.clone(),
+            create_namespace: r.create_namespace,
+            timeout_seconds: timeout,
+            bootstrap: r.bootstrap,
+            depends_on: r.depends_on.clone(),
+            locked: a.digest.is_some(),
+            sha256: a.digest.clone(),
+            chart_object,
+            chart_url: a.chart_url.clone(),
+            values_file: format!("values/{}.yaml", r.name),
+            values_sha256: sha256_hex(a.values_yaml.as_bytes()),
+            crds: a.crds.clone(),
+            origin: match &r.origin {
+                Origin::Cluster { index } => format!("cluster.yaml charts[{index}]"),
+                Origin::Plugin { plugin, .. } => format!("plugin {plugin}"),
+            },
+            wait_condition: String::new(),
+            wait_timeout_seconds: 0,
+        };
+        // The hash covers the entry itself (chart, digest, values, namespace, deps…),
+        // so a changed addon gets a new wait condition and is waited for again.
+        let hashed = serde_json::to_vec(&entry).unwrap_or_default();
+        entry.wait_condition = format!("Addon{}{}", camel(&r.name), &sha256_hex(&hashed)[..10]);
+        entry.wait_timeout_seconds = elapsed.min(MAX_WAIT_SECONDS);
+        releases.push(entry);
+    }
+    Ok(Plan {
+        api_version: "kube-aws/v1",
+        kind: "AddonPlan",
+        cluster: input.cluster.cluster_name.clone(),
+        region: input.cluster.region.clone(),
+        status_uri: format!("{}/status/addons/", ctx.s3_base),
+        helm: PlanHelm {
+            version: helm.version,
+            binary: input.helm_binary.clone(),
+            tiller: PlanTiller {
+                install: tiller_install,
+                namespace: helm.tiller.namespace.clone(),
+                history_max: helm.tiller.history_max,
+                manifest: tiller_install.then(|| "tiller.yaml".to_string()),
+            },
+        },
+        retries: Retries {
+            attempts: ATTEMPTS,
+            delay_seconds: RETRY_DELAY_SECONDS,
+        },
+        readyz_timeout_seconds: READYZ_TIMEOUT_SECONDS,
+        node_ready_timeout_seconds: NODE_READY_TIMEOUT_SECONDS,
+        manifests: input
+            .plugins
+            .cluster
+            .manifests
+            .iter()
+            .map(|m| format!("manifests/{}/{}", m.plugin, m.name))
+            .collect(),
+        releases,
+    })
+}
+
+/// The Tiller manifests (service account, RBAC, deployment) for Helm v2 mode.
+/// Tiller runs on the host network and tolerates not-ready and control-plane
+/// taints so it can install the CNI before any pod network exists.
+pub fn tiller_manifest(namespace: &str, history_max: u32) -> String {
+    let ns = super::yaml::quote(namespace);
+    format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: tiller
+  namespace: {ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kube-aws-tiller
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+  - kind: ServiceAccount
+    name: tiller
+    namespace: {ns}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: tiller-deploy
+  namespace: {ns}
+  labels:
+    app: helm
+    name: tiller
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: helm
+      name: tiller
+  template:
+    metadata:
+      labels:
+        app: helm
+        name: tiller
+    spec:
+      serviceAccountName: tiller
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      nodeSelector:
+        node-role.kubernetes.io/control-plane: ""
+      tolerations:
+        - key: node-role.kubernetes.io/control-plane
+          operator: Exists
+          effect: NoSchedule
+        - key: node.kubernetes.io/not-ready
+          operator: Exists
+          effect: NoSchedule
+        - key: node.cloudprovider.kubernetes.io/uninitialized
+          operator: Exists
+          effect: NoSchedule
+      containers:
+        - name: tiller
+          image: {TILLER_IMAGE}
+          command: ["/tiller", "--listen=127.0.0.1:44134", "--history-max={history_max}"]
+          env:
+            - name: TILLER_NAMESPACE
+              value: {ns}
+          readinessProbe:
+            httpGet:
+              path: /readiness
+              port: 44135
+          livenessProbe:
+            httpGet:
+              path: /liveness
+              port: 44135
+"#
+    )
+}

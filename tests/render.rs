@@ -1,0 +1,419 @@
+//! Render: golden files of every artifact for two fixtures, the real validators
+//! (cfn-lint, cloud-init schema, shellcheck, kubernetes-validate) on each,
+//! determinism, data never reaching scripts, render errors, atomic writes.
+//!
+//! Not covered here: running the cloud-configs on a real Amazon Linux 2023 node
+//! (`cloud-init single --file`, kubeadm, the S3 join handshake) or creating the
+//! stacks in AWS; moto ignores wait conditions (see tests of the aws stage).
+
+mod common;
+mod render_fixtures;
+
+use std::path::Path;
+use std::process::Command;
+
+use base64::Engine;
+use kube_aws::render::{self, write_rendered, RenderError, Rendered};
+use render_fixtures::*;
+
+fn rendered(input: &render::RenderInput) -> Rendered {
+    render::render(input).unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+fn snapshot_all(fixture: &str, r: &Rendered) {
+    let listing: Vec<String> = r
+        .files
+        .iter()
+        .map(|(p, b)| format!("{p} ({} bytes)", b.len()))
+        .collect();
+    insta::assert_snapshot!(format!("{fixture}__files"), listing.join("\n"));
+    for (path, bytes) in &r.files {
+        let text = std::str::from_utf8(bytes).unwrap_or_else(|_| panic!("{path} is not UTF-8"));
+        insta::assert_snapshot!(format!("{fixture}__{}", path.replace('/', "__")), text);
+    }
+}
+
+#[test]
+fn golden_minimal() {
+    snapshot_all("minimal", &rendered(&minimal()));
+}
+
+#[test]
+fn golden_full() {
+    snapshot_all("full", &rendered(&full()));
+}
+
+#[test]
+fn layout_is_the_documented_one() {
+    let r = rendered(&full());
+    for p in [
+        "stacks/root.json",
+        "stacks/network.json",
+        "stacks/control-plane.json",
+        "stacks/node-pool-general.json",
+        "stacks/node-pool-spot-arm.json",
+        "userdata/controller.stub",
+        "userdata/controller.cloud-config",
+        "userdata/worker-general.stub",
+        "userdata/worker-spot-arm.cloud-config",
+        "addons/plan.json",
+        "addons/values/cert-manager.yaml",
+        "addons/values/dex.yaml",
+        "addons/install-addons.sh",
+        "addons/tiller.yaml",
+        "manifests/dex/rbac.yaml",
+    ] {
+        assert!(
+            r.get(p).is_some(),
+            "{p} missing; have {:?}",
+            r.files.keys().collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        rendered(&minimal()).get("addons/tiller.yaml").is_none(),
+        "Tiller only in Helm v2 mode"
+    );
+}
+
+#[test]
+fn same_input_same_bytes() {
+    for input in [minimal(), full(), generated(20, 5)] {
+        assert_eq!(rendered(&input), rendered(&input.clone()));
+    }
+}
+
+fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Runs every validator on every artifact of `r`; returns how many files each checked.
+fn validate_all(r: &Rendered) -> [usize; 4] {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rendered");
+    write_rendered(&out, r).unwrap();
+    let files = |prefix: &str, suffix: &str| -> Vec<String> {
+        r.files
+            .keys()
+            .filter(|p| p.starts_with(prefix) && p.ends_with(suffix))
+            .map(|p| out.join(p).display().to_string())
+            .collect()
+    };
+    let stacks = files("stacks/", ".json");
+    let (ok, text) = run(Command::new(common::tool("cfn-lint"))
+        .arg("--non-zero-exit-code")
+        .arg("error")
+        .args(&stacks));
+    assert!(ok, "cfn-lint errors:\n{text}");
+
+    let mut configs = files("userdata/", ".cloud-config");
+    configs.extend(files("userdata/", ".stub"));
+    for f in &configs {
+        let (ok, text) = run(Command::new("cloud-init").args(["schema", "--config-file", f]));
+        assert!(ok && text.contains("Valid"), "cloud-init schema {f}:\n{text}");
+    }
+
+    let mut scripts = files("addons/", ".sh");
+    let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/render/templates");
+    for s in ["node-bootstrap.sh", "stub.sh"] {
+        scripts.push(templates.join(s).display().to_string());
+    }
+    let (ok, text) = run(Command::new("shellcheck").args(["-S", "warning"]).args(&scripts));
+    assert!(ok, "shellcheck:\n{text}");
+
+    let mut manifests = files("manifests/", "");
+    manifests.extend(files("addons/tiller", ".yaml"));
+    if !manifests.is_empty() {
+        let (ok, text) = run(Command::new(common::tool("kubernetes-validate"))
+            .args(["--strict", "-k", "1.31.0"])
+            .args(&manifests));
+        assert!(ok, "kubernetes-validate:\n{text}");
+    }
+    [stacks.len(), configs.len(), scripts.len(), manifests.len()]
+}
+
+#[test]
+fn validators_accept_minimal() {
+    let counts = validate_all(&rendered(&minimal()));
+    eprintln!("minimal: templates, cloud-configs+stubs, scripts, manifests = {counts:?}");
+    assert_eq!(counts, [4, 4, 3, 0]);
+}
+
+#[test]
+fn validators_accept_full() {
+    let counts = validate_all(&rendered(&full()));
+    eprintln!("full: templates, cloud-configs+stubs, scripts, manifests = {counts:?}");
+    assert_eq!(counts, [5, 6, 3, 2]);
+}
+
+#[test]
+fn validators_accept_an_existing_vpc() {
+    let mut input = minimal();
+    input.cluster.network.vpc_id = Some("vpc-0123456789abcdef0".into());
+    input.cluster.network.subnet_ids = vec!["subnet-0123456789abcdef0".into(), "subnet-0123456789abcdef1".into()];
+    let r = rendered(&input);
+    let net = r.text("stacks/network.json").unwrap();
+    assert!(!net.contains("AWS::EC2::VPC\""), "no new VPC: {net}");
+    assert!(net.contains("subnet-0123456789abcdef1"));
+    validate_all(&r);
+}
+
+/// The write_files entries of a cloud-config, decoded: path -> content.
+fn written_files(cloud_config: &str) -> Vec<(String, String)> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    doc["write_files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let raw = f["content"].as_str().unwrap_or_default().to_string();
+            let content = if f["encoding"].as_str() == Some("b64") {
+                String::from_utf8(base64::engine::general_purpose::STANDARD.decode(raw).unwrap()).unwrap()
+            } else {
+                raw
+            };
+            (f["path"].as_str().unwrap().to_string(), content)
+        })
+        .collect()
+}
+
+#[test]
+fn hostile_values_stay_data_byte_exact() {
+    let evil = "a: \"$(touch /tmp/pwned)\"\nb: '`id`'\nc: |\n  it's \"quoted\" ${HOME} \\n\n  $(rm -rf /)\n";
+    let evil_no_newline = "x: '$(reboot)'\r\n`whoami`";
+    let flag = "https://x.example.com/$(curl evil)`id`'\"\nnext";
+    let mut input = full();
+    input.addons[2].values_yaml = evil.into();
+    input.addons[3].values_yaml = evil_no_newline.into();
+    input
+        .plugins
+        .cluster
+        .api_server_flags
+        .insert("oidc-username-claim".into(), flag.into());
+    input.plugins.controller.files[0].content = evil_no_newline.into();
+    input.plugins.controller.files[0].path = "/etc/dex/$(id) `x` 'q'".into();
+    let r = rendered(&input);
+
+    assert_eq!(r.get("addons/values/metrics-server.yaml").unwrap(), evil.as_bytes());
+    assert_eq!(r.get("addons/values/dex.yaml").unwrap(), evil_no_newline.as_bytes());
+    let files = written_files(r.text("userdata/controller.cloud-config").unwrap());
+    let get = |p: &str| files.iter().find(|(path, _)| path == p).map(|(_, c)| c.as_str());
+    assert_eq!(get("/etc/kube-aws/addons/values/metrics-server.yaml"), Some(evil));
+    assert_eq!(get("/etc/kube-aws/addons/values/dex.yaml"), Some(evil_no_newline));
+    assert_eq!(get("/etc/dex/$(id) `x` 'q'"), Some(evil_no_newline));
+    let kubeadm: serde_json::Value = serde_json::from_str(get("/etc/kube-aws/kubeadm.json").unwrap()).unwrap();
+    let args = &kubeadm["documents"][1]["apiServer"]["extraArgs"];
+    assert!(
+        args.as_array().unwrap().iter().any(|a| a["value"] == flag),
+        "flag must reach the kubeadm data file exactly: {args}"
+    );
+    // Scripts and commands carry none of it.
+    let markers = ["pwned", "curl evil", "whoami", "reboot", "rm -rf /)"];
+    for (path, content) in &files {
+        if path.ends_with(".sh") || path.contains("/bin/") {
+            for m in markers {
+                assert!(!content.contains(m), "{m:?} reached script {path}");
+            }
+        }
+    }
+    let doc: serde_yaml::Value = serde_yaml::from_str(r.text("userdata/controller.cloud-config").unwrap()).unwrap();
+    assert_eq!(
+        serde_yaml::to_string(&doc["runcmd"]).unwrap().trim(),
+        "- - /opt/kube-aws/bin/kube-aws-node-bootstrap"
+    );
+    for (path, bytes) in &r.files {
+        let text = String::from_utf8_lossy(bytes);
+        if path.ends_with(".sh") || path.ends_with(".stub") || path.starts_with("stacks/") {
+            for m in markers {
+                assert!(!text.contains(m), "{m:?} reached {path}");
+            }
+        }
+    }
+}
+
+fn render_err(input: &render::RenderInput) -> String {
+    match render::render(input) {
+        Ok(_) => panic!("render should fail"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn helm_v2_with_tiller_disabled_is_an_error() {
+    let mut input = full();
+    input.cluster.helm.tiller.enabled = false;
+    let msg = render_err(&input);
+    assert!(msg.contains("helm.tiller.enabled is false"), "{msg}");
+    // Without charts, no Tiller is needed and none is installed.
+    input.addons.clear();
+    let r = rendered(&input);
+    assert!(r.get("addons/tiller.yaml").is_none());
+}
+
+#[test]
+fn tiller_only_with_charts_in_v2_mode() {
+    let mut input = full();
+    let plan: serde_json::Value = serde_json::from_slice(rendered(&input).get("addons/plan.json").unwrap()).unwrap();
+    assert_eq!(plan["helm"]["tiller"]["install"], true);
+    assert_eq!(plan["helm"]["binary"]["version"], "v2.17.0");
+    input.addons.clear();
+    let plan: serde_json::Value = serde_json::from_slice(rendered(&input).get("addons/plan.json").unwrap()).unwrap();
+    assert_eq!(plan["helm"]["tiller"]["install"], false);
+}
+
+#[test]
+fn bad_dependencies_and_plugins_are_errors() {
+    let mut input = full();
+    input.addons[3].release.depends_on = vec!["nope".into()];
+    assert!(render_err(&input).contains("depends on \"nope\""));
+
+    let mut input = full();
+    input.addons[1].release.depends_on = vec!["dex".into()];
+    assert!(render_err(&input).contains("cycle"));
+
+    let mut input = full();
+    input.addons[0].release.depends_on = vec!["metrics-server".into()];
+    assert!(render_err(&input).contains("bootstrap addon"));
+
+    let mut input = full();
+    input.plugins.cluster.cloudformation[0].stack = "node-pool-missing".into();
+    let msg = render_err(&input);
+    assert!(
+        msg.contains("\"node-pool-missing\"") && msg.contains("node-pool-general"),
+        "{msg}"
+    );
+
+    let mut input = full();
+    input.plugins.cluster.cloudformation[0]
+        .resources
+        .insert("ControllerGroup".into(), serde_json::json!({"Type": "AWS::SNS::Topic"}));
+    assert!(render_err(&input).contains("\"ControllerGroup\" already exists"));
+
+    let mut input = full();
+    input.plugins.controller.files[0].path = "/etc/kube-aws/node.json".into();
+    assert!(render_err(&input).contains("also written by"));
+
+    let mut input = full();
+    input.plugins.controller.files[0].path = "relative/file".into();
+    assert!(render_err(&input).contains("must be absolute"));
+}
+
+#[test]
+fn install_order_and_wait_conditions() {
+    let r = rendered(&full());
+    let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
+    let names: Vec<&str> = plan["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["calico", "cert-manager", "metrics-server", "dex"]);
+    let cp: serde_json::Value = serde_json::from_slice(r.get("stacks/control-plane.json").unwrap()).unwrap();
+    for e in plan["releases"].as_array().unwrap() {
+        let wc = &cp["Resources"][e["waitCondition"].as_str().unwrap()];
+        assert_eq!(wc["Type"], "AWS::CloudFormation::WaitCondition");
+        assert_eq!(wc["CreationPolicy"]["ResourceSignal"]["Count"], 1);
+        let deps = wc["DependsOn"].as_array().unwrap();
+        assert_eq!(deps[0], "ControllerGroup");
+        assert_eq!(deps.len(), 1 + e["dependsOn"].as_array().unwrap().len());
+    }
+}
+
+#[test]
+fn a_changed_addon_gets_a_new_wait_condition() {
+    let wcs = |input: &render::RenderInput| -> Vec<String> {
+        let plan: serde_json::Value = serde_json::from_slice(rendered(input).get("addons/plan.json").unwrap()).unwrap();
+        plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["waitCondition"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let base = wcs(&full());
+    let mut input = full();
+    input.addons[2].values_yaml = "replicas: 3\n".into();
+    let changed = wcs(&input);
+    assert_eq!(base[0..2], changed[0..2]);
+    assert_ne!(base[2], changed[2], "metrics-server's values changed");
+    assert_eq!(base[3], changed[3]);
+}
+
+#[test]
+fn least_privilege_in_our_statements() {
+    let r = rendered(&minimal());
+    for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
+        let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        for res in t["Resources"].as_object().unwrap().values() {
+            for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
+                for s in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+                    let actions = s["Action"].as_array().unwrap();
+                    assert!(
+                        actions.iter().all(|a| !a.as_str().unwrap().contains('*')),
+                        "{path}: {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn stubs_fit_and_sizes_are_reported() {
+    let r = rendered(&full());
+    let stubs = render::stub_sizes(&r);
+    assert_eq!(stubs.len(), 3);
+    for s in &stubs {
+        assert!(s.size + render::STUB_SUBSTITUTION_ROOM <= 4096, "{s:?}");
+    }
+    let t = render::template_sizes(&r);
+    assert_eq!(t.len(), 5);
+    assert!(t.iter().all(|s| s.size > 0 && s.size < s.limit));
+}
+
+#[test]
+fn write_rendered_replaces_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rendered");
+    std::fs::create_dir_all(out.join("stale")).unwrap();
+    std::fs::write(out.join("stale/old.txt"), "old").unwrap();
+    let r = rendered(&minimal());
+    write_rendered(&out, &r).unwrap();
+    assert!(!out.join("stale").exists(), "old output is replaced as a whole");
+    assert_eq!(
+        std::fs::read(out.join("addons/plan.json")).unwrap(),
+        r.get("addons/plan.json").unwrap()
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+
+    // A write that fails half-way (a file where a directory must go) leaves the previous output.
+    let mut bad = r.clone();
+    bad.files.insert("stacks/root.json/x".into(), b"x".to_vec());
+    assert!(write_rendered(&out, &bad).is_err());
+    assert_eq!(
+        std::fs::read(out.join("addons/plan.json")).unwrap(),
+        r.get("addons/plan.json").unwrap()
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+}
+
+#[test]
+fn a_failed_render_is_a_typed_error() {
+    let mut input = minimal();
+    input.cluster.s3_uri = "http://not-s3".into();
+    assert!(matches!(render::render(&input), Err(RenderError::S3Uri { .. })));
+}
