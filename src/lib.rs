@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod fsutil;
 pub mod located;
+pub mod pipeline;
 pub mod plugin;
 pub mod progress;
 pub mod render;

@@ -43,7 +43,10 @@ fn kube_aws(dir: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
 
 fn cluster(dir: &Path, charts: &str) {
     std::fs::create_dir_all(dir.join("values")).unwrap();
-    let text = format!("clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\ncharts:\n{charts}");
+    // The default CNI plugin is turned off: its chart lives on the internet, out of reach here.
+    let text = format!(
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}}}\ncharts:\n{charts}"
+    );
     std::fs::write(dir.join("cluster.yaml"), text).unwrap();
 }
 
@@ -107,10 +110,15 @@ fn lock_and_fetch_from_a_helm_built_repository() {
         json!(format!("repo:{url}"))
     );
 
-    // validate reads the lock and the cache: before fetch it names the command.
+    // validate reads the lock and the cache: before fetch it passes, but names the
+    // releases whose values it could not check and the command that fetches them.
     let out = kube_aws(&wt, &cache, &["validate"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("run `kube-aws charts fetch`"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("not checked (chart not fetched yet; run `kube-aws charts fetch`)"),
+        "{text}"
+    );
 
     let out = kube_aws(&wt, &cache, &["-o", "json", "charts", "fetch"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -4,7 +4,9 @@ use assert_cmd::Command;
 
 fn kube_aws() -> Command {
     let mut c = Command::cargo_bin("kube-aws").unwrap();
-    c.env("NO_COLOR", "1");
+    // An empty chart cache of its own, whatever the user's cache holds.
+    let cache = std::env::temp_dir().join(format!("kube-aws-cli-test-cache-{}", std::process::id()));
+    c.env("NO_COLOR", "1").env("XDG_CACHE_HOME", cache);
     c
 }
 
@@ -60,10 +62,20 @@ fn init_then_validate() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        "demo/cluster.yaml: valid (cluster \"demo\": 1 controller(s), 1 node pool(s), 0 chart(s))\n\
-         plugins: aws-vpc-cni (1 release(s) from plugins)\n"
+        lines[..4],
+        [
+            "demo/cluster.yaml: valid (cluster \"demo\": 1 controller(s), 1 node pool(s), 0 chart(s))",
+            "plugins: aws-vpc-cni (1 release(s) from plugins)",
+            "charts: 1 locked, 0 checked against their chart",
+            "not checked (chart not fetched yet; run `kube-aws charts fetch`): aws-vpc-cni",
+        ]
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("userdata/controller.stub: ")),
+        "{stdout}"
     );
 
     let json = kube_aws()

@@ -24,7 +24,8 @@ fn resolve(name: &str) -> ResolvedPlugins {
 
 fn kube_aws(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("kube-aws").unwrap();
-    c.env("NO_COLOR", "1").current_dir(dir);
+    let cache = std::env::temp_dir().join(format!("kube-aws-plugin-test-cache-{}", std::process::id()));
+    c.env("NO_COLOR", "1").env("XDG_CACHE_HOME", cache).current_dir(dir);
     c
 }
 
@@ -144,6 +145,33 @@ fn secrets_are_references_never_values() {
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("cluster-secret") && !stdout.contains("pool-secret"));
+    // Nor does any rendered artifact: render writes references only.
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = kube_aws(&fixture("every-hook"))
+        .args(["render", "--output-dir"])
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut files = 0;
+    let mut stack = vec![out_dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files += 1;
+                let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).to_string();
+                assert!(
+                    !text.contains("cluster-secret") && !text.contains("pool-secret"),
+                    "{}",
+                    p.display()
+                );
+            }
+        }
+    }
+    assert!(files > 10, "render wrote only {files} files");
 }
 
 #[test]

@@ -74,8 +74,28 @@ pub fn source_ref(source: &ChartSource) -> String {
     }
 }
 
-/// Loads `dir/charts-index/index.yaml`; an absent file is an empty lock.
+/// The built-in layer: the tool's own `charts-index/index.yaml`, pinning the
+/// built-in plugins' charts.
+pub const BUILT_IN_LOCK: &str = include_str!("../../charts-index/index.yaml");
+
+/// Loads the work tree's lock layered over the built-in one: a work-tree entry
+/// wins over a built-in entry for the same release and source.
 pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
+    let mut lock = load_work_tree_lock(dir)?;
+    let built_in =
+        parse_index(BUILT_IN_LOCK, "", "built-in charts-index/index.yaml").map_err(|source| LockError::Index {
+            file: PathBuf::from("built-in charts-index/index.yaml"),
+            source,
+        })?;
+    for (chart, versions) in built_in.entries {
+        // Appended after the work tree's own entries, which `entry_for` finds first.
+        lock.index.entries.entry(chart).or_default().extend(versions);
+    }
+    Ok(lock)
+}
+
+/// Loads `dir/charts-index/index.yaml` alone; an absent file is an empty lock.
+pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
     let file = crate::config::display_path(dir, LOCK_FILE);
     let text = match std::fs::read_to_string(dir.join(LOCK_FILE)) {
         Ok(t) => t,

@@ -10,7 +10,7 @@ use crate::chart::archive::{read_chart_archive, read_chart_dir, ArchiveError, Ch
 use crate::chart::cache::ChartCache;
 use crate::chart::lock::{check_lock, load_lock, LockError, LockedChart};
 use crate::chart::values::{
-    check_release_values, load_user_layers, to_yaml_document, ReleaseValues, ValuesError, ValuesLayer,
+    check_release_values, load_user_layers, merge_layers, to_yaml_document, ReleaseValues, ValuesError, ValuesLayer,
 };
 use crate::config::Release;
 
@@ -45,13 +45,18 @@ pub struct PrepareOptions {
     /// values.yaml and values/<release>.yaml).
     pub plugin_values: HashMap<String, ValuesLayer>,
     pub cache_dir: PathBuf,
+    /// Fail when a chart is not in the cache; otherwise its checks are skipped
+    /// (offline `validate` and `render` say which).
+    pub require_charts: bool,
 }
 
 /// One release, ready to render.
 #[derive(Debug, Clone)]
 pub struct PreparedRelease {
     pub locked: LockedChart,
-    pub chart: ChartFiles,
+    /// The chart's files; None when the archive is not in the cache yet (then
+    /// values were layered but not checked against the chart's schema).
+    pub chart: Option<ChartFiles>,
     pub values: ReleaseValues,
     /// The layered user values as one YAML document
     /// (render writes it to rendered/addons/values/<release>.yaml).
@@ -65,9 +70,23 @@ pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, P
     let cache = ChartCache::new(&opts.cache_dir);
     let mut out = Vec::new();
     for (release, locked) in opts.releases.iter().zip(locked) {
-        let chart = read_locked_chart(&opts.dir, &cache, &locked)?;
         let layers = load_user_layers(&opts.dir, release, opts.plugin_values.get(&release.name).cloned())?;
-        let values = check_release_values(&release.name, &chart, &layers, &opts.kubernetes_version)?;
+        let chart = match read_locked_chart(&opts.dir, &cache, &locked) {
+            Ok(c) => Some(c),
+            Err(PrepareError::NotFetched { .. }) if !opts.require_charts => None,
+            Err(e) => return Err(e),
+        };
+        let values = match &chart {
+            Some(chart) => check_release_values(&release.name, chart, &layers, &opts.kubernetes_version)?,
+            None => {
+                let user = merge_layers(&layers);
+                ReleaseValues {
+                    release: release.name.clone(),
+                    merged: user.clone(),
+                    user,
+                }
+            }
+        };
         let values_yaml = to_yaml_document(&values.user);
         out.push(PreparedRelease {
             locked,

@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::chart::{self, FetchOptions};
-use crate::config::load_cluster;
+use crate::pipeline::load_releases;
 
 /// Arguments of `kube-aws charts`.
 #[derive(Debug, clap::Args)]
@@ -102,16 +102,16 @@ pub fn run(global: &GlobalOptions, args: ChartsArgs) -> anyhow::Result<()> {
 }
 
 fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
+    let all = load_releases(&global.dir)?;
     let releases: Vec<_> = match &args.release {
-        None => cluster.releases.clone(),
+        None => all.releases.clone(),
         Some(name) => {
-            let Some(r) = cluster.releases.iter().find(|r| &r.name == name) else {
-                let names: Vec<&str> = cluster.releases.iter().map(|r| r.name.as_str()).collect();
+            let Some(r) = all.releases.iter().find(|r| &r.name == name) else {
+                let names: Vec<&str> = all.releases.iter().map(|r| r.name.as_str()).collect();
                 let hint = crate::located::closest(name, &names)
                     .map(|c| format!(" (did you mean {c:?}?)"))
                     .unwrap_or_default();
-                anyhow::bail!("no release {name:?} in {}{hint}", cluster.file.display());
+                anyhow::bail!("no release {name:?} in {}{hint}", all.cluster.file.display());
             };
             vec![r.clone()]
         }
@@ -119,9 +119,10 @@ fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
     let prepared = chart::prepare_releases(&chart::PrepareOptions {
         dir: global.dir.clone(),
         releases,
-        kubernetes_version: cluster.config.kubernetes_version.clone(),
-        plugin_values: Default::default(),
+        kubernetes_version: all.cluster.config.kubernetes_version.clone(),
+        plugin_values: all.plugin_values.clone(),
         cache_dir: args.cache_dir.unwrap_or_else(chart::default_cache_dir),
+        require_charts: false,
     })?;
     if global.output == OutputFormat::Json {
         let map: serde_json::Map<String, serde_json::Value> = prepared
@@ -144,10 +145,10 @@ fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
 }
 
 fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
+    let all = load_releases(&global.dir)?;
     let report = chart::lock_charts(chart::LockOptions {
         dir: global.dir.clone(),
-        releases: cluster.releases.clone(),
+        releases: all.releases.clone(),
         update: args.update,
         fetch: args.net.fetch_options(global),
         cache_dir: args.net.cache_dir(),
@@ -173,9 +174,9 @@ fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
 }
 
 fn fetch(global: &GlobalOptions, args: FetchArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
+    let all = load_releases(&global.dir)?;
     let lock = chart::load_lock(&global.dir)?;
-    let charts = chart::check_lock(&lock, &cluster.releases)?;
+    let charts = chart::check_lock(&lock, &all.releases)?;
     let report = chart::fetch_charts(chart::FetchChartsOptions {
         dir: global.dir.clone(),
         charts,

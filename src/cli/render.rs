@@ -1,11 +1,11 @@
-//! `kube-aws render`: load the work tree, render every artifact, write them to
-//! `<dir>/rendered/` (or `--output-dir`) atomically, and print a summary.
+//! `kube-aws render`: run the offline pipeline, render every artifact, write
+//! them to `<dir>/rendered/` (or `--output-dir`) atomically, print a summary.
 
 use std::path::PathBuf;
 
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::config::load_cluster;
-use crate::render::{self, AddonInput, RenderInput};
+use crate::pipeline::{prepare, PrepareOptions};
+use crate::render;
 
 /// Arguments of `kube-aws render`.
 #[derive(Debug, clap::Args)]
@@ -13,62 +13,35 @@ pub struct RenderArgs {
     /// Where to write the artifacts (default: <dir>/rendered). The global -o/--output is the format.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
-}
-
-/// Builds the render input from cluster.yaml alone: no plugins, and charts not
-/// resolved yet (version as written, no digest: the plan marks them not locked).
-pub fn input_from_cluster(cluster: &crate::config::Cluster) -> RenderInput {
-    let addons = cluster
-        .releases
-        .iter()
-        .map(|r| AddonInput {
-            release: r.clone(),
-            chart_version: r.version.clone().unwrap_or_default(),
-            digest: None,
-            chart_url: match &r.source {
-                crate::config::ChartSource::Repo(u) | crate::config::ChartSource::Oci(u) => u.clone(),
-                crate::config::ChartSource::Path(p) => p.clone(),
-            },
-            values_yaml: String::new(),
-            crds: Vec::new(),
-        })
-        .collect();
-    RenderInput::new(cluster.config.clone(), addons)
+    /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let input = input_from_cluster(&cluster);
-    let rendered = render::render(&input)?;
+    let p = prepare(&PrepareOptions {
+        dir: global.dir.clone(),
+        cache_dir: args.cache_dir.unwrap_or_else(crate::chart::default_cache_dir),
+        require_charts: false,
+    })?;
+    let rendered = render::render(&p.input)?;
     let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
     render::write_rendered(&dir, &rendered)?;
-    let unlocked: Vec<&str> = input
-        .addons
-        .iter()
-        .filter(|a| a.digest.is_none())
-        .map(|a| a.release.name.as_str())
-        .collect();
+    let summary = render::summarize(&rendered);
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({
             "output": dir,
             "files": rendered.files.keys().collect::<Vec<_>>(),
-            "stubs": render::stub_sizes(&rendered),
-            "templates": render::template_sizes(&rendered),
-            "unlocked": unlocked,
+            "summary": summary,
+            "notFetched": p.not_fetched,
         })),
         OutputFormat::Text => {
             println!("rendered {} file(s) into {}", rendered.files.len(), dir.display());
-            for s in render::template_sizes(&rendered)
-                .iter()
-                .chain(render::stub_sizes(&rendered).iter())
-            {
-                println!("  {}: {} bytes (limit {})", s.path, s.size, s.limit);
-            }
-            if !unlocked.is_empty() {
+            print!("{summary}");
+            if !p.not_fetched.is_empty() {
                 println!(
-                    "warning: {} chart(s) not locked yet ({}): the installer refuses them until `kube-aws charts lock`",
-                    unlocked.len(),
-                    unlocked.join(", ")
+                    "note: chart(s) not fetched yet, so their CRDs and values schemas were not read: {} (run `kube-aws charts fetch`)",
+                    p.not_fetched.join(", ")
                 );
             }
             Ok(())

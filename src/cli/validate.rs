@@ -1,27 +1,27 @@
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::chart;
-use crate::config::load_cluster;
-use crate::plugin::resolve_plugins;
+use crate::pipeline::{prepare, PrepareOptions};
+use crate::render;
 
 /// Arguments of `kube-aws validate`.
 #[derive(Debug, clap::Args)]
-pub struct ValidateArgs {}
+pub struct ValidateArgs {
+    /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<std::path::PathBuf>,
+}
 
-pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let plugins = resolve_plugins(&cluster)?;
+pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
+    let p = prepare(&PrepareOptions {
+        dir: global.dir.clone(),
+        cache_dir: args.cache_dir.unwrap_or_else(crate::chart::default_cache_dir),
+        require_charts: false,
+    })?;
+    // Everything render checks, without writing anything.
+    let rendered = render::render(&p.input)?;
+    let stubs = render::stub_sizes(&rendered);
+    let templates = render::template_sizes(&rendered);
+    let cluster = &p.releases.cluster;
     let cfg = &cluster.config;
-    // Charts: the lock must cover every release, and each release's values
-    // must pass its chart's schema and kubeVersion (charts read from the cache).
-    if !cluster.releases.is_empty() {
-        chart::prepare_releases(&chart::PrepareOptions {
-            dir: global.dir.clone(),
-            releases: cluster.releases.clone(),
-            kubernetes_version: cfg.kubernetes_version.clone(),
-            plugin_values: Default::default(),
-            cache_dir: chart::default_cache_dir(),
-        })?;
-    }
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({
             "valid": true,
@@ -29,8 +29,11 @@ pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
             "controllers": cfg.controller.count,
             "nodePools": cluster.pool_names(),
             "releases": cluster.releases,
-            "plugins": plugins.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(),
-            "pluginReleases": plugins.releases.iter().map(|r| &r.release).collect::<Vec<_>>(),
+            "plugins": p.releases.plugins.plugins.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            "pluginReleases": p.releases.plugins.releases.iter().map(|r| &r.release).collect::<Vec<_>>(),
+            "notFetched": p.not_fetched,
+            "stubs": stubs,
+            "templates": templates,
         })),
         OutputFormat::Text => {
             println!(
@@ -41,6 +44,7 @@ pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
                 cfg.worker.node_pools.len(),
                 cluster.releases.len(),
             );
+            let plugins = &p.releases.plugins;
             if !plugins.plugins.is_empty() {
                 let names: Vec<&str> = plugins.plugins.iter().map(|p| p.name.as_str()).collect();
                 println!(
@@ -48,6 +52,20 @@ pub fn run(global: &GlobalOptions, _args: ValidateArgs) -> anyhow::Result<()> {
                     names.join(", "),
                     plugins.releases.len()
                 );
+            }
+            println!(
+                "charts: {} locked, {} checked against their chart",
+                p.prepared.len(),
+                p.prepared.len() - p.not_fetched.len()
+            );
+            if !p.not_fetched.is_empty() {
+                println!(
+                    "not checked (chart not fetched yet; run `kube-aws charts fetch`): {}",
+                    p.not_fetched.join(", ")
+                );
+            }
+            for s in stubs.iter().chain(templates.iter()) {
+                println!("{}: {} bytes (limit {})", s.path, s.size, s.limit);
             }
             Ok(())
         }

@@ -1032,6 +1032,26 @@ fn check_releases(cluster: &Cluster, defs: &[PluginDef], out: &ResolvedPlugins) 
         .chain(out.releases.iter().map(|p| &p.release))
         .collect();
     let known: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
+    // cluster.yaml releases may depend on plugin releases, so their targets are checked here,
+    // where every release is known.
+    for r in &cluster.releases {
+        let Origin::Cluster { index } = r.origin else { continue };
+        for (j, d) in r.depends_on.iter().enumerate() {
+            if !known.contains(&d.as_str()) {
+                let path = format!("charts[{index}].dependsOn[{j}]");
+                let hint = match closest(d, &known) {
+                    Some(best) => format!(" (did you mean {best:?}?)"),
+                    None => " (list it under charts, enable the plugin that declares it, or remove it)".to_string(),
+                };
+                errors.push(Located::new(
+                    &cluster.file,
+                    cluster.source.locate(&path),
+                    &path,
+                    format!("{d:?} is not a release in this cluster or its enabled plugins{hint}"),
+                ));
+            }
+        }
+    }
     for pr in &out.releases {
         let Origin::Plugin { plugin, index } = &pr.release.origin else {
             continue;

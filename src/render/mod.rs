@@ -8,12 +8,14 @@ pub mod cfn;
 pub mod cloudconfig;
 pub mod input;
 pub mod plan;
+pub mod summary;
 pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use input::{AddonInput, HelmBinary, RenderInput};
+pub use summary::{summarize, Summary};
 
 /// The static installer, shipped as-is to the controller.
 pub const INSTALL_ADDONS_SH: &str = include_str!("templates/install-addons.sh");

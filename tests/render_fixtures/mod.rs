@@ -151,6 +151,8 @@ pub fn all_hooks() -> ResolvedPlugins {
     pools.insert(
         "general".to_string(),
         NodeHooks {
+            asg_min_size: None,
+            asg_max_size: None,
             kubelet_flags: [("max-pods".to_string(), "58".to_string())].into(),
             iam_statements: vec![statement(
                 "cluster-autoscaler",
@@ -175,6 +177,8 @@ pub fn all_hooks() -> ResolvedPlugins {
     pools.insert(
         "spot-arm".to_string(),
         NodeHooks {
+            asg_min_size: None,
+            asg_max_size: None,
             kubelet_flags: [("max-pods".to_string(), "29".to_string())].into(),
             iam_statements: vec![],
             files: vec![],
@@ -256,6 +260,8 @@ pub fn all_hooks() -> ResolvedPlugins {
             ],
         },
         controller: NodeHooks {
+            asg_min_size: None,
+            asg_max_size: None,
             kubelet_flags: [("max-pods".to_string(), "110".to_string())].into(),
             iam_statements: vec![statement(
                 "dex",
@@ -280,7 +286,9 @@ pub fn all_hooks() -> ResolvedPlugins {
         secrets: vec![SecretRef {
             plugin: "dex".into(),
             param: "clientSecret".into(),
-            reference: "kube-aws-secret:dex/clientSecret".into(),
+            reference: "kube-aws-secret.dex.clientSecret".into(),
+            scope: "cluster".into(),
+            value: kube_aws::plugin::SecretValue(serde_json::json!("not-in-any-artifact")),
         }],
     }
 }
