@@ -20,6 +20,9 @@ pub struct InitArgs {
     /// Overwrite an existing cluster.yaml
     #[arg(long)]
     pub force: bool,
+    /// Write the example cluster: every built-in plugin enabled, two values files
+    #[arg(long, conflicts_with_all = ["cluster_name", "s3_uri"])]
+    pub example: bool,
 }
 
 pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
@@ -29,6 +32,7 @@ pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
         region: args.region,
         s3_uri: args.s3_uri,
         force: args.force,
+        example: args.example,
     })?;
     println!(
         "created {} for cluster {:?}\nnext: edit it, then run `kube-aws --dir {} validate`",

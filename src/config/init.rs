@@ -7,6 +7,20 @@ use crate::fsutil::write_atomic;
 
 const TEMPLATE: &str = include_str!("cluster.yaml.tmpl");
 
+/// The example cluster (`init --example`): every built-in plugin enabled.
+const EXAMPLE_CLUSTER: &str = include_str!("example/cluster.yaml");
+/// Values files the example ships, by work-tree path.
+const EXAMPLE_VALUES: [(&str, &str); 2] = [
+    (
+        "values/metrics-server.yaml",
+        include_str!("example/values/metrics-server.yaml"),
+    ),
+    (
+        "values/external-dns.yaml",
+        include_str!("example/values/external-dns.yaml"),
+    ),
+];
+
 /// The directories every work tree has.
 pub const WORK_TREE_DIRS: [&str; 3] = ["values", "plugins", "charts-index"];
 
@@ -17,6 +31,8 @@ pub struct InitOptions {
     pub region: String,
     pub s3_uri: Option<String>,
     pub force: bool,
+    /// Write the example cluster instead of the minimal one.
+    pub example: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +63,9 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
     let cluster_file = opts.dir.join(CLUSTER_FILE);
     if cluster_file.exists() && !opts.force {
         return Err(InitError::Exists(cluster_file));
+    }
+    if opts.example {
+        return init_example(opts, cluster_file);
     }
     let name = match &opts.cluster_name {
         Some(n) => n.clone(),
@@ -85,10 +104,7 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
     if let Err(e) = parse_cluster(&opts.dir, Path::new(CLUSTER_FILE), &text) {
         return Err(InitError::Template(e.to_string()));
     }
-    for d in WORK_TREE_DIRS {
-        let p = opts.dir.join(d);
-        std::fs::create_dir_all(&p).map_err(|source| InitError::Write { path: p, source })?;
-    }
+    create_dirs(&opts.dir)?;
     write_atomic(&cluster_file, text.as_bytes()).map_err(|source| InitError::Write {
         path: cluster_file.clone(),
         source,
@@ -97,6 +113,36 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
         cluster_file,
         cluster_name: name,
     })
+}
+
+fn init_example(opts: &InitOptions, cluster_file: PathBuf) -> Result<InitReport, InitError> {
+    for (path, _) in EXAMPLE_VALUES {
+        let p = opts.dir.join(path);
+        if p.exists() && !opts.force {
+            return Err(InitError::Exists(p));
+        }
+    }
+    create_dirs(&opts.dir)?;
+    for (path, text) in EXAMPLE_VALUES {
+        let p = opts.dir.join(path);
+        write_atomic(&p, text.as_bytes()).map_err(|source| InitError::Write { path: p, source })?;
+    }
+    write_atomic(&cluster_file, EXAMPLE_CLUSTER.as_bytes()).map_err(|source| InitError::Write {
+        path: cluster_file.clone(),
+        source,
+    })?;
+    Ok(InitReport {
+        cluster_file,
+        cluster_name: "example".into(),
+    })
+}
+
+fn create_dirs(dir: &Path) -> Result<(), InitError> {
+    for d in WORK_TREE_DIRS {
+        let p = dir.join(d);
+        std::fs::create_dir_all(&p).map_err(|source| InitError::Write { path: p, source })?;
+    }
+    Ok(())
 }
 
 /// The directory's own name when it is a valid cluster name, else "demo".
