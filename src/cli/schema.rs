@@ -33,6 +33,10 @@ pub fn run(_global: &GlobalOptions, args: SchemaArgs) -> anyhow::Result<()> {
             Ok(())
         }
         SchemaKind::Cluster => print_json(&schemars::schema_for!(ClusterConfig)),
+        SchemaKind::Plugin if args.format == SchemaFormat::Markdown => {
+            print!("{}", crate::plugin::plugin_reference());
+            Ok(())
+        }
         SchemaKind::Plugin => print_json(&schemars::schema_for!(crate::plugin::PluginManifest)),
     }
 }

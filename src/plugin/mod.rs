@@ -27,3 +27,14 @@ pub enum PluginError {
     #[error("{0}")]
     Invalid(Diagnostics),
 }
+
+/// The plugin.yaml reference page, generated from its JSON Schema.
+pub fn plugin_reference() -> String {
+    let schema = serde_json::to_value(schemars::schema_for!(PluginManifest)).unwrap_or_default();
+    crate::config::schema_markdown(
+        "plugin.yaml reference",
+        "Every key of a plugin's `plugin.yaml`. Unknown keys are errors. Get the JSON Schema with \
+         `kube-aws schema plugin`; the guide is [plugin-authoring.md](plugin-authoring.md).",
+        &schema,
+    )
+}
