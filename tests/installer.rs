@@ -114,7 +114,9 @@ impl Run {
         self.log.iter().position(|l| l.contains(needle))
     }
     fn status(&self, release: &str) -> serde_json::Value {
-        let p = self.s3.join(format!("kube-aws-test/clusters/full/status/addons/{release}.json"));
+        let p = self
+            .s3
+            .join(format!("kube-aws-test/clusters/full/status/addons/{release}.json"));
         serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
     }
     fn signals(&self) -> Vec<(String, String, String)> {
@@ -153,7 +155,11 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         let chart_dir = build.join("charts").join(&a.release.name);
         let c = chart_dir.join(&a.release.chart);
         std::fs::create_dir_all(c.join("crds")).unwrap();
-        std::fs::write(c.join("Chart.yaml"), format!("name: {}\nversion: {}\n", a.release.chart, a.chart_version)).unwrap();
+        std::fs::write(
+            c.join("Chart.yaml"),
+            format!("name: {}\nversion: {}\n", a.release.chart, a.chart_version),
+        )
+        .unwrap();
         for f in &a.crds {
             std::fs::write(c.join("crds").join(f), "kind: CustomResourceDefinition\n").unwrap();
         }
@@ -167,7 +173,12 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
     let rendered = render::render(&input).unwrap();
     let plan: serde_json::Value = serde_json::from_slice(rendered.get("addons/plan.json").unwrap()).unwrap();
     for (name, tgz) in &objects {
-        let e = plan["releases"].as_array().unwrap().iter().find(|e| e["name"] == name.as_str()).unwrap();
+        let e = plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name.as_str())
+            .unwrap();
         let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
         std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
         std::fs::copy(tgz, s3.join(key)).unwrap();
@@ -212,14 +223,23 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         .unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
-        log: std::fs::read_to_string(&log).unwrap().lines().map(String::from).collect(),
+        log: std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect(),
         s3,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         wait_conditions: plan["releases"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|e| (e["name"].as_str().unwrap().into(), e["waitCondition"].as_str().unwrap().into()))
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().into(),
+                    e["waitCondition"].as_str().unwrap().into(),
+                )
+            })
             .collect(),
         _dir: dir,
     }
@@ -238,13 +258,23 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
 
     let tiller = run.position("kubectl apply -f").expect("tiller applied");
     assert!(run.log[tiller].ends_with("/tiller.yaml"));
-    let rollout = run.position("rollout status deployment/tiller-deploy").expect("tiller rollout waited");
-    let init = run.position("helm init --client-only").expect("helm v2 client initialised");
+    let rollout = run
+        .position("rollout status deployment/tiller-deploy")
+        .expect("tiller rollout waited");
+    let init = run
+        .position("helm init --client-only")
+        .expect("helm v2 client initialised");
     let first = run.position("helm upgrade").unwrap();
     assert!(tiller < rollout && rollout < init && init < first, "{:#?}", run.log);
     let v2 = &run.log[first];
-    assert!(v2.contains("--tiller-namespace kube-system") && v2.contains("--timeout 300 "), "{v2}");
-    assert!(!v2.contains("--create-namespace"), "helm v2 has no --create-namespace: {v2}");
+    assert!(
+        v2.contains("--tiller-namespace kube-system") && v2.contains("--timeout 300 "),
+        "{v2}"
+    );
+    assert!(
+        !v2.contains("--create-namespace"),
+        "helm v2 has no --create-namespace: {v2}"
+    );
 
     // CRDs Established before any dependant starts.
     let crd = run.position("crds/crd-issuers.yaml").expect("cert-manager CRD wait");
@@ -265,7 +295,10 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
     for ((name, wc), (id, logical, status)) in wcs.iter().zip(&signals) {
         assert_eq!((name, wc, status.as_str()), (id, logical, "SUCCESS"));
     }
-    assert!(run.log.iter().any(|l| l.contains("--stack-name full-ControlPlane-1ABC")));
+    assert!(run
+        .log
+        .iter()
+        .any(|l| l.contains("--stack-name full-ControlPlane-1ABC")));
     for name in ["calico", "cert-manager", "metrics-server", "dex"] {
         let s = run.status(name);
         assert_eq!(s["phase"], "ready", "{s}");
@@ -279,28 +312,57 @@ fn helm_v3_failure_skips_dependants_with_the_reason() {
     let input = helm_v3(full());
     let run = run_installer(input.clone(), "cert-manager", |_| {});
     assert_ne!(run.code, 0);
-    assert!(run.position("tiller").is_none(), "no Tiller in Helm v3 mode: {:#?}", run.log);
+    assert!(
+        run.position("tiller").is_none(),
+        "no Tiller in Helm v3 mode: {:#?}",
+        run.log
+    );
     assert!(run.position("helm init").is_none());
     // Bounded retries (3 attempts), then dependants never start.
-    assert_eq!(run.helm_upgrades(), ["calico", "cert-manager", "cert-manager", "cert-manager"]);
-    let v3 = run.log.iter().find(|l| l.starts_with("helm upgrade --install cert-manager")).unwrap();
-    assert!(v3.contains("--timeout 600s") && v3.contains("--create-namespace") );
+    assert_eq!(
+        run.helm_upgrades(),
+        ["calico", "cert-manager", "cert-manager", "cert-manager"]
+    );
+    let v3 = run
+        .log
+        .iter()
+        .find(|l| l.starts_with("helm upgrade --install cert-manager"))
+        .unwrap();
+    assert!(v3.contains("--timeout 600s") && v3.contains("--create-namespace"));
 
     let failed = run.status("cert-manager");
     assert_eq!(failed["phase"], "failed");
     let msg = failed["message"].as_str().unwrap();
     assert!(msg.contains("UPGRADE FAILED: timed out"), "helm error tail: {msg}");
-    assert!(msg.contains("CrashLoopBackOff") && msg.contains("Back-off restarting"), "pods and events: {msg}");
+    assert!(
+        msg.contains("CrashLoopBackOff") && msg.contains("Back-off restarting"),
+        "pods and events: {msg}"
+    );
     for name in ["metrics-server", "dex"] {
         let s = run.status(name);
         assert_eq!(s["phase"], "skipped");
-        assert!(s["message"].as_str().unwrap().contains("depends on cert-manager, which is failed"), "{s}");
+        assert!(
+            s["message"]
+                .as_str()
+                .unwrap()
+                .contains("depends on cert-manager, which is failed"),
+            "{s}"
+        );
     }
     assert_eq!(run.status("calico")["phase"], "ready");
-    let statuses: Vec<String> = run.signals().into_iter().map(|(id, _, st)| format!("{id}={st}")).collect();
+    let statuses: Vec<String> = run
+        .signals()
+        .into_iter()
+        .map(|(id, _, st)| format!("{id}={st}"))
+        .collect();
     assert_eq!(
         statuses,
-        ["calico=SUCCESS", "cert-manager=FAILURE", "metrics-server=FAILURE", "dex=FAILURE"]
+        [
+            "calico=SUCCESS",
+            "cert-manager=FAILURE",
+            "metrics-server=FAILURE",
+            "dex=FAILURE"
+        ]
     );
 }
 
@@ -318,7 +380,10 @@ fn a_tampered_chart_is_refused_before_helm_runs() {
     assert!(run.helm_upgrades().is_empty(), "{:#?}", run.log);
     let s = run.status("calico");
     assert_eq!(s["phase"], "failed");
-    assert!(s["message"].as_str().unwrap().contains("does not match its sha256"), "{s}");
+    assert!(
+        s["message"].as_str().unwrap().contains("does not match its sha256"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -339,5 +404,9 @@ fn no_charts_means_no_tiller_and_no_helm() {
     input.addons.clear();
     let run = run_installer(input, "", |_| {});
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.position("tiller").is_none() && run.position("curl").is_none(), "{:#?}", run.log);
+    assert!(
+        run.position("tiller").is_none() && run.position("curl").is_none(),
+        "{:#?}",
+        run.log
+    );
 }
