@@ -24,3 +24,4 @@ example:
 
 bench:
 	bash scripts/bench.sh
+	bash scripts/bench-render.sh

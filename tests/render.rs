@@ -417,3 +417,42 @@ fn a_failed_render_is_a_typed_error() {
     input.cluster.s3_uri = "http://not-s3".into();
     assert!(matches!(render::render(&input), Err(RenderError::S3Uri { .. })));
 }
+
+#[test]
+fn cli_render_writes_the_layout_and_is_repeatable() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("demo");
+    let bin = || {
+        let mut c = assert_cmd::Command::cargo_bin("kube-aws").unwrap();
+        c.env("NO_COLOR", "1");
+        c
+    };
+    bin().arg("init").arg(&tree).assert().success();
+    let out = bin().arg("--dir").arg(&tree).arg("render").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("stacks/control-plane.json"), "{stdout}");
+    let plan = std::fs::read(tree.join("rendered/addons/plan.json")).unwrap();
+    assert!(tree.join("rendered/userdata/worker-general.stub").is_file());
+
+    let other = dir.path().join("elsewhere");
+    let out = bin()
+        .arg("--dir")
+        .arg(&tree)
+        .args(["-o", "json", "render", "--output-dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "stacks/root.json"));
+    assert_eq!(
+        std::fs::read(other.join("addons/plan.json")).unwrap(),
+        plan,
+        "same tree, same bytes"
+    );
+}

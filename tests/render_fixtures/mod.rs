@@ -322,8 +322,8 @@ pub fn full() -> RenderInput {
     input
 }
 
-/// A generated cluster: `charts` releases (each depending on the one before,
-/// every tenth a bootstrap one at the start) and `pools` node pools.
+/// A generated cluster: `charts` releases (two of every three depending on the
+/// one before) and `pools` node pools, each with the `general` pool's hooks.
 pub fn generated(charts: usize, pools: usize) -> RenderInput {
     let mut yaml =
         String::from("clusterName: big\nregion: us-east-1\ns3URI: s3://kube-aws-bench/c\nworker:\n  nodePools:\n");

@@ -167,6 +167,7 @@ install_helm() {
   retry curl -fsSL -o "$WORK/helm.tgz" "$url" || return 1
   echo "$sum  $WORK/helm.tgz" | sha256sum -c --quiet - || { log "helm tarball sha256 differs from the plan"; return 1; }
   tar -xzf "$WORK/helm.tgz" -C "$WORK" linux-amd64/helm || return 1
+  mkdir -p "$BIN" || return 1
   install -m 0755 "$WORK/linux-amd64/helm" "$HELM" || return 1
   if [ "$helm_major" = 2 ]; then
     "$HELM" init --client-only --skip-refresh >/dev/null || return 1
