@@ -431,7 +431,7 @@ fn cli_render_writes_the_layout_and_is_repeatable() {
     let out = bin().arg("--dir").arg(&tree).arg("render").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("stacks/control-plane.json"), "{stdout}");
+    assert!(stdout.contains("control-plane.json"), "{stdout}");
     let plan = std::fs::read(tree.join("rendered/addons/plan.json")).unwrap();
     assert!(tree.join("rendered/userdata/worker-general.stub").is_file());
 
