@@ -155,3 +155,35 @@ fn builtin_lock_matches_the_published_indexes() {
         assert_eq!(found.urls, v.urls, "{name}");
     }
 }
+
+/// The one-entry fast path (version lines only, one entry parsed) picks what
+/// parsing every entry and resolving picks, on every real index.
+#[test]
+fn fast_version_pick_equals_full_resolution() {
+    use kube_aws::chart::index::find_chart_version;
+    let mut files = index_files("indexes");
+    files.extend(index_files("addon-indexes"));
+    for f in files.iter().filter(|f| f.file_name().unwrap() != "merged.index.yaml") {
+        let text = std::fs::read_to_string(f).unwrap();
+        let name = f.display().to_string();
+        let full = parse_index(&text, "https://r/", &name).unwrap();
+        for (chart, versions) in full.entries.iter().step_by(3) {
+            let newest = resolve_version(versions, None).ok().map(|v| v.version.clone());
+            let mut wanted: Vec<Option<String>> =
+                vec![None, Some("*".into()), Some(">=0.0.0-0".into()), Some("~99".into())];
+            if let Some(v) = newest.as_deref().and_then(kube_aws::chart::parse_version) {
+                wanted.push(Some(format!("~{}.{}", v.major, v.minor)));
+                wanted.push(Some(format!("<{}", v)));
+            }
+            wanted.push(versions.last().map(|v| v.version.clone()));
+            for w in wanted {
+                let slow = resolve_version(versions, w.as_deref()).cloned();
+                let fast = find_chart_version(&text, chart, w.as_deref(), "https://r/", &name)
+                    .unwrap()
+                    .chosen
+                    .unwrap();
+                assert_eq!(fast, slow, "{name}: {chart} {w:?}");
+            }
+        }
+    }
+}

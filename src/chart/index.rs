@@ -100,6 +100,158 @@ pub fn resolve_url(repo_url: &str, u: &str) -> String {
     }
 }
 
+/// The outcome of `find_chart_version`.
+#[derive(Debug, Clone)]
+pub struct VersionPick {
+    /// None when the chart is absent (see `names`).
+    pub chosen: Option<Result<ChartVersion, crate::chart::version::ResolveFailure>>,
+    pub names: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Looks up one chart and resolves `wanted` (exact, then newest match) in
+/// one go. For a block-style index only the `version:` line of each entry is
+/// read, and only the chosen entry is parsed; anything unusual falls back to
+/// `find_chart` + `resolve_version`, which give the same answer.
+pub fn find_chart_version(
+    text: &str,
+    name: &str,
+    wanted: Option<&str>,
+    repo_url: &str,
+    source_name: &str,
+) -> Result<VersionPick, IndexError> {
+    if !is_json(text) {
+        if let Some(layout) = prescan(text).filter(|l| l.has_api_version) {
+            let names: Vec<String> = layout.charts.iter().map(|c| c.name.clone()).collect();
+            let Some(range) = layout.charts.iter().find(|c| c.name == name) else {
+                return Ok(VersionPick {
+                    chosen: None,
+                    names,
+                    warnings: Vec::new(),
+                });
+            };
+            if let Some(pick) = pick_by_version_lines(&text[range.start..range.end], name, wanted, repo_url) {
+                return Ok(VersionPick {
+                    chosen: Some(pick.0),
+                    names,
+                    warnings: pick.1,
+                });
+            }
+        }
+    }
+    let lookup = find_chart(text, name, repo_url, source_name)?;
+    let chosen = lookup
+        .versions
+        .map(|vs| crate::chart::version::resolve_version(&vs, wanted).cloned());
+    Ok(VersionPick {
+        chosen,
+        names: lookup.names,
+        warnings: lookup.warnings,
+    })
+}
+
+type Picked = (Result<ChartVersion, crate::chart::version::ResolveFailure>, Vec<String>);
+
+fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url: &str) -> Option<Picked> {
+    use crate::chart::version::{resolve_version, ResolveFailure};
+    let items = split_items(slice)?;
+    let mut stubs = Vec::with_capacity(items.len());
+    for item in &items {
+        let version = item_version(item)?;
+        stubs.push(ChartVersion {
+            api_version: String::new(),
+            name: String::new(),
+            version,
+            app_version: None,
+            description: None,
+            kube_version: None,
+            deprecated: false,
+            created: None,
+            digest: None,
+            urls: Vec::new(),
+            annotations: IndexMap::new(),
+        });
+    }
+    let mut alive: Vec<usize> = (0..items.len()).collect();
+    let mut warnings = Vec::new();
+    loop {
+        let candidates: Vec<ChartVersion> = alive.iter().map(|&i| stubs[i].clone()).collect();
+        let picked = match resolve_version(&candidates, wanted) {
+            Ok(p) => p as *const ChartVersion,
+            Err(ResolveFailure::NoMatch { .. }) => {
+                // Entries Helm would skip must not show up in "newest": parse them all.
+                let mut valid = Vec::new();
+                for &i in &alive {
+                    let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+                    for raw in list {
+                        if let Some(v) = validate_one(name, i, raw, repo_url, &mut warnings) {
+                            valid.push(v);
+                        }
+                    }
+                }
+                return Some((resolve_version(&valid, wanted).cloned(), warnings));
+            }
+            Err(e) => return Some((Err(e), warnings)),
+        };
+        let pos = candidates.iter().position(|c| std::ptr::eq(c, picked))?;
+        let i = alive[pos];
+        let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+        let raw = list.into_iter().next()?;
+        match validate_one(name, i, raw, repo_url, &mut warnings) {
+            Some(v) => return Some((Ok(v), warnings)),
+            None => {
+                alive.remove(pos);
+            }
+        }
+    }
+}
+
+/// The `version:` value of one list item, read from its text: the key at the
+/// item's mapping indent, a plain or simply quoted scalar. None when unsure.
+fn item_version(item: &str) -> Option<String> {
+    let first = item.lines().next()?;
+    let dash = first.find('-')?;
+    let key_indent = dash + 2;
+    let mut found = None;
+    for (n, line) in item.lines().enumerate() {
+        let body = if n == 0 {
+            first.get(key_indent..)?
+        } else {
+            let trimmed = line.trim_start_matches(' ');
+            if line.len() - trimmed.len() != key_indent {
+                continue;
+            }
+            trimmed
+        };
+        let Some(rest) = body.strip_prefix("version:") else {
+            continue;
+        };
+        if found.is_some() {
+            return None;
+        }
+        let v = rest.trim().trim_end_matches('\r');
+        let v = match v.chars().next()? {
+            '"' | '\'' => {
+                let q = v.chars().next()?;
+                let inner = v.strip_prefix(q)?.strip_suffix(q)?;
+                if inner.contains(q) || inner.contains('\\') {
+                    return None;
+                }
+                inner
+            }
+            c if "[{&*!|>#%@`".contains(c) => return None,
+            _ => {
+                if v.contains(" #") || v.contains(": ") {
+                    return None;
+                }
+                v
+            }
+        };
+        found = Some(v.to_string());
+    }
+    found
+}
+
 /// Looks up one chart. `repo_url` resolves relative URLs; `source_name` names
 /// the index in messages.
 pub fn find_chart(text: &str, name: &str, repo_url: &str, source_name: &str) -> Result<ChartLookup, IndexError> {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::chart::archive::{read_chart_archive, read_chart_dir};
 use crate::chart::cache::{sha256_hex, ChartCache};
 use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
-use crate::chart::index::{find_chart, parse_index, ChartVersion, Index, IndexError};
+use crate::chart::index::{find_chart_version, parse_index, ChartVersion, Index, IndexError};
 use crate::chart::version::{newest_versions, parse_version, resolve_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
 use crate::located::closest;
@@ -353,8 +353,9 @@ async fn resolve_release(
         ChartSource::Repo(url) => {
             let text = indexes.get(url.trim_end_matches('/')).map(String::as_str).unwrap_or("");
             let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
-            let lookup = find_chart(text, &r.chart, url, &index_url).map_err(|e| resolve_err(r, e.to_string()))?;
-            let Some(versions) = lookup.versions else {
+            let lookup = find_chart_version(text, &r.chart, r.version.as_deref(), url, &index_url)
+                .map_err(|e| resolve_err(r, e.to_string()))?;
+            let Some(chosen) = lookup.chosen else {
                 let hint = closest(&r.chart, &lookup.names)
                     .map(|c| format!(" (did you mean {c:?}?)"))
                     .unwrap_or_default();
@@ -363,9 +364,7 @@ async fn resolve_release(
                     format!("chart {:?} is not in {index_url}{hint}", r.chart),
                 ));
             };
-            let mut v = resolve_version(&versions, r.version.as_deref())
-                .map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?
-                .clone();
+            let mut v = chosen.map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?;
             if v.urls.is_empty() {
                 return Err(resolve_err(
                     r,
