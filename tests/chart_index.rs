@@ -187,3 +187,26 @@ fn fast_version_pick_equals_full_resolution() {
         }
     }
 }
+
+#[test]
+fn work_tree_lock_layers_over_the_builtin_lock() {
+    use kube_aws::chart::lock::parse_lock;
+    let builtin_text = include_str!("../charts-index/index.yaml");
+    let builtin = parse_lock(builtin_text, std::path::Path::new("(built-in) charts-index/index.yaml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\ncharts:\n  - {name: metrics-server, repo: 'https://kubernetes-sigs.github.io/metrics-server/', version: '~3.13'}\n",
+    )
+    .unwrap();
+    let cluster = kube_aws::config::load_cluster(dir).unwrap();
+    let work = kube_aws::chart::load_lock(dir).unwrap();
+    assert!(kube_aws::chart::check_lock(&work, &cluster.releases).is_err());
+    let locked = kube_aws::chart::check_lock(&work.layered_over(&builtin), &cluster.releases).unwrap();
+    assert_eq!(locked[0].version, "3.13.1");
+    assert_eq!(
+        locked[0].digest.as_deref(),
+        Some("084e6edb680cf4e2acc30bd496568c53fdf663cbacf6e17876b25785c35b7a13")
+    );
+}

@@ -98,6 +98,33 @@ pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
     Ok(Lock { file, index })
 }
 
+/// Parses lock text held in memory (the built-in lock embedded in the binary).
+pub fn parse_lock(text: &str, file: &Path) -> Result<Lock, LockError> {
+    let index = parse_index(text, "", &file.display().to_string()).map_err(|source| LockError::Index {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    Ok(Lock {
+        file: file.to_path_buf(),
+        index,
+    })
+}
+
+impl Lock {
+    /// This lock with `lower`'s entries added after its own: the work tree's
+    /// lock over the built-in one. A release finds the work tree's entry first.
+    pub fn layered_over(mut self, lower: &Lock) -> Lock {
+        for (chart, versions) in &lower.index.entries {
+            self.index
+                .entries
+                .entry(chart.clone())
+                .or_default()
+                .extend(versions.iter().cloned());
+        }
+        self
+    }
+}
+
 fn entry_for<'a>(lock: &'a Lock, release: &Release) -> Option<&'a ChartVersion> {
     let source = source_ref(&release.source);
     let list = lock.index.entries.get(&release.chart)?;
