@@ -13,7 +13,7 @@ use crate::chart::archive::{read_chart_archive, read_chart_dir};
 use crate::chart::cache::{sha256_hex, ChartCache};
 use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
 use crate::chart::index::{find_chart_version, parse_index, ChartVersion, Index, IndexError};
-use crate::chart::version::{newest_versions, parse_version, resolve_version, version_satisfies, ResolveFailure};
+use crate::chart::version::{parse_version, resolve_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
 use crate::located::closest;
 
@@ -503,9 +503,4 @@ fn bare_version(oci: &OciRef, version: &str) -> ChartVersion {
         urls: Vec::new(),
         annotations: IndexMap::new(),
     }
-}
-
-/// The newest few versions of a list (for messages).
-pub fn newest(versions: &[ChartVersion], n: usize) -> Vec<String> {
-    newest_versions(versions.iter().map(|v| v.version.as_str()), n)
 }
