@@ -82,6 +82,8 @@ class H(http.server.SimpleHTTPRequestHandler):
         time.sleep(0.1)
         super().do_GET()
     def log_message(self, *a): pass
+# A listen backlog of 5 (the default) drops simultaneous connects and costs a 1 s SYN retry.
+http.server.ThreadingHTTPServer.request_queue_size = 128
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), functools.partial(H, directory=sys.argv[1]))
 srv.serve_forever()
 PYEOF

@@ -155,3 +155,58 @@ fn builtin_lock_matches_the_published_indexes() {
         assert_eq!(found.urls, v.urls, "{name}");
     }
 }
+
+/// The one-entry fast path (version lines only, one entry parsed) picks what
+/// parsing every entry and resolving picks, on every real index.
+#[test]
+fn fast_version_pick_equals_full_resolution() {
+    use kube_aws::chart::index::find_chart_version;
+    let mut files = index_files("indexes");
+    files.extend(index_files("addon-indexes"));
+    for f in files.iter().filter(|f| f.file_name().unwrap() != "merged.index.yaml") {
+        let text = std::fs::read_to_string(f).unwrap();
+        let name = f.display().to_string();
+        let full = parse_index(&text, "https://r/", &name).unwrap();
+        for (chart, versions) in full.entries.iter().step_by(3) {
+            let newest = resolve_version(versions, None).ok().map(|v| v.version.clone());
+            let mut wanted: Vec<Option<String>> =
+                vec![None, Some("*".into()), Some(">=0.0.0-0".into()), Some("~99".into())];
+            if let Some(v) = newest.as_deref().and_then(kube_aws::chart::parse_version) {
+                wanted.push(Some(format!("~{}.{}", v.major, v.minor)));
+                wanted.push(Some(format!("<{}", v)));
+            }
+            wanted.push(versions.last().map(|v| v.version.clone()));
+            for w in wanted {
+                let slow = resolve_version(versions, w.as_deref()).cloned();
+                let fast = find_chart_version(&text, chart, w.as_deref(), "https://r/", &name)
+                    .unwrap()
+                    .chosen
+                    .unwrap();
+                assert_eq!(fast, slow, "{name}: {chart} {w:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn work_tree_lock_layers_over_the_builtin_lock() {
+    use kube_aws::chart::lock::parse_lock;
+    let builtin_text = include_str!("../charts-index/index.yaml");
+    let builtin = parse_lock(builtin_text, std::path::Path::new("(built-in) charts-index/index.yaml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\ncharts:\n  - {name: metrics-server, repo: 'https://kubernetes-sigs.github.io/metrics-server/', version: '~3.13'}\n",
+    )
+    .unwrap();
+    let cluster = kube_aws::config::load_cluster(dir).unwrap();
+    let work = kube_aws::chart::load_lock(dir).unwrap();
+    assert!(kube_aws::chart::check_lock(&work, &cluster.releases).is_err());
+    let locked = kube_aws::chart::check_lock(&work.layered_over(&builtin), &cluster.releases).unwrap();
+    assert_eq!(locked[0].version, "3.13.1");
+    assert_eq!(
+        locked[0].digest.as_deref(),
+        Some("084e6edb680cf4e2acc30bd496568c53fdf663cbacf6e17876b25785c35b7a13")
+    );
+}

@@ -100,6 +100,158 @@ pub fn resolve_url(repo_url: &str, u: &str) -> String {
     }
 }
 
+/// The outcome of `find_chart_version`.
+#[derive(Debug, Clone)]
+pub struct VersionPick {
+    /// None when the chart is absent (see `names`).
+    pub chosen: Option<Result<ChartVersion, crate::chart::version::ResolveFailure>>,
+    pub names: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Looks up one chart and resolves `wanted` (exact, then newest match) in
+/// one go. For a block-style index only the `version:` line of each entry is
+/// read, and only the chosen entry is parsed; anything unusual falls back to
+/// `find_chart` + `resolve_version`, which give the same answer.
+pub fn find_chart_version(
+    text: &str,
+    name: &str,
+    wanted: Option<&str>,
+    repo_url: &str,
+    source_name: &str,
+) -> Result<VersionPick, IndexError> {
+    if !is_json(text) {
+        if let Some(layout) = prescan(text).filter(|l| l.has_api_version) {
+            let names: Vec<String> = layout.charts.iter().map(|c| c.name.clone()).collect();
+            let Some(range) = layout.charts.iter().find(|c| c.name == name) else {
+                return Ok(VersionPick {
+                    chosen: None,
+                    names,
+                    warnings: Vec::new(),
+                });
+            };
+            if let Some(pick) = pick_by_version_lines(&text[range.start..range.end], name, wanted, repo_url) {
+                return Ok(VersionPick {
+                    chosen: Some(pick.0),
+                    names,
+                    warnings: pick.1,
+                });
+            }
+        }
+    }
+    let lookup = find_chart(text, name, repo_url, source_name)?;
+    let chosen = lookup
+        .versions
+        .map(|vs| crate::chart::version::resolve_version(&vs, wanted).cloned());
+    Ok(VersionPick {
+        chosen,
+        names: lookup.names,
+        warnings: lookup.warnings,
+    })
+}
+
+type Picked = (Result<ChartVersion, crate::chart::version::ResolveFailure>, Vec<String>);
+
+fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url: &str) -> Option<Picked> {
+    use crate::chart::version::{resolve_version, ResolveFailure};
+    let items = split_items(slice)?;
+    let mut stubs = Vec::with_capacity(items.len());
+    for item in &items {
+        let version = item_version(item)?;
+        stubs.push(ChartVersion {
+            api_version: String::new(),
+            name: String::new(),
+            version,
+            app_version: None,
+            description: None,
+            kube_version: None,
+            deprecated: false,
+            created: None,
+            digest: None,
+            urls: Vec::new(),
+            annotations: IndexMap::new(),
+        });
+    }
+    let mut alive: Vec<usize> = (0..items.len()).collect();
+    let mut warnings = Vec::new();
+    loop {
+        let candidates: Vec<ChartVersion> = alive.iter().map(|&i| stubs[i].clone()).collect();
+        let picked = match resolve_version(&candidates, wanted) {
+            Ok(p) => p as *const ChartVersion,
+            Err(ResolveFailure::NoMatch { .. }) => {
+                // Entries Helm would skip must not show up in "newest": parse them all.
+                let mut valid = Vec::new();
+                for &i in &alive {
+                    let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+                    for raw in list {
+                        if let Some(v) = validate_one(name, i, raw, repo_url, &mut warnings) {
+                            valid.push(v);
+                        }
+                    }
+                }
+                return Some((resolve_version(&valid, wanted).cloned(), warnings));
+            }
+            Err(e) => return Some((Err(e), warnings)),
+        };
+        let pos = candidates.iter().position(|c| std::ptr::eq(c, picked))?;
+        let i = alive[pos];
+        let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+        let raw = list.into_iter().next()?;
+        match validate_one(name, i, raw, repo_url, &mut warnings) {
+            Some(v) => return Some((Ok(v), warnings)),
+            None => {
+                alive.remove(pos);
+            }
+        }
+    }
+}
+
+/// The `version:` value of one list item, read from its text: the key at the
+/// item's mapping indent, a plain or simply quoted scalar. None when unsure.
+fn item_version(item: &str) -> Option<String> {
+    let first = item.lines().next()?;
+    let dash = first.find('-')?;
+    let key_indent = dash + 2;
+    let mut found = None;
+    for (n, line) in item.lines().enumerate() {
+        let body = if n == 0 {
+            first.get(key_indent..)?
+        } else {
+            let trimmed = line.trim_start_matches(' ');
+            if line.len() - trimmed.len() != key_indent {
+                continue;
+            }
+            trimmed
+        };
+        let Some(rest) = body.strip_prefix("version:") else {
+            continue;
+        };
+        if found.is_some() {
+            return None;
+        }
+        let v = rest.trim().trim_end_matches('\r');
+        let v = match v.chars().next()? {
+            '"' | '\'' => {
+                let q = v.chars().next()?;
+                let inner = v.strip_prefix(q)?.strip_suffix(q)?;
+                if inner.contains(q) || inner.contains('\\') {
+                    return None;
+                }
+                inner
+            }
+            c if "[{&*!|>#%@`".contains(c) => return None,
+            _ => {
+                if v.contains(" #") || v.contains(": ") {
+                    return None;
+                }
+                v
+            }
+        };
+        found = Some(v.to_string());
+    }
+    found
+}
+
 /// Looks up one chart. `repo_url` resolves relative URLs; `source_name` names
 /// the index in messages.
 pub fn find_chart(text: &str, name: &str, repo_url: &str, source_name: &str) -> Result<ChartLookup, IndexError> {
@@ -123,9 +275,9 @@ pub fn find_chart(text: &str, name: &str, repo_url: &str, source_name: &str) -> 
                 });
             };
             let mut warnings = Vec::new();
-            match parse_slice(&text[range.start..range.end], repo_url, &mut warnings) {
-                Ok(mut map) => Ok(ChartLookup {
-                    versions: map.shift_remove(name),
+            match parse_slice(&text[range.start..range.end], name, repo_url, &mut warnings) {
+                Ok(versions) => Ok(ChartLookup {
+                    versions: Some(versions),
                     names,
                     warnings,
                 }),
@@ -166,8 +318,15 @@ pub fn parse_index(text: &str, repo_url: &str, source_name: &str) -> Result<Inde
         ..Index::default()
     };
     for range in &layout.charts {
-        match parse_slice(&text[range.start..range.end], repo_url, &mut index.warnings) {
-            Ok(map) => index.entries.extend(map),
+        match parse_slice(
+            &text[range.start..range.end],
+            &range.name,
+            repo_url,
+            &mut index.warnings,
+        ) {
+            Ok(versions) => {
+                index.entries.insert(range.name.clone(), versions);
+            }
             Err(_) => return parse_index_full(text, repo_url, source_name),
         }
     }
@@ -243,19 +402,79 @@ pub fn parse_index_full(text: &str, repo_url: &str, source_name: &str) -> Result
     Ok(index)
 }
 
+/// Parses one chart's text (its key line and its list). Each list item is
+/// parsed on its own, so memory stays at one version's worth of YAML events
+/// even for a chart with a thousand versions.
 fn parse_slice(
     slice: &str,
+    name: &str,
     repo_url: &str,
     warnings: &mut Vec<String>,
-) -> Result<IndexMap<String, Vec<ChartVersion>>, serde_yaml::Error> {
+) -> Result<Vec<ChartVersion>, serde_yaml::Error> {
+    if let Some(items) = split_items(slice) {
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let list: Vec<Value> = serde_yaml::from_str(item)?;
+            for raw in list {
+                if let Some(v) = validate_one(name, i, raw, repo_url, warnings) {
+                    out.push(v);
+                }
+            }
+        }
+        return Ok(out);
+    }
     let raw: IndexMap<String, Option<Vec<Value>>> = serde_yaml::from_str(slice)?;
     Ok(raw
         .into_iter()
-        .map(|(name, list)| {
-            let v = validate_versions(&name, list.unwrap_or_default(), repo_url, warnings);
-            (name, v)
-        })
+        .flat_map(|(n, list)| validate_versions(&n, list.unwrap_or_default(), repo_url, warnings))
         .collect())
+}
+
+/// The list items of a chart's block sequence, each as its own text; None
+/// when the layout is anything but `key:` followed by `- ` items.
+fn split_items(slice: &str) -> Option<Vec<&str>> {
+    let first_end = slice.find('\n')?;
+    let key_line = slice[..first_end].trim_end_matches('\r');
+    let after_colon = key_line.trim_end().strip_suffix(':').is_some();
+    if !after_colon {
+        return None;
+    }
+    let mut starts = Vec::new();
+    let mut item_indent = None;
+    let mut pos = first_end + 1;
+    let bytes = slice.as_bytes();
+    while pos < bytes.len() {
+        let line_end = memchr::memchr(b'\n', &bytes[pos..]).map_or(bytes.len(), |i| pos + i);
+        let line = &slice[pos..line_end];
+        let trimmed = line.trim_start_matches(' ');
+        let indent = line.len() - trimmed.len();
+        let content = trimmed.trim_end_matches(['\r', ' ']);
+        let line_start = pos;
+        pos = line_end + 1;
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        if content.starts_with('\t') {
+            return None;
+        }
+        let is_item = content == "-" || content.starts_with("- ");
+        match item_indent {
+            None if is_item => {
+                item_indent = Some(indent);
+                starts.push(line_start);
+            }
+            None => return None,
+            Some(m) if indent == m && is_item => starts.push(line_start),
+            Some(m) if indent <= m => return None,
+            Some(_) => {}
+        }
+    }
+    let mut items = Vec::with_capacity(starts.len());
+    for (i, &st) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(slice.len());
+        items.push(&slice[st..end]);
+    }
+    Some(items)
 }
 
 /// A YAML scalar as Helm's JSON round trip would read it as a string.
@@ -271,14 +490,20 @@ fn scalar_string(v: &Value) -> Option<String> {
 /// Turns raw entries into chart versions, skipping (with a warning) the ones
 /// Helm's `Metadata.Validate` would reject.
 fn validate_versions(chart: &str, list: Vec<Value>, repo_url: &str, warnings: &mut Vec<String>) -> Vec<ChartVersion> {
-    let mut out = Vec::with_capacity(list.len());
-    for (i, raw) in list.into_iter().enumerate() {
-        match version_from_value(raw, repo_url) {
-            Ok(v) => out.push(v),
-            Err(why) => warnings.push(format!("skipping invalid entry {i} of chart {chart:?}: {why}")),
+    list.into_iter()
+        .enumerate()
+        .filter_map(|(i, raw)| validate_one(chart, i, raw, repo_url, warnings))
+        .collect()
+}
+
+fn validate_one(chart: &str, i: usize, raw: Value, repo_url: &str, warnings: &mut Vec<String>) -> Option<ChartVersion> {
+    match version_from_value(raw, repo_url) {
+        Ok(v) => Some(v),
+        Err(why) => {
+            warnings.push(format!("skipping invalid entry {i} of chart {chart:?}: {why}"));
+            None
         }
     }
-    out
 }
 
 fn version_from_value(raw: Value, repo_url: &str) -> Result<ChartVersion, String> {

@@ -12,8 +12,8 @@ use serde::Serialize;
 use crate::chart::archive::{read_chart_archive, read_chart_dir};
 use crate::chart::cache::{sha256_hex, ChartCache};
 use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
-use crate::chart::index::{find_chart, parse_index, ChartVersion, Index, IndexError};
-use crate::chart::version::{newest_versions, parse_version, resolve_version, version_satisfies, ResolveFailure};
+use crate::chart::index::{find_chart_version, parse_index, ChartVersion, Index, IndexError};
+use crate::chart::version::{parse_version, resolve_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
 use crate::located::closest;
 
@@ -116,6 +116,33 @@ pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
         source,
     })?;
     Ok(Lock { file, index })
+}
+
+/// Parses lock text held in memory (the built-in lock embedded in the binary).
+pub fn parse_lock(text: &str, file: &Path) -> Result<Lock, LockError> {
+    let index = parse_index(text, "", &file.display().to_string()).map_err(|source| LockError::Index {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    Ok(Lock {
+        file: file.to_path_buf(),
+        index,
+    })
+}
+
+impl Lock {
+    /// This lock with `lower`'s entries added after its own: the work tree's
+    /// lock over the built-in one. A release finds the work tree's entry first.
+    pub fn layered_over(mut self, lower: &Lock) -> Lock {
+        for (chart, versions) in &lower.index.entries {
+            self.index
+                .entries
+                .entry(chart.clone())
+                .or_default()
+                .extend(versions.iter().cloned());
+        }
+        self
+    }
 }
 
 fn entry_for<'a>(lock: &'a Lock, release: &Release) -> Option<&'a ChartVersion> {
@@ -373,8 +400,9 @@ async fn resolve_release(
         ChartSource::Repo(url) => {
             let text = indexes.get(url.trim_end_matches('/')).map(String::as_str).unwrap_or("");
             let index_url = format!("{}/index.yaml", url.trim_end_matches('/'));
-            let lookup = find_chart(text, &r.chart, url, &index_url).map_err(|e| resolve_err(r, e.to_string()))?;
-            let Some(versions) = lookup.versions else {
+            let lookup = find_chart_version(text, &r.chart, r.version.as_deref(), url, &index_url)
+                .map_err(|e| resolve_err(r, e.to_string()))?;
+            let Some(chosen) = lookup.chosen else {
                 let hint = closest(&r.chart, &lookup.names)
                     .map(|c| format!(" (did you mean {c:?}?)"))
                     .unwrap_or_default();
@@ -383,9 +411,7 @@ async fn resolve_release(
                     format!("chart {:?} is not in {index_url}{hint}", r.chart),
                 ));
             };
-            let mut v = resolve_version(&versions, r.version.as_deref())
-                .map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?
-                .clone();
+            let mut v = chosen.map_err(|f| resolve_err(r, no_match_message(r, &index_url, f)))?;
             if v.urls.is_empty() {
                 return Err(resolve_err(
                     r,
@@ -497,9 +523,4 @@ fn bare_version(oci: &OciRef, version: &str) -> ChartVersion {
         urls: Vec::new(),
         annotations: IndexMap::new(),
     }
-}
-
-/// The newest few versions of a list (for messages).
-pub fn newest(versions: &[ChartVersion], n: usize) -> Vec<String> {
-    newest_versions(versions.iter().map(|v| v.version.as_str()), n)
 }

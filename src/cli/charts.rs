@@ -213,17 +213,17 @@ fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --repo URL or --repo-index FILE"),
     };
-    let lookup = chart::find_chart(&text, &args.chart, &repo, &label)?;
+    let lookup = chart::index::find_chart_version(&text, &args.chart, args.version.as_deref(), &repo, &label)?;
     for w in &lookup.warnings {
         eprintln!("warning: {w}");
     }
-    let Some(versions) = lookup.versions else {
+    let Some(chosen) = lookup.chosen else {
         let hint = crate::located::closest(&args.chart, &lookup.names)
             .map(|c| format!(" (did you mean {c:?}?)"))
             .unwrap_or_default();
         anyhow::bail!("chart {:?} is not in {label}{hint}", args.chart);
     };
-    let v = chart::resolve_version(&versions, args.version.as_deref()).map_err(|f| match f {
+    let v = chosen.map_err(|f| match f {
         chart::ResolveFailure::BadConstraint(e) => anyhow::anyhow!("bad version constraint {e}"),
         chart::ResolveFailure::NoMatch { newest } => anyhow::anyhow!(
             "no version of chart {:?} matches {:?}; newest: {}",
