@@ -81,17 +81,8 @@ pub const BUILT_IN_LOCK: &str = include_str!("../../charts-index/index.yaml");
 /// Loads the work tree's lock layered over the built-in one: a work-tree entry
 /// wins over a built-in entry for the same release and source.
 pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
-    let mut lock = load_work_tree_lock(dir)?;
-    let built_in =
-        parse_index(BUILT_IN_LOCK, "", "built-in charts-index/index.yaml").map_err(|source| LockError::Index {
-            file: PathBuf::from("built-in charts-index/index.yaml"),
-            source,
-        })?;
-    for (chart, versions) in built_in.entries {
-        // Appended after the work tree's own entries, which `entry_for` finds first.
-        lock.index.entries.entry(chart).or_default().extend(versions);
-    }
-    Ok(lock)
+    let built_in = parse_lock(BUILT_IN_LOCK, Path::new("built-in charts-index/index.yaml"))?;
+    Ok(load_work_tree_lock(dir)?.layered_over(&built_in))
 }
 
 /// Loads `dir/charts-index/index.yaml` alone; an absent file is an empty lock.
@@ -111,11 +102,7 @@ pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
         Err(source) => return Err(LockError::Read { file, source }),
     };
     // Entry URLs in the lock are absolute already.
-    let index = parse_index(&text, "", &file.display().to_string()).map_err(|source| LockError::Index {
-        file: file.clone(),
-        source,
-    })?;
-    Ok(Lock { file, index })
+    parse_lock(&text, &file)
 }
 
 /// Parses lock text held in memory (the built-in lock embedded in the binary).
