@@ -101,13 +101,24 @@ PY
     "$WORK/status-$1.json" "${status_uri}$1.json" || log "cannot write the status of $1"
 }
 
-# signal NAME SUCCESS|FAILURE: signals the release's wait condition.
+# signal NAME SUCCESS|FAILURE: signals the release's wait condition, in the
+# background: CloudFormation creates wait conditions only once the controller
+# group is complete, which can be after a fast release is done, so the signal
+# is retried until the wait condition exists (30 minutes by default).
+signal_attempts=${KUBE_AWS_SIGNAL_ATTEMPTS:-120}
+signal_delay=${KUBE_AWS_SIGNAL_DELAY:-15}
 signal() {
   local wc
   [ "${R[name]:-}" = "$1" ] || load_release "$1"
   wc=${R[waitCondition]}
-  retry aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
-    --logical-resource-id "$wc" --unique-id "$1" --status "$2" || log "cannot signal $wc for $1"
+  (
+    for ((i = 1; i <= signal_attempts; i++)); do
+      aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
+        --logical-resource-id "$wc" --unique-id "$1" --status "$2" && exit 0
+      sleep "$signal_delay"
+    done
+    log "cannot signal $wc for $1"
+  ) &
 }
 
 declare -A state
@@ -136,6 +147,7 @@ fail_all() {
   for name in "${names[@]}"; do
     finish "$name" failed "$WORK/fatal.txt"
   done
+  wait
   exit 1
 }
 
@@ -314,5 +326,6 @@ for name in "${names[@]}"; do
 done
 apply_manifests
 
-log "done: $ok_count ready, $bad_count failed or skipped"
+log "done: $ok_count ready, $bad_count failed or skipped; waiting for the signals"
+wait
 [ "$bad_count" -eq 0 ]
