@@ -18,8 +18,11 @@ use std::process::Command;
 use kube_aws::render::{self, HelmBinary, RenderInput};
 use render_fixtures::*;
 
+/// Rejects the first signal of each wait condition, as CloudFormation does
+/// while the wait condition does not exist yet.
 const FAKE_AWS: &str = r#"#!/bin/bash
-echo "aws $*" >>"$FAKE_LOG"
+all="$*"
+[[ "$all" == *signal-resource* ]] || echo "aws $all" >>"$FAKE_LOG"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,7 +38,16 @@ if [ "${args[0]}" = s3 ] && [ "${args[1]}" = cp ]; then
   cp "$src" "$dst"
   exit $?
 fi
-[ "${args[0]}" = cloudformation ] && exit 0
+if [ "${args[0]}" = cloudformation ]; then
+  marker="$FAKE_S3/.signalled-${args[5]}"
+  if [ ! -e "$marker" ]; then
+    touch "$marker"
+    echo "aws-rejected $all" >>"$FAKE_LOG"
+    exit 254
+  fi
+  echo "aws $all" >>"$FAKE_LOG"
+  exit 0
+fi
 echo "fake aws: unsupported: $*" >&2
 exit 2
 "#;
@@ -122,7 +134,7 @@ impl Run {
     fn signals(&self) -> Vec<(String, String, String)> {
         self.log
             .iter()
-            .filter(|l| l.contains("cloudformation signal-resource"))
+            .filter(|l| l.starts_with("aws ") && l.contains("cloudformation signal-resource"))
             .map(|l| {
                 let w: Vec<&str> = l.split(' ').collect();
                 let after = |k: &str| w[w.iter().position(|x| *x == k).unwrap() + 1].to_string();
@@ -218,6 +230,7 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         .env("KUBE_AWS_BIN_DIR", root.join("bin"))
         .env("KUBE_AWS_RETRY_DELAY", "0")
         .env("KUBE_AWS_POLL_INTERVAL", "0")
+        .env("KUBE_AWS_SIGNAL_DELAY", "0")
         .env("KUBECONFIG", root.join("kubeconfig"))
         .output()
         .unwrap();
@@ -288,13 +301,19 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
     let manifest = run.position("manifests/dex/rbac.yaml").expect("manifest applied");
     assert!(manifest > run.position("helm upgrade --install calico").unwrap() && manifest < cm);
 
-    let wcs = &run.wait_conditions;
+    // Signals run in the background, so their order is not the install order.
+    let mut wcs: Vec<(String, String, String)> = run
+        .wait_conditions
+        .iter()
+        .map(|(n, w)| (n.clone(), w.clone(), "SUCCESS".to_string()))
+        .collect();
+    let mut signals = run.signals();
+    wcs.sort();
+    signals.sort();
     assert_eq!(wcs.len(), 4);
-    let signals = run.signals();
-    assert_eq!(signals.len(), 4);
-    for ((name, wc), (id, logical, status)) in wcs.iter().zip(&signals) {
-        assert_eq!((name, wc, status.as_str()), (id, logical, "SUCCESS"));
-    }
+    assert_eq!(signals, wcs);
+    let rejected = run.log.iter().filter(|l| l.starts_with("aws-rejected")).count();
+    assert_eq!(rejected, 4, "each signal was retried after a rejection");
     assert!(run
         .log
         .iter()
@@ -350,18 +369,19 @@ fn helm_v3_failure_skips_dependants_with_the_reason() {
         );
     }
     assert_eq!(run.status("calico")["phase"], "ready");
-    let statuses: Vec<String> = run
+    let mut statuses: Vec<String> = run
         .signals()
         .into_iter()
         .map(|(id, _, st)| format!("{id}={st}"))
         .collect();
+    statuses.sort();
     assert_eq!(
         statuses,
         [
             "calico=SUCCESS",
             "cert-manager=FAILURE",
-            "metrics-server=FAILURE",
-            "dex=FAILURE"
+            "dex=FAILURE",
+            "metrics-server=FAILURE"
         ]
     );
 }

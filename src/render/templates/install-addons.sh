@@ -38,6 +38,26 @@ if v is not None and v != "":
     print(v)' "$@"
 }
 
+# load_release NAME fills R with the release's plan entry (lists one item a line).
+declare -A R
+load_release() {
+  local kv=() i
+  R=()
+  mapfile -d '' -t kv < <(python3 -c 'import json, sys
+r = next(x for x in json.load(open(sys.argv[1]))["releases"] if x["name"] == sys.argv[2])
+for k, v in r.items():
+    if isinstance(v, list):
+        v = "\n".join(str(x) for x in v)
+    elif isinstance(v, bool):
+        v = "true" if v else "false"
+    elif v is None:
+        v = ""
+    sys.stdout.write(k + "\0" + str(v).replace("\0", "") + "\0")' "$PLAN" "$1")
+  for ((i = 0; i + 1 < ${#kv[@]}; i += 2)); do
+    R[${kv[i]}]=${kv[i + 1]}
+  done
+}
+
 release_names() {
   python3 -c 'import json, sys
 for r in json.load(open(sys.argv[1]))["releases"]: print(r["name"])' "$PLAN"
@@ -81,12 +101,24 @@ PY
     "$WORK/status-$1.json" "${status_uri}$1.json" || log "cannot write the status of $1"
 }
 
-# signal NAME SUCCESS|FAILURE: signals the release's wait condition.
+# signal NAME SUCCESS|FAILURE: signals the release's wait condition, in the
+# background: CloudFormation creates wait conditions only once the controller
+# group is complete, which can be after a fast release is done, so the signal
+# is retried until the wait condition exists (30 minutes by default).
+signal_attempts=${KUBE_AWS_SIGNAL_ATTEMPTS:-120}
+signal_delay=${KUBE_AWS_SIGNAL_DELAY:-15}
 signal() {
   local wc
-  wc=$(q "$PLAN" releases "$1" waitCondition)
-  retry aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
-    --logical-resource-id "$wc" --unique-id "$1" --status "$2" || log "cannot signal $wc for $1"
+  [ "${R[name]:-}" = "$1" ] || load_release "$1"
+  wc=${R[waitCondition]}
+  (
+    for ((i = 1; i <= signal_attempts; i++)); do
+      aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
+        --logical-resource-id "$wc" --unique-id "$1" --status "$2" && exit 0
+      sleep "$signal_delay"
+    done
+    log "cannot signal $wc for $1"
+  ) &
 }
 
 declare -A state
@@ -115,6 +147,7 @@ fail_all() {
   for name in "${names[@]}"; do
     finish "$name" failed "$WORK/fatal.txt"
   done
+  wait
   exit 1
 }
 
@@ -189,7 +222,7 @@ wait_crds() { # NAME TGZ TIMEOUT
   dir=$WORK/crds-$1
   rm -rf "$dir" && mkdir -p "$dir"
   tar -xzf "$2" -C "$dir" --wildcards '*/crds/*' 2>/dev/null
-  mapfile -t list < <(q "$PLAN" releases "$1" crds)
+  mapfile -t list <<<"${R[crds]}"
   for f in "${list[@]}"; do
     found=$(find "$dir" -path "*/crds/$f" -type f | head -n 1)
     if [ -z "$found" ]; then
@@ -205,19 +238,19 @@ wait_crds() { # NAME TGZ TIMEOUT
 
 install_release() { # NAME
   local name=$1 ns obj sum timeout values tgz msg i
-  ns=$(q "$PLAN" releases "$name" namespace)
-  obj=$(q "$PLAN" releases "$name" chartObject)
-  timeout=$(q "$PLAN" releases "$name" timeoutSeconds)
-  values=$ADDONS/$(q "$PLAN" releases "$name" valuesFile)
+  ns=${R[namespace]}
+  obj=${R[chartObject]}
+  timeout=${R[timeoutSeconds]}
+  values=$ADDONS/${R[valuesFile]}
   tgz=$WORK/$name.tgz
   msg=$WORK/message-$name.txt
   : >"$msg"
   status "$name" installing
-  if [ "$(q "$PLAN" releases "$name" locked)" != true ]; then
+  if [ "${R[locked]}" != true ]; then
     echo "chart is not locked (no sha256): run \`kube-aws charts lock\` and publish again" >"$msg"
     return 1
   fi
-  sum=$(q "$PLAN" releases "$name" sha256)
+  sum=${R[sha256]}
   if ! retry aws --region "$region" s3 cp --only-show-errors "$obj" "$tgz" 2>>"$msg"; then
     echo "cannot fetch the chart from $obj" >>"$msg"
     return 1
@@ -231,11 +264,11 @@ install_release() { # NAME
     args+=(--timeout "$timeout" --tiller-namespace "$tiller_ns")
   else
     args+=(--timeout "${timeout}s")
-    [ "$(q "$PLAN" releases "$name" createNamespace)" = true ] && args+=(--create-namespace)
+    [ "${R[createNamespace]}" = true ] && args+=(--create-namespace)
   fi
   for ((i = 1; i <= attempts; i++)); do
     if "$HELM" "${args[@]}" >"$WORK/helm-$name.log" 2>&1; then
-      if [ -n "$(q "$PLAN" releases "$name" crds)" ]; then
+      if [ -n "${R[crds]}" ]; then
         wait_crds "$name" "$tgz" "$timeout" >"$msg" 2>&1 || return 1
       fi
       return 0
@@ -260,8 +293,10 @@ fi
 # Commands in the loop may read stdin, so the list is read up front.
 mapfile -t names < <(release_names)
 for name in "${names[@]}"; do
+  load_release "$name"
   blocked=""
-  mapfile -t deps < <(q "$PLAN" releases "$name" dependsOn)
+  deps=()
+  [ -n "${R[dependsOn]}" ] && mapfile -t deps <<<"${R[dependsOn]}"
   for dep in "${deps[@]}"; do
     if [ "${state[$dep]:-}" != ready ]; then
       blocked=$dep
@@ -273,7 +308,7 @@ for name in "${names[@]}"; do
     finish "$name" skipped "$WORK/message-$name.txt"
     continue
   fi
-  if [ "$(q "$PLAN" releases "$name" bootstrap)" != true ]; then
+  if [ "${R[bootstrap]}" != true ]; then
     apply_manifests
     if ! wait_node_ready; then
       printf 'no node became Ready within %ss (is a CNI addon marked bootstrap: true?)\n' \
@@ -291,5 +326,6 @@ for name in "${names[@]}"; do
 done
 apply_manifests
 
-log "done: $ok_count ready, $bad_count failed or skipped"
+log "done: $ok_count ready, $bad_count failed or skipped; waiting for the signals"
+wait
 [ "$bad_count" -eq 0 ]
