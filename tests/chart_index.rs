@@ -201,9 +201,15 @@ fn work_tree_lock_layers_over_the_builtin_lock() {
     )
     .unwrap();
     let cluster = kube_aws::config::load_cluster(dir).unwrap();
-    let work = kube_aws::chart::load_lock(dir).unwrap();
+    // The work tree alone has no lock; load_lock layers it over the built-in one.
+    let work = kube_aws::chart::lock::load_work_tree_lock(dir).unwrap();
     assert!(kube_aws::chart::check_lock(&work, &cluster.releases).is_err());
-    let locked = kube_aws::chart::check_lock(&work.layered_over(&builtin), &cluster.releases).unwrap();
+    let layered = work.layered_over(&builtin);
+    let locked = kube_aws::chart::check_lock(&layered, &cluster.releases).unwrap();
+    assert_eq!(
+        kube_aws::chart::check_lock(&kube_aws::chart::load_lock(dir).unwrap(), &cluster.releases).unwrap(),
+        locked
+    );
     assert_eq!(locked[0].version, "3.13.1");
     assert_eq!(
         locked[0].digest.as_deref(),

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
-pub use resolve::{resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+pub use resolve::{
+    default_chart_name, resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
+};
 pub use validate::{check_version_constraint, find_cycle, is_dns_label, is_region, normalize_constraint, parse_s3_uri};
 
 use crate::located::{parse_yaml, Diagnostics};

@@ -80,6 +80,18 @@ impl Cluster {
     }
 }
 
+/// The chart name when `chart:` is not set: an OCI reference's last path
+/// segment without its `:tag`, else the release name.
+pub fn default_chart_name(source: &ChartSource, release: &str) -> String {
+    match source {
+        ChartSource::Oci(o) => {
+            let last = o.rsplit('/').next().unwrap_or(release);
+            last.split(':').next().unwrap_or(last).to_string()
+        }
+        _ => release.to_string(),
+    }
+}
+
 /// Resolves one cluster.yaml chart entry. Validation has already checked that
 /// exactly one source is set and the timeout parses.
 pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
@@ -90,10 +102,10 @@ pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
     } else {
         ChartSource::Path(spec.path.clone().unwrap_or_default())
     };
-    let chart = spec.chart.clone().unwrap_or_else(|| match &source {
-        ChartSource::Oci(o) => o.rsplit('/').next().unwrap_or(&spec.name).to_string(),
-        _ => spec.name.clone(),
-    });
+    let chart = spec
+        .chart
+        .clone()
+        .unwrap_or_else(|| default_chart_name(&source, &spec.name));
     let values_files = match &spec.values {
         Some(list) => list.clone(),
         None => {
@@ -122,5 +134,27 @@ pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
         create_namespace: spec.create_namespace.unwrap_or(true),
         bootstrap: spec.bootstrap,
         origin: Origin::Cluster { index },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_chart_names() {
+        let oci = |s: &str| ChartSource::Oci(s.into());
+        assert_eq!(
+            default_chart_name(&oci("oci://r.example.com:5000/charts/app"), "x"),
+            "app"
+        );
+        assert_eq!(
+            default_chart_name(&oci("oci://r.example.com:5000/charts/app:1.2.3"), "x"),
+            "app"
+        );
+        assert_eq!(
+            default_chart_name(&ChartSource::Repo("https://c.example.com".into()), "web"),
+            "web"
+        );
     }
 }

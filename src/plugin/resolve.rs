@@ -955,10 +955,10 @@ fn chart(
         });
     }
     let source = source?;
-    let chart = c.chart.clone().unwrap_or_else(|| match &source {
-        ChartSource::Oci(o) => o.rsplit('/').next().unwrap_or(&c.name).to_string(),
-        _ => c.name.clone(),
-    });
+    let chart = c
+        .chart
+        .clone()
+        .unwrap_or_else(|| crate::config::default_chart_name(&source, &c.name));
     let user_values = format!("values/{}.yaml", c.name);
     Some(PluginRelease {
         release: Release {
