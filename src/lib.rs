@@ -2,6 +2,7 @@
 //! ready. The stages form a pipeline, one module each (see docs/architecture):
 //! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
 
+pub mod aws;
 pub mod cli;
 pub mod config;
 pub mod fsutil;

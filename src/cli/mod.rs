@@ -1,8 +1,13 @@
 //! The command line: global options, one small file per command. Commands
 //! parse flags into an options struct, call the library, and print.
 
+mod deploy_args;
+mod destroy;
 mod init;
 mod schema;
+mod status;
+mod up;
+mod update;
 mod validate;
 
 use std::path::PathBuf;
@@ -50,6 +55,14 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print a JSON Schema, for editors
     Schema(schema::SchemaArgs),
+    /// Publish to S3 and create the cluster's stacks; --wait follows them until every addon is ready
+    Up(up::UpArgs),
+    /// Show the stacks, their outputs and each addon's state; --wait follows an operation in progress
+    Status(status::StatusArgs),
+    /// Publish, preview the changes as a change set, and apply them
+    Update(update::UpdateArgs),
+    /// Delete the cluster's stacks (published objects stay unless --purge)
+    Destroy(destroy::DestroyArgs),
 }
 
 /// Runs the parsed command line.
@@ -61,6 +74,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => init::run(&cli.global, args),
         Command::Validate(args) => validate::run(&cli.global, args),
         Command::Schema(args) => schema::run(&cli.global, args),
+        Command::Up(args) => up::run(&cli.global, args),
+        Command::Status(args) => status::run(&cli.global, args),
+        Command::Update(args) => update::run(&cli.global, args),
+        Command::Destroy(args) => destroy::run(&cli.global, args),
     }
 }
 
