@@ -3,6 +3,7 @@
 //! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
 
 pub mod chart;
+pub mod aws;
 pub mod cli;
 pub mod config;
 pub mod fsutil;

@@ -1,10 +1,20 @@
 //! The `kube-aws` binary: parse the command line, run it, and decide the exit
-//! code. Exit codes: 0 success, 1 a bad work tree or a failed operation,
-//! 2 bad usage (clap).
+//! code. Exit codes:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | a bad work tree, missing rendered files, a refused confirmation, a stack that exists (use `update`) or is missing (use `up`) |
+//! | 2 | bad usage (clap) |
+//! | 3 | the stack or an addon failed (the message names the first failed resource or the addon and its reason) |
+//! | 4 | AWS: no credentials, endpoint unreachable or lost mid-wait, a missing bucket, a refused API call |
+//! | 5 | the wait's `--timeout` passed (the stack is left as it is; `kube-aws status --wait` resumes) |
+//! | 130 | interrupted by Ctrl-C while waiting (the stack is left as it is) |
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use kube_aws::aws::{AwsError, ErrorKind};
 use kube_aws::cli::{run, Cli};
 
 fn main() -> ExitCode {
@@ -23,8 +33,22 @@ fn main() -> ExitCode {
             for line in format_chain(&err).lines() {
                 eprintln!("{prefix} {line}");
             }
-            ExitCode::from(1)
+            ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    let kind = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<AwsError>())
+        .map(AwsError::kind);
+    match kind {
+        None | Some(ErrorKind::WorkTree) => 1,
+        Some(ErrorKind::DeployFailed) => 3,
+        Some(ErrorKind::Aws) => 4,
+        Some(ErrorKind::Timeout) => 5,
+        Some(ErrorKind::Interrupted) => 130,
     }
 }
 

@@ -2,10 +2,15 @@
 //! parse flags into an options struct, call the library, and print.
 
 mod charts;
+mod deploy_args;
+mod destroy;
 mod init;
 mod plugins;
 pub mod render;
 mod schema;
+mod status;
+mod up;
+mod update;
 mod validate;
 
 use std::path::PathBuf;
@@ -59,6 +64,14 @@ pub enum Command {
     Plugins(plugins::PluginsArgs),
     /// Render stacks, user-data and the addon plan into <dir>/rendered (offline)
     Render(render::RenderArgs),
+    /// Publish to S3 and create the cluster's stacks; --wait follows them until every addon is ready
+    Up(up::UpArgs),
+    /// Show the stacks, their outputs and each addon's state; --wait follows an operation in progress
+    Status(status::StatusArgs),
+    /// Publish, preview the changes as a change set, and apply them
+    Update(update::UpdateArgs),
+    /// Delete the cluster's stacks (published objects stay unless --purge)
+    Destroy(destroy::DestroyArgs),
 }
 
 /// Runs the parsed command line.
@@ -76,6 +89,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Charts(args) => charts::run(&cli.global, args),
         Command::Plugins(args) => plugins::run(&cli.global, args),
         Command::Render(args) => render::run(&cli.global, args),
+        Command::Up(args) => up::run(&cli.global, args),
+        Command::Status(args) => status::run(&cli.global, args),
+        Command::Update(args) => update::run(&cli.global, args),
+        Command::Destroy(args) => destroy::run(&cli.global, args),
     }
 }
 

@@ -1,0 +1,413 @@
+//! The deploy commands as library calls: `up`, `status`, `update`, `destroy`,
+//! and `follow`, the wait shared by all of them (progress drawing, Ctrl-C,
+//! timeout, outcome → error). The CLI files only parse flags and print.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::progress_view::ProgressView;
+use super::publish::{self, ChartTarball, Location, PublishInput, Published};
+use super::secrets::SecretValue;
+use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
+use super::wait::{AddonReport, ExpectedAddon, Operation, Outcome};
+use super::watch::{self, AwsSource, Pacer, TokioClock};
+use super::{AwsError, Clients};
+use crate::config::ClusterConfig;
+
+/// The rendered directory inside a work tree.
+pub fn rendered_dir(work_tree: &Path) -> PathBuf {
+    work_tree.join("rendered")
+}
+
+/// The chart cache: `$XDG_CACHE_HOME/kube-aws/charts` (default `~/.cache/…`).
+pub fn chart_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("kube-aws").join("charts")
+}
+
+/// The chart tarballs the addon plan names (any `digest`/`sha256` value of
+/// the form `sha256:<hex>`), found in the cache at `sha256/<hex>.tgz`.
+pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarball>, AwsError> {
+    let path = rendered.join(publish::ADDON_PLAN);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(Vec::new());
+    };
+    let plan: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        AwsError::WorkTree(format!(
+            "{} is not valid JSON: {e}: run `kube-aws render` again",
+            path.display()
+        ))
+    })?;
+    let mut digests = std::collections::BTreeSet::new();
+    collect_digests(&plan, &mut digests);
+    Ok(digests
+        .into_iter()
+        .map(|hex| ChartTarball {
+            path: cache.join("sha256").join(format!("{hex}.tgz")),
+            digest: format!("sha256:{hex}"),
+        })
+        .collect())
+}
+
+fn collect_digests(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if let (true, Some(s)) = (matches!(k.as_str(), "digest" | "sha256" | "chartDigest"), x.as_str()) {
+                    let hex = s.strip_prefix("sha256:").unwrap_or(s);
+                    if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                        out.insert(hex.to_lowercase());
+                    }
+                }
+                collect_digests(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_digests(x, out)),
+        _ => {}
+    }
+}
+
+/// Tags on the root stack (CloudFormation copies them to every resource).
+pub fn stack_tags(cluster: &ClusterConfig) -> Vec<(String, String)> {
+    vec![
+        ("kube-aws:cluster".into(), cluster.cluster_name.clone()),
+        ("kube-aws:version".into(), env!("CARGO_PKG_VERSION").into()),
+    ]
+}
+
+/// What `publish` needs besides the clients.
+#[derive(Debug, Clone)]
+pub struct ArtifactsOptions {
+    pub rendered_dir: PathBuf,
+    pub charts: Vec<ChartTarball>,
+    pub secrets: Vec<SecretValue>,
+}
+
+/// How to wait.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitOptions {
+    pub wait: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// Publishes the artifacts.
+pub async fn publish_artifacts(
+    clients: &Clients,
+    cluster: &ClusterConfig,
+    opts: &ArtifactsOptions,
+) -> Result<Published, AwsError> {
+    publish::publish(
+        clients,
+        &PublishInput {
+            rendered_dir: &opts.rendered_dir,
+            charts: &opts.charts,
+            cluster,
+            secrets: &opts.secrets,
+        },
+    )
+    .await
+}
+
+/// `up`: publish and create the root stack. Returns the stack ID.
+pub async fn up(
+    clients: &Clients,
+    cluster: &ClusterConfig,
+    artifacts: &ArtifactsOptions,
+    on_failure: OnFailureMode,
+) -> Result<(Published, String), AwsError> {
+    let name = &cluster.cluster_name;
+    if let Some(existing) = stack::describe_stack(clients, name).await? {
+        if existing.status == "ROLLBACK_COMPLETE" {
+            return Err(AwsError::WorkTree(format!(
+                "the stack {name:?} exists in ROLLBACK_COMPLETE after a failed create: run `kube-aws destroy` then `kube-aws up` again"
+            )));
+        }
+        return Err(AwsError::StackExists { stack: name.clone() });
+    }
+    let published = publish_artifacts(clients, cluster, artifacts).await?;
+    let req = StackRequest {
+        name: name.clone(),
+        template_url: published.root_template_url.clone(),
+        parameters: published.parameters.clone(),
+        tags: stack_tags(cluster),
+    };
+    let id = stack::create_stack(clients, &req, on_failure).await?;
+    Ok((published, id))
+}
+
+/// Follows a stack operation to its end, drawing progress on stderr. Ctrl-C
+/// stops the waiting only; the stack is never touched.
+pub async fn follow(
+    clients: &Clients,
+    stack_id: &str,
+    operation: Operation,
+    location: &Location,
+    addons: &[ExpectedAddon],
+    timeout: Option<Duration>,
+) -> Result<(), AwsError> {
+    let mut view = ProgressView::for_stderr();
+    let mut source = AwsSource::new(
+        clients,
+        stack_id.to_string(),
+        operation,
+        location.clone(),
+        addons.to_vec(),
+    );
+    let mut clock = TokioClock::start();
+    let mut pacer = Pacer::default();
+    let result = tokio::select! {
+        r = watch::drive(&mut source, &mut clock, &mut pacer, timeout, |a| view.draw(&a.progress)) => r,
+        _ = tokio::signal::ctrl_c() => Err(AwsError::Interrupted),
+    };
+    view.finish();
+    match result?.outcome {
+        Outcome::Done | Outcome::InProgress => Ok(()),
+        Outcome::Failed(f) => Err(AwsError::Failed(Box::new(f))),
+        Outcome::TimedOut { pending } => Err(AwsError::TimedOut {
+            waited: timeout
+                .map(|t| humantime::format_duration(t).to_string())
+                .unwrap_or_default(),
+            pending,
+        }),
+    }
+}
+
+/// Everything `status` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    pub stack: StackInfo,
+    pub nested: Vec<NestedStack>,
+    pub addons: Vec<AddonStatus>,
+}
+
+/// One addon: its phase and message, "pending" without a status object.
+#[derive(Debug, Clone, Serialize)]
+pub struct AddonStatus {
+    pub release: String,
+    pub phase: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// The addons of the latest render (empty when there is none).
+pub fn expected_addons(rendered: &Path) -> Vec<ExpectedAddon> {
+    let Ok(bytes) = std::fs::read(rendered.join(publish::ADDON_PLAN)) else {
+        return Vec::new();
+    };
+    let files = std::collections::BTreeMap::from([(publish::ADDON_PLAN.to_string(), bytes)]);
+    publish::expected_addons(&files).unwrap_or_default()
+}
+
+/// `status`: the stack, its nested stacks and outputs, each addon.
+pub async fn status(
+    clients: &Clients,
+    cluster: &ClusterConfig,
+    addons: &[ExpectedAddon],
+) -> Result<StatusReport, AwsError> {
+    let name = &cluster.cluster_name;
+    let stack = stack::describe_stack(clients, name)
+        .await?
+        .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
+    let nested = stack::nested_stacks(clients, &stack.stack_id).await?;
+    let location = Location::new(cluster)?;
+    let reports: Vec<AddonReport> = watch::read_addon_reports(clients, &location, addons).await?;
+    let mut out: Vec<AddonStatus> = addons
+        .iter()
+        .map(|a| {
+            let r = reports.iter().find(|r| r.release == a.release);
+            AddonStatus {
+                release: a.release.clone(),
+                phase: r.map(|r| r.phase.as_str()).unwrap_or("pending").to_string(),
+                message: r.map(|r| r.message.clone()).unwrap_or_default(),
+                updated_at: r.and_then(|r| r.updated_at.clone()),
+            }
+        })
+        .collect();
+    // Reports for addons the local render does not know (another machine's render).
+    for r in &reports {
+        if !out.iter().any(|a| a.release == r.release) {
+            out.push(AddonStatus {
+                release: r.release.clone(),
+                phase: r.phase.as_str().into(),
+                message: r.message.clone(),
+                updated_at: r.updated_at.clone(),
+            });
+        }
+    }
+    Ok(StatusReport {
+        stack,
+        nested,
+        addons: out,
+    })
+}
+
+/// The operation a stack status belongs to, when one is in progress.
+pub fn operation_in_progress(status: &str) -> Option<Operation> {
+    if !status.ends_with("_IN_PROGRESS") {
+        return None;
+    }
+    Some(if status.starts_with("CREATE") || status.starts_with("ROLLBACK") {
+        Operation::Create
+    } else if status.starts_with("DELETE") {
+        Operation::Delete
+    } else {
+        Operation::Update
+    })
+}
+
+/// What `update` found.
+#[derive(Debug)]
+pub enum UpdatePlan {
+    /// Same template and parameters as the live stack.
+    NoChanges,
+    /// A change set ready to execute (or delete).
+    Changes {
+        published: Box<Published>,
+        change_set: ChangeSet,
+        stack_id: String,
+    },
+}
+
+/// `update`, first half: publish, compare, create a change set.
+pub async fn plan_update(
+    clients: &Clients,
+    cluster: &ClusterConfig,
+    artifacts: &ArtifactsOptions,
+) -> Result<UpdatePlan, AwsError> {
+    let name = &cluster.cluster_name;
+    let live = stack::describe_stack(clients, name)
+        .await?
+        .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
+    if live.status.ends_with("_IN_PROGRESS") {
+        return Err(AwsError::WorkTree(format!(
+            "the stack {name:?} is busy ({}): wait for it with `kube-aws status --wait`, then update",
+            live.status
+        )));
+    }
+    let published = publish_artifacts(clients, cluster, artifacts).await?;
+    // Content-addressed templates: the same root template and parameters mean
+    // nothing changed anywhere below it. (Moto lists every resource of any
+    // change set as "Add", so this check is also what makes "no changes" visible there.)
+    let template = stack::live_template(clients, &live.stack_id).await?;
+    let same_params = published
+        .parameters
+        .iter()
+        .all(|p| live.parameters.iter().any(|l| l == p));
+    if same_params && template.is_some_and(|t| stack::same_template(&t, &published.root_template_body)) {
+        return Ok(UpdatePlan::NoChanges);
+    }
+    let req = StackRequest {
+        name: name.clone(),
+        template_url: published.root_template_url.clone(),
+        parameters: published.parameters.clone(),
+        tags: stack_tags(cluster),
+    };
+    match stack::create_change_set(clients, &req).await? {
+        None => Ok(UpdatePlan::NoChanges),
+        Some(change_set) => Ok(UpdatePlan::Changes {
+            published: Box::new(published),
+            change_set,
+            stack_id: live.stack_id,
+        }),
+    }
+}
+
+/// Asks a yes/no question on the terminal. Without a terminal and without
+/// `--yes`, refuses (an unattended run must say --yes).
+pub fn confirm(question: &str, yes: bool) -> Result<bool, AwsError> {
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(AwsError::WorkTree(
+            "refusing to go on without confirmation: standard input is not a terminal; pass --yes".into(),
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| AwsError::WorkTree(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
+}
+
+/// Deletes every object under the cluster's prefix (`destroy --purge`).
+pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
+    let mut count = 0;
+    let mut token = None;
+    loop {
+        let page = clients
+            .s3
+            .list_objects_v2()
+            .bucket(&location.bucket)
+            .prefix(format!("{}/", location.prefix))
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| super::sdk_error("s3:ListObjectsV2", e))?;
+        for obj in page.contents() {
+            if let Some(key) = obj.key() {
+                clients
+                    .s3
+                    .delete_object()
+                    .bucket(&location.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| super::sdk_error("s3:DeleteObject", e))?;
+                count += 1;
+            }
+        }
+        match page.next_continuation_token() {
+            Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+            _ => return Ok(count),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_digests_are_found_anywhere_in_the_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = "a".repeat(64);
+        let b = "B".repeat(64);
+        std::fs::create_dir_all(dir.path().join("addons")).unwrap();
+        std::fs::write(
+            dir.path().join(publish::ADDON_PLAN),
+            format!(r#"{{"releases": [{{"name": "x", "chart": {{"digest": "sha256:{a}"}}}}, {{"name": "y", "sha256": "{b}", "digest": "nope"}}]}}"#),
+        )
+        .unwrap();
+        let charts = charts_from_plan(dir.path(), Path::new("/cache")).unwrap();
+        let paths: Vec<String> = charts.iter().map(|c| c.path.display().to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                format!("/cache/sha256/{a}.tgz"),
+                format!("/cache/sha256/{}.tgz", b.to_lowercase())
+            ]
+        );
+    }
+
+    #[test]
+    fn operations_in_progress() {
+        assert_eq!(operation_in_progress("CREATE_IN_PROGRESS"), Some(Operation::Create));
+        assert_eq!(operation_in_progress("ROLLBACK_IN_PROGRESS"), Some(Operation::Create));
+        assert_eq!(
+            operation_in_progress("UPDATE_ROLLBACK_IN_PROGRESS"),
+            Some(Operation::Update)
+        );
+        assert_eq!(operation_in_progress("DELETE_IN_PROGRESS"), Some(Operation::Delete));
+        assert_eq!(operation_in_progress("CREATE_COMPLETE"), None);
+    }
+}

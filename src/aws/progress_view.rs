@@ -1,0 +1,108 @@
+//! Drawing the wait's progress: on a terminal, an indicatif multi-progress with
+//! one line per stack and per addon; elsewhere, one plain line each time a
+//! line's status changes. The only module of `aws` that uses indicatif.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::wait::{Progress, ProgressLine};
+
+/// Draws successive progress models.
+pub enum ProgressView {
+    Tty {
+        multi: MultiProgress,
+        bars: BTreeMap<String, ProgressBar>,
+    },
+    Plain {
+        last: BTreeMap<String, String>,
+        out: Box<dyn Write + Send>,
+    },
+}
+
+impl ProgressView {
+    /// A multi-progress on stderr when it is a terminal, plain lines on stderr otherwise.
+    pub fn for_stderr() -> ProgressView {
+        if console::Term::stderr().is_term() {
+            ProgressView::Tty {
+                multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+                bars: BTreeMap::new(),
+            }
+        } else {
+            ProgressView::plain(Box::new(std::io::stderr()))
+        }
+    }
+
+    pub fn plain(out: Box<dyn Write + Send>) -> ProgressView {
+        ProgressView::Plain {
+            last: BTreeMap::new(),
+            out,
+        }
+    }
+
+    pub fn draw(&mut self, p: &Progress) {
+        let lines = p
+            .stacks
+            .iter()
+            .map(|l| (format!("stack {}", l.name), l))
+            .chain(p.addons.iter().map(|l| (format!("addon {}", l.name), l)));
+        match self {
+            ProgressView::Tty { multi, bars } => {
+                for (label, line) in lines {
+                    let bar = bars.entry(label.clone()).or_insert_with(|| {
+                        let b = multi.add(ProgressBar::new_spinner());
+                        b.set_style(
+                            ProgressStyle::with_template("{spinner} {prefix:<28} {msg}")
+                                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                        );
+                        b.set_prefix(label.clone());
+                        b.enable_steady_tick(Duration::from_millis(120));
+                        b
+                    });
+                    bar.set_message(message(line));
+                    if line.finished && !bar.is_finished() {
+                        bar.finish_with_message(message(line));
+                    }
+                }
+            }
+            ProgressView::Plain { last, out } => {
+                for (label, line) in lines {
+                    let text = message(line);
+                    if last.get(&label) != Some(&text) {
+                        let _ = writeln!(out, "{label}: {text}");
+                        last.insert(label, text);
+                    }
+                }
+                let _ = out.flush();
+            }
+        }
+    }
+
+    /// Stops the spinners, leaving the last lines on screen.
+    pub fn finish(&mut self) {
+        if let ProgressView::Tty { bars, .. } = self {
+            for b in bars.values() {
+                if !b.is_finished() {
+                    b.abandon();
+                }
+            }
+        }
+    }
+}
+
+fn message(l: &ProgressLine) -> String {
+    let status = if l.failed {
+        console::style(&l.status).red().to_string()
+    } else if l.finished {
+        console::style(&l.status).green().to_string()
+    } else {
+        l.status.clone()
+    };
+    if l.detail.is_empty() {
+        status
+    } else {
+        format!("{status}  {}", l.detail)
+    }
+}

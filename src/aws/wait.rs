@@ -1,0 +1,516 @@
+//! The wait logic as a pure function: from what was observed (stack events,
+//! stack and nested-stack states, addon status reports) to a progress model and
+//! an outcome. The loop that polls AWS lives in `watch`; this module never does
+//! I/O, so every case (success, rollback cascade, addon failure, timeout, nested
+//! failure) is tested from recorded event sequences.
+
+use serde::{Deserialize, Serialize};
+
+/// Which stack operation is being followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+/// One stack event, as DescribeStackEvents gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StackEvent {
+    pub event_id: String,
+    /// The stack the event belongs to (its name, for a nested stack the generated name).
+    pub stack_name: String,
+    pub logical_id: String,
+    pub physical_id: String,
+    pub resource_type: String,
+    pub status: String,
+    pub reason: Option<String>,
+    /// Milliseconds since the epoch.
+    pub timestamp: i64,
+}
+
+/// A stack's current state (the root, or a nested stack seen through the root's resources).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StackState {
+    /// "root" for the root stack, else the nested stack's logical id in the root.
+    pub name: String,
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+/// An addon's phase, as the node writes it in its status object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddonPhase {
+    /// No status object yet.
+    Pending,
+    Installing,
+    Ready,
+    Failed,
+    Skipped,
+}
+
+impl AddonPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddonPhase::Pending => "pending",
+            AddonPhase::Installing => "installing",
+            AddonPhase::Ready => "ready",
+            AddonPhase::Failed => "failed",
+            AddonPhase::Skipped => "skipped",
+        }
+    }
+}
+
+/// The status object `s3URI/<cluster>/status/addons/<release>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AddonReport {
+    pub release: String,
+    pub phase: AddonPhase,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// An addon the plan expects, and the WaitCondition that stands for it (if the
+/// template has one), so a failed WaitCondition can be named as the addon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpectedAddon {
+    pub release: String,
+    pub wait_condition: Option<String>,
+}
+
+/// Everything observed so far.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Observation {
+    pub operation: Operation,
+    /// None: the root stack does not exist (gone after a delete, or never created).
+    pub root: Option<StackState>,
+    pub nested: Vec<StackState>,
+    /// Events of the root and nested stacks, any order, possibly older operations too.
+    pub events: Vec<StackEvent>,
+    pub addons: Vec<ExpectedAddon>,
+    pub reports: Vec<AddonReport>,
+    /// Time since the wait started and the caller's limit (None: no limit).
+    pub elapsed_secs: u64,
+    pub timeout_secs: Option<u64>,
+}
+
+/// One line of progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProgressLine {
+    pub name: String,
+    pub status: String,
+    /// The latest event or message, for context.
+    pub detail: String,
+    pub finished: bool,
+    pub failed: bool,
+}
+
+/// The progress model: one line per stack (root first, then nested) and per addon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Progress {
+    pub stacks: Vec<ProgressLine>,
+    pub addons: Vec<ProgressLine>,
+}
+
+/// What went wrong, root cause first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// The stack holding the failed resource ("root" or a nested stack's logical id).
+    pub stack: String,
+    pub resource: String,
+    pub resource_type: String,
+    pub status: String,
+    pub reason: String,
+    /// The addon, when the failure is an addon's.
+    pub addon: Option<String>,
+    /// The addon's message from its status object.
+    pub addon_message: Option<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(addon) = &self.addon {
+            write!(f, "addon {addon:?} failed")?;
+            match &self.addon_message {
+                Some(m) if !m.is_empty() => write!(f, ": {m}")?,
+                _ => write!(f, ": {}", self.reason)?,
+            }
+            if !self.resource.is_empty() {
+                write!(f, " (resource {} in stack {})", self.resource, self.stack)?;
+            }
+            Ok(())
+        } else {
+            write!(
+                f,
+                "{} {} ({}) in stack {}: {}",
+                self.resource, self.status, self.resource_type, self.stack, self.reason
+            )
+        }
+    }
+}
+
+/// The verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    InProgress,
+    Done,
+    Failed(Failure),
+    /// The caller's limit passed; names what was still in progress.
+    TimedOut {
+        pending: Vec<String>,
+    },
+}
+
+/// Progress and outcome together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assessment {
+    pub progress: Progress,
+    pub outcome: Outcome,
+}
+
+const STACK_TYPE: &str = "AWS::CloudFormation::Stack";
+const WAIT_CONDITION: &str = "AWS::CloudFormation::WaitCondition";
+
+/// Assesses an observation.
+pub fn assess(obs: &Observation) -> Assessment {
+    let events = current_operation_events(&obs.events);
+    let progress = progress(obs, &events);
+    let outcome = outcome(obs, &events);
+    Assessment { progress, outcome }
+}
+
+/// The events of the latest operation: for each stack, those from its latest
+/// user-initiated (or parent-initiated) `*_IN_PROGRESS` stack event on, sorted by time.
+/// This is what lets `status --wait` resume without knowing when the operation began.
+pub fn current_operation_events(events: &[StackEvent]) -> Vec<&StackEvent> {
+    let mut sorted: Vec<&StackEvent> = events.iter().collect();
+    sorted.sort_by(|a, b| a.timestamp.cmp(&b.timestamp).then(a.event_id.cmp(&b.event_id)));
+    sorted.dedup_by(|a, b| a.event_id == b.event_id);
+    let mut start: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    for e in &sorted {
+        let is_start = e.resource_type == STACK_TYPE
+            && e.logical_id == e.stack_name
+            && matches!(
+                e.status.as_str(),
+                "CREATE_IN_PROGRESS" | "UPDATE_IN_PROGRESS" | "DELETE_IN_PROGRESS"
+            )
+            && !is_cleanup_or_rollback(e);
+        if is_start {
+            start.insert(e.stack_name.as_str(), e.timestamp);
+        }
+    }
+    sorted
+        .into_iter()
+        .filter(|e| start.get(e.stack_name.as_str()).is_none_or(|t| e.timestamp >= *t))
+        .collect()
+}
+
+fn is_cleanup_or_rollback(e: &StackEvent) -> bool {
+    // A DELETE_IN_PROGRESS of the stack itself after a failed create is the
+    // cascade of --on-failure delete, not a new operation.
+    e.status == "DELETE_IN_PROGRESS" && e.reason.as_deref().is_some_and(|r| !r.contains("User Initiated"))
+}
+
+fn progress(obs: &Observation, events: &[&StackEvent]) -> Progress {
+    let mut stacks = Vec::new();
+    if let Some(root) = &obs.root {
+        stacks.push(stack_line(root, events, None));
+    } else if obs.operation == Operation::Delete {
+        stacks.push(ProgressLine {
+            name: "root".into(),
+            status: "DELETE_COMPLETE".into(),
+            detail: String::new(),
+            finished: true,
+            failed: false,
+        });
+    }
+    for n in &obs.nested {
+        stacks.push(stack_line(n, events, Some(&n.name)));
+    }
+    let addons = obs
+        .addons
+        .iter()
+        .map(|a| {
+            let report = obs.reports.iter().find(|r| r.release == a.release);
+            let phase = report.map(|r| r.phase).unwrap_or(AddonPhase::Pending);
+            ProgressLine {
+                name: a.release.clone(),
+                status: phase.as_str().into(),
+                detail: report.map(|r| r.message.clone()).unwrap_or_default(),
+                finished: matches!(phase, AddonPhase::Ready | AddonPhase::Skipped | AddonPhase::Failed),
+                failed: phase == AddonPhase::Failed,
+            }
+        })
+        .collect();
+    Progress { stacks, addons }
+}
+
+fn stack_line(state: &StackState, events: &[&StackEvent], logical: Option<&str>) -> ProgressLine {
+    // The latest resource event inside this stack, for context.
+    let stack_name = stack_name_of(state, events, logical);
+    let latest = events
+        .iter()
+        .rev()
+        .find(|e| Some(e.stack_name.as_str()) == stack_name.as_deref() && e.logical_id != e.stack_name);
+    let detail = latest
+        .map(|e| format!("{} {}", e.logical_id, e.status))
+        .unwrap_or_default();
+    ProgressLine {
+        name: state.name.clone(),
+        status: state.status.clone(),
+        detail,
+        finished: is_terminal(&state.status),
+        failed: is_failure_status(&state.status),
+    }
+}
+
+/// The CloudFormation stack name a state's events carry: the root's events name
+/// the root, a nested stack's events carry its generated name, which the root's
+/// event for the nested resource gives as physical id (an ARN `…:stack/NAME/ID`).
+fn stack_name_of(state: &StackState, events: &[&StackEvent], logical: Option<&str>) -> Option<String> {
+    match logical {
+        None => events
+            .iter()
+            .find(|e| e.resource_type == STACK_TYPE && e.logical_id == e.stack_name)
+            .map(|e| e.stack_name.clone())
+            .or_else(|| Some(state.name.clone())),
+        Some(l) => events
+            .iter()
+            .find(|e| e.resource_type == STACK_TYPE && e.logical_id == l && !e.physical_id.is_empty())
+            .and_then(|e| stack_name_from_arn(&e.physical_id)),
+    }
+}
+
+/// `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID` → NAME; a bare name
+/// (moto gives nested stacks' physical ids as names) stays as it is.
+pub fn stack_name_from_arn(arn: &str) -> Option<String> {
+    if arn.is_empty() {
+        return None;
+    }
+    if !arn.starts_with("arn:") {
+        return Some(arn.to_string());
+    }
+    let rest = arn.split(":stack/").nth(1)?;
+    Some(rest.split('/').next()?.to_string())
+}
+
+fn is_terminal(status: &str) -> bool {
+    status.ends_with("_COMPLETE") || status.ends_with("_FAILED")
+}
+
+fn is_failure_status(status: &str) -> bool {
+    status.ends_with("_FAILED") || status.contains("ROLLBACK")
+}
+
+fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
+    // An addon that reported failure is the answer, even before the stack notices.
+    if let Some(r) = obs
+        .reports
+        .iter()
+        .find(|r| r.phase == AddonPhase::Failed && obs.addons.iter().any(|a| a.release == r.release))
+    {
+        let mut failure = root_cause(obs, events).unwrap_or(Failure {
+            stack: String::new(),
+            resource: String::new(),
+            resource_type: String::new(),
+            status: String::new(),
+            reason: r.message.clone(),
+            addon: None,
+            addon_message: None,
+        });
+        failure.addon = Some(r.release.clone());
+        failure.addon_message = Some(r.message.clone());
+        return Outcome::Failed(failure);
+    }
+
+    let root_status = obs.root.as_ref().map(|r| r.status.as_str());
+    let done = matches!(
+        (obs.operation, root_status),
+        (Operation::Delete, None | Some("DELETE_COMPLETE"))
+            | (Operation::Create, Some("CREATE_COMPLETE"))
+            | (Operation::Update, Some("UPDATE_COMPLETE"))
+    );
+    if done {
+        return Outcome::Done;
+    }
+    let failed = match (obs.operation, root_status) {
+        (_, None) => true,
+        (Operation::Create, Some(s)) => s.contains("ROLLBACK") || s.ends_with("_FAILED") || s.starts_with("DELETE"),
+        (Operation::Update, Some(s)) => s.contains("ROLLBACK") || s.ends_with("_FAILED"),
+        (Operation::Delete, Some(s)) => s == "DELETE_FAILED",
+    };
+    if failed {
+        let failure = root_cause(obs, events).unwrap_or_else(|| {
+            let (status, reason) = match &obs.root {
+                Some(r) => (r.status.clone(), r.reason.clone().unwrap_or_default()),
+                None => ("MISSING".into(), "the stack does not exist".into()),
+            };
+            Failure {
+                stack: "root".into(),
+                resource: "root".into(),
+                resource_type: STACK_TYPE.into(),
+                status,
+                reason,
+                addon: None,
+                addon_message: None,
+            }
+        });
+        return Outcome::Failed(failure);
+    }
+    if let Some(limit) = obs.timeout_secs {
+        if obs.elapsed_secs >= limit {
+            return Outcome::TimedOut {
+                pending: pending(obs, events),
+            };
+        }
+    }
+    Outcome::InProgress
+}
+
+/// What is still in progress: nested stacks not finished, resources whose last
+/// event is `*_IN_PROGRESS`, addons not finished.
+fn pending(obs: &Observation, events: &[&StackEvent]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut last: indexmap::IndexMap<(&str, &str), &StackEvent> = indexmap::IndexMap::new();
+    for e in events {
+        if e.logical_id != e.stack_name {
+            last.insert((e.stack_name.as_str(), e.logical_id.as_str()), e);
+        }
+    }
+    for e in last.values() {
+        if e.status.ends_with("_IN_PROGRESS") && e.resource_type != STACK_TYPE {
+            out.push(format!("{} ({})", e.logical_id, e.resource_type));
+        }
+    }
+    for n in &obs.nested {
+        if !is_terminal(&n.status) {
+            out.push(format!("stack {}", n.name));
+        }
+    }
+    for a in &obs.addons {
+        let phase = obs
+            .reports
+            .iter()
+            .find(|r| r.release == a.release)
+            .map(|r| r.phase)
+            .unwrap_or(AddonPhase::Pending);
+        if matches!(phase, AddonPhase::Pending | AddonPhase::Installing) {
+            out.push(format!("addon {} ({})", a.release, phase.as_str()));
+        }
+    }
+    out
+}
+
+/// A failure reason that only reports another failure: the rollback cascade.
+fn is_cascade(e: &StackEvent) -> bool {
+    let r = e.reason.as_deref().unwrap_or("");
+    r.contains("Resource creation cancelled")
+        || r.contains("Resource update cancelled")
+        || r.contains("The following resource(s) failed")
+        || r.contains("was not successfully")
+        || r.starts_with("Stack creation time exceeded")
+}
+
+/// The first failed resource, as a root cause: the earliest `*_FAILED` event of
+/// a real resource whose reason is not a cancellation caused by another failure.
+/// Nested stacks' own failure events only point inside; their resources' events
+/// are preferred.
+fn root_cause(obs: &Observation, events: &[&StackEvent]) -> Option<Failure> {
+    let failed: Vec<&&StackEvent> = events
+        .iter()
+        .filter(|e| e.status.ends_with("_FAILED") && e.logical_id != e.stack_name)
+        .collect();
+    let pick = failed
+        .iter()
+        .find(|e| e.resource_type != STACK_TYPE && !is_cascade(e))
+        .or_else(|| failed.iter().find(|e| !is_cascade(e)))
+        .or_else(|| failed.first())?;
+    let stack = nested_logical_id(obs, events, &pick.stack_name).unwrap_or_else(|| "root".into());
+    let reason = pick.reason.clone().unwrap_or_default();
+    let addon = addon_for(obs, pick);
+    let addon_message = addon.as_ref().and_then(|a| {
+        obs.reports
+            .iter()
+            .find(|r| &r.release == a)
+            .map(|r| r.message.clone())
+            .filter(|m| !m.is_empty())
+    });
+    Some(Failure {
+        stack,
+        resource: pick.logical_id.clone(),
+        resource_type: pick.resource_type.clone(),
+        status: pick.status.clone(),
+        reason,
+        addon,
+        addon_message,
+    })
+}
+
+/// The nested stack's logical id whose generated stack name is `stack_name`.
+fn nested_logical_id(obs: &Observation, events: &[&StackEvent], stack_name: &str) -> Option<String> {
+    obs.nested
+        .iter()
+        .find(|n| {
+            events.iter().any(|e| {
+                e.logical_id == n.name
+                    && e.resource_type == STACK_TYPE
+                    && stack_name_from_arn(&e.physical_id).as_deref() == Some(stack_name)
+            })
+        })
+        .map(|n| n.name.clone())
+}
+
+/// The addon a failed resource stands for: a WaitCondition mapped in the plan,
+/// or the `UniqueId` of the FAILURE signal named in the reason.
+fn addon_for(obs: &Observation, e: &StackEvent) -> Option<String> {
+    if let Some(a) = obs
+        .addons
+        .iter()
+        .find(|a| a.wait_condition.as_deref() == Some(e.logical_id.as_str()))
+    {
+        return Some(a.release.clone());
+    }
+    let reason = e.reason.as_deref().unwrap_or("");
+    if e.resource_type == WAIT_CONDITION || reason.contains("FAILURE signal") || reason.contains("failed message") {
+        // "WaitCondition received failed message: 'x' for uniqueId: dex"
+        if let Some(id) = reason
+            .split("uniqueId:")
+            .nth(1)
+            .or_else(|| reason.split("UniqueId").nth(1))
+        {
+            let id = id.trim().trim_start_matches(':').trim();
+            let id: String = id
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if obs.addons.iter().any(|a| a.release == id) {
+                return Some(id);
+            }
+        }
+        // The only addon that is not ready is the one.
+        let not_ready: Vec<&ExpectedAddon> = obs
+            .addons
+            .iter()
+            .filter(|a| {
+                !obs.reports
+                    .iter()
+                    .any(|r| r.release == a.release && matches!(r.phase, AddonPhase::Ready | AddonPhase::Skipped))
+            })
+            .collect();
+        if let [one] = not_ready.as_slice() {
+            return Some(one.release.clone());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

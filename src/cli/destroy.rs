@@ -1,0 +1,69 @@
+use super::deploy_args::{runtime, AwsArgs, WaitArgs};
+use super::GlobalOptions;
+use crate::aws::deploy;
+use crate::aws::publish::Location;
+use crate::aws::stack::{delete_stack, describe_stack};
+use crate::aws::wait::Operation;
+use crate::aws::{connect, AwsError};
+use crate::config::load_cluster;
+
+/// Arguments of `kube-aws destroy`.
+#[derive(Debug, clap::Args)]
+pub struct DestroyArgs {
+    #[command(flatten)]
+    pub aws: AwsArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// Delete without asking (required when standard input is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Also delete the published objects under s3URI/<cluster>/ (kept by default)
+    #[arg(long)]
+    pub purge: bool,
+}
+
+pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let cfg = &cluster.config;
+    let location = Location::new(cfg)?;
+    runtime()?.block_on(async {
+        let clients = connect(&args.aws.options(), &cfg.region).await?;
+        let stack = describe_stack(&clients, &cfg.cluster_name)
+            .await?
+            .ok_or_else(|| AwsError::StackMissing {
+                stack: cfg.cluster_name.clone(),
+            })?;
+        let question = format!(
+            "delete stack {:?} ({}) and every resource in it?",
+            cfg.cluster_name, stack.status
+        );
+        if !deploy::confirm(&question, args.yes)? {
+            println!("not deleted");
+            return Ok(());
+        }
+        delete_stack(&clients, &stack.stack_id).await?;
+        println!("deleting stack {:?}", cfg.cluster_name);
+        if args.wait.wait {
+            deploy::follow(
+                &clients,
+                &stack.stack_id,
+                Operation::Delete,
+                &location,
+                &[],
+                Some(args.wait.timeout),
+            )
+            .await?;
+            println!("stack {:?} is deleted", cfg.cluster_name);
+        }
+        if args.purge {
+            let n = deploy::purge(&clients, &location).await?;
+            println!("purged {n} object(s) under {}", location.s3_uri());
+        } else {
+            println!(
+                "published objects are kept under {} (use --purge to delete them)",
+                location.s3_uri()
+            );
+        }
+        Ok(())
+    })
+}

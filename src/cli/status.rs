@@ -1,0 +1,82 @@
+use super::deploy_args::{runtime, AwsArgs, WaitArgs};
+use super::{print_json, GlobalOptions, OutputFormat};
+use crate::aws::connect;
+use crate::aws::deploy::{self, expected_addons, operation_in_progress, rendered_dir, StatusReport};
+use crate::aws::publish::Location;
+use crate::config::load_cluster;
+
+/// Arguments of `kube-aws status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub aws: AwsArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+pub fn run(global: &GlobalOptions, args: StatusArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let cfg = &cluster.config;
+    let addons = expected_addons(&rendered_dir(&global.dir));
+    runtime()?.block_on(async {
+        let clients = connect(&args.aws.options(), &cfg.region).await?;
+        let mut report = deploy::status(&clients, cfg, &addons).await?;
+        if args.wait.wait {
+            if let Some(op) = operation_in_progress(&report.stack.status) {
+                let location = Location::new(cfg)?;
+                let result = deploy::follow(
+                    &clients,
+                    &report.stack.stack_id,
+                    op,
+                    &location,
+                    &addons,
+                    Some(args.wait.timeout),
+                )
+                .await;
+                if let Err(e) = result {
+                    return Err(e.into());
+                }
+                if op == crate::aws::wait::Operation::Delete {
+                    println!("stack {:?} is deleted", cfg.cluster_name);
+                    return Ok(());
+                }
+                report = deploy::status(&clients, cfg, &addons).await?;
+            }
+        }
+        print_report(global.output, &report)
+    })
+}
+
+fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
+    if format == OutputFormat::Json {
+        return print_json(r);
+    }
+    let s = &r.stack;
+    match &s.reason {
+        Some(reason) if !reason.is_empty() => println!("stack {}: {} ({reason})", s.name, s.status),
+        _ => println!("stack {}: {}", s.name, s.status),
+    }
+    for n in &r.nested {
+        match &n.reason {
+            Some(reason) if !reason.is_empty() => println!("  {}: {} ({reason})", n.logical_id, n.status),
+            _ => println!("  {}: {}", n.logical_id, n.status),
+        }
+    }
+    if !s.outputs.is_empty() {
+        println!("outputs:");
+        for o in &s.outputs {
+            println!("  {}: {}", o.key, o.value);
+        }
+    }
+    if !r.addons.is_empty() {
+        println!("addons:");
+        for a in &r.addons {
+            if a.message.is_empty() {
+                println!("  {}: {}", a.release, a.phase);
+            } else {
+                println!("  {}: {} ({})", a.release, a.phase, a.message);
+            }
+        }
+    }
+    Ok(())
+}

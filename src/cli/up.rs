@@ -1,0 +1,51 @@
+use super::deploy_args::{artifacts, runtime, AwsArgs, WaitArgs};
+use super::GlobalOptions;
+use crate::aws::stack::OnFailureMode;
+use crate::aws::wait::Operation;
+use crate::aws::{connect, deploy};
+use crate::config::load_cluster;
+
+/// Arguments of `kube-aws up`.
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub aws: AwsArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// What CloudFormation does when the create fails
+    #[arg(long, value_enum, default_value_t = OnFailureMode::Rollback)]
+    pub on_failure: OnFailureMode,
+}
+
+pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let cfg = &cluster.config;
+    let artifacts = artifacts(&global.dir)?;
+    runtime()?.block_on(async {
+        let clients = connect(&args.aws.options(), &cfg.region).await?;
+        let (published, stack_id) = deploy::up(&clients, cfg, &artifacts, args.on_failure).await?;
+        let uploaded = published.objects.iter().filter(|o| o.uploaded).count();
+        eprintln!(
+            "published {} object(s) to s3://{}/{} ({uploaded} new)",
+            published.objects.len(),
+            published.location.bucket,
+            published.location.prefix
+        );
+        println!("creating stack {:?}: {stack_id}", cfg.cluster_name);
+        if args.wait.wait {
+            deploy::follow(
+                &clients,
+                &stack_id,
+                Operation::Create,
+                &published.location,
+                &published.addons,
+                Some(args.wait.timeout),
+            )
+            .await?;
+            println!("stack {:?} is CREATE_COMPLETE; every addon is ready", cfg.cluster_name);
+        } else {
+            println!("follow it with `kube-aws status --wait`");
+        }
+        Ok(())
+    })
+}

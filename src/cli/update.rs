@@ -1,0 +1,70 @@
+use super::deploy_args::{artifacts, runtime, AwsArgs, WaitArgs};
+use super::GlobalOptions;
+use crate::aws::connect;
+use crate::aws::deploy::{self, UpdatePlan};
+use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
+use crate::aws::wait::Operation;
+use crate::config::load_cluster;
+
+/// Arguments of `kube-aws update`.
+#[derive(Debug, clap::Args)]
+pub struct UpdateArgs {
+    #[command(flatten)]
+    pub aws: AwsArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// Apply without asking (required when standard input is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
+    let cluster = load_cluster(&global.dir)?;
+    let cfg = &cluster.config;
+    let artifacts = artifacts(&global.dir)?;
+    runtime()?.block_on(async {
+        let clients = connect(&args.aws.options(), &cfg.region).await?;
+        let (published, change_set, stack_id) = match deploy::plan_update(&clients, cfg, &artifacts).await? {
+            UpdatePlan::NoChanges => {
+                println!("no changes: stack {:?} is up to date", cfg.cluster_name);
+                return Ok(());
+            }
+            UpdatePlan::Changes {
+                published,
+                change_set,
+                stack_id,
+            } => (published, change_set, stack_id),
+        };
+        println!("changes to stack {:?}:", cfg.cluster_name);
+        print!("{}", format_changes(&change_set.changes));
+        let go = match deploy::confirm("apply these changes?", args.yes) {
+            Ok(go) => go,
+            Err(e) => {
+                let _ = delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await;
+                return Err(e.into());
+            }
+        };
+        if !go {
+            delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
+            println!("not applied; the stack is unchanged");
+            return Ok(());
+        }
+        execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
+        println!("updating stack {:?}", cfg.cluster_name);
+        if args.wait.wait {
+            deploy::follow(
+                &clients,
+                &stack_id,
+                Operation::Update,
+                &published.location,
+                &published.addons,
+                Some(args.wait.timeout),
+            )
+            .await?;
+            println!("stack {:?} is UPDATE_COMPLETE", cfg.cluster_name);
+        } else {
+            println!("follow it with `kube-aws status --wait`");
+        }
+        Ok(())
+    })
+}
