@@ -132,8 +132,8 @@ fn work_tree(env: &Env, dir: &Path, kms: &str, bucket: &str, vpc_tag: &str) -> S
     write(
         &r.join("stacks/control-plane.json"),
         r#"{"Parameters": {"ArtifactS3URI": {"Type": "String"}},
- "Resources": {"Controller": {"Type": "AWS::SSM::Parameter",
-   "Properties": {"Type": "String", "Value": {"Fn::Sub": "${ArtifactS3URI}/userdata/controller.cloud-config"}}}}}
+ "Resources": {"Controller": {"Type": "AWS::SQS::Queue",
+   "Properties": {"Tags": [{"Key": "user-data", "Value": {"Fn::Sub": "${ArtifactS3URI}/userdata/controller.cloud-config"}}]}}}}
 "#,
     );
     write(
