@@ -266,6 +266,9 @@ fn up_status_update_destroy_against_moto() {
     all_output.push_str(&text(&up));
     assert!(up.status.success(), "{}", text(&up));
     assert!(text(&up).contains("every addon is ready"), "{}", text(&up));
+    // Not a terminal: plain progress lines, one per stack and per addon.
+    assert!(text(&up).contains("stack Network: CREATE_COMPLETE"), "{}", text(&up));
+    assert!(text(&up).contains("addon metrics-server: pending"), "{}", text(&up));
     assert_eq!(stack_status(&env).as_deref(), Some("CREATE_COMPLETE"));
 
     // The objects: content-addressed keys, the sha256 in the key matches the
