@@ -2,8 +2,8 @@
 //! ready. The stages form a pipeline, one module each (see docs/architecture):
 //! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
 
-pub mod chart;
 pub mod aws;
+pub mod chart;
 pub mod cli;
 pub mod config;
 pub mod fsutil;

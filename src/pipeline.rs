@@ -134,3 +134,73 @@ fn addon_input(release: &Release, p: &PreparedRelease) -> AddonInput {
         crds: p.chart.as_ref().map(|c| c.crds.clone()).unwrap_or_default(),
     }
 }
+
+/// Inputs of `prepare_deploy`.
+#[derive(Debug, Clone)]
+pub struct DeployPrepareOptions {
+    pub dir: PathBuf,
+    pub cache_dir: PathBuf,
+    pub fetch: chart::FetchOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployPrepareError {
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    #[error(transparent)]
+    Lock(#[from] chart::LockError),
+    #[error(transparent)]
+    Fetch(#[from] Box<chart::FetchError>),
+    #[error(transparent)]
+    Render(#[from] crate::render::RenderError),
+    #[error(transparent)]
+    Write(#[from] crate::render::WriteError),
+    #[error(transparent)]
+    Aws(#[from] crate::aws::AwsError),
+}
+
+/// What `up` and `update` publish: a fresh render in `<dir>/rendered`, every
+/// locked chart from the cache (fetched and verified when missing), and the
+/// plugins' secret values, named by the reference templates saw.
+///
+/// Rendering is pure and takes milliseconds, so deploys always render anew
+/// rather than trust an older `rendered/` that may not match the work tree.
+pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
+    let releases = load_releases(&opts.dir)?;
+    let lock = chart::load_lock(&opts.dir)?;
+    let locked = chart::check_lock(&lock, &releases.releases)?;
+    chart::fetch_charts(chart::FetchChartsOptions {
+        dir: opts.dir.clone(),
+        charts: locked,
+        fetch: opts.fetch.clone(),
+        cache_dir: opts.cache_dir.clone(),
+    })
+    .map_err(Box::new)?;
+    let p = prepare(&PrepareOptions {
+        dir: opts.dir.clone(),
+        cache_dir: opts.cache_dir.clone(),
+        require_charts: true,
+    })?;
+    let rendered = crate::render::render(&p.input)?;
+    let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
+    crate::render::write_rendered(&rendered_dir, &rendered)?;
+    let charts = crate::aws::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
+    let secrets = p
+        .releases
+        .plugins
+        .secrets
+        .iter()
+        .map(|s| crate::aws::secrets::SecretValue {
+            name: s.reference.clone(),
+            value: crate::aws::secrets::Secret::new(match s.value.expose() {
+                serde_json::Value::String(v) => v.clone(),
+                other => other.to_string(),
+            }),
+        })
+        .collect();
+    Ok(crate::aws::deploy::ArtifactsOptions {
+        rendered_dir,
+        charts,
+        secrets,
+    })
+}

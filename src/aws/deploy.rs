@@ -22,16 +22,6 @@ pub fn rendered_dir(work_tree: &Path) -> PathBuf {
     work_tree.join("rendered")
 }
 
-/// The chart cache: `$XDG_CACHE_HOME/kube-aws/charts` (default `~/.cache/…`).
-pub fn chart_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("kube-aws").join("charts")
-}
-
 /// The chart tarballs the addon plan names (any `digest`/`sha256` value of
 /// the form `sha256:<hex>`), found in the cache at `sha256/<hex>.tgz`.
 pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarball>, AwsError> {
@@ -45,8 +35,11 @@ pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarbal
             path.display()
         ))
     })?;
+    // Only the releases' digests: the plan also pins the helm binary's sha256.
     let mut digests = std::collections::BTreeSet::new();
-    collect_digests(&plan, &mut digests);
+    if let Some(releases) = plan.get("releases") {
+        collect_digests(releases, &mut digests);
+    }
     Ok(digests
         .into_iter()
         .map(|hex| ChartTarball {

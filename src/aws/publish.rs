@@ -3,19 +3,22 @@
 //! object that exists already is skipped (HEAD first) and a half-finished
 //! publish is harmless. Every object is written with SSE.
 //!
-//! Keys (relative to `s3URI/<cluster>/`):
-//! - a rendered file `DIR/NAME` → `DIR/<sha256>/NAME` (e.g. `stacks/<hex>/network.json`);
-//! - a chart tarball → `charts/sha256/<hex>.tgz`;
+//! Keys (relative to `s3URI/<cluster>/`), as docs/rendered-layout.md sets them:
+//! - a cloud-config `userdata/ROLE.cloud-config` → `userdata/ROLE/<sha256>.cloud-config`
+//!   (the key render names in the stub);
+//! - any other rendered file `DIR/NAME` → `DIR/<sha256>/NAME` (e.g. `stacks/<hex>/network.json`);
+//! - a chart tarball → `charts/<hex>.tgz` (the plan's `chartObject`);
 //! - the secret bundle → `secrets/<hex>/bundle.json`, plus `secrets/bundle.json`, the
 //!   latest one, read back on the next publish so secrets stay stable.
 //!
-//! References between rendered files: a text file that names another rendered
-//! file by its relative path (`stacks/network.json`, `userdata/controller.cloud-config`,
-//! `addons/values/dex.yaml`, `secrets/bundle.json`), preceded by `/`, a quote,
-//! whitespace or the start, has that path rewritten to the content-addressed one
-//! before its own hash is taken (leaves first, so a change anywhere changes every
-//! file that leads to it, up to the root template). Render writes, e.g.,
+//! References between stacks: a stack template that names another stack by its
+//! relative path (`stacks/network.json`), preceded by `/`, a quote, whitespace
+//! or the start, has that path rewritten to the content-addressed one before its
+//! own hash is taken (leaves first, so a change in a nested stack changes the
+//! root template). Render writes
 //! `"TemplateURL": {"Fn::Sub": "${ArtifactBaseURL}/stacks/network.json"}`.
+//! Other files are never rewritten: the cloud-configs name node paths such as
+//! `/etc/kube-aws/addons/plan.json` that must stay as they are.
 //!
 //! The root stack gets these parameters when its template declares them:
 //! `ArtifactBaseURL` (HTTPS URL of `s3URI/<cluster>`), `ArtifactS3URI`
@@ -130,6 +133,12 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `DIR/NAME` → `DIR/<hex>/NAME`.
 pub fn content_addressed(rel: &str, hex: &str) -> String {
+    if let Some(role) = rel
+        .strip_prefix("userdata/")
+        .and_then(|r| r.strip_suffix(".cloud-config"))
+    {
+        return format!("userdata/{role}/{hex}.cloud-config");
+    }
     match rel.rsplit_once('/') {
         Some((dir, name)) => format!("{dir}/{hex}/{name}"),
         None => format!("{hex}/{rel}"),
@@ -175,6 +184,11 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
     Ok(out)
 }
 
+/// Only stack templates refer to other files by their rendered path.
+fn is_stack(rel: &str) -> bool {
+    rel.starts_with("stacks/") && rel.ends_with(".json")
+}
+
 fn is_path_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
 }
@@ -204,7 +218,7 @@ fn references(text: &str, names: &[&str], matcher: &regex::Regex) -> Vec<(usize,
 /// Plans the upload of rendered files: rewrites references to content-addressed
 /// keys (leaves first) and hashes each result. Pure.
 pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>, AwsError> {
-    let mut names: Vec<&str> = files.keys().map(String::as_str).collect();
+    let mut names: Vec<&str> = files.keys().map(String::as_str).filter(|n| is_stack(n)).collect();
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let alternation = names.iter().map(|n| regex::escape(n)).collect::<Vec<_>>().join("|");
     let matcher = regex::Regex::new(&format!("(?:{alternation})"))
@@ -214,7 +228,7 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
     let mut refs: BTreeMap<&str, Vec<(usize, usize, String)>> = BTreeMap::new();
     for (name, bytes) in files {
         let found = match std::str::from_utf8(bytes) {
-            Ok(text) if !names.is_empty() => references(text, &names, &matcher)
+            Ok(text) if !names.is_empty() && is_stack(name) => references(text, &names, &matcher)
                 .into_iter()
                 .filter(|(_, _, r)| r != name)
                 .collect(),
@@ -343,7 +357,7 @@ pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     }
     Ok(Artifact {
         source: chart.path.display().to_string(),
-        key: format!("charts/sha256/{got}.tgz"),
+        key: format!("charts/{got}.tgz"),
         sha256: got,
         body,
     })
@@ -564,7 +578,7 @@ mod tests {
             path: p.clone(),
         })
         .unwrap();
-        assert_eq!(a.key, format!("charts/sha256/{good}.tgz"));
+        assert_eq!(a.key, format!("charts/{good}.tgz"));
         let err = chart_artifact(&ChartTarball {
             digest: "0".repeat(64),
             path: p,

@@ -187,29 +187,37 @@ pub fn assess(obs: &Observation) -> Assessment {
     Assessment { progress, outcome }
 }
 
-/// The events of the latest operation: for each stack, those from its latest
-/// user-initiated (or parent-initiated) `*_IN_PROGRESS` stack event on, sorted by time.
-/// This is what lets `status --wait` resume without knowing when the operation began.
+/// The events of the latest operation: those from the root stack's latest
+/// user-initiated `*_IN_PROGRESS` event on (nested stacks' events included by
+/// time), sorted by time, each once. This is what lets `status --wait` resume
+/// without knowing when the operation began.
 pub fn current_operation_events(events: &[StackEvent]) -> Vec<&StackEvent> {
     let mut sorted: Vec<&StackEvent> = events.iter().collect();
     sorted.sort_by(|a, b| a.timestamp.cmp(&b.timestamp).then(a.event_id.cmp(&b.event_id)));
     sorted.dedup_by(|a, b| a.event_id == b.event_id);
-    let mut start: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
-    for e in &sorted {
-        let is_start = e.resource_type == STACK_TYPE
-            && e.logical_id == e.stack_name
-            && matches!(
-                e.status.as_str(),
-                "CREATE_IN_PROGRESS" | "UPDATE_IN_PROGRESS" | "DELETE_IN_PROGRESS"
-            )
-            && !is_cleanup_or_rollback(e);
-        if is_start {
-            start.insert(e.stack_name.as_str(), e.timestamp);
-        }
-    }
+    // Nested stacks are those some stack names as a resource; the root is the rest.
+    let nested: std::collections::HashSet<String> = sorted
+        .iter()
+        .filter(|e| e.resource_type == STACK_TYPE && e.logical_id != e.stack_name)
+        .filter_map(|e| stack_name_from_arn(&e.physical_id))
+        .collect();
+    let start = sorted
+        .iter()
+        .filter(|e| {
+            e.resource_type == STACK_TYPE
+                && e.logical_id == e.stack_name
+                && !nested.contains(&e.stack_name)
+                && matches!(
+                    e.status.as_str(),
+                    "CREATE_IN_PROGRESS" | "UPDATE_IN_PROGRESS" | "DELETE_IN_PROGRESS"
+                )
+                && !is_cleanup_or_rollback(e)
+        })
+        .map(|e| e.timestamp)
+        .max();
     sorted
         .into_iter()
-        .filter(|e| start.get(e.stack_name.as_str()).is_none_or(|t| e.timestamp >= *t))
+        .filter(|e| start.is_none_or(|t| e.timestamp >= t))
         .collect()
 }
 

@@ -155,7 +155,11 @@ pub async fn drive<S: Source, C: Clock>(
                 return Ok(Assessment {
                     progress: Default::default(),
                     outcome: Outcome::TimedOut {
-                        pending: vec![format!("no answer from AWS ({last_error})")],
+                        pending: vec![if last_error.is_empty() {
+                            "AWS throttled every poll".to_string()
+                        } else {
+                            format!("no answer from AWS ({last_error})")
+                        }],
                     },
                 });
             }
@@ -456,11 +460,18 @@ mod tests {
         assert!(err.to_string().contains("kube-aws status --wait"));
         assert!(err.to_string().contains("connection refused"));
         assert_eq!(polls, 8);
-        // Exponential: each wait longer than the last until the cap.
+        // Exponential backoff (2 s per event page, then 4, 8, … capped at 60 s,
+        // jitter upwards): about three minutes of trying before giving up.
+        assert_eq!(clock.sleeps.len(), 7);
         assert!(
-            clock.sleeps.windows(2).skip(1).all(|w| w[1] >= w[0].mul_f64(0.7)),
+            clock.sleeps[2] >= clock.sleeps[1].mul_f64(2.0 / 1.5),
             "{:?}",
             clock.sleeps
+        );
+        assert!(
+            clock.now >= Duration::from_secs(182) && clock.now <= Duration::from_secs(273),
+            "{:?}",
+            clock.now
         );
     }
 

@@ -1,11 +1,11 @@
 //! Flags shared by the deploy commands (`up`, `status`, `update`, `destroy`),
 //! and the runtime they run their AWS calls on.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::aws::deploy::{chart_cache_dir, charts_from_plan, rendered_dir, ArtifactsOptions};
-use crate::aws::{AwsError, AwsOptions};
+use crate::aws::deploy::{charts_from_plan, rendered_dir, ArtifactsOptions};
+use crate::aws::AwsOptions;
+use crate::pipeline::{prepare_deploy, DeployPrepareOptions};
 
 /// Where AWS is: the standard chain, with overrides.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,15 +50,32 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// The rendered directory and the chart tarballs it names. For now `up` and
-/// `update` take `<dir>/rendered` as it is (the lead wires "render, or reuse an
-/// up-to-date render"); plugin secrets are wired there too.
-pub fn artifacts(dir: &std::path::Path) -> Result<ArtifactsOptions, AwsError> {
-    let rendered: PathBuf = rendered_dir(dir);
-    let charts = charts_from_plan(&rendered, &chart_cache_dir())?;
-    Ok(ArtifactsOptions {
-        rendered_dir: rendered,
-        charts,
-        secrets: Vec::new(),
-    })
+/// What to publish.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PublishArgs {
+    /// Publish <dir>/rendered exactly as it is (e.g. after reviewing it) instead of rendering
+    /// again; its charts must be in the cache, and plugin secrets are not re-encrypted
+    #[arg(long)]
+    pub use_rendered: bool,
+}
+
+/// Renders the work tree anew into `<dir>/rendered`, fetches any locked chart
+/// missing from the cache, and collects the plugins' secrets: what `up` and
+/// `update` publish. With `--use-rendered`, takes `<dir>/rendered` as it is.
+pub fn artifacts(dir: &std::path::Path, args: &PublishArgs) -> anyhow::Result<ArtifactsOptions> {
+    let cache_dir = crate::chart::default_cache_dir();
+    if args.use_rendered {
+        let rendered_dir = rendered_dir(dir);
+        let charts = charts_from_plan(&rendered_dir, &cache_dir)?;
+        return Ok(ArtifactsOptions {
+            rendered_dir,
+            charts,
+            secrets: Vec::new(),
+        });
+    }
+    Ok(prepare_deploy(&DeployPrepareOptions {
+        dir: dir.to_path_buf(),
+        cache_dir,
+        fetch: crate::chart::FetchOptions::default(),
+    })?)
 }

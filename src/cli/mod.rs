@@ -64,9 +64,9 @@ pub enum Command {
     Plugins(plugins::PluginsArgs),
     /// Render stacks, user-data and the addon plan into <dir>/rendered (offline)
     Render(render::RenderArgs),
-    /// Publish to S3 and create the cluster's stacks; --wait follows them until every addon is ready
+    /// Publish to S3 and create the stacks; --wait follows them until addons are ready
     Up(up::UpArgs),
-    /// Show the stacks, their outputs and each addon's state; --wait follows an operation in progress
+    /// Show the stacks, outputs and addon states; --wait follows an operation
     Status(status::StatusArgs),
     /// Publish, preview the changes as a change set, and apply them
     Update(update::UpdateArgs),

@@ -1,4 +1,4 @@
-use super::deploy_args::{artifacts, runtime, AwsArgs, WaitArgs};
+use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
 use super::GlobalOptions;
 use crate::aws::stack::OnFailureMode;
 use crate::aws::wait::Operation;
@@ -12,6 +12,8 @@ pub struct UpArgs {
     pub aws: AwsArgs,
     #[command(flatten)]
     pub wait: WaitArgs,
+    #[command(flatten)]
+    pub publish: PublishArgs,
     /// What CloudFormation does when the create fails
     #[arg(long, value_enum, default_value_t = OnFailureMode::Rollback)]
     pub on_failure: OnFailureMode,
@@ -20,7 +22,7 @@ pub struct UpArgs {
 pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
-    let artifacts = artifacts(&global.dir)?;
+    let artifacts = artifacts(&global.dir, &args.publish)?;
     runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (published, stack_id) = deploy::up(&clients, cfg, &artifacts, args.on_failure).await?;

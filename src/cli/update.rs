@@ -1,4 +1,4 @@
-use super::deploy_args::{artifacts, runtime, AwsArgs, WaitArgs};
+use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
 use super::GlobalOptions;
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
@@ -13,6 +13,8 @@ pub struct UpdateArgs {
     pub aws: AwsArgs,
     #[command(flatten)]
     pub wait: WaitArgs,
+    #[command(flatten)]
+    pub publish: PublishArgs,
     /// Apply without asking (required when standard input is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -21,7 +23,7 @@ pub struct UpdateArgs {
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
-    let artifacts = artifacts(&global.dir)?;
+    let artifacts = artifacts(&global.dir, &args.publish)?;
     runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (published, change_set, stack_id) = match deploy::plan_update(&clients, cfg, &artifacts).await? {

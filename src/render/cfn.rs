@@ -467,17 +467,19 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, stub: &str) -> Ma
 
 fn root_stack(input: &RenderInput, ctx: &Ctx) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
+    // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
+    // stack's content-addressed key (see src/aws/publish.rs).
     let base = format!(
-        "https://{}.s3.{}.amazonaws.com/{}/stacks",
+        "https://{}.s3.{}.amazonaws.com/{}",
         ctx.bucket, ctx.region, ctx.key_prefix
     );
     t.insert(
         "Parameters".into(),
-        json!({"TemplateBaseURL": {"Type": "String", "Default": base,
-            "Description": "HTTPS URL of the folder holding the nested stack templates"}}),
+        json!({"ArtifactBaseURL": {"Type": "String", "Default": base,
+            "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}}),
     );
     let out = |o: &str| json!({"Fn::GetAtt": ["Network", format!("Outputs.{o}")]});
-    let url = |s: &str| json!({"Fn::Sub": format!("${{TemplateBaseURL}}/{s}.json")});
+    let url = |s: &str| json!({"Fn::Sub": format!("${{ArtifactBaseURL}}/stacks/{s}.json")});
     let mut r = Map::new();
     r.insert(
         "Network".into(),

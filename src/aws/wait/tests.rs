@@ -171,7 +171,8 @@ fn rollback_cascade_names_the_root_cause() {
             "The following resource(s) failed to create: [NodePoolGeneral, ControlPlane]. Rollback requested by user."),
         ev(13, &cp, "ControllerSG", "AWS::EC2::SecurityGroup", "DELETE_COMPLETE", ""),
         ev(14, ROOT, "ControlPlane", STACK_TYPE, "DELETE_COMPLETE", ""),
-        ev(15, ROOT, ROOT, STACK_TYPE, "ROLLBACK_COMPLETE", ""),
+        ev(15, &cp, &cp, STACK_TYPE, "DELETE_IN_PROGRESS", "User Initiated"),
+        ev(16, ROOT, ROOT, STACK_TYPE, "ROLLBACK_COMPLETE", ""),
     ];
     for root in ["ROLLBACK_IN_PROGRESS", "ROLLBACK_COMPLETE"] {
         let o = obs(
