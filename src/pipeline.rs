@@ -146,7 +146,7 @@ pub struct DeployPrepareOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum DeployPrepareError {
     #[error(transparent)]
-    Pipeline(#[from] PipelineError),
+    Pipeline(#[from] Box<PipelineError>),
     #[error(transparent)]
     Lock(#[from] chart::LockError),
     #[error(transparent)]
@@ -166,7 +166,7 @@ pub enum DeployPrepareError {
 /// Rendering is pure and takes milliseconds, so deploys always render anew
 /// rather than trust an older `rendered/` that may not match the work tree.
 pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
-    let releases = load_releases(&opts.dir)?;
+    let releases = load_releases(&opts.dir).map_err(Box::new)?;
     let lock = chart::load_lock(&opts.dir)?;
     let locked = chart::check_lock(&lock, &releases.releases)?;
     chart::fetch_charts(chart::FetchChartsOptions {
@@ -180,7 +180,8 @@ pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy:
         dir: opts.dir.clone(),
         cache_dir: opts.cache_dir.clone(),
         require_charts: true,
-    })?;
+    })
+    .map_err(Box::new)?;
     let rendered = crate::render::render(&p.input)?;
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
     crate::render::write_rendered(&rendered_dir, &rendered)?;
