@@ -506,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn references_are_rewritten_leaves_first() {
+    fn stack_references_are_rewritten_leaves_first() {
         let f = files(&[
             (
                 "stacks/root.json",
@@ -520,12 +520,14 @@ mod tests {
         ]);
         let plan = plan_artifacts(&f).unwrap();
         let by: BTreeMap<&str, &Artifact> = plan.iter().map(|a| (a.source.as_str(), a)).collect();
+        // The cloud-config sits at the key render's stub names.
         let cc = by["userdata/controller.cloud-config"];
-        assert_eq!(cc.key, format!("userdata/{}/controller.cloud-config", cc.sha256));
+        assert_eq!(cc.key, format!("userdata/controller/{}.cloud-config", cc.sha256));
+        // Only stacks are references: the network stack's text stays as it is.
         let net = std::str::from_utf8(&by["stacks/network.json"].body).unwrap();
-        assert!(
-            net.contains(&format!("/userdata/{}/controller.cloud-config -", cc.sha256)),
-            "{net}"
+        assert_eq!(
+            net,
+            r#"{"UserData": "aws s3 cp ${S3}/userdata/controller.cloud-config -"}"#
         );
         let root = std::str::from_utf8(&by["stacks/root.json"].body).unwrap();
         assert!(
@@ -534,37 +536,52 @@ mod tests {
         );
         assert_eq!(by["stacks/root.json"].sha256, sha256_hex(root.as_bytes()));
 
-        // A change in a leaf changes every file leading to it.
+        // A change in a nested stack changes the root that leads to it.
         let mut g = f.clone();
-        g.insert(
-            "userdata/controller.cloud-config".into(),
-            b"#cloud-config\nruncmd: []\n".to_vec(),
-        );
+        g.insert("stacks/network.json".into(), b"{}".to_vec());
         let plan2 = plan_artifacts(&g).unwrap();
         let root2 = plan2.iter().find(|a| a.source == "stacks/root.json").unwrap();
         assert_ne!(root2.sha256, by["stacks/root.json"].sha256);
     }
 
     #[test]
+    fn node_paths_in_cloud_configs_are_never_rewritten() {
+        let cc = "#cloud-config\nwrite_files:\n  - path: /etc/kube-aws/addons/plan.json\n";
+        let f = files(&[("addons/plan.json", "{}"), ("userdata/controller.cloud-config", cc)]);
+        let plan = plan_artifacts(&f).unwrap();
+        let got = plan
+            .iter()
+            .find(|a| a.source == "userdata/controller.cloud-config")
+            .unwrap();
+        assert_eq!(got.body, cc.as_bytes());
+    }
+
+    #[test]
     fn partial_names_are_not_references() {
         let f = files(&[
-            ("a/x.json", "{}"),
-            ("b/y.json", "see a/x.json.bak, xa/x.json, a/x.jsonl and \"a/x.json\""),
+            ("stacks/x.json", "{}"),
+            (
+                "stacks/y.json",
+                "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"stacks/x.json\"",
+            ),
         ]);
         let plan = plan_artifacts(&f).unwrap();
-        let x = plan.iter().find(|a| a.source == "a/x.json").unwrap();
-        let y = plan.iter().find(|a| a.source == "b/y.json").unwrap();
+        let x = plan.iter().find(|a| a.source == "stacks/x.json").unwrap();
+        let y = plan.iter().find(|a| a.source == "stacks/y.json").unwrap();
         assert_eq!(
             std::str::from_utf8(&y.body).unwrap(),
-            format!("see a/x.json.bak, xa/x.json, a/x.jsonl and \"{}\"", x.key)
+            format!(
+                "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"{}\"",
+                x.key
+            )
         );
     }
 
     #[test]
     fn reference_cycles_are_refused() {
-        let f = files(&[("a/x.json", "/b/y.json"), ("b/y.json", "/a/x.json")]);
+        let f = files(&[("stacks/x.json", "/stacks/y.json"), ("stacks/y.json", "/stacks/x.json")]);
         let err = plan_artifacts(&f).unwrap_err().to_string();
-        assert!(err.contains("cycle (a/x.json, b/y.json)"), "{err}");
+        assert!(err.contains("cycle (stacks/x.json, stacks/y.json)"), "{err}");
     }
 
     #[test]
