@@ -22,7 +22,7 @@ pub enum IndexError {
 
 /// One chart version in an index. Fields Helm reads when resolving and
 /// downloading; the rest of an entry is not kept.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChartVersion {
     pub api_version: String,
@@ -159,17 +159,8 @@ fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url
     for item in &items {
         let version = item_version(item)?;
         stubs.push(ChartVersion {
-            api_version: String::new(),
-            name: String::new(),
             version,
-            app_version: None,
-            description: None,
-            kube_version: None,
-            deprecated: false,
-            created: None,
-            digest: None,
-            urls: Vec::new(),
-            annotations: IndexMap::new(),
+            ..ChartVersion::default()
         });
     }
     let mut alive: Vec<usize> = (0..items.len()).collect();

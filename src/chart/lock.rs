@@ -501,13 +501,6 @@ fn bare_version(oci: &OciRef, version: &str) -> ChartVersion {
         api_version: "v2".into(),
         name: oci.name().to_string(),
         version: version.to_string(),
-        app_version: None,
-        description: None,
-        kube_version: None,
-        deprecated: false,
-        created: None,
-        digest: None,
-        urls: Vec::new(),
-        annotations: IndexMap::new(),
+        ..ChartVersion::default()
     }
 }

@@ -215,14 +215,7 @@ mod tests {
             api_version: "v2".into(),
             name: "c".into(),
             version: version.into(),
-            app_version: None,
-            description: None,
-            kube_version: None,
-            deprecated: false,
-            created: None,
-            digest: None,
-            urls: vec![],
-            annotations: Default::default(),
+            ..ChartVersion::default()
         }
     }
 
