@@ -200,7 +200,8 @@ fn objects_in(root: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-fn decrypt(env: &Env, ciphertext_b64: &str) -> String {
+/// Decrypts bundle entry `name` under its encryption context, as a node does.
+fn decrypt(env: &Env, name: &str, ciphertext_b64: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let ct = dir.path().join("ct");
     use base64::Engine;
@@ -217,7 +218,7 @@ fn decrypt(env: &Env, ciphertext_b64: &str) -> String {
         "--ciphertext-blob",
         &format!("fileb://{}", ct.display()),
         "--encryption-context",
-        &format!("kube-aws:cluster={CLUSTER}"),
+        &serde_json::json!({"kube-aws:cluster": CLUSTER, "kube-aws:secret": name}).to_string(),
         "--query",
         "Plaintext",
         "--output",
@@ -346,8 +347,16 @@ fn up_status_update_destroy_against_moto() {
 
     // The secrets: decrypt them as a node would, then grep for the plaintext.
     let bundle: serde_json::Value = serde_json::from_slice(&bundle_key.1).unwrap();
-    let token = decrypt(&env, bundle["secrets"]["kubeadm/bootstrap-token"].as_str().unwrap());
-    let cert_key = decrypt(&env, bundle["secrets"]["kubeadm/certificate-key"].as_str().unwrap());
+    let token = decrypt(
+        &env,
+        "kubeadm/bootstrap-token",
+        bundle["secrets"]["kubeadm/bootstrap-token"].as_str().unwrap(),
+    );
+    let cert_key = decrypt(
+        &env,
+        "kubeadm/certificate-key",
+        bundle["secrets"]["kubeadm/certificate-key"].as_str().unwrap(),
+    );
     assert!(regex::Regex::new(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
         .unwrap()
         .is_match(&token));

@@ -346,6 +346,93 @@ fn a_changed_addon_gets_a_new_wait_condition() {
 }
 
 #[test]
+fn a_secret_reference_in_a_stack_is_refused() {
+    // CloudFormation would get the reference, never the value.
+    let reference = "kube-aws-secret.dex.clientSecret";
+    let mut input = full();
+    input.plugins.controller.iam_statements[0].statement["Resource"] = serde_json::json!(reference);
+    let msg = render_err(&input);
+    assert!(
+        msg.contains(&format!("{reference:?}")) && msg.contains("IAM statements") && msg.contains("secret: true"),
+        "{msg}"
+    );
+    let mut input = full();
+    input.plugins.cluster.cloudformation[0].resources.insert(
+        "Topic".into(),
+        serde_json::json!({"Type": "AWS::SNS::Topic", "Properties": {"TopicName": reference}}),
+    );
+    assert!(render_err(&input).contains("CloudFormation resources"));
+    let mut input = full();
+    input.plugins.pools["general"]
+        .asg_tags
+        .insert("k".into(), reference.into());
+    assert!(render_err(&input).contains("auto scaling group tags"));
+    // A longer name that merely starts like a reference is not one.
+    let mut input = full();
+    input.plugins.controller.iam_statements[0].statement["Sid"] =
+        serde_json::json!("kube-aws-secret.dex.clientSecretX");
+    rendered(&input);
+}
+
+#[test]
+fn each_role_decrypts_only_its_own_secrets() {
+    let r = rendered(&full());
+    let decryptable = |stack: &str| -> Vec<String> {
+        let t: serde_json::Value = serde_json::from_slice(r.get(stack).unwrap()).unwrap();
+        let role = t["Resources"]
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|v| v["Type"] == "AWS::IAM::Role")
+            .unwrap();
+        let s = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["Action"] == serde_json::json!(["kms:Decrypt"]))
+            .unwrap();
+        assert_eq!(
+            s["Condition"]["StringEquals"]["kms:EncryptionContext:kube-aws:cluster"],
+            "full"
+        );
+        serde_json::from_value(s["Condition"]["StringEquals"]["kms:EncryptionContext:kube-aws:secret"].clone()).unwrap()
+    };
+    // dex's values (on the controller) hold the client secret's reference; no worker file does.
+    assert_eq!(
+        decryptable("stacks/control-plane.json"),
+        [
+            "kube-aws-secret.dex.clientSecret",
+            "kubeadm/bootstrap-token",
+            "kubeadm/certificate-key"
+        ]
+    );
+    assert_eq!(
+        decryptable("stacks/node-pool-general.json"),
+        ["kubeadm/bootstrap-token"]
+    );
+    // The node learns the same list, and which files to fill.
+    let cc = r.text("userdata/controller.cloud-config").unwrap();
+    let node: serde_json::Value = written_files(cc)
+        .into_iter()
+        .find(|(p, _)| p == "/etc/kube-aws/node.json")
+        .map(|(_, c)| serde_json::from_str(&c).unwrap())
+        .unwrap();
+    assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        node["secrets"]["files"],
+        serde_json::json!([{"path": "/etc/kube-aws/addons/values/dex.yaml", "format": "yaml"}])
+    );
+    // No node may encrypt: nothing a node writes is secret.
+    for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.contains("\"kms:Encrypt\"") && !text.contains("kms:GenerateDataKey"),
+            "{path}"
+        );
+    }
+}
+
+#[test]
 fn least_privilege_in_our_statements() {
     let r = rendered(&minimal());
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {

@@ -43,7 +43,7 @@ pub const ROOT_TEMPLATE: &str = "stacks/root.json";
 /// The addon plan, relative to the rendered directory.
 pub const ADDON_PLAN: &str = "addons/plan.json";
 /// Where the secret bundle is referenced from rendered files.
-pub const SECRET_BUNDLE: &str = "secrets/bundle.json";
+pub const SECRET_BUNDLE: &str = crate::render::secrets::BUNDLE_KEY;
 
 /// A chart tarball from the content-addressed cache.
 #[derive(Debug, Clone)]

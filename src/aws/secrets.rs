@@ -9,8 +9,11 @@
 //!  "secrets": {"kubeadm/bootstrap-token": "<base64 KMS ciphertext>", "kubeadm/certificate-key": "…"}}
 //! ```
 //!
-//! Nodes decrypt one entry with their role:
-//! `base64 -d | aws kms decrypt --ciphertext-blob fileb:///dev/stdin --encryption-context kube-aws:cluster=NAME --query Plaintext --output text | base64 -d`.
+//! Each ciphertext is bound to the encryption context
+//! `{"kube-aws:cluster": <cluster>, "kube-aws:secret": <entry name>}`, so a
+//! node role's `kms:Decrypt` can be narrowed to the entries it needs (workers:
+//! the bootstrap token and their pool's plugin secrets). Nodes decrypt with
+//! their role in `kube-aws-node-secrets` (src/render/templates/node-secrets.py).
 //!
 //! Secrets are stable across publishes: the previous bundle is reused for the
 //! kubeadm secrets (a new token would replace every node), and a plugin secret
@@ -24,9 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{sdk_error, AwsError, Clients};
 
-pub const BOOTSTRAP_TOKEN: &str = "kubeadm/bootstrap-token";
-pub const CERTIFICATE_KEY: &str = "kubeadm/certificate-key";
-pub const CONTEXT_KEY: &str = "kube-aws:cluster";
+pub use crate::render::secrets::{BOOTSTRAP_TOKEN, CERTIFICATE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
 
 /// A plaintext secret. Its Debug never shows the value, so it cannot leak into
 /// logs or error messages by accident.
@@ -122,7 +123,8 @@ async fn encrypt(clients: &Clients, key: &str, cluster: &str, name: &str, value:
         .encrypt()
         .key_id(key)
         .plaintext(Blob::new(value.expose().as_bytes()))
-        .encryption_context(CONTEXT_KEY, cluster)
+        .encryption_context(CONTEXT_CLUSTER, cluster)
+        .encryption_context(CONTEXT_SECRET, name)
         .send()
         .await
         .map_err(|e| sdk_error("kms:Encrypt", e))?;
@@ -134,8 +136,9 @@ async fn encrypt(clients: &Clients, key: &str, cluster: &str, name: &str, value:
     Ok(base64::engine::general_purpose::STANDARD.encode(blob.as_ref()))
 }
 
-/// Decrypts one bundle entry (used to tell whether a plugin secret changed).
-pub async fn decrypt(clients: &Clients, cluster: &str, ciphertext_b64: &str) -> Result<Secret, AwsError> {
+/// Decrypts the bundle entry `name` (used to tell whether a secret changed or
+/// still decrypts under this cluster's context).
+pub async fn decrypt(clients: &Clients, cluster: &str, name: &str, ciphertext_b64: &str) -> Result<Secret, AwsError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(ciphertext_b64)
         .map_err(|e| AwsError::WorkTree(format!("the published secret bundle holds invalid base64: {e}")))?;
@@ -143,7 +146,8 @@ pub async fn decrypt(clients: &Clients, cluster: &str, ciphertext_b64: &str) -> 
         .kms
         .decrypt()
         .ciphertext_blob(Blob::new(bytes))
-        .encryption_context(CONTEXT_KEY, cluster)
+        .encryption_context(CONTEXT_CLUSTER, cluster)
+        .encryption_context(CONTEXT_SECRET, name)
         .send()
         .await
         .map_err(|e| sdk_error("kms:Decrypt", e))?;
@@ -152,8 +156,9 @@ pub async fn decrypt(clients: &Clients, cluster: &str, ciphertext_b64: &str) -> 
     Ok(Secret(String::from_utf8(plain).unwrap_or_default()))
 }
 
-/// Builds the bundle: reuses the previous kubeadm secrets (or generates them),
-/// and re-encrypts a plugin secret only when its value changed.
+/// Builds the bundle: reuses the previous kubeadm secrets while they still
+/// decrypt under this cluster's context (or generates them), and re-encrypts a
+/// plugin secret only when its value changed.
 pub async fn build_bundle(
     clients: &Clients,
     kms_key_arn: &str,
@@ -162,7 +167,7 @@ pub async fn build_bundle(
     plugin_secrets: &[SecretValue],
 ) -> Result<SecretBundle, AwsError> {
     let previous = previous.filter(|p| {
-        p.kms_key_arn == kms_key_arn && p.encryption_context.get(CONTEXT_KEY).map(String::as_str) == Some(cluster)
+        p.kms_key_arn == kms_key_arn && p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster)
     });
     let mut secrets = BTreeMap::new();
     for (name, generate) in [
@@ -172,8 +177,12 @@ pub async fn build_bundle(
         ),
         (CERTIFICATE_KEY, generate_certificate_key),
     ] {
-        let ct = match previous.and_then(|p| p.secrets.get(name)) {
-            Some(old) => old.clone(),
+        let reuse = match previous.and_then(|p| p.secrets.get(name)) {
+            Some(old) => decrypt(clients, cluster, name, old).await.is_ok().then(|| old.clone()),
+            None => None,
+        };
+        let ct = match reuse {
+            Some(ct) => ct,
             None => encrypt(clients, kms_key_arn, cluster, name, &generate()?).await?,
         };
         secrets.insert(name.to_string(), ct);
@@ -187,7 +196,7 @@ pub async fn build_bundle(
         }
         let reuse = match previous.and_then(|p| p.secrets.get(&s.name)) {
             Some(old) => {
-                let same = decrypt(clients, cluster, old)
+                let same = decrypt(clients, cluster, &s.name, old)
                     .await
                     .map(|p| p == s.value)
                     .unwrap_or(false);
@@ -205,7 +214,7 @@ pub async fn build_bundle(
         api_version: "kube-aws/v1".into(),
         kind: "SecretBundle".into(),
         kms_key_arn: kms_key_arn.to_string(),
-        encryption_context: BTreeMap::from([(CONTEXT_KEY.to_string(), cluster.to_string())]),
+        encryption_context: BTreeMap::from([(CONTEXT_CLUSTER.to_string(), cluster.to_string())]),
         secrets,
     })
 }

@@ -9,6 +9,7 @@ use std::net::Ipv4Addr;
 use serde_json::{json, Map, Value};
 
 use super::plan::{camel, Plan};
+use super::secrets::{BUNDLE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::NodePool;
 use crate::plugin::NodeHooks;
@@ -236,18 +237,24 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
 }
 
 /// The statements every node role gets, plus its scope's plugin statements.
-fn policy_statements(input: &RenderInput, ctx: &Ctx, role: &str, controller: bool, hooks: &NodeHooks) -> Vec<Value> {
+/// Nodes write nothing secret (the join data is the CA hash only), so they
+/// only ever decrypt, and only their own bundle entries.
+fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
-    let mut read = vec![obj(&format!("userdata/{role}/*")), obj("bootstrap/join.json")];
+    let mut read = vec![
+        obj(&format!("userdata/{}/*", g.role)),
+        obj("bootstrap/join.json"),
+        obj(BUNDLE_KEY),
+    ];
     let mut write = vec![];
-    if controller {
+    if g.controller {
         read.push(obj("charts/*"));
         write.push(obj("bootstrap/*"));
         write.push(obj("status/*"));
     }
     let mut s =
         vec![json!({"Sid": "ReadClusterObjects", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": read})];
-    if controller {
+    if g.controller {
         s.push(
             json!({"Sid": "WriteBootstrapAndStatus", "Effect": "Allow", "Action": ["s3:PutObject"], "Resource": write}),
         );
@@ -257,14 +264,15 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, role: &str, controller: boo
         "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
     }));
     if let Some(k) = &input.cluster.kms_key_arn {
-        let actions = if controller {
-            json!(["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"])
-        } else {
-            json!(["kms:Decrypt"])
-        };
-        s.push(json!({"Sid": "UseClusterKey", "Effect": "Allow", "Action": actions, "Resource": k}));
+        s.push(json!({
+            "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": k,
+            "Condition": {"StringEquals": {
+                format!("kms:EncryptionContext:{CONTEXT_CLUSTER}"): ctx.cluster,
+                format!("kms:EncryptionContext:{CONTEXT_SECRET}"): g.secrets,
+            }},
+        }));
     }
-    s.extend(hooks.iam_statements.iter().map(|st| st.statement.clone()));
+    s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
     s
 }
 
@@ -279,7 +287,17 @@ struct Group<'a> {
     desired: u32,
     security_group: &'a str,
     hooks: &'a NodeHooks,
+    /// Bundle entries this role may decrypt.
+    secrets: &'a [String],
     extra_target_groups: Vec<Value>,
+}
+
+/// What the stacks need of one node role's user data.
+#[derive(Debug, Clone, Default)]
+pub struct NodeUserData {
+    pub stub: String,
+    /// The secret bundle entries the role decrypts (its IAM is narrowed to them).
+    pub secrets: Vec<String>,
 }
 
 fn sub_escape(stub: &str) -> String {
@@ -300,7 +318,7 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
                 {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
             "Policies": [{"PolicyName": format!("kube-aws-{}", g.role), "PolicyDocument": {
                 "Version": "2012-10-17",
-                "Statement": policy_statements(input, ctx, g.role, g.controller, g.hooks)}}]}}),
+                "Statement": policy_statements(input, ctx, g)}}]}}),
     );
     r.insert(
         format!("{p}InstanceProfile"),
@@ -350,7 +368,7 @@ fn control_plane_stack(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
-    stub: &str,
+    node: &NodeUserData,
 ) -> Result<Map<String, Value>, RenderError> {
     let c = &input.cluster.controller;
     if is_arm64(&c.instance_type) && input.helm_binary.url.contains("amd64") {
@@ -387,9 +405,10 @@ fn control_plane_stack(
         desired: c.count,
         security_group: "ControllerSecurityGroupId",
         hooks: &input.plugins.controller,
+        secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
     };
-    node_group(input, ctx, &g, stub, &mut r);
+    node_group(input, ctx, &g, &node.stub, &mut r);
     let ids: BTreeMap<&str, &str> = plan
         .releases
         .iter()
@@ -426,7 +445,7 @@ fn pool_sizes(p: &NodePool) -> (u32, u32, u32) {
     (min, max, desired)
 }
 
-fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, stub: &str) -> Map<String, Value> {
+fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserData) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: node pool {}", ctx.cluster, pool.name));
     t.insert(
         "Parameters".into(),
@@ -452,10 +471,11 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, stub: &str) -> Ma
         desired,
         security_group: "WorkerSecurityGroupId",
         hooks,
+        secrets: &node.secrets,
         extra_target_groups: vec![],
     };
     let mut r = Map::new();
-    node_group(input, ctx, &g, stub, &mut r);
+    node_group(input, ctx, &g, &node.stub, &mut r);
     t.insert("Resources".into(), Value::Object(r));
     t.insert(
         "Outputs".into(),
@@ -551,9 +571,10 @@ pub fn render_stacks(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
-    stubs: &BTreeMap<String, String>,
+    nodes: &BTreeMap<String, NodeUserData>,
 ) -> Result<Vec<(String, Value)>, RenderError> {
-    let stub = |role: &str| stubs.get(role).map(String::as_str).unwrap_or_default();
+    let empty = NodeUserData::default();
+    let stub = |role: &str| nodes.get(role).unwrap_or(&empty);
     let mut stacks = vec![
         ("root".to_string(), root_stack(input, ctx)),
         ("network".to_string(), network_stack(input, ctx)?),

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::plan::sha256_hex;
+use super::secrets::{longest_first, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput, Rendered};
 use crate::config::{Taint, TaintEffect};
@@ -18,7 +19,9 @@ use crate::plugin::NodeHooks;
 const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
 const STUB_TEMPLATE: &str = include_str!("templates/stub.cloud-config.tera");
 const NODE_BOOTSTRAP_SH: &str = include_str!("templates/node-bootstrap.sh");
+const NODE_SECRETS_PY: &str = include_str!("templates/node-secrets.py");
 const STUB_SH: &str = include_str!("templates/stub.sh");
+const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
@@ -40,6 +43,8 @@ pub struct NodePart {
     pub asg_logical_id: String,
     pub cloud_config: String,
     pub sha256: String,
+    /// The secrets it decrypts and the files it fills them into.
+    pub secrets: NodeSecrets,
 }
 
 fn tera() -> Result<&'static tera::Tera, RenderError> {
@@ -190,7 +195,7 @@ fn render_node(
     ctx: &Ctx,
     spec: &NodeSpec,
     addons: &[(String, String, String)],
-) -> Result<String, RenderError> {
+) -> Result<(String, NodeSecrets), RenderError> {
     let mut files: Vec<FileEntry> = Vec::new();
     let mut paths: BTreeMap<String, String> = BTreeMap::new();
     let mut claim = |path: &str, owner: &str| -> Result<(), RenderError> {
@@ -206,6 +211,18 @@ fn render_node(
         Ok(())
     };
     let hooks = spec.hooks;
+    let kubeadm = pretty(&kubeadm_documents(input, ctx, spec));
+    let known = longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    let unit_paths: Vec<(String, &str)> = hooks
+        .systemd_units
+        .iter()
+        .map(|u| (unit_path(&u.name), u.content.as_str()))
+        .collect();
+    let scanned = std::iter::once((KUBEADM_JSON, kubeadm.as_str()))
+        .chain(addons.iter().map(|(p, _, c)| (p.as_str(), c.as_str())))
+        .chain(hooks.files.iter().map(|f| (f.path.as_str(), f.content.as_str())))
+        .chain(unit_paths.iter().map(|(p, c)| (p.as_str(), *c)));
+    let secrets = node_secrets(spec.pool.is_none(), &known, scanned);
     let node = json!({
         "role": if spec.pool.is_some() { "worker" } else { "controller" },
         "pool": spec.pool,
@@ -213,20 +230,22 @@ fn render_node(
         "kubernetesMinor": ctx.k8s_minor,
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str()).collect::<Vec<_>>(),
+        "secrets": secrets,
     });
     let ours: Vec<(&str, &str, String)> = vec![
         ("/etc/kube-aws/node.json", "0644", pretty(&node)),
-        (
-            "/etc/kube-aws/kubeadm.json",
-            "0600",
-            pretty(&kubeadm_documents(input, ctx, spec)),
-        ),
+        (KUBEADM_JSON, "0600", kubeadm),
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
         (
             "/opt/kube-aws/bin/kube-aws-node-bootstrap",
             "0755",
             NODE_BOOTSTRAP_SH.into(),
+        ),
+        (
+            "/opt/kube-aws/bin/kube-aws-node-secrets",
+            "0755",
+            NODE_SECRETS_PY.into(),
         ),
     ];
     for (path, mode, content) in &ours {
@@ -265,7 +284,7 @@ fn render_node(
                 format!("systemd unit name {:?} must be a file name like foo.service", u.name),
             ));
         }
-        let path = format!("/etc/systemd/system/{}", u.name);
+        let path = unit_path(&u.name);
         claim(&path, &format!("plugin {}", u.plugin))?;
         files.push(entry(&path, "0644", "root:root", &u.content));
     }
@@ -286,7 +305,11 @@ fn render_node(
     );
     c.insert("packages", PACKAGES);
     c.insert("files", &files);
-    render_template("node", &c)
+    Ok((render_template("node", &c)?, secrets))
+}
+
+fn unit_path(name: &str) -> String {
+    format!("/etc/systemd/system/{name}")
 }
 
 /// The addon files the controller carries: plan, values, Tiller, manifests, installer, unit.
@@ -336,9 +359,10 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
         taints,
         hooks: &p.controller,
     };
-    let text = render_node(input, ctx, &spec, &controller_addon_files(out)?)?;
+    let (text, secrets) = render_node(input, ctx, &spec, &controller_addon_files(out)?)?;
     parts.push(NodePart {
         role: "controller".into(),
+        secrets,
         stack: "control-plane".into(),
         asg_logical_id: "ControllerGroup".into(),
         sha256: sha256_hex(text.as_bytes()),
@@ -360,9 +384,10 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
             taints,
             hooks,
         };
-        let text = render_node(input, ctx, &spec, &[])?;
+        let (text, secrets) = render_node(input, ctx, &spec, &[])?;
         parts.push(NodePart {
             role,
+            secrets,
             stack: format!("node-pool-{}", pool.name),
             asg_logical_id: "WorkerGroup".into(),
             sha256: sha256_hex(text.as_bytes()),

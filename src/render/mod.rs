@@ -8,6 +8,7 @@ pub mod cfn;
 pub mod cloudconfig;
 pub mod input;
 pub mod plan;
+pub mod secrets;
 pub mod summary;
 pub mod yaml;
 
@@ -150,7 +151,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
 
     // Nodes: full cloud-configs, then the stubs that fetch them.
     let parts = cloudconfig::render_nodes(input, &ctx, &out)?;
-    let mut stubs = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
     for part in &parts {
         out.put(
             format!("userdata/{}.cloud-config", part.role),
@@ -167,11 +168,18 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
             });
         }
         out.put(path, stub.as_bytes())?;
-        stubs.insert(part.role.clone(), stub);
+        nodes.insert(
+            part.role.clone(),
+            cfn::NodeUserData {
+                stub,
+                secrets: part.secrets.names.clone(),
+            },
+        );
     }
 
     // Stacks.
-    for (name, template) in cfn::render_stacks(input, &ctx, &plan, &stubs)? {
+    check_no_secrets_in_stacks(input)?;
+    for (name, template) in cfn::render_stacks(input, &ctx, &plan, &nodes)? {
         let mut text = serde_json::to_string_pretty(&template).map_err(|e| RenderError::Template {
             name: name.clone(),
             message: e.to_string(),
@@ -189,6 +197,51 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
         out.put(path, text)?;
     }
     Ok(out)
+}
+
+/// CloudFormation would see a secret's reference itself, never its value: the
+/// plugin contributions that land in stacks (resources, outputs, IAM
+/// statements, group tags) must not hold one.
+fn check_no_secrets_in_stacks(input: &RenderInput) -> Result<(), RenderError> {
+    let known = secrets::longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    if known.is_empty() {
+        return Ok(());
+    }
+    let p = &input.plugins;
+    let mut places: Vec<(&str, &str, String)> = Vec::new();
+    for c in &p.cluster.cloudformation {
+        let text = serde_json::to_string(&(&c.resources, &c.outputs)).unwrap_or_default();
+        places.push((&c.plugin, "CloudFormation resources", text));
+    }
+    for hooks in std::iter::once(&p.controller).chain(p.pools.values()) {
+        for st in &hooks.iam_statements {
+            places.push((&st.plugin, "IAM statements", st.statement.to_string()));
+        }
+        for (k, v) in &hooks.asg_tags {
+            places.push(("", "auto scaling group tags", format!("{k}={v}")));
+        }
+    }
+    for (plugin, what, text) in places {
+        if let Some(r) = secrets::find_references(&text, &known).into_iter().next() {
+            let plugin = input
+                .plugins
+                .secrets
+                .iter()
+                .find(|s| s.reference == r)
+                .map(|s| s.plugin.clone())
+                .filter(|_| plugin.is_empty())
+                .unwrap_or_else(|| plugin.to_string());
+            return Err(RenderError::Plugin {
+                plugin,
+                message: format!(
+                    "the secret {r:?} is used in its {what}; CloudFormation would get the reference, not the value. \
+                     Secrets are filled in on the nodes only (files, units, chart values, manifests, API server \
+                     flags): use a parameter without `secret: true` there"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Plugin and manifest names become path segments: one plain segment each.

@@ -313,7 +313,7 @@ pub fn full() -> RenderInput {
         addon(
             &dex_release(),
             "0.19.1",
-            "config:\n  issuer: https://dex.example.com\n",
+            "config:\n  issuer: https://dex.example.com\n  staticClients:\n    - id: kubernetes\n      secret: kube-aws-secret.dex.clientSecret\n",
             &[],
         ),
     ];

@@ -1,11 +1,15 @@
 #!/bin/bash
 # kube-aws node bootstrap. Static: every value comes from the data files
 # /etc/kube-aws/{runtime,node,kubeadm}.json written by cloud-init.
-# The first controller runs `kubeadm init` and publishes the join data to S3
-# (server-side encrypted); other controllers and workers join with it. Each
-# node then signals its auto scaling group's CreationPolicy.
+# First kube-aws-node-secrets decrypts this node's secrets from the published
+# bundle (KMS, with the node's role) and fills the plugin secrets into its files.
+# The first controller runs `kubeadm init` with the bundle's bootstrap token and
+# certificate key, and publishes the CA certificate hash (not a secret) to S3;
+# other controllers and workers join with the token and that hash. Each node
+# then signals its auto scaling group's CreationPolicy.
 set -euo pipefail
 KA=${KUBE_AWS_ETC:-/etc/kube-aws}
+SECRETS=${KUBE_AWS_RUN:-/run/kube-aws}/secrets
 WORK=/var/lib/kube-aws
 mkdir -p "$WORK"
 jget() {
@@ -20,7 +24,6 @@ asg=$(jget "$KA/runtime.json" asgLogicalId)
 bucket=$(jget "$KA/runtime.json" bucket)
 prefix=$(jget "$KA/runtime.json" keyPrefix)
 role=$(jget "$KA/node.json" role)
-kms=$(jget "$KA/node.json" kmsKeyARN)
 imds=http://169.254.169.254/latest
 tok=$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$imds/api/token")
 instance_id=$(curl -fsS -H "X-aws-ec2-metadata-token: $tok" "$imds/meta-data/instance-id")
@@ -31,8 +34,7 @@ signal() {
 }
 trap 'signal FAILURE' ERR
 
-sse=(--sse AES256)
-if [ -n "$kms" ]; then sse=(--sse aws:kms --sse-kms-key-id "$kms"); fi
+KUBE_AWS_ETC="$KA" /opt/kube-aws/bin/kube-aws-node-secrets
 
 modprobe overlay
 modprobe br_netfilter
@@ -47,20 +49,29 @@ python3 -c 'import json,sys
 for u in json.load(open(sys.argv[1]))["enableUnits"]: print(u)' "$KA/node.json" |
   while IFS= read -r unit; do systemctl enable --now "$unit"; done
 
-# Writes the kubeadm config: the rendered documents plus what only exists at
-# boot (API endpoint, installed version, join data).
+# Writes the kubeadm config (0600: it holds the token): the rendered documents
+# plus what only exists at boot (API endpoint, installed version, secrets, CA hash).
 kubeadm_config() {
-  python3 - "$KA/kubeadm.json" "$KA/runtime.json" "$WORK/join.json" "$WORK/kubeadm.yaml" "$1" <<'PY'
+  (umask 077 && python3 - "$KA/kubeadm.json" "$KA/runtime.json" "$WORK/join.json" "$WORK/kubeadm.yaml" "$1" \
+    "$SECRETS" <<'PY'
 import json, os, subprocess, sys
 docs = json.load(open(sys.argv[1]))["documents"]
 rt = json.load(open(sys.argv[2]))
 join = json.load(open(sys.argv[3])) if os.path.exists(sys.argv[3]) else None
 mode = sys.argv[5]
+def secret(name):
+    return open(os.path.join(sys.argv[6], "kubeadm", name)).read().strip()
 version = subprocess.check_output(["kubeadm", "version", "-o", "short"], text=True).strip()
 endpoint = rt["apiEndpoint"] + ":6443"
+token = secret("bootstrap-token")
 out = []
 for d in docs:
     kind = d["kind"]
+    if kind == "InitConfiguration":
+        # Never expires: nodes of an auto scaling group join at any time.
+        d["bootstrapTokens"] = [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
+                                 "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
+        d["certificateKey"] = secret("certificate-key")
     if kind == "ClusterConfiguration":
         d["controlPlaneEndpoint"] = endpoint
         d["kubernetesVersion"] = version
@@ -70,14 +81,15 @@ for d in docs:
     if kind == "JoinConfiguration":
         if mode == "init":
             continue
-        d["discovery"] = {"bootstrapToken": {"apiServerEndpoint": endpoint, "token": join["token"],
+        d["discovery"] = {"bootstrapToken": {"apiServerEndpoint": endpoint, "token": token,
                                              "caCertHashes": [join["caCertHash"]]}}
         if mode == "control-plane":
-            d["controlPlane"] = {"certificateKey": join["certificateKey"]}
+            d["controlPlane"] = {"certificateKey": secret("certificate-key")}
     out.append(json.dumps(d))
 with open(sys.argv[4], "w") as f:
     f.write("\n---\n".join(out) + "\n")
 PY
+  )
 }
 
 wait_join() {
@@ -96,15 +108,11 @@ if [ "$role" = controller ]; then
     --if-none-match '*' --body /dev/null >/dev/null 2>&1; then
     kubeadm_config init
     kubeadm init --config "$WORK/kubeadm.yaml" --upload-certs
-    export KUBECONFIG=/etc/kubernetes/admin.conf
-    key=$(kubeadm init phase upload-certs --upload-certs | tail -n 1)
-    token=$(kubeadm token create --ttl 0)
     hash=$(openssl x509 -pubkey -in /etc/kubernetes/pki/ca.crt | openssl rsa -pubin -outform der 2>/dev/null |
       sha256sum | cut -d' ' -f1)
     python3 -c 'import json,sys
-json.dump({"token": sys.argv[1], "caCertHash": "sha256:" + sys.argv[2], "certificateKey": sys.argv[3]},
-          open(sys.argv[4], "w"))' "$token" "$hash" "$key" "$WORK/join.json"
-    aws --region "$region" s3 cp --only-show-errors "${sse[@]}" "$WORK/join.json" \
+json.dump({"caCertHash": "sha256:" + sys.argv[1]}, open(sys.argv[2], "w"))' "$hash" "$WORK/join.json"
+    aws --region "$region" s3 cp --only-show-errors --sse AES256 "$WORK/join.json" \
       "s3://$bucket/$prefix/bootstrap/join.json"
     signal SUCCESS
     systemctl enable --now --no-block kube-aws-addons.service

@@ -1,0 +1,207 @@
+//! Where secret references land. Templates only ever see a reference
+//! (`kube-aws-secret.<plugin>.<param>[.<scope>]`); the value reaches a node as a
+//! KMS ciphertext in the published bundle, and the node's
+//! `kube-aws-node-secrets` script decrypts it with its role and fills it into
+//! the files that hold the reference. This module finds those files, tells the
+//! node how to fill each one (`yaml`/`json`: inside string values, so the
+//! document stays well-formed whatever the value; `text`: verbatim), and names
+//! the secrets each role may decrypt, which its IAM policy is narrowed to.
+//!
+//! The matching rule is shared with the node script and must stay identical:
+//! at each occurrence of the prefix, the longest known reference wins, and it
+//! must not run on into a name character (`[A-Za-z0-9_-]`).
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+/// The kubeadm secrets in the bundle (see `aws::secrets`).
+pub const BOOTSTRAP_TOKEN: &str = "kubeadm/bootstrap-token";
+pub const CERTIFICATE_KEY: &str = "kubeadm/certificate-key";
+/// The bundle, relative to the cluster's key prefix.
+pub const BUNDLE_KEY: &str = "secrets/bundle.json";
+/// The encryption context keys every ciphertext is bound to.
+pub const CONTEXT_CLUSTER: &str = "kube-aws:cluster";
+pub const CONTEXT_SECRET: &str = "kube-aws:secret";
+
+const PREFIX: &str = "kube-aws-secret.";
+
+/// How the node fills a reference into a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FillFormat {
+    /// Inside YAML string values (every document of the file).
+    Yaml,
+    /// Inside JSON string values.
+    Json,
+    /// Verbatim, wherever the reference stands.
+    Text,
+}
+
+/// One node file holding references.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecretFile {
+    pub path: String,
+    pub format: FillFormat,
+}
+
+/// What one node role decrypts and fills in: `node.json`'s `secrets`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSecrets {
+    /// Bundle entries this role decrypts, sorted.
+    pub names: Vec<String>,
+    /// Files to fill, in write order.
+    pub files: Vec<SecretFile>,
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// The known references found in `text`, by the shared matching rule.
+/// `known` must be sorted longest first (see [`longest_first`]).
+pub fn find_references<'a>(text: &str, known: &[&'a str]) -> BTreeSet<&'a str> {
+    let mut found = BTreeSet::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(PREFIX).map(|i| from + i) {
+        let rest = &text[at..];
+        let hit = known
+            .iter()
+            .find(|r| rest.starts_with(**r) && !rest[r.len()..].starts_with(is_name_char));
+        match hit {
+            Some(r) => {
+                found.insert(*r);
+                from = at + r.len();
+            }
+            None => from = at + PREFIX.len(),
+        }
+    }
+    found
+}
+
+/// References sorted for [`find_references`]: longest first, then by name.
+pub fn longest_first<'a>(refs: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = refs.into_iter().collect();
+    v.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    v.dedup();
+    v
+}
+
+/// The fill format for a node file, by its path.
+pub fn fill_format(path: &str) -> FillFormat {
+    let lower = path.to_ascii_lowercase();
+    if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+        FillFormat::Yaml
+    } else if lower.ends_with(".json") {
+        FillFormat::Json
+    } else {
+        FillFormat::Text
+    }
+}
+
+/// The secrets of one node role: its kubeadm secrets plus every plugin secret
+/// referenced in `files` (path, content), and which files to fill.
+pub fn node_secrets<'a>(
+    controller: bool,
+    known: &[&str],
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> NodeSecrets {
+    let mut names: BTreeSet<String> = BTreeSet::from([BOOTSTRAP_TOKEN.to_string()]);
+    if controller {
+        names.insert(CERTIFICATE_KEY.to_string());
+    }
+    let mut out = Vec::new();
+    for (path, content) in files {
+        let refs = find_references(content, known);
+        if !refs.is_empty() {
+            names.extend(refs.into_iter().map(str::to_string));
+            out.push(SecretFile {
+                path: path.to_string(),
+                format: fill_format(path),
+            });
+        }
+    }
+    NodeSecrets {
+        names: names.into_iter().collect(),
+        files: out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "kube-aws-secret.dex.pw";
+    const A_CTRL: &str = "kube-aws-secret.dex.pw.controller";
+    const B: &str = "kube-aws-secret.dex.pw2";
+
+    fn known() -> Vec<&'static str> {
+        longest_first([A, A_CTRL, B])
+    }
+
+    #[test]
+    fn the_longest_reference_wins() {
+        let k = known();
+        assert_eq!(
+            find_references("x: kube-aws-secret.dex.pw.controller\n", &k),
+            BTreeSet::from([A_CTRL])
+        );
+        assert_eq!(find_references("x: kube-aws-secret.dex.pw2", &k), BTreeSet::from([B]));
+        assert_eq!(find_references("x: kube-aws-secret.dex.pw", &k), BTreeSet::from([A]));
+    }
+
+    #[test]
+    fn a_reference_must_not_run_on_into_a_name() {
+        let k = known();
+        assert!(find_references("kube-aws-secret.dex.pwX kube-aws-secret.dex.pw_2", &k).is_empty());
+        // A trailing dot that starts no known scope still ends the reference.
+        assert_eq!(find_references("pw=kube-aws-secret.dex.pw.", &k), BTreeSet::from([A]));
+        assert_eq!(
+            find_references("kube-aws-secret.dex.pw.controllerX", &k),
+            BTreeSet::from([A])
+        );
+        // Embedded in a URL.
+        assert_eq!(
+            find_references("postgres://u:kube-aws-secret.dex.pw2@db/x", &k),
+            BTreeSet::from([B])
+        );
+    }
+
+    #[test]
+    fn unknown_references_are_not_secrets() {
+        assert!(find_references("kube-aws-secret.other.thing", &known()).is_empty());
+        assert!(find_references("no references here", &known()).is_empty());
+    }
+
+    #[test]
+    fn workers_get_the_token_and_controllers_the_certificate_key_too() {
+        let k = known();
+        let w = node_secrets(false, &k, [("/etc/a.yaml", "a: 1")]);
+        assert_eq!(w.names, vec![BOOTSTRAP_TOKEN]);
+        assert!(w.files.is_empty());
+        let c = node_secrets(
+            true,
+            &k,
+            [
+                (
+                    "/etc/kube-aws/addons/values/dex.yaml",
+                    "secret: kube-aws-secret.dex.pw\n",
+                ),
+                ("/etc/kube-aws/kubeadm.json", "{\"x\": \"kube-aws-secret.dex.pw2\"}"),
+                ("/etc/dex.env", "PW=kube-aws-secret.dex.pw.controller\n"),
+                ("/etc/plain", "nothing"),
+            ],
+        );
+        assert_eq!(c.names, vec![A, A_CTRL, B, BOOTSTRAP_TOKEN, CERTIFICATE_KEY]);
+        let formats: Vec<_> = c.files.iter().map(|f| (f.path.as_str(), f.format)).collect();
+        assert_eq!(
+            formats,
+            vec![
+                ("/etc/kube-aws/addons/values/dex.yaml", FillFormat::Yaml),
+                ("/etc/kube-aws/kubeadm.json", FillFormat::Json),
+                ("/etc/dex.env", FillFormat::Text),
+            ]
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! Secrets from the work tree to the node, for real: `kube-aws up` renders a
+//! work tree whose plugin has a `secret: true` parameter and publishes the KMS
+//! bundle to moto; then the rendered node script `kube-aws-node-secrets` runs
+//! with python3 and the real aws CLI against the same moto, on the files each
+//! role's cloud-config writes (extracted into a temporary root), as a node does
+//! at boot.
+//!
+//! Checked: each role decrypts only what its node.json names (workers: the
+//! bootstrap token and their pool's override, never the certificate key or the
+//! controller's value); YAML and JSON files stay well-formed whatever the value
+//! holds (quotes, colons, `#`, braces, a backslash) and text files get it
+//! verbatim; modes are kept; a ciphertext under another entry's name is refused
+//! by KMS's encryption context; no plaintext reaches stdout or stderr.
+//!
+//! Not covered: IAM evaluation (moto does not enforce the roles' narrowed
+//! `kms:Decrypt` conditions; tests/render.rs checks the rendered policies and
+//! cfn-lint accepts them), and kubeadm consuming the token on a real node.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const BUCKET: &str = "kube-aws-secrets";
+const CLUSTER: &str = "vault";
+/// Hostile to every format the node fills: YAML, JSON and shell alike.
+const CLUSTER_VALUE: &str = r#"p@ss: "w'o#rd" {x} $(id) \ end"#;
+const POOL_VALUE: &str = "pool-only-value-42";
+
+struct Env {
+    moto: common::Server,
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            moto: common::start_moto(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn apply(&self, cmd: &mut Command) {
+        let path = format!(
+            "{}:{}",
+            common::tools_bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.env_clear()
+            .env("PATH", path)
+            .env("HOME", self.home.path())
+            .env("XDG_CACHE_HOME", self.home.path().join("cache"))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_DEFAULT_REGION", "us-west-2")
+            .env("AWS_ENDPOINT_URL", self.moto.url())
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+    }
+
+    fn aws(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(common::tool("aws"));
+        self.apply(&mut cmd);
+        let out = cmd.args(args).output().unwrap();
+        assert!(out.status.success(), "aws {args:?}: {}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+/// A work tree with one plugin that puts its secret in a manifest (YAML), a
+/// controller file (text) and a worker file (JSON); the pool overrides it.
+fn work_tree(dir: &Path, kms: &str) {
+    write(
+        &dir.join("cluster.yaml"),
+        &format!(
+            "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: general\n      count: 1\n    - name: gpu\n      count: 1\n      \
+             plugins:\n        vault: {{password: {POOL_VALUE}}}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  vault:\n    enabled: true\n    password: '{}'\n",
+            CLUSTER_VALUE.replace('\'', "''")
+        ),
+    );
+    write(
+        &dir.join("plugins/vault/plugin.yaml"),
+        r#"apiVersion: kube-aws/v1
+kind: Plugin
+metadata: {name: vault, version: 0.1.0, description: a secret in every kind of node file}
+spec:
+  parameters:
+    password: {type: string, secret: true}
+  kubernetes:
+    manifests: [manifests/secret.yaml.tera]
+  nodes:
+    controller:
+      files:
+        - path: /etc/vault/env
+          content: "PASSWORD={{ params.password }}\n"
+          permissions: "0640"
+    worker:
+      files:
+        - path: /etc/vault/worker.json
+          content: '{"password": "{{ params.password }}", "plain": "kept"}'
+"#,
+    );
+    write(
+        &dir.join("plugins/vault/manifests/secret.yaml.tera"),
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: vault\n  namespace: default\nstringData:\n  \
+         password: {{ params.password }}\n  url: postgres://app:{{ params.password }}@db:5432/app\n",
+    );
+}
+
+/// Writes every `write_files` entry of a cloud-config under `root`, as cloud-init would.
+fn extract(cloud_config: &str, root: &Path) {
+    use base64::Engine;
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    for f in doc["write_files"].as_sequence().unwrap() {
+        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
+        let content = f["content"].as_str().unwrap();
+        let bytes = if f["encoding"].as_str() == Some("b64") {
+            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
+        } else {
+            content.as_bytes().to_vec()
+        };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// One node: its role's files under a fresh root, with runtime.json as the stub writes it.
+fn node(dir: &Path, role: &str) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let cc = std::fs::read_to_string(dir.join(format!("rendered/userdata/{role}.cloud-config"))).unwrap();
+    extract(&cc, root.path());
+    let stub = std::fs::read_to_string(dir.join(format!("rendered/userdata/{role}.stub"))).unwrap();
+    extract(&stub.replace("${AWS::Region}", "us-west-2"), root.path());
+    root
+}
+
+fn run_node_script(env: &Env, root: &Path) -> Output {
+    let mut cmd = Command::new("python3");
+    env.apply(&mut cmd);
+    cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-secrets"))
+        .env("KUBE_AWS_ETC", root.join("etc/kube-aws"))
+        .env("KUBE_AWS_ROOT", root)
+        .env("KUBE_AWS_RUN", root.join("run/kube-aws"));
+    cmd.output().unwrap()
+}
+
+fn read(root: &Path, path: &str) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap()
+}
+
+fn mode(root: &Path, path: &str) -> u32 {
+    std::fs::metadata(root.join(path)).unwrap().permissions().mode() & 0o7777
+}
+
+fn stored(root: &Path) -> Vec<String> {
+    let dir = root.join("run/kube-aws/secrets");
+    let mut names = Vec::new();
+    for e in walk(&dir) {
+        names.push(e.strip_prefix(&dir).unwrap().to_string_lossy().to_string());
+    }
+    names.sort();
+    names
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env
+        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+        .trim()
+        .to_string();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    work_tree(dir, &kms);
+    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+    env.apply(&mut up);
+    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
+    // Whether moto then creates the stack does not matter here: the bundle is
+    // published before CreateStack.
+    let bundle = env.aws(&[
+        "s3",
+        "cp",
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+        "-",
+    ]);
+    assert!(
+        bundle.contains("kube-aws-secret.vault.password"),
+        "{bundle}\n{}",
+        text(&up)
+    );
+    let mut output = text(&up);
+
+    // The controller: token, certificate key and the cluster value.
+    let c = node(dir, "controller");
+    let run = run_node_script(&env, c.path());
+    output.push_str(&text(&run));
+    assert!(run.status.success(), "{}", text(&run));
+    assert_eq!(
+        stored(c.path()),
+        [
+            "kube-aws-secret.vault.password",
+            "kubeadm/bootstrap-token",
+            "kubeadm/certificate-key"
+        ]
+    );
+    let token = read(c.path(), "run/kube-aws/secrets/kubeadm/bootstrap-token");
+    assert!(
+        regex::Regex::new(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+            .unwrap()
+            .is_match(&token),
+        "{token:?}"
+    );
+    assert_eq!(mode(c.path(), "run/kube-aws/secrets/kubeadm/bootstrap-token"), 0o600);
+    assert_eq!(read(c.path(), "etc/vault/env"), format!("PASSWORD={CLUSTER_VALUE}\n"));
+    assert_eq!(mode(c.path(), "etc/vault/env"), 0o640);
+    let manifest = read(c.path(), "etc/kube-aws/addons/manifests/vault/secret.yaml");
+    let m: serde_yaml::Value = serde_yaml::from_str(&manifest).unwrap();
+    assert_eq!(m["stringData"]["password"].as_str(), Some(CLUSTER_VALUE), "{manifest}");
+    assert_eq!(
+        m["stringData"]["url"].as_str(),
+        Some(format!("postgres://app:{CLUSTER_VALUE}@db:5432/app").as_str())
+    );
+    assert_eq!(m["metadata"]["name"].as_str(), Some("vault"));
+    assert_eq!(mode(c.path(), "etc/kube-aws/addons/manifests/vault/secret.yaml"), 0o600);
+
+    // Running it again changes nothing (a reboot).
+    let again = run_node_script(&env, c.path());
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(
+        read(c.path(), "etc/kube-aws/addons/manifests/vault/secret.yaml"),
+        manifest
+    );
+
+    // A worker of the plain pool: the token and the cluster value, nothing else.
+    let w = node(dir, "worker-general");
+    let run = run_node_script(&env, w.path());
+    output.push_str(&text(&run));
+    assert!(run.status.success(), "{}", text(&run));
+    assert_eq!(
+        stored(w.path()),
+        ["kube-aws-secret.vault.password", "kubeadm/bootstrap-token"]
+    );
+    let j: serde_json::Value = serde_json::from_str(&read(w.path(), "etc/vault/worker.json")).unwrap();
+    assert_eq!(j["password"].as_str(), Some(CLUSTER_VALUE));
+    assert_eq!(j["plain"].as_str(), Some("kept"));
+    assert_eq!(read(w.path(), "run/kube-aws/secrets/kubeadm/bootstrap-token"), token);
+
+    // The gpu pool overrides the value: it gets its own entry only.
+    let g = node(dir, "worker-gpu");
+    let run = run_node_script(&env, g.path());
+    output.push_str(&text(&run));
+    assert!(run.status.success(), "{}", text(&run));
+    assert_eq!(
+        stored(g.path()),
+        ["kube-aws-secret.vault.password.pool-gpu", "kubeadm/bootstrap-token"]
+    );
+    let j: serde_json::Value = serde_json::from_str(&read(g.path(), "etc/vault/worker.json")).unwrap();
+    assert_eq!(j["password"].as_str(), Some(POOL_VALUE));
+
+    // The plaintext never reached any output, the rendered files or S3.
+    for secret in [CLUSTER_VALUE, POOL_VALUE, token.as_str()] {
+        assert!(!output.contains(secret), "{secret:?} leaked:\n{output}");
+        for f in walk(&dir.join("rendered")) {
+            let body = std::fs::read(&f).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&body).contains(secret),
+                "{secret:?} in {}",
+                f.display()
+            );
+        }
+    }
+    assert!(!bundle.contains(CLUSTER_VALUE) && !bundle.contains(POOL_VALUE) && !bundle.contains(&token));
+}
+
+#[test]
+fn a_ciphertext_under_another_name_is_refused() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env
+        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+        .trim()
+        .to_string();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    work_tree(dir, &kms);
+    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+    env.apply(&mut up);
+    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
+    let key = format!("clusters/{CLUSTER}/secrets/bundle.json");
+    let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
+    let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
+    // Someone swaps the controller-only certificate key's ciphertext in as the
+    // worker-readable token: the encryption context names the entry, so KMS refuses.
+    b["secrets"]["kubeadm/bootstrap-token"] = b["secrets"]["kubeadm/certificate-key"].clone();
+    let swapped = tree.path().join("swapped.json");
+    std::fs::write(&swapped, b.to_string()).unwrap();
+    env.aws(&["s3", "cp", swapped.to_str().unwrap(), &format!("s3://{BUCKET}/{key}")]);
+    let w = node(dir, "worker-general");
+    let run = run_node_script(&env, w.path());
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("cannot decrypt the secret 'kubeadm/bootstrap-token' with this node's role"),
+        "{err}"
+    );
+    assert!(!w.path().join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
+    // The worker file still holds the reference, not a value.
+    assert!(read(w.path(), "etc/vault/worker.json").contains("kube-aws-secret.vault.password"));
+}
