@@ -125,6 +125,7 @@ pub async fn up(
         return Err(AwsError::StackExists { stack: name.clone() });
     }
     let published = publish_artifacts(clients, cluster, artifacts).await?;
+    clear_runtime_state(clients, &Location::new(cluster)?).await?;
     let req = StackRequest {
         name: name.clone(),
         template_url: published.root_template_url.clone(),
@@ -334,14 +335,33 @@ pub fn confirm(question: &str, yes: bool) -> Result<bool, AwsError> {
 
 /// Deletes every object under the cluster's prefix (`destroy --purge`).
 pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
+    delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await
+}
+
+/// What nodes of an earlier cluster of the same name left behind: the kubeadm
+/// init lock and CA hash, and the addon status objects. A new cluster's first
+/// controller must not take them for a running cluster's, and `--wait` must
+/// not show the old addons' phases.
+const RUNTIME_STATE: &[&str] = &["bootstrap/", "status/"];
+
+/// Deletes the runtime state of an earlier cluster (only when no stack exists).
+pub async fn clear_runtime_state(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
+    let mut count = 0;
+    for dir in RUNTIME_STATE {
+        count += delete_under(clients, &location.bucket, &location.key(dir)).await?;
+    }
+    Ok(count)
+}
+
+async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<usize, AwsError> {
     let mut count = 0;
     let mut token = None;
     loop {
         let page = clients
             .s3
             .list_objects_v2()
-            .bucket(&location.bucket)
-            .prefix(format!("{}/", location.prefix))
+            .bucket(bucket)
+            .prefix(prefix)
             .set_continuation_token(token)
             .send()
             .await
@@ -351,7 +371,7 @@ pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsE
                 clients
                     .s3
                     .delete_object()
-                    .bucket(&location.bucket)
+                    .bucket(bucket)
                     .key(key)
                     .send()
                     .await

@@ -1,4 +1,7 @@
-//! Secrets from the work tree to the node, for real: `kube-aws up` renders a
+//! What a node finds in S3 when it boots, for real against moto: its secrets,
+//! and no bootstrap state of an earlier cluster of the same name.
+//!
+//! Secrets from the work tree to the node: `kube-aws up` renders a
 //! work tree whose plugin has a `secret: true` parameter and publishes the KMS
 //! bundle to moto; then the rendered node script `kube-aws-node-secrets` runs
 //! with python3 and the real aws CLI against the same moto, on the files each
@@ -340,4 +343,40 @@ fn a_ciphertext_under_another_name_is_refused() {
     assert!(!w.path().join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
     // The worker file still holds the reference, not a value.
     assert!(read(w.path(), "etc/vault/worker.json").contains("kube-aws-secret.vault.password"));
+}
+
+/// After `destroy` (without `--purge`), the objects nodes wrote stay. A new
+/// cluster's first controller would find the old init lock and try to join a
+/// cluster that is gone, and `--wait` would show the old addons' phases: `up`
+/// clears them, and only them, before creating the stack.
+#[test]
+fn up_clears_what_an_earlier_cluster_left() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env
+        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+        .trim()
+        .to_string();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    work_tree(dir, &kms);
+    let base = format!("s3://{BUCKET}/clusters/{CLUSTER}");
+    let body = tree.path().join("body");
+    std::fs::write(&body, "{}").unwrap();
+    let stale = ["bootstrap/init-lock", "bootstrap/join.json", "status/addons/dex.json"];
+    let kept = ["charts/0000.tgz", "userdata/controller/old.cloud-config"];
+    for key in stale.iter().chain(&kept) {
+        env.aws(&["s3", "cp", body.to_str().unwrap(), &format!("{base}/{key}")]);
+    }
+    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+    env.apply(&mut up);
+    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
+    let listing = env.aws(&["s3", "ls", "--recursive", &format!("{base}/")]);
+    for key in stale {
+        assert!(!listing.contains(key), "{key} left behind:\n{listing}\n{}", text(&up));
+    }
+    for key in kept {
+        assert!(listing.contains(key), "{key} deleted:\n{listing}");
+    }
+    assert!(listing.contains("secrets/bundle.json"), "{listing}");
 }
