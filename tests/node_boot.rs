@@ -161,9 +161,7 @@ fn run_node_script(env: &Env, root: &Path) -> Output {
     let mut cmd = Command::new("python3");
     env.apply(&mut cmd);
     cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-secrets"))
-        .env("KUBE_AWS_ETC", root.join("etc/kube-aws"))
-        .env("KUBE_AWS_ROOT", root)
-        .env("KUBE_AWS_RUN", root.join("run/kube-aws"));
+        .env("KUBE_AWS_ROOT", root);
     cmd.output().unwrap()
 }
 

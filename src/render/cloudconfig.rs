@@ -23,6 +23,8 @@ const NODE_SECRETS_PY: &str = include_str!("templates/node-secrets.py");
 const STUB_SH: &str = include_str!("templates/stub.sh");
 const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
+const UPLOAD_CERTS_SERVICE: &str = include_str!("templates/kube-aws-upload-certs.service");
+const UPLOAD_CERTS_TIMER: &str = include_str!("templates/kube-aws-upload-certs.timer");
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 
@@ -312,7 +314,8 @@ fn unit_path(name: &str) -> String {
     format!("/etc/systemd/system/{name}")
 }
 
-/// The addon files the controller carries: plan, values, Tiller, manifests, installer, unit.
+/// What only controllers carry: the addon plan, values, Tiller, manifests, the
+/// installer and its unit, and the certificate re-upload timer.
 fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)>, RenderError> {
     let mut files = Vec::new();
     for (rel, bytes) in &out.files {
@@ -336,6 +339,12 @@ fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)
         "0644".into(),
         ADDONS_UNIT.into(),
     ));
+    for (name, unit) in [
+        ("kube-aws-upload-certs.service", UPLOAD_CERTS_SERVICE),
+        ("kube-aws-upload-certs.timer", UPLOAD_CERTS_TIMER),
+    ] {
+        files.push((unit_path(name), "0644".into(), unit.into()));
+    }
     Ok(files)
 }
 

@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 
-ETC = os.environ.get("KUBE_AWS_ETC", "/etc/kube-aws")
+# KUBE_AWS_ROOT prefixes every path (tests only).
 ROOT = os.environ.get("KUBE_AWS_ROOT", "")
-RUN = os.environ.get("KUBE_AWS_RUN", "/run/kube-aws")
+ETC = ROOT + "/etc/kube-aws"
+RUN = ROOT + "/run/kube-aws"
 PREFIX = "kube-aws-secret."
 
 

@@ -1,0 +1,391 @@
+//! The node bootstrap script (`kube-aws-node-bootstrap`, as rendered) run for
+//! real with bash, python3, openssl and sha256sum, on the files a role's
+//! cloud-config writes (extracted under a temporary root), with kubeadm,
+//! systemctl, containerd, modprobe, sysctl, curl, aws and the secrets script
+//! replaced by recording fakes: no EC2 instance, kubelet or AWS account runs
+//! here. The fake aws maps `s3://` to a directory shared by the nodes of one
+//! test, so they see each other's locks, and answers a taken lock as S3 does
+//! (PreconditionFailed).
+//!
+//! Checked: the first controller inits with the bundle's token (no expiry) and
+//! certificate key and publishes only the CA hash; later controllers join the
+//! control plane and workers join, with the token and that hash; the installer
+//! starts once per addon plan (again after an update changes it); the
+//! certificate re-upload runs on control-plane controllers only; a failed join
+//! or a lock S3 will not answer signals FAILURE instead of guessing.
+//! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
+//! runs the secrets script against moto).
+
+mod render_fixtures;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use render_fixtures::*;
+
+const TOKEN: &str = "abcdef.0123456789abcdef";
+const CERT_KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+const FAKE_AWS: &str = r#"#!/bin/bash
+echo "aws $*" >>"$FAKE_LOG"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --region|--sse|--body|--if-none-match) shift 2 ;;
+    --only-show-errors) shift ;;
+    --bucket) bucket=$2; shift 2 ;;
+    --key) key=$2; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+map() { case "$1" in s3://*) echo "$FAKE_S3/${1#s3://}" ;; *) echo "$1" ;; esac; }
+case "${args[0]} ${args[1]}" in
+  "s3 cp")
+    src=$(map "${args[2]}"); dst=$(map "${args[3]}")
+    [ -e "$src" ] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation: Key not found" >&2; exit 1; }
+    mkdir -p "$(dirname "$dst")"; cp "$src" "$dst" ;;
+  "s3api put-object")
+    if [ -n "${FAKE_LOCK_ERROR:-}" ]; then echo "$FAKE_LOCK_ERROR" >&2; exit 254; fi
+    target="$FAKE_S3/$bucket/$key"
+    if [ -e "$target" ]; then
+      echo "An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the pre-conditions you specified did not hold" >&2
+      exit 254
+    fi
+    mkdir -p "$(dirname "$target")"; : >"$target" ;;
+  "cloudformation signal-resource") ;;
+  *) echo "fake aws: unsupported: ${args[*]}" >&2; exit 2 ;;
+esac
+"#;
+
+const FAKE_KUBEADM: &str = r#"#!/bin/bash
+echo "kubeadm $*" >>"$FAKE_LOG"
+case "$1 $2" in
+  "version -o") echo v1.31.2 ;;
+  "init --config")
+    cp "$3" "$FAKE_OUT/init.yaml"
+    mkdir -p "$KUBE_AWS_ROOT/etc/kubernetes/pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$FAKE_OUT/ca.key" -subj /CN=kubernetes -days 1 \
+      -out "$KUBE_AWS_ROOT/etc/kubernetes/pki/ca.crt" 2>/dev/null
+    : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
+  "join --config")
+    [ -z "${FAKE_JOIN_FAIL:-}" ] || { echo "error: couldn't validate the identity of the API Server" >&2; exit 1; }
+    cp "$3" "$FAKE_OUT/join.yaml"
+    grep -q controlPlane "$3" && : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
+  "init phase") cp "${@: -1}" "$FAKE_OUT/upload-certs.yaml" ;;
+esac
+exit 0
+"#;
+
+const FAKE_CURL: &str = r#"#!/bin/bash
+echo "curl $*" >>"$FAKE_LOG"
+case "$*" in *api/token*) echo imds-token ;; *instance-id*) echo i-0123456789 ;; esac
+"#;
+
+const FAKE_LOGGER: &str = "#!/bin/bash\necho \"$(basename \"$0\") $*\" >>\"$FAKE_LOG\"\n";
+
+const FAKE_CONTAINERD: &str = "#!/bin/bash\necho \"containerd $*\" >>\"$FAKE_LOG\"\necho 'SystemdCgroup = false'\n";
+
+/// Writes the kubeadm secrets where the real script would, as it would.
+const FAKE_SECRETS: &str = r#"#!/bin/bash
+echo "kube-aws-node-secrets" >>"$FAKE_LOG"
+d="$KUBE_AWS_ROOT/run/kube-aws/secrets/kubeadm"
+mkdir -p "$d"
+printf '%s' "$FAKE_TOKEN" >"$d/bootstrap-token"
+printf '%s' "$FAKE_CERT_KEY" >"$d/certificate-key"
+"#;
+
+fn write_exec(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Writes every `write_files` entry of a cloud-config under `root`.
+fn extract(cloud_config: &str, root: &Path) {
+    use base64::Engine;
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    for f in doc["write_files"].as_sequence().unwrap() {
+        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
+        let content = f["content"].as_str().unwrap();
+        let bytes = if f["encoding"].as_str() == Some("b64") {
+            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
+        } else {
+            content.as_bytes().to_vec()
+        };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// The nodes of one cluster: shared fake S3, one root per node.
+struct Cluster {
+    dir: tempfile::TempDir,
+    rendered: kube_aws::render::Rendered,
+    nodes: usize,
+}
+
+struct Boot {
+    ok: bool,
+    stderr: String,
+    log: Vec<String>,
+    out: PathBuf,
+}
+
+impl Boot {
+    fn ran(&self, needle: &str) -> bool {
+        self.log.iter().any(|l| l.contains(needle))
+    }
+    fn yaml_docs(&self, file: &str) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        text.split("\n---\n")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+    fn doc(&self, file: &str, kind: &str) -> serde_json::Value {
+        self.yaml_docs(file)
+            .into_iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {file}"))
+    }
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let fakes = dir.path().join("fakes");
+        for (name, text) in [
+            ("aws", FAKE_AWS),
+            ("kubeadm", FAKE_KUBEADM),
+            ("curl", FAKE_CURL),
+            ("containerd", FAKE_CONTAINERD),
+            ("systemctl", FAKE_LOGGER),
+            ("modprobe", FAKE_LOGGER),
+            ("sysctl", FAKE_LOGGER),
+        ] {
+            write_exec(&fakes.join(name), text);
+        }
+        let rendered = kube_aws::render::render(&full()).unwrap();
+        Cluster {
+            dir,
+            rendered,
+            nodes: 0,
+        }
+    }
+
+    fn s3(&self) -> PathBuf {
+        self.dir.path().join("s3")
+    }
+
+    /// A fresh node of `role` (`controller`, `worker-general`), its files in place.
+    fn node(&mut self, role: &str) -> PathBuf {
+        self.nodes += 1;
+        let root = self.dir.path().join(format!("node-{}", self.nodes));
+        extract(
+            self.rendered.text(&format!("userdata/{role}.cloud-config")).unwrap(),
+            &root,
+        );
+        let stub = self.rendered.text(&format!("userdata/{role}.stub")).unwrap();
+        let stub = stub
+            .replace("${AWS::Region}", "eu-west-1")
+            .replace("${AWS::StackName}", "full-ControlPlane-1ABC")
+            .replace("${ApiEndpoint}", "api.full.example.com");
+        extract(&stub, &root);
+        write_exec(&root.join("opt/kube-aws/bin/kube-aws-node-secrets"), FAKE_SECRETS);
+        root
+    }
+
+    fn boot(&self, root: &Path, args: &[&str], env: &[(&str, &str)]) -> Boot {
+        let out = root.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let log = root.join("calls.log");
+        std::fs::write(&log, "").unwrap();
+        let path = format!(
+            "{}:{}",
+            self.dir.path().join("fakes").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut cmd = Command::new("bash");
+        cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-bootstrap"))
+            .args(args)
+            .env("PATH", path)
+            .env("KUBE_AWS_ROOT", root)
+            .env("KUBE_AWS_RETRY_DELAY", "0")
+            .env("FAKE_LOG", &log)
+            .env("FAKE_S3", self.s3())
+            .env("FAKE_OUT", &out)
+            .env("FAKE_TOKEN", TOKEN)
+            .env("FAKE_CERT_KEY", CERT_KEY);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        Boot {
+            ok: o.status.success(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            log: std::fs::read_to_string(&log)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect(),
+            out,
+        }
+    }
+
+    fn object(&self, key: &str) -> Option<String> {
+        std::fs::read_to_string(self.s3().join("kube-aws-test/clusters/full").join(key)).ok()
+    }
+}
+
+fn plan_sha(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(
+        std::fs::read(root.join("etc/kube-aws/addons/plan.json")).unwrap(),
+    ))
+}
+
+const INSTALLER: &str = "systemctl enable --now --no-block kube-aws-addons.service";
+const SUCCESS: &str = "--status SUCCESS";
+
+#[test]
+fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
+    let mut c = Cluster::new();
+
+    // The first controller: kubeadm init with the bundle's secrets.
+    let first = c.node("controller");
+    let a = c.boot(&first, &[], &[]);
+    assert!(a.ok, "{}\n{:#?}", a.stderr, a.log);
+    let init = a.doc("init.yaml", "InitConfiguration");
+    assert_eq!(init["bootstrapTokens"][0]["token"], TOKEN);
+    assert_eq!(init["bootstrapTokens"][0]["ttl"], "0s");
+    assert_eq!(init["certificateKey"], CERT_KEY);
+    let cluster = a.doc("init.yaml", "ClusterConfiguration");
+    assert_eq!(cluster["controlPlaneEndpoint"], "api.full.example.com:6443");
+    assert_eq!(cluster["kubernetesVersion"], "v1.31.2");
+    // The config holding the token is private.
+    let mode = std::fs::metadata(first.join("var/lib/kube-aws/kubeadm.yaml"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Only the CA hash is published: no token, no key.
+    let join: serde_json::Value = serde_json::from_str(&c.object("bootstrap/join.json").unwrap()).unwrap();
+    assert_eq!(join.as_object().unwrap().len(), 1, "{join}");
+    assert!(
+        regex::Regex::new("^sha256:[0-9a-f]{64}$")
+            .unwrap()
+            .is_match(join["caCertHash"].as_str().unwrap()),
+        "{join}"
+    );
+    assert!(a.ran(SUCCESS) && a.ran(INSTALLER) && a.ran("systemctl enable --now kube-aws-upload-certs.timer"));
+    assert!(c.object(&format!("bootstrap/installer-{}", plan_sha(&first))).is_some());
+    assert!(a.log.iter().position(|l| l.contains(SUCCESS)) < a.log.iter().position(|l| l.contains(INSTALLER)));
+
+    // A second controller of the same plan joins the control plane; the installer already ran.
+    let second = c.node("controller");
+    let b = c.boot(&second, &[], &[]);
+    assert!(b.ok, "{}\n{:#?}", b.stderr, b.log);
+    assert!(!b.ran("kubeadm init --config"));
+    let jc = b.doc("join.yaml", "JoinConfiguration");
+    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
+    assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], join["caCertHash"]);
+    assert_eq!(
+        jc["discovery"]["bootstrapToken"]["apiServerEndpoint"],
+        "api.full.example.com:6443"
+    );
+    assert_eq!(jc["controlPlane"]["certificateKey"], CERT_KEY);
+    assert_eq!(
+        b.yaml_docs("join.yaml").len(),
+        1,
+        "a joining node gets no init documents"
+    );
+    assert!(b.ran(SUCCESS) && !b.ran(INSTALLER));
+
+    // After an update changed the plan, the first controller to come up with it runs the installer.
+    let third = c.node("controller");
+    let plan = third.join("etc/kube-aws/addons/plan.json");
+    let mut text = std::fs::read_to_string(&plan).unwrap();
+    text.push('\n');
+    std::fs::write(&plan, text).unwrap();
+    let d = c.boot(&third, &[], &[]);
+    assert!(d.ok, "{}", d.stderr);
+    assert!(d.ran("kubeadm join") && d.ran(INSTALLER));
+    let fourth = c.node("controller");
+    std::fs::copy(&plan, fourth.join("etc/kube-aws/addons/plan.json")).unwrap();
+    let e = c.boot(&fourth, &[], &[]);
+    assert!(e.ok && !e.ran(INSTALLER), "{:#?}", e.log);
+
+    // A worker joins as a worker: no certificate key, no timer, no installer.
+    let w = c.node("worker-general");
+    let wb = c.boot(&w, &[], &[]);
+    assert!(wb.ok, "{}", wb.stderr);
+    let jc = wb.doc("join.yaml", "JoinConfiguration");
+    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
+    assert!(jc.get("controlPlane").is_none(), "{jc}");
+    assert!(wb.ran(SUCCESS) && !wb.ran(INSTALLER) && !wb.ran("upload-certs"));
+}
+
+#[test]
+fn certificates_are_reuploaded_under_the_bundle_key_on_control_plane_nodes_only() {
+    let mut c = Cluster::new();
+    let ctl = c.node("controller");
+    // Before the node is part of the control plane there is nothing to upload.
+    let early = c.boot(&ctl, &["upload-certs"], &[]);
+    assert!(early.ok && !early.ran("kubeadm init phase"), "{}", early.stderr);
+    assert!(c.boot(&ctl, &[], &[]).ok);
+    let up = c.boot(&ctl, &["upload-certs"], &[]);
+    assert!(up.ok, "{}", up.stderr);
+    assert!(
+        up.ran("kube-aws-node-secrets"),
+        "secrets are decrypted again after a reboot"
+    );
+    assert!(up.ran("kubeadm init phase upload-certs --upload-certs --config"));
+    assert_eq!(
+        up.doc("upload-certs.yaml", "InitConfiguration")["certificateKey"],
+        CERT_KEY
+    );
+    assert!(!up.ran("signal-resource"), "the timer never signals");
+    // The key is in a private file, never on a command line.
+    assert!(!up.log.iter().any(|l| l.contains(CERT_KEY)));
+
+    let w = c.node("worker-general");
+    let wb = c.boot(&w, &["upload-certs"], &[]);
+    assert!(wb.ok && !wb.ran("kubeadm"), "{:#?}", wb.log);
+}
+
+#[test]
+fn a_failed_join_signals_failure() {
+    let mut c = Cluster::new();
+    let ctl = c.node("controller");
+    assert!(c.boot(&ctl, &[], &[]).ok);
+    let w = c.node("worker-general");
+    let b = c.boot(&w, &[], &[("FAKE_JOIN_FAIL", "1")]);
+    assert!(!b.ok);
+    assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
+    assert!(b.stderr.contains("couldn't validate the identity"), "{}", b.stderr);
+}
+
+#[test]
+fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
+    let mut c = Cluster::new();
+    let n = c.node("controller");
+    let b = c.boot(
+        &n,
+        &[],
+        &[(
+            "FAKE_LOCK_ERROR",
+            "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied",
+        )],
+    );
+    assert!(!b.ok);
+    assert!(
+        b.stderr.contains("cannot take the lock") && b.stderr.contains("AccessDenied"),
+        "{}",
+        b.stderr
+    );
+    assert!(b.ran("--status FAILURE"));
+    assert!(!b.ran("kubeadm init") && !b.ran("kubeadm join"), "{:#?}", b.log);
+    assert_eq!(b.log.iter().filter(|l| l.contains("s3api put-object")).count(), 5);
+}
