@@ -63,6 +63,27 @@ impl Env {
             .stdin(Stdio::null());
     }
 
+    /// A bucket, a KMS key and the work tree (see `work_tree`).
+    fn with_work_tree() -> (Env, tempfile::TempDir) {
+        let env = Env::new();
+        env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+        let kms = env
+            .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+            .trim()
+            .to_string();
+        let tree = tempfile::tempdir().unwrap();
+        work_tree(tree.path(), &kms);
+        (env, tree)
+    }
+
+    /// `kube-aws up`: whether moto then creates the stack does not matter
+    /// here, as everything these tests read is published before CreateStack.
+    fn up(&self, dir: &Path) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+        self.apply(&mut cmd);
+        cmd.arg("--dir").arg(dir).arg("up").output().unwrap()
+    }
+
     fn aws(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(common::tool("aws"));
         self.apply(&mut cmd);
@@ -128,32 +149,13 @@ spec:
     );
 }
 
-/// Writes every `write_files` entry of a cloud-config under `root`, as cloud-init would.
-fn extract(cloud_config: &str, root: &Path) {
-    use base64::Engine;
-    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
-    for f in doc["write_files"].as_sequence().unwrap() {
-        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
-        let content = f["content"].as_str().unwrap();
-        let bytes = if f["encoding"].as_str() == Some("b64") {
-            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
-        } else {
-            content.as_bytes().to_vec()
-        };
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-        let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-}
-
 /// One node: its role's files under a fresh root, with runtime.json as the stub writes it.
 fn node(dir: &Path, role: &str) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let cc = std::fs::read_to_string(dir.join(format!("rendered/userdata/{role}.cloud-config"))).unwrap();
-    extract(&cc, root.path());
+    common::write_cloud_config_files(&cc, root.path());
     let stub = std::fs::read_to_string(dir.join(format!("rendered/userdata/{role}.stub"))).unwrap();
-    extract(&stub.replace("${AWS::Region}", "us-west-2"), root.path());
+    common::write_cloud_config_files(&stub.replace("${AWS::Region}", "us-west-2"), root.path());
     root
 }
 
@@ -198,20 +200,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env
-        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string();
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = Env::with_work_tree();
     let dir = tree.path();
-    work_tree(dir, &kms);
-    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-    env.apply(&mut up);
-    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
-    // Whether moto then creates the stack does not matter here: the bundle is
-    // published before CreateStack.
+    let up = env.up(dir);
     let bundle = env.aws(&[
         "s3",
         "cp",
@@ -309,18 +300,9 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
 
 #[test]
 fn a_ciphertext_under_another_name_is_refused() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env
-        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string();
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = Env::with_work_tree();
     let dir = tree.path();
-    work_tree(dir, &kms);
-    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-    env.apply(&mut up);
-    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
+    let up = env.up(dir);
     let key = format!("clusters/{CLUSTER}/secrets/bundle.json");
     let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
     let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
@@ -349,15 +331,8 @@ fn a_ciphertext_under_another_name_is_refused() {
 /// clears them, and only them, before creating the stack.
 #[test]
 fn up_clears_what_an_earlier_cluster_left() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env
-        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string();
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = Env::with_work_tree();
     let dir = tree.path();
-    work_tree(dir, &kms);
     let base = format!("s3://{BUCKET}/clusters/{CLUSTER}");
     let body = tree.path().join("body");
     std::fs::write(&body, "{}").unwrap();
@@ -366,9 +341,7 @@ fn up_clears_what_an_earlier_cluster_left() {
     for key in stale.iter().chain(&kept) {
         env.aws(&["s3", "cp", body.to_str().unwrap(), &format!("{base}/{key}")]);
     }
-    let mut up = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-    env.apply(&mut up);
-    let up = up.arg("--dir").arg(dir).arg("up").output().unwrap();
+    let up = env.up(dir);
     let listing = env.aws(&["s3", "ls", "--recursive", &format!("{base}/")]);
     for key in stale {
         assert!(!listing.contains(key), "{key} left behind:\n{listing}\n{}", text(&up));

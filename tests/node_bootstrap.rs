@@ -16,6 +16,7 @@
 //! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
 //! runs the secrets script against moto).
 
+mod common;
 mod render_fixtures;
 
 use std::os::unix::fs::PermissionsExt;
@@ -101,25 +102,6 @@ fn write_exec(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Writes every `write_files` entry of a cloud-config under `root`.
-fn extract(cloud_config: &str, root: &Path) {
-    use base64::Engine;
-    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
-    for f in doc["write_files"].as_sequence().unwrap() {
-        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
-        let content = f["content"].as_str().unwrap();
-        let bytes = if f["encoding"].as_str() == Some("b64") {
-            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
-        } else {
-            content.as_bytes().to_vec()
-        };
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-        let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-}
-
 /// The nodes of one cluster: shared fake S3, one root per node.
 struct Cluster {
     dir: tempfile::TempDir,
@@ -183,7 +165,7 @@ impl Cluster {
     fn node(&mut self, role: &str) -> PathBuf {
         self.nodes += 1;
         let root = self.dir.path().join(format!("node-{}", self.nodes));
-        extract(
+        common::write_cloud_config_files(
             self.rendered.text(&format!("userdata/{role}.cloud-config")).unwrap(),
             &root,
         );
@@ -192,7 +174,7 @@ impl Cluster {
             .replace("${AWS::Region}", "eu-west-1")
             .replace("${AWS::StackName}", "full-ControlPlane-1ABC")
             .replace("${ApiEndpoint}", "api.full.example.com");
-        extract(&stub, &root);
+        common::write_cloud_config_files(&stub, &root);
         write_exec(&root.join("opt/kube-aws/bin/kube-aws-node-secrets"), FAKE_SECRETS);
         root
     }

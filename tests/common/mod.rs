@@ -132,3 +132,24 @@ pub fn start_http(dir: &Path) -> Server {
     .arg(dir);
     Server::start(cmd, port)
 }
+
+/// Writes every `write_files` entry of a cloud-config under `root`, with its
+/// mode, as cloud-init would (base64 entries decoded).
+pub fn write_cloud_config_files(cloud_config: &str, root: &Path) {
+    use base64::Engine;
+    use std::os::unix::fs::PermissionsExt;
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    for f in doc["write_files"].as_sequence().unwrap() {
+        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
+        let content = f["content"].as_str().unwrap();
+        let bytes = if f["encoding"].as_str() == Some("b64") {
+            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
+        } else {
+            content.as_bytes().to_vec()
+        };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
