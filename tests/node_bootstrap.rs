@@ -10,7 +10,8 @@
 //! Checked: the first controller inits with the bundle's token (no expiry) and
 //! certificate key and publishes only the CA hash; later controllers join the
 //! control plane and workers join, with the token and that hash; the installer
-//! starts once per addon plan (again after an update changes it); the
+//! starts once per addon plan and secrets version (again after an update
+//! changes either); the
 //! certificate re-upload runs on control-plane controllers only; a failed join
 //! or a lock S3 will not answer signals FAILURE instead of guessing.
 //! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
@@ -107,6 +108,8 @@ struct Cluster {
     dir: tempfile::TempDir,
     rendered: kube_aws::render::Rendered,
     nodes: usize,
+    /// What CloudFormation substitutes for `${SecretsVersion}` in new nodes' stubs.
+    secrets_version: String,
 }
 
 struct Boot {
@@ -154,6 +157,7 @@ impl Cluster {
             dir,
             rendered,
             nodes: 0,
+            secrets_version: "0123456789abcdef".into(),
         }
     }
 
@@ -173,7 +177,8 @@ impl Cluster {
         let stub = stub
             .replace("${AWS::Region}", "eu-west-1")
             .replace("${AWS::StackName}", "full-ControlPlane-1ABC")
-            .replace("${ApiEndpoint}", "api.full.example.com");
+            .replace("${ApiEndpoint}", "api.full.example.com")
+            .replace("${SecretsVersion}", &self.secrets_version);
         common::write_cloud_config_files(&stub, &root);
         write_exec(&root.join("opt/kube-aws/bin/kube-aws-node-secrets"), FAKE_SECRETS);
         root
@@ -221,11 +226,18 @@ impl Cluster {
     }
 }
 
-fn plan_sha(root: &Path) -> String {
+/// The installer lock of a node: its plan's sha256 and its secrets version.
+fn installer_lock(root: &Path) -> String {
     use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(
+    let plan = hex::encode(Sha256::digest(
         std::fs::read(root.join("etc/kube-aws/addons/plan.json")).unwrap(),
-    ))
+    ));
+    let runtime: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("etc/kube-aws/runtime.json")).unwrap()).unwrap();
+    format!(
+        "bootstrap/installer-{plan}-{}",
+        runtime["secretsVersion"].as_str().unwrap()
+    )
 }
 
 const INSTALLER: &str = "systemctl enable --now --no-block kube-aws-addons.service";
@@ -262,7 +274,8 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         "{join}"
     );
     assert!(a.ran(SUCCESS) && a.ran(INSTALLER) && a.ran("systemctl enable --now kube-aws-upload-certs.timer"));
-    assert!(c.object(&format!("bootstrap/installer-{}", plan_sha(&first))).is_some());
+    assert!(c.object(&installer_lock(&first)).is_some());
+    assert!(installer_lock(&first).ends_with("-0123456789abcdef"));
     assert!(a.log.iter().position(|l| l.contains(SUCCESS)) < a.log.iter().position(|l| l.contains(INSTALLER)));
 
     // A second controller of the same plan joins the control plane; the installer already ran.
@@ -298,6 +311,14 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     std::fs::copy(&plan, fourth.join("etc/kube-aws/addons/plan.json")).unwrap();
     let e = c.boot(&fourth, &[], &[]);
     assert!(e.ok && !e.ran(INSTALLER), "{:#?}", e.log);
+
+    // A changed secret (a new secrets version, same plan) reruns it too, once.
+    c.secrets_version = "fedcba9876543210".into();
+    let fifth = c.node("controller");
+    let f = c.boot(&fifth, &[], &[]);
+    assert!(f.ok && f.ran(INSTALLER), "{:#?}", f.log);
+    let sixth = c.node("controller");
+    assert!(!c.boot(&sixth, &[], &[]).ran(INSTALLER));
 
     // A worker joins as a worker: no certificate key, no timer, no installer.
     let w = c.node("worker-general");

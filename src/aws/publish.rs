@@ -313,17 +313,21 @@ pub fn expected_addons(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Expected
         .collect())
 }
 
-/// Parameters for the root stack: the known ones its template declares.
-pub fn root_parameters(root_template: &[u8], clients_url: &str, location: &Location) -> Vec<(String, String)> {
-    let declared: BTreeSet<String> = serde_json::from_slice::<serde_json::Value>(root_template)
-        .ok()
-        .and_then(|t| {
-            t.get("Parameters")
-                .and_then(|p| p.as_object())
-                .map(|p| p.keys().cloned().collect())
-        })
+/// Parameters for the root stack: the known ones its template declares, plus
+/// one secrets version per node stack (see [`secrets_versions`]).
+pub fn root_parameters(
+    root_template: &[u8],
+    clients_url: &str,
+    location: &Location,
+    bundle: &SecretBundle,
+) -> Result<Vec<(String, String)>, AwsError> {
+    let template: serde_json::Value = serde_json::from_slice(root_template).unwrap_or_default();
+    let declared: BTreeSet<String> = template
+        .get("Parameters")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
         .unwrap_or_default();
-    [
+    let mut out: Vec<(String, String)> = [
         ("ArtifactBaseURL", clients_url.to_string()),
         ("ArtifactS3URI", location.s3_uri()),
         ("ArtifactBucket", location.bucket.clone()),
@@ -332,7 +336,47 @@ pub fn root_parameters(root_template: &[u8], clients_url: &str, location: &Locat
     .into_iter()
     .filter(|(k, _)| declared.contains(*k))
     .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    .collect();
+    out.extend(
+        secrets_versions(&template, bundle)?
+            .into_iter()
+            .filter(|(k, _)| declared.contains(k)),
+    );
+    Ok(out)
+}
+
+/// For each parameter the root metadata lists, a hash of the ciphertexts of
+/// the entries it covers: it changes exactly when one of those secrets
+/// changes (unchanged secrets keep their ciphertext), and tells nothing about
+/// the values.
+pub fn secrets_versions(
+    template: &serde_json::Value,
+    bundle: &SecretBundle,
+) -> Result<Vec<(String, String)>, AwsError> {
+    let Some(covered) = template
+        .pointer(&format!("/Metadata/{}", crate::render::cfn::SECRETS_METADATA))
+        .and_then(|m| m.as_object())
+    else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (param, names) in covered {
+        let mut h = Sha256::new();
+        for name in names.as_array().into_iter().flatten().filter_map(|n| n.as_str()) {
+            let ct = bundle.secrets.get(name).ok_or_else(|| {
+                AwsError::WorkTree(format!(
+                    "the rendered stacks use the secret {name:?}, which is not among the secrets to publish: \
+                     run `kube-aws render` again (or drop --use-rendered)"
+                ))
+            })?;
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(ct.as_bytes());
+            h.update([b'\n']);
+        }
+        out.push((param.clone(), hex::encode(h.finalize())[..16].to_string()));
+    }
+    Ok(out)
 }
 
 /// Checks a chart tarball against its digest and returns its artifact.
@@ -484,7 +528,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     }
 
     let base_url = clients.object_url(&location.bucket, &location.prefix);
-    let parameters = root_parameters(&root.body, &base_url, &location);
+    let parameters = root_parameters(&root.body, &base_url, &location, &bundle)?;
     Ok(Published {
         root_template_url: clients.object_url(&location.bucket, &location.key(&root.key)),
         root_template_body: String::from_utf8_lossy(&root.body).to_string(),
@@ -613,8 +657,52 @@ mod tests {
         };
         let t = br#"{"Parameters": {"ArtifactBaseURL": {"Type": "String"}, "Other": {"Type": "String"}}}"#;
         assert_eq!(
-            root_parameters(t, "http://x/b/p/demo", &loc),
+            root_parameters(t, "http://x/b/p/demo", &loc, &bundle(&[])).unwrap(),
             vec![("ArtifactBaseURL".to_string(), "http://x/b/p/demo".to_string())]
+        );
+    }
+
+    fn bundle(entries: &[(&str, &str)]) -> SecretBundle {
+        SecretBundle {
+            api_version: "kube-aws/v1".into(),
+            kind: "SecretBundle".into(),
+            kms_key_arn: "arn:aws:kms:us-west-2:111122223333:key/k".into(),
+            encryption_context: Default::default(),
+            secrets: entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn secrets_versions_change_only_with_their_own_entries() {
+        let t: serde_json::Value = serde_json::from_str(
+            r#"{"Metadata": {"kube-aws:secretsVersions": {
+                "ControlPlaneSecretsVersion": ["kubeadm/bootstrap-token", "kube-aws-secret.dex.pw"],
+                "NodePoolGeneralSecretsVersion": ["kubeadm/bootstrap-token"]}}}"#,
+        )
+        .unwrap();
+        let v = |b: &SecretBundle| -> Vec<String> {
+            secrets_versions(&t, b).unwrap().into_iter().map(|(_, v)| v).collect()
+        };
+        let before = v(&bundle(&[
+            ("kubeadm/bootstrap-token", "AAAA"),
+            ("kube-aws-secret.dex.pw", "BBBB"),
+        ]));
+        let after = v(&bundle(&[
+            ("kubeadm/bootstrap-token", "AAAA"),
+            ("kube-aws-secret.dex.pw", "CCCC"),
+        ]));
+        assert_eq!(before.len(), 2);
+        assert!(before
+            .iter()
+            .all(|h| h.len() == 16 && h.chars().all(|c| c.is_ascii_hexdigit())));
+        assert_ne!(before[0], after[0], "the controller's secret changed");
+        assert_eq!(before[1], after[1], "the pool does not use it");
+        let err = secrets_versions(&t, &bundle(&[("kubeadm/bootstrap-token", "AAAA")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"kube-aws-secret.dex.pw\"") && err.contains("render"),
+            "{err}"
         );
     }
 

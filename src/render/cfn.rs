@@ -305,6 +305,7 @@ fn sub_escape(stub: &str) -> String {
         .replace("${!AWS::StackName}", "${AWS::StackName}")
         .replace("${!AWS::Region}", "${AWS::Region}")
         .replace("${!ApiEndpoint}", "${ApiEndpoint}")
+        .replace("${!SecretsVersion}", "${SecretsVersion}")
 }
 
 /// Role, instance profile, launch template and auto scaling group of one node kind.
@@ -387,6 +388,7 @@ fn control_plane_stack(
         "Parameters".into(),
         json!({
             "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
+            "SecretsVersion": secrets_version_parameter(),
             "ControllerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ApiTargetGroupArn": {"Type": "String"},
@@ -451,6 +453,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
         "Parameters".into(),
         json!({
             "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
+            "SecretsVersion": secrets_version_parameter(),
             "WorkerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ImageId": ami_parameter(&pool.instance_type),
@@ -485,7 +488,21 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
     t
 }
 
-fn root_stack(input: &RenderInput, ctx: &Ctx) -> Map<String, Value> {
+/// The root parameter that carries a nested stack's secrets version.
+fn secrets_version_key(stack_logical_id: &str) -> String {
+    format!("{stack_logical_id}SecretsVersion")
+}
+
+fn secrets_version_parameter() -> Value {
+    json!({"Type": "String", "Default": "",
+        "Description": "hash of this role's secret bundle entries: a changed secret replaces its nodes"})
+}
+
+/// Root metadata naming, per secrets version parameter, the bundle entries it
+/// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
+pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
+
+fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserData>) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
     // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
     // stack's content-addressed key (see src/aws/publish.rs).
@@ -493,11 +510,20 @@ fn root_stack(input: &RenderInput, ctx: &Ctx) -> Map<String, Value> {
         "https://{}.s3.{}.amazonaws.com/{}",
         ctx.bucket, ctx.region, ctx.key_prefix
     );
-    t.insert(
-        "Parameters".into(),
-        json!({"ArtifactBaseURL": {"Type": "String", "Default": base,
-            "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}}),
+    let mut params = Map::new();
+    params.insert(
+        "ArtifactBaseURL".into(),
+        json!({"Type": "String", "Default": base,
+            "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
     );
+    let mut covered = Map::new();
+    let mut node_stack = |logical_id: &str, role: &str| -> Value {
+        let key = secrets_version_key(logical_id);
+        params.insert(key.clone(), secrets_version_parameter());
+        let names = nodes.get(role).map(|n| n.secrets.clone()).unwrap_or_default();
+        covered.insert(key.clone(), json!(names));
+        json!({"Ref": key})
+    };
     let out = |o: &str| json!({"Fn::GetAtt": ["Network", format!("Outputs.{o}")]});
     let url = |s: &str| json!({"Fn::Sub": format!("${{ArtifactBaseURL}}/stacks/{s}.json")});
     let mut r = Map::new();
@@ -505,21 +531,27 @@ fn root_stack(input: &RenderInput, ctx: &Ctx) -> Map<String, Value> {
         "Network".into(),
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("network")}}),
     );
+    let version = node_stack("ControlPlane", "controller");
     r.insert(
         "ControlPlane".into(),
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
-                           "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn")}}}),
+                           "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
+                           "SecretsVersion": version}}}),
     );
     for pool in &input.cluster.worker.node_pools {
+        let id = format!("NodePool{}", camel(&pool.name));
+        let version = node_stack(&id, &format!("worker-{}", pool.name));
         r.insert(
-            format!("NodePool{}", camel(&pool.name)),
+            id,
             json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
-                               "ApiEndpoint": out("ApiEndpoint")}}}),
+                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version}}}),
         );
     }
+    t.insert("Metadata".into(), json!({ SECRETS_METADATA: covered }));
+    t.insert("Parameters".into(), Value::Object(params));
     t.insert("Resources".into(), Value::Object(r));
     t.insert(
         "Outputs".into(),
@@ -576,7 +608,7 @@ pub fn render_stacks(
     let empty = NodeUserData::default();
     let stub = |role: &str| nodes.get(role).unwrap_or(&empty);
     let mut stacks = vec![
-        ("root".to_string(), root_stack(input, ctx)),
+        ("root".to_string(), root_stack(input, ctx, nodes)),
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),

@@ -411,8 +411,10 @@ pub fn part_uri(ctx: &Ctx, part: &NodePart) -> String {
     format!("{}/userdata/{}/{}.cloud-config", ctx.s3_base, part.role, part.sha256)
 }
 
-/// The user-data stub of a node part. `${AWS::StackName}`, `${AWS::Region}` and
-/// `${ApiEndpoint}` are left for CloudFormation's Fn::Sub.
+/// The user-data stub of a node part. `${AWS::StackName}`, `${AWS::Region}`,
+/// `${ApiEndpoint}` and `${SecretsVersion}` are left for CloudFormation's
+/// Fn::Sub. The secrets version is in the user data so that a changed secret
+/// replaces the nodes that use it.
 pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
     let runtime = json!({
         "role": part.role,
@@ -421,6 +423,7 @@ pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
         "stackName": "${AWS::StackName}",
         "asgLogicalId": part.asg_logical_id,
         "apiEndpoint": "${ApiEndpoint}",
+        "secretsVersion": "${SecretsVersion}",
         "bucket": ctx.bucket,
         "keyPrefix": ctx.key_prefix,
         "s3Base": ctx.s3_base,

@@ -7,8 +7,8 @@
 # bundle's bootstrap token and certificate key, and publishes the CA certificate
 # hash (not a secret) to S3; other controllers and workers join with the token
 # and that hash. Each node then signals its auto scaling group's CreationPolicy.
-# The addon installer runs once per addon plan: on the first controller to come
-# up with that plan, at create or after an update changed it.
+# The addon installer runs once per addon plan and secrets version: on the
+# first controller to come up with them, at create or after an update.
 #
 # `kube-aws-node-bootstrap upload-certs` (a timer on controllers) re-uploads the
 # control-plane certificates under the bundle's certificate key, which kubeadm
@@ -115,11 +115,13 @@ take_lock() {
   exit 1
 }
 
-# Starts the addon installer if no controller has run this plan yet.
+# Starts the addon installer if no controller has run this plan, with these
+# secrets, yet (a changed secret changes the values the charts get).
 start_installer() {
-  local plan
+  local plan version
   plan=$(sha256sum "$KA/addons/plan.json" | cut -d' ' -f1)
-  if take_lock "installer-$plan"; then
+  version=$(jget "$KA/runtime.json" secretsVersion)
+  if take_lock "installer-$plan${version:+-$version}"; then
     systemctl enable --now --no-block kube-aws-addons.service
   fi
 }
