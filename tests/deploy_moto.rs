@@ -1018,6 +1018,16 @@ impl Running {
     }
 }
 
+impl Drop for Running {
+    /// A test that fails half-way leaves no kube-aws behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Ctrl-C while `up --wait` waits: exit 130, the stack untouched (the same
 /// status, events and resources through the API), and the message says how to
 /// resume. Then `status --wait` resumes and follows the stack to
