@@ -1399,3 +1399,76 @@ fn endpoint_lost_mid_wait_is_retried_and_the_wait_carries_on() {
     assert!(stdout.contains("is CREATE_COMPLETE"), "{stdout}");
     assert!(!stderr.contains("error"), "{stderr}");
 }
+
+/// Runs kube-aws on a pseudo-terminal, typing `typed`; returns the exit code
+/// and what the terminal shows.
+fn kube_aws_on_tty(env: &Env, dir: &Path, args: &[&str], typed: &str) -> (Option<i32>, String) {
+    let mut cmd = Command::new("python3");
+    env.apply(&mut cmd);
+    cmd.env("TERM", "xterm-256color")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
+        .args([
+            "100",
+            "40",
+            "--type",
+            typed,
+            "--",
+            env!("CARGO_BIN_EXE_kube-aws"),
+            "--dir",
+        ])
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    let screen = terminal_screen(&out.stdout, 100).join("\n");
+    (out.status.code(), screen)
+}
+
+/// On a terminal, `update` and `destroy` ask before they act: "n" leaves the
+/// stack as it was (and `update` deletes its change set), "y" goes ahead.
+/// Not covered: an answer typed slowly or never (the prompt blocks; that is
+/// the point of asking).
+#[test]
+fn update_and_destroy_ask_on_a_terminal() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = create_key(&env);
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    work_tree(&env, dir, &kms, BUCKET, "1");
+    let up = env.kube_aws(dir, &["up", "--use-rendered"]);
+    assert!(up.status.success(), "{}", text(&up));
+    work_tree(&env, dir, &kms, BUCKET, "2");
+    let change_sets = || env.aws_json(&["cloudformation", "list-change-sets", "--stack-name", CLUSTER]);
+
+    let (code, screen) = kube_aws_on_tty(&env, dir, &["update", "--use-rendered"], "n\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("  ~ Network (AWS::CloudFormation::Stack)"), "{screen}");
+    assert!(screen.contains("apply these changes? [y/N]"), "{screen}");
+    assert!(screen.contains("not applied; the stack is unchanged"), "{screen}");
+    assert_eq!(stack_status(&env).as_deref(), Some("CREATE_COMPLETE"));
+    assert_eq!(
+        change_sets()["Summaries"],
+        serde_json::json!([]),
+        "the change set was left behind"
+    );
+
+    let (code, screen) = kube_aws_on_tty(&env, dir, &["update", "--use-rendered", "--wait"], "y\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("stack \"demo\" is UPDATE_COMPLETE"), "{screen}");
+    assert_eq!(stack_status(&env).as_deref(), Some("UPDATE_COMPLETE"));
+
+    let (code, screen) = kube_aws_on_tty(&env, dir, &["destroy"], "n\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("delete stack \"demo\" (UPDATE_COMPLETE) and every resource in it? [y/N]"),
+        "{screen}"
+    );
+    assert!(screen.contains("not deleted"), "{screen}");
+    assert_eq!(stack_status(&env).as_deref(), Some("UPDATE_COMPLETE"));
+
+    let (code, screen) = kube_aws_on_tty(&env, dir, &["destroy", "--wait"], "y\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("stack \"demo\" is deleted"), "{screen}");
+    assert_eq!(stack_status(&env), None);
+}

@@ -3,9 +3,11 @@ terminal received (both stdout and stderr, as a terminal shows them) to our
 stdout, byte for byte. Exits with the command's exit code (128 + N when a
 signal N ended it).
 
-    python3 tests/support/pty_run.py COLUMNS ROWS -- COMMAND [ARG...]
+    python3 tests/support/pty_run.py COLUMNS ROWS [--type TEXT] -- COMMAND [ARG...]
 
-Standard input of the command is the terminal; nothing is typed into it.
+Standard input of the command is the terminal. With --type, TEXT is typed
+into it at the start (the terminal holds it until the command reads a line,
+and echoes it, as a terminal does); otherwise nothing is typed.
 """
 
 import fcntl
@@ -18,13 +20,19 @@ import termios
 
 def main():
     cols, rows = int(sys.argv[1]), int(sys.argv[2])
-    assert sys.argv[3] == "--", "usage: pty_run.py COLUMNS ROWS -- COMMAND [ARG...]"
-    argv = sys.argv[4:]
+    rest = sys.argv[3:]
+    typed = None
+    if rest[:1] == ["--type"]:
+        typed, rest = rest[1], rest[2:]
+    assert rest[:1] == ["--"], "usage: pty_run.py COLUMNS ROWS [--type TEXT] -- COMMAND [ARG...]"
+    argv = rest[1:]
     pid, master = pty.fork()
     if pid == 0:
         # The child: set the size before exec, so the program sees it at once.
         fcntl.ioctl(sys.stdout.fileno(), termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         os.execvp(argv[0], argv)
+    if typed is not None:
+        os.write(master, typed.encode())
     out = sys.stdout.buffer
     while True:
         try:
