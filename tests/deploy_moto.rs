@@ -948,7 +948,8 @@ struct Running {
 impl Running {
     fn spawn(mut cmd: Command, read_stdout: bool) -> Running {
         use std::io::Read;
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // stdin is a pipe that stays open: keys for tests/support/pty_run.py --keys.
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let mut pipe: Box<dyn Read + Send> = if read_stdout {
             Box::new(child.stdout.take().unwrap())
@@ -1471,4 +1472,59 @@ fn update_and_destroy_ask_on_a_terminal() {
     assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("stack \"demo\" is deleted"), "{screen}");
     assert_eq!(stack_status(&env), None);
+}
+
+/// Ctrl-C typed on a terminal while `up --wait` draws its progress: the
+/// terminal sends SIGINT, kube-aws stops waiting with exit 130, the progress
+/// lines stay on screen as they were, the message saying how to resume is on
+/// a line of its own, and the stack is untouched.
+#[test]
+fn ctrl_c_typed_on_a_terminal_stops_the_wait() {
+    use std::io::Write;
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = create_key(&env);
+    let function = create_waiter_function(&env);
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    waiter_tree(&env, dir, &kms, &function);
+
+    const WIDTH: usize = 160;
+    let mut cmd = Command::new("python3");
+    env.apply(&mut cmd);
+    cmd.env("TERM", "xterm-256color")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/pty_run.py"))
+        .args([
+            &WIDTH.to_string(),
+            "40",
+            "--keys",
+            "--",
+            env!("CARGO_BIN_EXE_kube-aws"),
+            "--dir",
+        ])
+        .arg(dir)
+        .args(["up", "--use-rendered", "--wait", "--timeout", "5m"]);
+    let mut up = Running::spawn(cmd, true);
+    up.wait_for("CREATE_IN_PROGRESS", std::time::Duration::from_secs(60));
+    let before = stack_snapshot(&env);
+    let mut keys = up.child.stdin.take().unwrap();
+    keys.write_all(b"\x03").unwrap();
+    keys.flush().unwrap();
+    let (code, raw, stderr) = up.finish(std::time::Duration::from_secs(30));
+    drop(keys);
+    assert_eq!(code, Some(130), "{raw}{stderr}");
+    let screen = terminal_screen(raw.as_bytes(), WIDTH);
+    let shown = screen.join("\n");
+    assert!(
+        screen.iter().any(|l| l.trim_start_matches("^C")
+            == "error: stopped waiting; the stack was left as it is: run `kube-aws status --wait` to resume"),
+        "{shown}"
+    );
+    assert!(
+        screen.iter().any(|l| l
+            .get(2..)
+            .is_some_and(|r| r.starts_with("stack root ") && r.ends_with(" CREATE_IN_PROGRESS"))),
+        "{shown}"
+    );
+    assert_eq!(stack_snapshot(&env), before, "the stack changed after Ctrl-C");
 }
