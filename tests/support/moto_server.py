@@ -1,0 +1,125 @@
+"""moto server, as `moto_server`, with narrow patches for moto bugs that our
+real rendered templates hit. Everything else about moto stays real.
+
+Run it with the tools venv's python, with moto_server's own arguments:
+
+    .venv-tools/bin/python tests/support/moto_server.py -H 127.0.0.1 -p PORT
+
+Each patch below names the moto function it replaces, the bug, and why AWS
+accepts what moto refuses. A patch checks the moto version it was written
+against and refuses to start on any other, so that a moto upgrade makes us
+look again instead of silently patching code that changed.
+
+Patches (moto 5.2.5):
+
+1. elbv2 FakeLoadBalancer.create_from_cloudformation_json ignores the `Type`
+   property of AWS::ElasticLoadBalancingV2::LoadBalancer, so every load
+   balancer created through CloudFormation becomes an "application" load
+   balancer; a `Protocol: TCP` listener on it is then refused with
+   "Listener protocol 'TCP' must be one of 'HTTP, HTTPS'". AWS documents
+   `Type` (application | network | gateway, default application) on the
+   resource, and a network load balancer takes TCP listeners: kube-aws puts
+   the API server behind one. The direct API (CreateLoadBalancer) in moto
+   does honour the type; only the CloudFormation path drops it. The patch
+   passes `Type` (and `IpAddressType`, dropped the same way) through.
+
+2. cloudformation Stack (the model behind AWS::CloudFormation::Stack) has no
+   get_cfn_attribute, although its has_cfn_attr says yes to every name: so
+   `Fn::GetAtt [Child, Outputs.Name]` raises AttributeError inside
+   CreateStack (HTTP 500, the root stack stuck in CREATE_IN_PROGRESS) when a
+   resource property uses it, and drops the output when an Output uses it.
+   AWS documents `Outputs.NestedStackOutputName` as the return value of
+   Fn::GetAtt on AWS::CloudFormation::Stack; it is how a root stack hands one
+   nested stack's outputs (subnets, security groups, the API endpoint) to
+   another. The patch returns the child's output value, and raises moto's own
+   "attribute does not exist" error for any other name or a missing output.
+
+3. cloudformation Stack.stack_resources on a deleted stack re-creates every
+   resource of its template: DeleteStack pops the resources out of the lazy
+   ResourceMap, and the next ListStackResources / DescribeStackResources on
+   the deleted stack's ID iterates the map, which parses and creates each
+   missing resource anew (for nested stacks: whole new child stacks, VPCs,
+   load balancers, auto scaling groups, left behind CREATE_COMPLETE). AWS
+   keeps a deleted stack readable by its ID and creates nothing when it is
+   read; `kube-aws destroy --wait` reads the stack's resources until it is
+   gone. The patch reports no resources for a stack in DELETE_COMPLETE (AWS
+   would list them as DELETE_COMPLETE; moto keeps no per-resource status).
+
+4. ec2 RouteTable (AWS::EC2::RouteTable) has no CloudFormation delete, so
+   DeleteStack leaves the route table in place; the VPC's delete then fails
+   with DependencyViolation (moto refuses while a VPC has more than its main
+   route table), the failure escapes the stack's delete, and moto drops the
+   whole nested stack from both its live and its deleted stacks, with its VPC,
+   route table and gateway still there. AWS deletes a stack's route table
+   with the stack (after its routes and associations, which depend on it).
+   The patch gives RouteTable the delete that moto's ResourceMap calls; moto
+   retries a resource that fails on a dependency in a later pass.
+"""
+
+import sys
+
+import moto
+from moto.cloudformation import models as cloudformation_models
+from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+from moto.ec2.models.route_tables import RouteTable
+from moto.elbv2 import models as elbv2_models
+from moto.server import main
+
+PATCHED_FOR = "5.2.5"
+
+
+def _lb_create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+    # Same as moto 5.2.5's body, plus Type and IpAddressType.
+    properties = cloudformation_json["Properties"]
+    elbv2_backend = elbv2_models.elbv2_backends[account_id][region_name]
+    return elbv2_backend.create_load_balancer(
+        resource_name,
+        properties.get("SecurityGroups"),
+        properties.get("Subnets"),
+        scheme=properties.get("Scheme", "internet-facing"),
+        loadbalancer_type=properties.get("Type"),
+        ip_address_type=properties.get("IpAddressType", "ipv4"),
+    )
+
+
+def _stack_get_cfn_attribute(self, attribute_name):
+    prefix = "Outputs."
+    if attribute_name.startswith(prefix):
+        key = attribute_name[len(prefix) :]
+        if key in self.output_map.outputs:
+            output = self.output_map[key]
+            if output is not None:
+                return output.value
+    raise UnformattedGetAttTemplateException()
+
+
+def _deleted_stack_resources(original):
+    def stack_resources(self):
+        if self.status == "DELETE_COMPLETE":
+            return []
+        return original.fget(self)
+
+    return property(stack_resources)
+
+
+def _route_table_delete(self, account_id, region_name):
+    self.ec2_backend.delete_route_table(self.id)
+
+
+def apply_patches():
+    if moto.__version__ != PATCHED_FOR:
+        sys.exit(
+            f"tests/support/moto_server.py patches moto {PATCHED_FOR}, found {moto.__version__}: "
+            "check each patch against the new moto, then update PATCHED_FOR"
+        )
+    elbv2_models.FakeLoadBalancer.create_from_cloudformation_json = classmethod(_lb_create_from_cloudformation_json)
+    assert not hasattr(cloudformation_models.Stack, "get_cfn_attribute")
+    cloudformation_models.Stack.get_cfn_attribute = _stack_get_cfn_attribute
+    assert not hasattr(RouteTable, "delete")
+    RouteTable.delete = _route_table_delete
+    cloudformation_models.Stack.stack_resources = _deleted_stack_resources(cloudformation_models.Stack.stack_resources)
+
+
+if __name__ == "__main__":
+    apply_patches()
+    sys.exit(main(sys.argv[1:]))
