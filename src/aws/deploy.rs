@@ -173,6 +173,17 @@ pub async fn follow(
     }
 }
 
+/// The addons after a finished operation, read once more: the last status
+/// objects may land after the loop's last look.
+pub async fn addons_summary(
+    clients: &Clients,
+    location: &Location,
+    addons: &[ExpectedAddon],
+) -> Result<String, AwsError> {
+    let reports = watch::read_addon_reports(clients, location, addons).await?;
+    Ok(super::wait::addons_summary(addons, &reports))
+}
+
 /// Everything `status` shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {

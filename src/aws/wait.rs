@@ -299,6 +299,38 @@ fn stack_name_of(state: &StackState, events: &[&StackEvent], logical: Option<&st
 
 /// `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID` → NAME; a bare name
 /// (moto gives nested stacks' physical ids as names) stays as it is.
+/// What a finished operation can honestly say of the addons: those whose
+/// status object says ready, and the others by name. A completed stack means
+/// every wait condition was signalled, but only a status object shows the
+/// installer's own word (and moto completes wait conditions unsignalled).
+pub fn addons_summary(expected: &[ExpectedAddon], reports: &[AddonReport]) -> String {
+    if expected.is_empty() {
+        return "no addons to install".into();
+    }
+    let phase = |name: &str| {
+        reports
+            .iter()
+            .find(|r| r.release == name)
+            .map(|r| r.phase)
+            .unwrap_or(AddonPhase::Pending)
+    };
+    let (ready, other): (Vec<&ExpectedAddon>, Vec<&ExpectedAddon>) =
+        expected.iter().partition(|a| phase(&a.release) == AddonPhase::Ready);
+    if other.is_empty() {
+        return format!("every addon is ready ({})", ready.len());
+    }
+    let others: Vec<String> = other
+        .iter()
+        .map(|a| format!("{} ({})", a.release, phase(&a.release).as_str()))
+        .collect();
+    format!(
+        "{} of {} addon(s) report ready; not reported ready: {} (see `kube-aws status`)",
+        ready.len(),
+        expected.len(),
+        others.join(", ")
+    )
+}
+
 pub fn stack_name_from_arn(arn: &str) -> Option<String> {
     if arn.is_empty() {
         return None;

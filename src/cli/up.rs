@@ -44,7 +44,8 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
                 Some(args.wait.timeout),
             )
             .await?;
-            println!("stack {:?} is CREATE_COMPLETE; every addon is ready", cfg.cluster_name);
+            let addons = deploy::addons_summary(&clients, &published.location, &published.addons).await?;
+            println!("stack {:?} is CREATE_COMPLETE; {addons}", cfg.cluster_name);
         } else {
             println!("follow it with `kube-aws status --wait`");
         }

@@ -63,7 +63,8 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 Some(args.wait.timeout),
             )
             .await?;
-            println!("stack {:?} is UPDATE_COMPLETE", cfg.cluster_name);
+            let addons = deploy::addons_summary(&clients, &published.location, &published.addons).await?;
+            println!("stack {:?} is UPDATE_COMPLETE; {addons}", cfg.cluster_name);
         } else {
             println!("follow it with `kube-aws status --wait`");
         }

@@ -552,3 +552,37 @@ fn stack_name_from_arn_takes_the_name() {
     assert_eq!(stack_name_from_arn("arn:aws:s3:::bucket"), None);
     assert_eq!(stack_name_from_arn(""), None);
 }
+
+#[test]
+fn the_closing_line_claims_only_what_status_objects_show() {
+    let expected = |names: &[&str]| -> Vec<ExpectedAddon> {
+        names
+            .iter()
+            .map(|n| ExpectedAddon {
+                release: n.to_string(),
+                wait_condition: Some(format!("Addon{n}")),
+            })
+            .collect()
+    };
+    let report = |name: &str, phase: AddonPhase| AddonReport {
+        release: name.into(),
+        phase,
+        message: String::new(),
+        started_at: None,
+        updated_at: None,
+    };
+    assert_eq!(addons_summary(&[], &[]), "no addons to install");
+    let two = expected(&["dex", "metrics-server"]);
+    let both = [
+        report("dex", AddonPhase::Ready),
+        report("metrics-server", AddonPhase::Ready),
+    ];
+    assert_eq!(addons_summary(&two, &both), "every addon is ready (2)");
+    let one = [report("dex", AddonPhase::Ready)];
+    assert_eq!(
+        addons_summary(&two, &one),
+        "1 of 2 addon(s) report ready; not reported ready: metrics-server (pending) (see `kube-aws status`)"
+    );
+    let installing = [report("dex", AddonPhase::Installing)];
+    assert!(addons_summary(&two, &installing).starts_with("0 of 2"));
+}
