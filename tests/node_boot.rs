@@ -1,5 +1,7 @@
-//! What a node finds in S3 when it boots, for real against moto: its secrets,
-//! and no bootstrap state of an earlier cluster of the same name.
+//! What a node finds in S3 when it boots, for real against moto (started
+//! through tests/support/moto_server.py): its secrets, a new secrets version
+//! in its user data when one of them changed, and no bootstrap state of an
+//! earlier cluster of the same name.
 //!
 //! Secrets from the work tree to the node: `kube-aws up` renders a
 //! work tree whose plugin has a `secret: true` parameter and publishes the KMS
@@ -350,4 +352,186 @@ fn up_clears_what_an_earlier_cluster_left() {
         assert!(listing.contains(key), "{key} deleted:\n{listing}");
     }
     assert!(listing.contains("secrets/bundle.json"), "{listing}");
+}
+
+/// The root stack's parameters, by name.
+fn root_parameters(env: &Env) -> std::collections::BTreeMap<String, String> {
+    let out = env.aws(&[
+        "cloudformation",
+        "describe-stacks",
+        "--stack-name",
+        CLUSTER,
+        "--output",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["Stacks"][0]["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["ParameterKey"].as_str().unwrap().to_string(),
+                p["ParameterValue"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A changed secret value changes no rendered file, yet must reach the nodes
+/// that use it: each node stack gets a secrets version (a hash of its
+/// entries' ciphertexts), so `update` replaces exactly those groups.
+#[test]
+fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
+    let (env, tree) = Env::with_work_tree();
+    let dir = tree.path();
+    let run = |args: &[&str]| -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+        env.apply(&mut cmd);
+        cmd.arg("--dir").arg(dir).args(args).output().unwrap()
+    };
+    let up = run(&["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let before = root_parameters(&env);
+    for p in ["ControlPlane", "NodePoolGeneral", "NodePoolGpu"] {
+        let v = &before[&format!("{p}SecretsVersion")];
+        assert!(v.len() == 16 && v.chars().all(|c| c.is_ascii_hexdigit()), "{p}: {v:?}");
+    }
+
+    // Publishing again with the same values keeps every ciphertext: no changes.
+    let same = run(&["update", "--yes"]);
+    assert!(
+        same.status.success() && text(&same).contains("no changes"),
+        "{}",
+        text(&same)
+    );
+
+    let new_value = "rotated-value-7";
+    let yaml = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    let yaml = yaml.replace(&format!("'{}'", CLUSTER_VALUE.replace('\'', "''")), new_value);
+    assert!(yaml.contains(new_value));
+    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
+    let rendered_before = std::fs::read(dir.join("rendered/stacks/control-plane.json")).unwrap();
+    let upd = run(&["update", "--yes", "--wait", "--timeout", "2m"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    // The rendered files are the same: only the published versions differ.
+    assert_eq!(
+        std::fs::read(dir.join("rendered/stacks/control-plane.json")).unwrap(),
+        rendered_before
+    );
+    let after = root_parameters(&env);
+    assert_ne!(
+        before["ControlPlaneSecretsVersion"],
+        after["ControlPlaneSecretsVersion"]
+    );
+    assert_ne!(
+        before["NodePoolGeneralSecretsVersion"],
+        after["NodePoolGeneralSecretsVersion"]
+    );
+    assert_eq!(
+        before["NodePoolGpuSecretsVersion"], after["NodePoolGpuSecretsVersion"],
+        "the gpu pool overrides the value: its own secret did not change"
+    );
+    // Each node stack got its version, and its nodes' user data carries it, so
+    // CloudFormation replaces them. (moto's change set lists no resource for a
+    // change of parameters only, so the printed diff is not checked here.)
+    for (stack, param) in [
+        ("ControlPlane", "ControlPlaneSecretsVersion"),
+        ("NodePoolGeneral", "NodePoolGeneralSecretsVersion"),
+        ("NodePoolGpu", "NodePoolGpuSecretsVersion"),
+    ] {
+        let nested = nested_stack(&env, stack);
+        assert_eq!(nested["SecretsVersion"], after[param], "{stack}");
+    }
+    let user_data = launch_template_user_data(&env);
+    for (role, param) in [
+        ("controller", "ControlPlaneSecretsVersion"),
+        ("worker-gpu", "NodePoolGpuSecretsVersion"),
+    ] {
+        let want = format!("\"role\":\"{role}\"");
+        let version = format!("\"secretsVersion\":\"{}\"", after[param]);
+        assert!(
+            user_data.iter().any(|u| u.contains(&want) && u.contains(&version)),
+            "no {role} user data with {version}: {user_data:#?}"
+        );
+    }
+    for secret in [CLUSTER_VALUE, new_value, POOL_VALUE] {
+        assert!(
+            !text(&upd).contains(secret) && !text(&up).contains(secret),
+            "{secret:?} leaked"
+        );
+    }
+}
+
+/// A nested stack's parameters, by the root's logical ID for it.
+fn nested_stack(env: &Env, logical_id: &str) -> std::collections::BTreeMap<String, String> {
+    let out = env.aws(&[
+        "cloudformation",
+        "describe-stack-resource",
+        "--stack-name",
+        CLUSTER,
+        "--logical-resource-id",
+        logical_id,
+        "--query",
+        "StackResourceDetail.PhysicalResourceId",
+        "--output",
+        "text",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&env.aws(&[
+        "cloudformation",
+        "describe-stacks",
+        "--stack-name",
+        out.trim(),
+        "--output",
+        "json",
+    ]))
+    .unwrap();
+    v["Stacks"][0]["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["ParameterKey"].as_str().unwrap().to_string(),
+                p["ParameterValue"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The decoded user data of the latest version of each launch template.
+fn launch_template_user_data(env: &Env) -> Vec<String> {
+    use base64::Engine;
+    let ids = env.aws(&[
+        "ec2",
+        "describe-launch-templates",
+        "--query",
+        "LaunchTemplates[].LaunchTemplateId",
+        "--output",
+        "text",
+    ]);
+    ids.split_whitespace()
+        .map(|id| {
+            let v: serde_json::Value = serde_json::from_str(&env.aws(&[
+                "ec2",
+                "describe-launch-template-versions",
+                "--versions",
+                "$Latest",
+                "--output",
+                "json",
+                "--launch-template-id",
+                id,
+            ]))
+            .unwrap();
+            let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
+                .as_str()
+                .unwrap_or_default();
+            String::from_utf8_lossy(
+                &base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap_or_default(),
+            )
+            .into_owned()
+        })
+        .collect()
 }
