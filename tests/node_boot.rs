@@ -432,9 +432,15 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
         before["NodePoolGpuSecretsVersion"], after["NodePoolGpuSecretsVersion"],
         "the gpu pool overrides the value: its own secret did not change"
     );
+    // The preview names the changed versions (moto's change set lists no
+    // resource for a change of parameters only; AWS lists the nested stacks).
+    assert!(
+        text(&upd).contains("parameters changed: ControlPlaneSecretsVersion, NodePoolGeneralSecretsVersion\n"),
+        "{}",
+        text(&upd)
+    );
     // Each node stack got its version, and its nodes' user data carries it, so
-    // CloudFormation replaces them. (moto's change set lists no resource for a
-    // change of parameters only, so the printed diff is not checked here.)
+    // CloudFormation replaces them.
     for (stack, param) in [
         ("ControlPlane", "ControlPlaneSecretsVersion"),
         ("NodePoolGeneral", "NodePoolGeneralSecretsVersion"),

@@ -278,6 +278,8 @@ pub enum UpdatePlan {
         published: Box<Published>,
         change_set: ChangeSet,
         stack_id: String,
+        /// Root parameters whose value changes (e.g. a node stack's secrets version).
+        changed_parameters: Vec<String>,
     },
 }
 
@@ -318,6 +320,12 @@ pub async fn plan_update(
     match stack::create_change_set(clients, &req).await? {
         None => Ok(UpdatePlan::NoChanges),
         Some(change_set) => Ok(UpdatePlan::Changes {
+            changed_parameters: published
+                .parameters
+                .iter()
+                .filter(|p| !live.parameters.contains(p))
+                .map(|(k, _)| k.clone())
+                .collect(),
             published: Box::new(published),
             change_set,
             stack_id: live.stack_id,

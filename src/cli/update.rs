@@ -26,19 +26,24 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let artifacts = artifacts(&global.dir, &args.publish)?;
     runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
-        let (published, change_set, stack_id) = match deploy::plan_update(&clients, cfg, &artifacts).await? {
-            UpdatePlan::NoChanges => {
-                println!("no changes: stack {:?} is up to date", cfg.cluster_name);
-                return Ok(());
-            }
-            UpdatePlan::Changes {
-                published,
-                change_set,
-                stack_id,
-            } => (published, change_set, stack_id),
-        };
+        let (published, change_set, stack_id, changed_parameters) =
+            match deploy::plan_update(&clients, cfg, &artifacts).await? {
+                UpdatePlan::NoChanges => {
+                    println!("no changes: stack {:?} is up to date", cfg.cluster_name);
+                    return Ok(());
+                }
+                UpdatePlan::Changes {
+                    published,
+                    change_set,
+                    stack_id,
+                    changed_parameters,
+                } => (published, change_set, stack_id, changed_parameters),
+            };
         println!("changes to stack {:?}:", cfg.cluster_name);
         print!("{}", format_changes(&change_set.changes));
+        if !changed_parameters.is_empty() {
+            println!("parameters changed: {}", changed_parameters.join(", "));
+        }
         let go = match deploy::confirm("apply these changes?", args.yes) {
             Ok(go) => go,
             Err(e) => {
