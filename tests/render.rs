@@ -367,6 +367,11 @@ fn a_secret_reference_in_a_stack_is_refused() {
         .asg_tags
         .insert("k".into(), reference.into());
     assert!(render_err(&input).contains("auto scaling group tags"));
+    // Nor in a systemd unit, where `$` and `%` in the value would be expanded.
+    let mut input = full();
+    input.plugins.controller.systemd_units[0].content = format!("[Service]\nEnvironment=PW={reference}\n");
+    let msg = render_err(&input);
+    assert!(msg.contains("EnvironmentFile=") && msg.contains(reference), "{msg}");
     // A longer name that merely starts like a reference is not one.
     let mut input = full();
     input.plugins.controller.iam_statements[0].statement["Sid"] =

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::plan::sha256_hex;
-use super::secrets::{longest_first, node_secrets, NodeSecrets};
+use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput, Rendered};
 use crate::config::{Taint, TaintEffect};
@@ -215,15 +215,23 @@ fn render_node(
     let hooks = spec.hooks;
     let kubeadm = pretty(&kubeadm_documents(input, ctx, spec));
     let known = longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
-    let unit_paths: Vec<(String, &str)> = hooks
-        .systemd_units
-        .iter()
-        .map(|u| (unit_path(&u.name), u.content.as_str()))
-        .collect();
+    // systemd expands `$` and `%` in unit files, so a value filled into one
+    // would not reach the service as it is: secrets go in files units read.
+    for u in &hooks.systemd_units {
+        if let Some(r) = find_references(&u.content, &known).into_iter().next() {
+            return Err(plugin_err(
+                &u.plugin,
+                format!(
+                    "systemd unit {:?} uses the secret {r:?}: systemd would expand `$` and `%` in its value; \
+                     write the secret to a node file and read it with EnvironmentFile= or LoadCredential=",
+                    u.name
+                ),
+            ));
+        }
+    }
     let scanned = std::iter::once((KUBEADM_JSON, kubeadm.as_str()))
         .chain(addons.iter().map(|(p, _, c)| (p.as_str(), c.as_str())))
-        .chain(hooks.files.iter().map(|f| (f.path.as_str(), f.content.as_str())))
-        .chain(unit_paths.iter().map(|(p, c)| (p.as_str(), *c)));
+        .chain(hooks.files.iter().map(|f| (f.path.as_str(), f.content.as_str())));
     let secrets = node_secrets(spec.pool.is_none(), &known, scanned);
     let node = json!({
         "role": if spec.pool.is_some() { "worker" } else { "controller" },

@@ -235,7 +235,7 @@ fn check_no_secrets_in_stacks(input: &RenderInput) -> Result<(), RenderError> {
                 plugin,
                 message: format!(
                     "the secret {r:?} is used in its {what}; CloudFormation would get the reference, not the value. \
-                     Secrets are filled in on the nodes only (files, units, chart values, manifests, API server \
+                     Secrets are filled in on the nodes only (node files, chart values, manifests, API server \
                      flags): use a parameter without `secret: true` there"
                 ),
             });
