@@ -891,6 +891,18 @@ fn create_waiter_function(env: &Env) -> String {
 
 /// The hand-written work tree, its root template with one more resource: a
 /// custom resource that keeps the stack in progress until it is answered.
+/// moto with a bucket, a key, the waiter function, and a work tree whose
+/// stack stays in progress until the test answers (see [`waiter_tree`]).
+fn waiting_stack_env() -> (Env, tempfile::TempDir) {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = create_key(&env);
+    let function = create_waiter_function(&env);
+    let tree = tempfile::tempdir().unwrap();
+    waiter_tree(&env, tree.path(), &kms, &function);
+    (env, tree)
+}
+
 fn waiter_tree(env: &Env, dir: &Path, kms: &str, function_arn: &str) {
     work_tree(env, dir, kms, BUCKET, "1");
     let path = dir.join("rendered/stacks/root.json");
@@ -1056,13 +1068,8 @@ impl Drop for Running {
 /// which is harmless by design) and a stack in UPDATE or DELETE progress.
 #[test]
 fn ctrl_c_leaves_the_stack_alone_and_status_wait_resumes() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
-    let function = create_waiter_function(&env);
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = waiting_stack_env();
     let dir = tree.path();
-    waiter_tree(&env, dir, &kms, &function);
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
     env.apply(&mut cmd);
@@ -1205,13 +1212,8 @@ fn terminal_screen_follows_indicatif_redraws() {
 /// set), and an addon line changing phase (no addon reports on moto).
 #[test]
 fn tty_draws_one_progress_line_per_stack_and_addon() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
-    let function = create_waiter_function(&env);
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = waiting_stack_env();
     let dir = tree.path();
-    waiter_tree(&env, dir, &kms, &function);
 
     const WIDTH: usize = 100;
     let mut cmd = Command::new("python3");
@@ -1372,13 +1374,8 @@ impl Drop for FlakyProxy {
 /// covers it) and throttling (moto does not throttle).
 #[test]
 fn endpoint_lost_mid_wait_is_retried_and_the_wait_carries_on() {
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
-    let function = create_waiter_function(&env);
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = waiting_stack_env();
     let dir = tree.path();
-    waiter_tree(&env, dir, &kms, &function);
     let proxy = FlakyProxy::start(env.moto.port);
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
@@ -1498,13 +1495,8 @@ fn update_and_destroy_ask_on_a_terminal() {
 #[test]
 fn ctrl_c_typed_on_a_terminal_stops_the_wait() {
     use std::io::Write;
-    let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
-    let function = create_waiter_function(&env);
-    let tree = tempfile::tempdir().unwrap();
+    let (env, tree) = waiting_stack_env();
     let dir = tree.path();
-    waiter_tree(&env, dir, &kms, &function);
 
     const WIDTH: usize = 160;
     let mut cmd = Command::new("python3");

@@ -354,13 +354,13 @@ fn up_clears_what_an_earlier_cluster_left() {
     assert!(listing.contains("secrets/bundle.json"), "{listing}");
 }
 
-/// The root stack's parameters, by name.
-fn root_parameters(env: &Env) -> std::collections::BTreeMap<String, String> {
+/// A stack's parameters, by name.
+fn stack_parameters(env: &Env, stack: &str) -> std::collections::BTreeMap<String, String> {
     let out = env.aws(&[
         "cloudformation",
         "describe-stacks",
         "--stack-name",
-        CLUSTER,
+        stack,
         "--output",
         "json",
     ]);
@@ -372,10 +372,14 @@ fn root_parameters(env: &Env) -> std::collections::BTreeMap<String, String> {
         .map(|p| {
             (
                 p["ParameterKey"].as_str().unwrap().to_string(),
-                p["ParameterValue"].as_str().unwrap().to_string(),
+                p["ParameterValue"].as_str().unwrap_or_default().to_string(),
             )
         })
         .collect()
+}
+
+fn root_parameters(env: &Env) -> std::collections::BTreeMap<String, String> {
+    stack_parameters(env, CLUSTER)
 }
 
 /// A changed secret value changes no rendered file, yet must reach the nodes
@@ -471,7 +475,7 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
 
 /// A nested stack's parameters, by the root's logical ID for it.
 fn nested_stack(env: &Env, logical_id: &str) -> std::collections::BTreeMap<String, String> {
-    let out = env.aws(&[
+    let id = env.aws(&[
         "cloudformation",
         "describe-stack-resource",
         "--stack-name",
@@ -483,26 +487,7 @@ fn nested_stack(env: &Env, logical_id: &str) -> std::collections::BTreeMap<Strin
         "--output",
         "text",
     ]);
-    let v: serde_json::Value = serde_json::from_str(&env.aws(&[
-        "cloudformation",
-        "describe-stacks",
-        "--stack-name",
-        out.trim(),
-        "--output",
-        "json",
-    ]))
-    .unwrap();
-    v["Stacks"][0]["Parameters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["ParameterKey"].as_str().unwrap().to_string(),
-                p["ParameterValue"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
+    stack_parameters(env, id.trim())
 }
 
 /// The decoded user data of the latest version of each launch template.
