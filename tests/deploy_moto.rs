@@ -35,56 +35,7 @@ use sha2::{Digest, Sha256};
 const BUCKET: &str = "kube-aws-e2e";
 const CLUSTER: &str = "demo";
 
-struct Env {
-    moto: common::Server,
-    home: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let moto = common::start_moto();
-        let home = tempfile::tempdir().unwrap();
-        Env { moto, home }
-    }
-
-    fn apply(&self, cmd: &mut Command) {
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("XDG_CACHE_HOME", self.home.path().join("cache"))
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_DEFAULT_REGION", "us-west-2")
-            .env("AWS_ENDPOINT_URL", self.moto.url())
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("NO_COLOR", "1");
-    }
-
-    fn aws(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(common::tool("aws"));
-        self.apply(&mut cmd);
-        let out = cmd.args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "aws {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn aws_json(&self, args: &[&str]) -> serde_json::Value {
-        let mut a = args.to_vec();
-        a.extend(["--output", "json"]);
-        serde_json::from_str(&self.aws(&a)).unwrap()
-    }
-
-    fn kube_aws(&self, dir: &Path, args: &[&str]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-        self.apply(&mut cmd);
-        cmd.arg("--dir").arg(dir).args(args).stdin(Stdio::null());
-        cmd.output().unwrap()
-    }
-}
+use common::MotoEnv as Env;
 
 fn text(o: &Output) -> String {
     format!(

@@ -25,7 +25,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 const BUCKET: &str = "kube-aws-secrets";
 const CLUSTER: &str = "vault";
@@ -33,66 +33,19 @@ const CLUSTER: &str = "vault";
 const CLUSTER_VALUE: &str = r#"p@ss: "w'o#rd" {x} $(id) \ end"#;
 const POOL_VALUE: &str = "pool-only-value-42";
 
-struct Env {
-    moto: common::Server,
-    home: tempfile::TempDir,
-}
+use common::MotoEnv as Env;
 
-impl Env {
-    fn new() -> Env {
-        Env {
-            moto: common::start_moto(),
-            home: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn apply(&self, cmd: &mut Command) {
-        let path = format!(
-            "{}:{}",
-            common::tools_bin().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        cmd.env_clear()
-            .env("PATH", path)
-            .env("HOME", self.home.path())
-            .env("XDG_CACHE_HOME", self.home.path().join("cache"))
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_DEFAULT_REGION", "us-west-2")
-            .env("AWS_ENDPOINT_URL", self.moto.url())
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
-    }
-
-    /// A bucket, a KMS key and the work tree (see `work_tree`).
-    fn with_work_tree() -> (Env, tempfile::TempDir) {
-        let env = Env::new();
-        env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-        let kms = env
-            .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-            .trim()
-            .to_string();
-        let tree = tempfile::tempdir().unwrap();
-        work_tree(tree.path(), &kms);
-        (env, tree)
-    }
-
-    /// `kube-aws up`: whether moto then creates the stack does not matter
-    /// here, as everything these tests read is published before CreateStack.
-    fn up(&self, dir: &Path) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-        self.apply(&mut cmd);
-        cmd.arg("--dir").arg(dir).arg("up").output().unwrap()
-    }
-
-    fn aws(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(common::tool("aws"));
-        self.apply(&mut cmd);
-        let out = cmd.args(args).output().unwrap();
-        assert!(out.status.success(), "aws {args:?}: {}", text(&out));
-        String::from_utf8(out.stdout).unwrap()
-    }
+/// moto with a bucket, a KMS key and the work tree (see `work_tree`).
+fn published_env() -> (Env, tempfile::TempDir) {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env
+        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+        .trim()
+        .to_string();
+    let tree = tempfile::tempdir().unwrap();
+    work_tree(tree.path(), &kms);
+    (env, tree)
 }
 
 fn text(o: &Output) -> String {
@@ -202,9 +155,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
-    let (env, tree) = Env::with_work_tree();
+    let (env, tree) = published_env();
     let dir = tree.path();
-    let up = env.up(dir);
+    let up = env.kube_aws(dir, &["up"]);
     let bundle = env.aws(&[
         "s3",
         "cp",
@@ -302,9 +255,9 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
 
 #[test]
 fn a_ciphertext_under_another_name_is_refused() {
-    let (env, tree) = Env::with_work_tree();
+    let (env, tree) = published_env();
     let dir = tree.path();
-    let up = env.up(dir);
+    let up = env.kube_aws(dir, &["up"]);
     let key = format!("clusters/{CLUSTER}/secrets/bundle.json");
     let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
     let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
@@ -333,7 +286,7 @@ fn a_ciphertext_under_another_name_is_refused() {
 /// clears them, and only them, before creating the stack.
 #[test]
 fn up_clears_what_an_earlier_cluster_left() {
-    let (env, tree) = Env::with_work_tree();
+    let (env, tree) = published_env();
     let dir = tree.path();
     let base = format!("s3://{BUCKET}/clusters/{CLUSTER}");
     let body = tree.path().join("body");
@@ -343,7 +296,7 @@ fn up_clears_what_an_earlier_cluster_left() {
     for key in stale.iter().chain(&kept) {
         env.aws(&["s3", "cp", body.to_str().unwrap(), &format!("{base}/{key}")]);
     }
-    let up = env.up(dir);
+    let up = env.kube_aws(dir, &["up"]);
     let listing = env.aws(&["s3", "ls", "--recursive", &format!("{base}/")]);
     for key in stale {
         assert!(!listing.contains(key), "{key} left behind:\n{listing}\n{}", text(&up));
@@ -387,13 +340,9 @@ fn root_parameters(env: &Env) -> std::collections::BTreeMap<String, String> {
 /// entries' ciphertexts), so `update` replaces exactly those groups.
 #[test]
 fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
-    let (env, tree) = Env::with_work_tree();
+    let (env, tree) = published_env();
     let dir = tree.path();
-    let run = |args: &[&str]| -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-        env.apply(&mut cmd);
-        cmd.arg("--dir").arg(dir).args(args).output().unwrap()
-    };
+    let run = |args: &[&str]| env.kube_aws(dir, args);
     let up = run(&["up", "--wait", "--timeout", "2m"]);
     assert!(up.status.success(), "{}", text(&up));
     let before = root_parameters(&env);

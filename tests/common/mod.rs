@@ -156,3 +156,65 @@ pub fn write_cloud_config_files(cloud_config: &str, root: &Path) {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 }
+
+/// A moto server and the environment every command of a test runs in: fake
+/// credentials, the endpoint, a private HOME and cache, no colours, and the
+/// tools venv first on PATH (node scripts call `aws`).
+pub struct MotoEnv {
+    pub moto: Server,
+    pub home: tempfile::TempDir,
+}
+
+impl MotoEnv {
+    pub fn new() -> MotoEnv {
+        MotoEnv {
+            moto: start_moto(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn apply(&self, cmd: &mut Command) {
+        let path = format!(
+            "{}:{}",
+            tools_bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        cmd.env_clear()
+            .env("PATH", path)
+            .env("HOME", self.home.path())
+            .env("XDG_CACHE_HOME", self.home.path().join("cache"))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_DEFAULT_REGION", "us-west-2")
+            .env("AWS_ENDPOINT_URL", self.moto.url())
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("NO_COLOR", "1");
+    }
+
+    /// The real aws CLI against moto; panics with its stderr on failure.
+    pub fn aws(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(tool("aws"));
+        self.apply(&mut cmd);
+        let out = cmd.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "aws {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn aws_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend(["--output", "json"]);
+        serde_json::from_str(&self.aws(&a)).unwrap()
+    }
+
+    /// `kube-aws --dir DIR ARGS...`, with no standard input.
+    pub fn kube_aws(&self, dir: &Path, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+        self.apply(&mut cmd);
+        cmd.arg("--dir").arg(dir).args(args).stdin(Stdio::null());
+        cmd.output().unwrap()
+    }
+}
