@@ -5,7 +5,8 @@
 //!
 //! Checked: install order, dependants skipped after a failure, the Tiller step
 //! in Helm v2 mode only, the CRD wait before dependants, signals and status
-//! files, sha256 and lock checks. Not covered: real helm/kubectl behaviour,
+//! files, sha256 and lock checks, secret values blanked out of status
+//! messages. Not covered: real helm/kubectl behaviour,
 //! IMDS, or whether CloudFormation accepts the signals (moto cannot).
 
 mod common;
@@ -17,6 +18,9 @@ use std::process::Command;
 
 use kube_aws::render::{self, HelmBinary, RenderInput};
 use render_fixtures::*;
+
+const SECRET_REF: &str = "kube-aws-secret.dex.clientSecret";
+const SECRET_VALUE: &str = "s3cr3t: value with spaces";
 
 /// Rejects the first signal of each wait condition, as CloudFormation does
 /// while the wait condition does not exist yet.
@@ -75,7 +79,10 @@ const FAKE_HELM: &str = r#"#!/bin/bash
 echo "helm $*" >>"$FAKE_LOG"
 if [ "$1" = upgrade ]; then
   case ",${FAKE_HELM_FAIL:-}," in
-    *",$3,"*) echo "Error: UPGRADE FAILED: timed out waiting for the condition ($3)" >&2; exit 1 ;;
+    *",$3,"*)
+      # helm may quote a rendered manifest, with a secret value in it.
+      echo "Error: Secret \"$3\" is invalid: stringData.password: $(cat "$FAKE_SECRET_FILE")" >&2
+      echo "Error: UPGRADE FAILED: timed out waiting for the condition ($3)" >&2; exit 1 ;;
   esac
 fi
 exit 0
@@ -214,6 +221,11 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1"}"#,
     )
     .unwrap();
+    // What kube-aws-node-secrets leaves on a controller.
+    let secret_file = root.join(format!("secrets/{SECRET_REF}"));
+    std::fs::create_dir_all(root.join("secrets/kubeadm")).unwrap();
+    std::fs::write(&secret_file, SECRET_VALUE).unwrap();
+    std::fs::write(root.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
     let script = addons.join("install-addons.sh");
     let log = root.join("calls.log");
     std::fs::write(&log, "").unwrap();
@@ -228,6 +240,8 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         .env("KUBE_AWS_ETC", root.join("etc"))
         .env("KUBE_AWS_WORK_DIR", root.join("work"))
         .env("KUBE_AWS_BIN_DIR", root.join("bin"))
+        .env("KUBE_AWS_SECRETS_DIR", root.join("secrets"))
+        .env("FAKE_SECRET_FILE", &secret_file)
         .env("KUBE_AWS_RETRY_DELAY", "0")
         .env("KUBE_AWS_POLL_INTERVAL", "0")
         .env("KUBE_AWS_SIGNAL_DELAY", "0")
@@ -353,6 +367,12 @@ fn helm_v3_failure_skips_dependants_with_the_reason() {
     assert_eq!(failed["phase"], "failed");
     let msg = failed["message"].as_str().unwrap();
     assert!(msg.contains("UPGRADE FAILED: timed out"), "helm error tail: {msg}");
+    // helm quoted a secret value: the status object (in S3) names it instead.
+    assert!(
+        msg.contains(&format!("stringData.password: <secret {SECRET_REF}>")),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cr3t"), "{msg}");
     assert!(
         msg.contains("CrashLoopBackOff") && msg.contains("Back-off restarting"),
         "pods and events: {msg}"

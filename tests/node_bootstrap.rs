@@ -66,6 +66,10 @@ case "$1 $2" in
   "version -o") echo v1.31.2 ;;
   "init --config")
     cp "$3" "$FAKE_OUT/init.yaml"
+    # As kubeadm does: the join commands, with the secrets in them.
+    grep -o '"token": "[^"]*"' "$3" | head -n 1
+    echo "kubeadm join api:6443 --token $FAKE_TOKEN --control-plane --certificate-key $FAKE_CERT_KEY"
+    [ -z "${FAKE_INIT_FAIL:-}" ] || { echo "error execution phase preflight" >&2; exit 1; }
     mkdir -p "$KUBE_AWS_ROOT/etc/kubernetes/pki"
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$FAKE_OUT/ca.key" -subj /CN=kubernetes -days 1 \
       -out "$KUBE_AWS_ROOT/etc/kubernetes/pki/ca.crt" 2>/dev/null
@@ -114,6 +118,7 @@ struct Cluster {
 
 struct Boot {
     ok: bool,
+    stdout: String,
     stderr: String,
     log: Vec<String>,
     out: PathBuf,
@@ -211,6 +216,7 @@ impl Cluster {
         let o = cmd.output().unwrap();
         Boot {
             ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
             log: std::fs::read_to_string(&log)
                 .unwrap()
@@ -274,6 +280,14 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         "{join}"
     );
     assert!(a.ran(SUCCESS) && a.ran(INSTALLER) && a.ran("systemctl enable --now kube-aws-upload-certs.timer"));
+    // kubeadm's own output (which shows the token and key) is kept out of the boot log.
+    assert!(!a.stdout.contains(TOKEN) && !a.stderr.contains(TOKEN) && !a.stdout.contains(CERT_KEY));
+    let init_log = first.join("var/lib/kube-aws/kubeadm-init.log");
+    assert!(std::fs::read_to_string(&init_log).unwrap().contains("kubeadm join"));
+    assert_eq!(
+        std::fs::metadata(&init_log).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     assert!(c.object(&installer_lock(&first)).is_some());
     assert!(installer_lock(&first).ends_with("-0123456789abcdef"));
     assert!(a.log.iter().position(|l| l.contains(SUCCESS)) < a.log.iter().position(|l| l.contains(INSTALLER)));
@@ -368,6 +382,22 @@ fn a_failed_join_signals_failure() {
     assert!(!b.ok);
     assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
     assert!(b.stderr.contains("couldn't validate the identity"), "{}", b.stderr);
+}
+
+#[test]
+fn a_failed_init_signals_failure_and_points_at_its_private_log() {
+    let mut c = Cluster::new();
+    let n = c.node("controller");
+    let b = c.boot(&n, &[], &[("FAKE_INIT_FAIL", "1")]);
+    assert!(!b.ok);
+    assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
+    assert!(
+        b.stderr.contains("kubeadm init failed; its output is in"),
+        "{}",
+        b.stderr
+    );
+    assert!(!b.stderr.contains(TOKEN) && !b.stdout.contains(TOKEN));
+    assert!(c.object("bootstrap/join.json").is_none());
 }
 
 #[test]

@@ -1,6 +1,6 @@
 #!/bin/bash
-# kube-aws addon installer, run once on the first controller by
-# kube-aws-addons.service. Static: everything it knows comes from the addon plan
+# kube-aws addon installer, run by kube-aws-addons.service on the first
+# controller to come up with a given plan and secrets version. Static: everything it knows comes from the addon plan
 # (plan.json), the values files beside it and /etc/kube-aws/runtime.json, read
 # with python3 (part of Amazon Linux 2023). No value is ever spliced into code.
 #
@@ -16,6 +16,7 @@ ADDONS=${KUBE_AWS_ADDON_DIR:-/etc/kube-aws/addons}
 ETC=${KUBE_AWS_ETC:-/etc/kube-aws}
 WORK=${KUBE_AWS_WORK_DIR:-/var/lib/kube-aws/addons}
 BIN=${KUBE_AWS_BIN_DIR:-/usr/local/bin}
+SECRETS=${KUBE_AWS_SECRETS_DIR:-/run/kube-aws/secrets}
 PLAN=$ADDONS/plan.json
 RUNTIME=$ETC/runtime.json
 export KUBECONFIG=${KUBECONFIG:-/etc/kubernetes/admin.conf}
@@ -85,15 +86,30 @@ retry() {
 }
 
 # status NAME PHASE [MESSAGE_FILE]: writes the release's status object to S3.
+# The message is helm's or kubectl's own output, which may quote a rendered
+# manifest: every secret this node decrypted is blanked out of it first.
 status() {
-  python3 - "$WORK/status-$1.json" "$cluster" "$1" "$2" "${3:-}" <<'PY'
+  python3 - "$WORK/status-$1.json" "$cluster" "$1" "$2" "${3:-}" "$SECRETS" <<'PY'
 import datetime, json, os, sys
-out, cluster, name, phase, msg_file = sys.argv[1:6]
+out, cluster, name, phase, msg_file, secrets = sys.argv[1:7]
 now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 old = json.load(open(out)) if os.path.exists(out) else {}
 message = ""
 if msg_file and os.path.exists(msg_file):
-    message = open(msg_file, errors="replace").read()[-8000:]
+    message = open(msg_file, errors="replace").read()
+    values = []
+    for root, _, files in os.walk(secrets):
+        for f in files:
+            if not f.startswith("."):
+                v = open(os.path.join(root, f), errors="replace").read()
+                if v.strip():
+                    values.append((v, os.path.relpath(os.path.join(root, f), secrets)))
+    # Longest first, so a value containing another is blanked whole.
+    for v, name_ in sorted(values, key=lambda x: -len(x[0])):
+        for form in {v, v.strip()}:
+            if form:
+                message = message.replace(form, "<secret %s>" % name_)
+    message = message[-8000:]
 json.dump({"cluster": cluster, "release": name, "phase": phase, "message": message,
            "startedAt": old.get("startedAt", now), "updatedAt": now}, open(out, "w"), indent=2)
 PY

@@ -155,7 +155,12 @@ wait_join() {
 if [ "$role" = controller ]; then
   if take_lock init-lock; then
     kubeadm_config init "$WORK/kubeadm.yaml"
-    kubeadm init --config "$WORK/kubeadm.yaml" --upload-certs
+    # kubeadm prints the join commands with the token and certificate key: keep
+    # them out of the boot log (cloud-init-output.log), in a private file.
+    if ! (umask 077 && kubeadm init --config "$WORK/kubeadm.yaml" --upload-certs >"$WORK/kubeadm-init.log" 2>&1); then
+      echo "kube-aws: kubeadm init failed; its output is in $WORK/kubeadm-init.log (it may show the bootstrap token)" >&2
+      false
+    fi
     hash=$(openssl x509 -pubkey -in "$R/etc/kubernetes/pki/ca.crt" | openssl rsa -pubin -outform der 2>/dev/null |
       sha256sum | cut -d' ' -f1)
     python3 -c 'import json,sys
