@@ -476,31 +476,27 @@ fn write_rendered_replaces_atomically() {
     std::fs::create_dir_all(out.join("stale")).unwrap();
     std::fs::write(out.join("stale/old.txt"), "old").unwrap();
     let r = rendered(&minimal());
+    // `out` holds r's files, and nothing else (no temporary sibling) is left beside it.
+    let holds_r_alone = || {
+        assert_eq!(
+            std::fs::read(out.join("addons/plan.json")).unwrap(),
+            r.get("addons/plan.json").unwrap()
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    };
     write_rendered(&out, &r).unwrap();
     assert!(!out.join("stale").exists(), "old output is replaced as a whole");
-    assert_eq!(
-        std::fs::read(out.join("addons/plan.json")).unwrap(),
-        r.get("addons/plan.json").unwrap()
-    );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    holds_r_alone();
 
     // A write that fails half-way (a file where a directory must go) leaves the previous output.
     let mut bad = r.clone();
     bad.files.insert("stacks/root.json/x".into(), b"x".to_vec());
     assert!(write_rendered(&out, &bad).is_err());
-    assert_eq!(
-        std::fs::read(out.join("addons/plan.json")).unwrap(),
-        r.get("addons/plan.json").unwrap()
-    );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    holds_r_alone();
 }
 
 #[test]

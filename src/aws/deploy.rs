@@ -173,13 +173,18 @@ pub async fn follow(
     }
 }
 
-/// The addons after a finished operation, read once more: the last status
-/// objects may land after the loop's last look.
-pub async fn addons_summary(
+/// Follows a create or update of what was just published, then reads the
+/// addon status objects once more (the last ones may land after the loop's
+/// last look) and says what they show.
+pub async fn follow_published(
     clients: &Clients,
-    location: &Location,
-    addons: &[ExpectedAddon],
+    stack_id: &str,
+    operation: Operation,
+    published: &Published,
+    timeout: Duration,
 ) -> Result<String, AwsError> {
+    let (location, addons) = (&published.location, &published.addons);
+    follow(clients, stack_id, operation, location, addons, Some(timeout)).await?;
     let reports = watch::read_addon_reports(clients, location, addons).await?;
     Ok(super::wait::addons_summary(addons, &reports))
 }

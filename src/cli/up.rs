@@ -35,16 +35,8 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
         );
         println!("creating stack {:?}: {stack_id}", cfg.cluster_name);
         if args.wait.wait {
-            deploy::follow(
-                &clients,
-                &stack_id,
-                Operation::Create,
-                &published.location,
-                &published.addons,
-                Some(args.wait.timeout),
-            )
-            .await?;
-            let addons = deploy::addons_summary(&clients, &published.location, &published.addons).await?;
+            let addons =
+                deploy::follow_published(&clients, &stack_id, Operation::Create, &published, args.wait.timeout).await?;
             println!("stack {:?} is CREATE_COMPLETE; {addons}", cfg.cluster_name);
         } else {
             println!("follow it with `kube-aws status --wait`");

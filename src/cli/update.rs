@@ -59,16 +59,8 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
         println!("updating stack {:?}", cfg.cluster_name);
         if args.wait.wait {
-            deploy::follow(
-                &clients,
-                &stack_id,
-                Operation::Update,
-                &published.location,
-                &published.addons,
-                Some(args.wait.timeout),
-            )
-            .await?;
-            let addons = deploy::addons_summary(&clients, &published.location, &published.addons).await?;
+            let addons =
+                deploy::follow_published(&clients, &stack_id, Operation::Update, &published, args.wait.timeout).await?;
             println!("stack {:?} is UPDATE_COMPLETE; {addons}", cfg.cluster_name);
         } else {
             println!("follow it with `kube-aws status --wait`");
