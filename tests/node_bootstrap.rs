@@ -1,19 +1,19 @@
 //! The node bootstrap script (`kube-aws-node-bootstrap`, as rendered) run for
 //! real with bash, python3, openssl and sha256sum, on the files a role's
-//! cloud-config writes (extracted under a temporary root), with kubeadm,
-//! systemctl, containerd, modprobe, sysctl, curl, aws and the secrets script
-//! replaced by recording fakes: no EC2 instance, kubelet or AWS account runs
-//! here. The fake aws maps `s3://` to a directory shared by the nodes of one
-//! test, so they see each other's locks, and answers a taken lock as S3 does
-//! (PreconditionFailed).
+//! cloud-config writes (extracted under a temporary root). S3 is real: the
+//! aws CLI against moto, shared by the nodes of one test, so they see each
+//! other's locks (conditional writes) and the CA hash. kubeadm, systemctl,
+//! containerd, modprobe, sysctl, curl (IMDS) and the secrets script are
+//! recording fakes, as is CloudFormation's SignalResource: no EC2 instance,
+//! kubelet or signalable auto scaling group exists here.
 //!
 //! Checked: the first controller inits with the bundle's token (no expiry) and
 //! certificate key and publishes only the CA hash; later controllers join the
 //! control plane and workers join, with the token and that hash; the installer
 //! starts once per addon plan and secrets version (again after an update
-//! changes either); the
-//! certificate re-upload runs on control-plane controllers only; a failed join
-//! or a lock S3 will not answer signals FAILURE instead of guessing.
+//! changes either); the certificate re-upload runs on control-plane
+//! controllers only; a failed join, a failed init or a lock S3 will not grant
+//! (a missing bucket) signals FAILURE instead of guessing.
 //! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
 //! runs the secrets script against moto).
 
@@ -26,38 +26,17 @@ use std::process::Command;
 
 use render_fixtures::*;
 
+/// The full fixture's bucket (its s3URI is s3://kube-aws-test/clusters).
+const BUCKET: &str = "kube-aws-test";
 const TOKEN: &str = "abcdef.0123456789abcdef";
 const CERT_KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
-const FAKE_AWS: &str = r#"#!/bin/bash
+/// The real aws CLI (against moto), recorded. Only SignalResource stops here:
+/// no stack with an auto scaling group to signal exists on moto.
+const RECORDING_AWS: &str = r#"#!/bin/bash
 echo "aws $*" >>"$FAKE_LOG"
-args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --region|--sse|--body|--if-none-match) shift 2 ;;
-    --only-show-errors) shift ;;
-    --bucket) bucket=$2; shift 2 ;;
-    --key) key=$2; shift 2 ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-map() { case "$1" in s3://*) echo "$FAKE_S3/${1#s3://}" ;; *) echo "$1" ;; esac; }
-case "${args[0]} ${args[1]}" in
-  "s3 cp")
-    src=$(map "${args[2]}"); dst=$(map "${args[3]}")
-    [ -e "$src" ] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation: Key not found" >&2; exit 1; }
-    mkdir -p "$(dirname "$dst")"; cp "$src" "$dst" ;;
-  "s3api put-object")
-    if [ -n "${FAKE_LOCK_ERROR:-}" ]; then echo "$FAKE_LOCK_ERROR" >&2; exit 254; fi
-    target="$FAKE_S3/$bucket/$key"
-    if [ -e "$target" ]; then
-      echo "An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the pre-conditions you specified did not hold" >&2
-      exit 254
-    fi
-    mkdir -p "$(dirname "$target")"; : >"$target" ;;
-  "cloudformation signal-resource") ;;
-  *) echo "fake aws: unsupported: ${args[*]}" >&2; exit 2 ;;
-esac
+case "$*" in *"cloudformation signal-resource"*) exit 0 ;; esac
+exec "$REAL_AWS" "$@"
 "#;
 
 const FAKE_KUBEADM: &str = r#"#!/bin/bash
@@ -109,6 +88,7 @@ fn write_exec(path: &Path, text: &str) {
 
 /// The nodes of one cluster: shared fake S3, one root per node.
 struct Cluster {
+    moto: common::MotoEnv,
     dir: tempfile::TempDir,
     rendered: kube_aws::render::Rendered,
     nodes: usize,
@@ -147,7 +127,7 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let fakes = dir.path().join("fakes");
         for (name, text) in [
-            ("aws", FAKE_AWS),
+            ("aws", RECORDING_AWS),
             ("kubeadm", FAKE_KUBEADM),
             ("curl", FAKE_CURL),
             ("containerd", FAKE_CONTAINERD),
@@ -158,16 +138,15 @@ impl Cluster {
             write_exec(&fakes.join(name), text);
         }
         let rendered = kube_aws::render::render(&full()).unwrap();
+        let moto = common::MotoEnv::new();
+        moto.aws(&["s3", "mb", &format!("s3://{BUCKET}"), "--region", "eu-west-1"]);
         Cluster {
+            moto,
             dir,
             rendered,
             nodes: 0,
             secrets_version: "0123456789abcdef".into(),
         }
-    }
-
-    fn s3(&self) -> PathBuf {
-        self.dir.path().join("s3")
     }
 
     /// A fresh node of `role` (`controller`, `worker-general`), its files in place.
@@ -200,13 +179,14 @@ impl Cluster {
             std::env::var("PATH").unwrap_or_default()
         );
         let mut cmd = Command::new("bash");
+        self.moto.apply(&mut cmd);
         cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-bootstrap"))
             .args(args)
             .env("PATH", path)
+            .env("REAL_AWS", common::tool("aws"))
             .env("KUBE_AWS_ROOT", root)
             .env("KUBE_AWS_RETRY_DELAY", "0")
             .env("FAKE_LOG", &log)
-            .env("FAKE_S3", self.s3())
             .env("FAKE_OUT", &out)
             .env("FAKE_TOKEN", TOKEN)
             .env("FAKE_CERT_KEY", CERT_KEY);
@@ -227,8 +207,17 @@ impl Cluster {
         }
     }
 
+    /// An object under the cluster's prefix, read from moto.
     fn object(&self, key: &str) -> Option<String> {
-        std::fs::read_to_string(self.s3().join("kube-aws-test/clusters/full").join(key)).ok()
+        let mut cmd = Command::new(common::tool("aws"));
+        self.moto.apply(&mut cmd);
+        let o = cmd
+            .args(["s3", "cp", &format!("s3://{BUCKET}/clusters/full/{key}"), "-"])
+            .output()
+            .unwrap();
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
     }
 }
 
@@ -404,17 +393,21 @@ fn a_failed_init_signals_failure_and_points_at_its_private_log() {
 fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
     let mut c = Cluster::new();
     let n = c.node("controller");
-    let b = c.boot(
-        &n,
-        &[],
-        &[(
-            "FAKE_LOCK_ERROR",
-            "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied",
-        )],
-    );
+    // A bucket that is not there: S3 answers, but not with PreconditionFailed.
+    let rt = n.join("etc/kube-aws/runtime.json");
+    let text = std::fs::read_to_string(&rt).unwrap();
+    std::fs::write(
+        &rt,
+        text.replace(
+            &format!("\"bucket\":\"{BUCKET}\""),
+            "\"bucket\":\"no-such-bucket-here\"",
+        ),
+    )
+    .unwrap();
+    let b = c.boot(&n, &[], &[]);
     assert!(!b.ok);
     assert!(
-        b.stderr.contains("cannot take the lock") && b.stderr.contains("AccessDenied"),
+        b.stderr.contains("cannot take the lock") && b.stderr.contains("NoSuchBucket"),
         "{}",
         b.stderr
     );

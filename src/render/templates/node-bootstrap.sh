@@ -104,7 +104,7 @@ take_lock() {
   local err i
   for i in 1 2 3 4 5; do
     if err=$(aws --region "$region" s3api put-object --bucket "$bucket" --key "$prefix/bootstrap/$1" \
-      --if-none-match '*' --body /dev/null 2>&1 >/dev/null); then
+      --if-none-match '*' 2>&1 >/dev/null); then
       return 0
     fi
     case "$err" in *PreconditionFailed* | *ConditionalRequestConflict*) return 1 ;; esac
