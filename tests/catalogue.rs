@@ -303,7 +303,7 @@ fn chart_versions_are_real() {
     }
 }
 
-/// The manifests built-ins apply pass kubernetes-validate (strict, 1.31), and
+/// The manifests built-ins apply pass kubernetes-validate (strict, 1.35), and
 /// the cluster-dump script passes shellcheck.
 #[test]
 fn manifests_and_scripts_pass_real_validators() {
@@ -314,7 +314,7 @@ fn manifests_and_scripts_pass_real_validators() {
         let path = dir.path().join(format!("{}-{}", m.plugin, m.name));
         std::fs::write(&path, &m.content).unwrap();
         let out = std::process::Command::new(common::tool("kubernetes-validate"))
-            .args(["--strict", "-k", "1.31.0"])
+            .args(["--strict", "-k", "1.35.0"])
             .arg(&path)
             .output()
             .unwrap();

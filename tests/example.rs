@@ -122,7 +122,7 @@ fn example_validates_renders_and_passes_every_validator() {
         "the example enables cluster-dump, which ships a manifest"
     );
     let out = Command::new(common::tool("kubernetes-validate"))
-        .args(["--strict", "-k", "1.31.0"])
+        .args(["--strict", "-k", "1.35.0"])
         .args(&manifests)
         .output()
         .unwrap();

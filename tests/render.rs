@@ -130,7 +130,7 @@ fn validate_all(r: &Rendered) -> [usize; 4] {
     manifests.extend(files("addons/tiller", ".yaml"));
     if !manifests.is_empty() {
         let (ok, text) = run(Command::new(common::tool("kubernetes-validate"))
-            .args(["--strict", "-k", "1.31.0"])
+            .args(["--strict", "-k", "1.35.0"])
             .args(&manifests));
         assert!(ok, "kubernetes-validate:\n{text}");
     }

@@ -6,6 +6,7 @@ mod model;
 mod reference;
 mod resolve;
 mod validate;
+mod versions;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,7 @@ pub use resolve::{
     default_chart_name, resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
 };
 pub use validate::{check_version_constraint, find_cycle, is_dns_label, is_region, normalize_constraint, parse_s3_uri};
+pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 
 use crate::located::{parse_yaml, Diagnostics};
 

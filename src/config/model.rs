@@ -20,7 +20,8 @@ pub struct ClusterConfig {
     /// KMS key that encrypts bootstrap secrets and secret plugin parameters.
     #[serde(rename = "kmsKeyARN", default, skip_serializing_if = "Option::is_none")]
     pub kms_key_arn: Option<String>,
-    /// Kubernetes minor version, e.g. `"1.31"`.
+    /// Kubernetes version: a supported minor (`"1.35"`, `"1.36"` or `"1.37"`), whose
+    /// exact patch kube-aws pins, or an exact `"MAJOR.MINOR.PATCH"` of one.
     #[serde(default = "default_kubernetes_version")]
     pub kubernetes_version: String,
     /// The VPC: a new one (vpcCIDR, availabilityZones) or an existing one (vpcId, subnetIds).
@@ -44,7 +45,7 @@ pub struct ClusterConfig {
 }
 
 pub fn default_kubernetes_version() -> String {
-    "1.31".into()
+    super::versions::DEFAULT_MINOR.into()
 }
 
 /// Network settings.

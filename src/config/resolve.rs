@@ -75,6 +75,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// The pool names, in file order.
+    /// The Kubernetes version, resolved against the supported table (validated at load).
+    pub fn kubernetes(&self) -> super::K8sVersion {
+        super::resolve_version(&self.config.kubernetes_version)
+            .or_else(|_| super::resolve_version(super::DEFAULT_MINOR))
+            .expect("the default minor is in the table")
+    }
+
     pub fn pool_names(&self) -> Vec<&str> {
         self.config.worker.node_pools.iter().map(|p| p.name.as_str()).collect()
     }

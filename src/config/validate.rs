@@ -17,7 +17,6 @@ static BUCKET: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9.
 static KMS_ARN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(key/[A-Za-z0-9-]+|alias/[A-Za-z0-9/_-]+)$").unwrap()
 });
-static K8S_VERSION: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^1\.[0-9]{2}(\.[0-9]+)?$").unwrap());
 static CIDR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$").unwrap());
 static VPC_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^vpc-[0-9a-f]{8,17}$").unwrap());
@@ -98,14 +97,8 @@ impl Validator<'_> {
                 );
             }
         }
-        if !K8S_VERSION.is_match(&cfg.kubernetes_version) {
-            self.err(
-                "kubernetesVersion",
-                format!(
-                    "{:?} is not a Kubernetes version (use MAJOR.MINOR, for example \"1.31\", quoted)",
-                    cfg.kubernetes_version
-                ),
-            );
+        if let Err(why) = super::resolve_version(&cfg.kubernetes_version) {
+            self.err("kubernetesVersion", why);
         }
     }
 

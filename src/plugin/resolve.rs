@@ -112,7 +112,7 @@ pub fn activation(cluster: &Cluster, def: &PluginDef) -> Activation {
 }
 
 /// The cluster as templates see it: cluster.yaml without any plugin settings
-/// (they may hold secrets), plus `s3Bucket` and `s3Prefix`.
+/// (they may hold secrets), plus `s3Bucket`, `s3Prefix` and `kubernetes`.
 fn cluster_context(cluster: &Cluster) -> Value {
     let mut v = serde_json::to_value(&cluster.config).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
@@ -131,6 +131,12 @@ fn cluster_context(cluster: &Cluster) -> Value {
                 }
             }
         }
+        // `cluster.kubernetes`: the resolved version and the addon pins of its minor
+        // (src/config/versions.rs), so charts never skew from the control plane.
+        m.insert(
+            "kubernetes".into(),
+            serde_json::to_value(cluster.kubernetes()).unwrap_or(Value::Null),
+        );
         if let Ok((bucket, prefix)) = parse_s3_uri(&cluster.config.s3_uri) {
             m.insert("s3Bucket".into(), Value::String(bucket));
             m.insert("s3Prefix".into(), Value::String(prefix));

@@ -89,8 +89,10 @@ pub struct Ctx {
     pub key_prefix: String,
     /// `s3://<bucket>/<key_prefix>`.
     pub s3_base: String,
-    /// `1.31`.
+    /// `1.35`.
     pub k8s_minor: String,
+    /// The exact patch nodes install: `1.35.4`.
+    pub k8s_version: String,
 }
 
 impl Ctx {
@@ -105,14 +107,18 @@ impl Ctx {
         } else {
             format!("{prefix}/{}", c.cluster_name)
         };
-        let k8s_minor = c.kubernetes_version.split('.').take(2).collect::<Vec<_>>().join(".");
+        let k8s = crate::config::resolve_version(&c.kubernetes_version).map_err(|reason| RenderError::Template {
+            name: "kubernetesVersion".into(),
+            message: reason,
+        })?;
         Ok(Ctx {
             cluster: c.cluster_name.clone(),
             region: c.region.clone(),
             s3_base: format!("s3://{bucket}/{key_prefix}"),
             bucket,
             key_prefix,
-            k8s_minor,
+            k8s_minor: k8s.minor,
+            k8s_version: k8s.version,
         })
     }
 }

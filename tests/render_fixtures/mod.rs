@@ -53,7 +53,7 @@ clusterName: full
 region: eu-west-1
 s3URI: s3://kube-aws-test/clusters
 kmsKeyARN: arn:aws:kms:eu-west-1:111122223333:key/00000000-0000-0000-0000-000000000000
-kubernetesVersion: "1.31"
+kubernetesVersion: "1.35"
 network:
   vpcCIDR: 10.20.0.0/16
   availabilityZones: [eu-west-1a, eu-west-1b, eu-west-1c]
