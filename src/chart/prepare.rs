@@ -80,6 +80,13 @@ pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, P
             Some(chart) => check_release_values(&release.name, chart, &layers, &opts.kubernetes_version)?,
             None => {
                 let user = merge_layers(&layers);
+                crate::chart::values::check_minor_skew(
+                    &release.name,
+                    &release.chart,
+                    &user,
+                    &layers,
+                    &opts.kubernetes_version,
+                )?;
                 ReleaseValues {
                     release: release.name.clone(),
                     merged: user.clone(),

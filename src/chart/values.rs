@@ -45,6 +45,61 @@ pub enum ValuesError {
     },
     #[error("{}", .0.join("\n"))]
     Schema(Vec<String>),
+    #[error(
+        "{at}: release {release:?}: value image.tag {tag:?} {problem}, but the cluster runs Kubernetes {minor}: \
+         cluster-autoscaler's minor must equal the cluster's (remove image.tag to get {want}, \
+         or change kubernetesVersion)"
+    )]
+    VersionSkew {
+        at: String,
+        release: String,
+        tag: String,
+        problem: String,
+        minor: String,
+        want: String,
+    },
+}
+
+/// Charts whose image must be of the cluster's own Kubernetes minor:
+/// cluster-autoscaler ("use the Cluster Autoscaler version that matches the
+/// Kubernetes control plane version", kubernetes/autoscaler
+/// cluster-autoscaler/README.md). The pins live in src/config/versions.rs.
+const SAME_MINOR_CHARTS: &[&str] = &["cluster-autoscaler"];
+
+/// Refuses a cluster-autoscaler release whose `image.tag` (from any values
+/// layer, or the chart's defaults when `values` includes them) is of another
+/// minor than `kubernetes_version`, located at the layer that set it.
+pub fn check_minor_skew(
+    release: &str,
+    chart: &str,
+    values: &Value,
+    layers: &[ValuesLayer],
+    kubernetes_version: &str,
+) -> Result<(), ValuesError> {
+    if !SAME_MINOR_CHARTS.contains(&chart) {
+        return Ok(());
+    }
+    let Some(tag) = values.pointer("/image/tag").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let Ok(k8s) = crate::config::resolve_version(kubernetes_version) else {
+        return Ok(()); // an unsupported version is refused at load, with its location
+    };
+    let problem = match crate::config::minor_of(tag) {
+        Some(m) if m == k8s.minor => return Ok(()),
+        Some(m) => format!("is cluster-autoscaler {m}"),
+        None => "has no MAJOR.MINOR version".to_string(),
+    };
+    let segments = ["image".to_string(), "tag".to_string()];
+    let (_, at) = locate_value(&segments, values, layers);
+    Err(ValuesError::VersionSkew {
+        at,
+        release: release.into(),
+        tag: tag.into(),
+        problem,
+        minor: k8s.minor,
+        want: k8s.release.cluster_autoscaler.into(),
+    })
 }
 
 /// One layer of user values and where it came from.
@@ -254,6 +309,7 @@ pub fn check_release_values(
     };
     let user = merge_layers(layers);
     let merged = coalesce(&user, &chart_values);
+    check_minor_skew(release, &chart.metadata.name, &merged, layers, kubernetes_version)?;
     if let Some(schema) = &chart.schema {
         validate_schema(release, &chart.metadata.name, schema, &merged, layers)?;
     }
@@ -395,5 +451,25 @@ mod tests {
         );
         let err = check_release_values("r", &chart, &[], "1.19").unwrap_err().to_string();
         assert!(err.contains(">=1.20.0-0") && err.contains("1.19"), "{err}");
+    }
+
+    #[test]
+    fn autoscaler_minor_must_equal_the_clusters() {
+        let l = ValuesLayer::from_yaml("ca", Path::new("values/ca.yaml"), "image:\n  tag: v1.34.2\n").unwrap();
+        let user = merge_layers(std::slice::from_ref(&l));
+        let e = check_minor_skew("ca", "cluster-autoscaler", &user, &[l.clone()], "1.35")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("values/ca.yaml:2:") && e.contains("cluster-autoscaler 1.34") && e.contains("v1.35.0"),
+            "{e}"
+        );
+        let ok = json!({"image": {"tag": "v1.36.0"}});
+        assert!(check_minor_skew("ca", "cluster-autoscaler", &ok, &[], "1.36.1").is_ok());
+        assert!(check_minor_skew("x", "other-chart", &user, &[], "1.35").is_ok());
+        assert!(check_minor_skew("ca", "cluster-autoscaler", &json!({}), &[], "1.35").is_ok());
+        let latest = json!({"image": {"tag": "latest"}});
+        let e = check_minor_skew("ca", "cluster-autoscaler", &latest, &[], "1.35").unwrap_err();
+        assert!(e.to_string().contains("has no MAJOR.MINOR"), "{e}");
     }
 }

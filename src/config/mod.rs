@@ -2,6 +2,7 @@
 //! need the work tree, and validate it. Every error is located.
 
 mod init;
+mod maxpods;
 mod model;
 mod reference;
 mod resolve;
@@ -11,12 +12,16 @@ mod versions;
 use std::path::{Path, PathBuf};
 
 pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
+pub use maxpods::{eni_limits, kubelet_max_pods, max_pods, EniLimits, FAMILIES as MAX_PODS_FAMILIES};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
 pub use resolve::{
     default_chart_name, resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
 };
-pub use validate::{check_version_constraint, find_cycle, is_dns_label, is_region, normalize_constraint, parse_s3_uri};
+pub use validate::{
+    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, find_cycle, is_dns_label,
+    is_region, normalize_constraint, parse_s3_uri,
+};
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 
 use crate::located::{parse_yaml, Diagnostics};

@@ -79,6 +79,11 @@ pub struct Controller {
     /// Root volume size in GiB.
     #[serde(default = "default_root_volume")]
     pub root_volume_size: u32,
+    /// The kubelet's max-pods. Default with the VPC CNI: the instance type's
+    /// `ENIs * (IPv4 per ENI - 1) + 2` (kube-aws's table); a value above it is
+    /// refused. Required with the VPC CNI for an instance type outside the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<u32>,
     /// Plugin parameter overrides for the controller scope.
     #[serde(default)]
     pub plugins: IndexMap<String, PluginSettings>,
@@ -90,6 +95,7 @@ impl Default for Controller {
             count: 1,
             instance_type: default_instance_type(),
             root_volume_size: default_root_volume(),
+            max_pods: None,
             plugins: IndexMap::new(),
         }
     }
@@ -135,6 +141,11 @@ pub struct NodePool {
     /// Root volume size in GiB.
     #[serde(default = "default_root_volume")]
     pub root_volume_size: u32,
+    /// The kubelet's max-pods. Default with the VPC CNI: the instance type's
+    /// `ENIs * (IPv4 per ENI - 1) + 2` (kube-aws's table); a value above it is
+    /// refused. Required with the VPC CNI for an instance type outside the table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<u32>,
     /// Kubernetes node labels.
     #[serde(default)]
     pub labels: IndexMap<String, String>,

@@ -21,9 +21,14 @@ static CIDR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})/([0-9]{1,2})$").unwrap());
 static VPC_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^vpc-[0-9a-f]{8,17}$").unwrap());
 static SUBNET_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^subnet-[0-9a-f]{8,17}$").unwrap());
-static LABEL_KEY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$").unwrap()
-});
+// Kubernetes' own patterns (k8s.io/apimachinery/pkg/util/validation):
+// qualifiedNameFmt, labelValueFmt and dns1123SubdomainFmt.
+static QUALIFIED_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").unwrap());
+static LABEL_VALUE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$").unwrap());
+static DNS_SUBDOMAIN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").unwrap());
 
 const NAME_HINT: &str = "use lowercase letters, digits and '-', starting and ending with a letter or digit";
 
@@ -35,6 +40,66 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
 /// Is `s` a well-formed AWS region name?
 pub fn is_region(s: &str) -> bool {
     REGION.is_match(s)
+}
+
+/// A label or taint key exactly as Kubernetes checks it (`IsQualifiedName`):
+/// an optional DNS-1123 subdomain prefix of at most 253 characters and `/`,
+/// then a name of at most 63 letters, digits, '-', '_' and '.', starting and
+/// ending with a letter or digit. The error says why, without a location.
+pub fn check_qualified_name(s: &str) -> Result<(), String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !DNS_SUBDOMAIN.is_match(p) {
+            return Err(format!(
+                "its prefix {p:?} must be a DNS subdomain of at most 253 characters \
+                 (lowercase letters, digits, '-' and '.', e.g. \"example.com\")"
+            ));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !QUALIFIED_NAME.is_match(name) {
+        return Err(format!(
+            "its name {name:?} must be 1 to 63 letters, digits, '-', '_' or '.', \
+             starting and ending with a letter or digit (and at most one '/')"
+        ));
+    }
+    Ok(())
+}
+
+/// A label value (also a taint value) exactly as Kubernetes checks it
+/// (`IsValidLabelValue`): empty, or at most 63 letters, digits, '-', '_' and
+/// '.', starting and ending with a letter or digit. This also keeps ',' and
+/// '=' out of the kubelet's `--node-labels`, which joins labels with them.
+pub fn check_label_value(s: &str) -> Result<(), String> {
+    if s.len() > 63 || !LABEL_VALUE.is_match(s) {
+        return Err(
+            "a label value must be empty or at most 63 letters, digits, '-', '_' or '.', \
+                    starting and ending with a letter or digit"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A flag value that reaches a command line. kubeadm writes kubelet flags
+/// into one double-quoted environment variable (`KUBELET_KUBEADM_ARGS` in
+/// /var/lib/kubelet/kubeadm-flags.env) that systemd splits at whitespace, so
+/// `110 --anonymous-auth=true` would add a flag; quotes and backslashes would
+/// end or escape the quoting. Control-plane flags are refused the same
+/// characters, so no flag value can ever carry another flag.
+pub fn check_flag_value(s: &str) -> Result<(), String> {
+    if let Some(c) = s
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '\\'))
+    {
+        return Err(format!(
+            "contains {c:?}: a flag value may not hold whitespace, control characters, quotes or \
+             backslashes (the kubelet's command line is split at whitespace, so it would add flags)"
+        ));
+    }
+    Ok(())
 }
 
 /// Checks every rule; returns all violations.
@@ -187,6 +252,9 @@ impl Validator<'_> {
                 format!("{} GiB is too small (use at least 8)", cfg.controller.root_volume_size),
             );
         }
+        if cfg.controller.max_pods == Some(0) {
+            self.err("controller.maxPods", "0 pods leaves the node useless (use 1 or more)");
+        }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
             let base = format!("worker.nodePools[{i}]");
@@ -219,23 +287,33 @@ impl Validator<'_> {
                     format!("{} GiB is too small (use at least 8)", pool.root_volume_size),
                 );
             }
-            for key in pool.labels.keys() {
-                if !LABEL_KEY.is_match(key) {
-                    self.err(
-                        &format!("{base}.labels.{key}"),
-                        format!(
-                            "{key:?} is not a valid label key (use [prefix/]name with letters, digits, '-', '_', '.')"
-                        ),
-                    );
+            for (key, value) in &pool.labels {
+                let path = crate::located::join_key(&format!("{base}.labels"), key);
+                if let Err(why) = check_qualified_name(key) {
+                    self.err(&path, format!("{key:?} is not a valid label key: {why}"));
+                } else if let Err(why) = check_label_value(value) {
+                    self.err(&path, format!("{value:?} is not a valid value of label {key:?}: {why}"));
                 }
             }
             for (j, t) in pool.taints.iter().enumerate() {
-                if !LABEL_KEY.is_match(&t.key) {
+                if let Err(why) = check_qualified_name(&t.key) {
                     self.err(
                         &format!("{base}.taints[{j}].key"),
-                        format!("{:?} is not a valid taint key (use [prefix/]name)", t.key),
+                        format!("{:?} is not a valid taint key: {why}", t.key),
                     );
                 }
+                if let Err(why) = check_label_value(&t.value) {
+                    self.err(
+                        &format!("{base}.taints[{j}].value"),
+                        format!("{:?} is not a valid taint value: {why}", t.value),
+                    );
+                }
+            }
+            if pool.max_pods == Some(0) {
+                self.err(
+                    &format!("{base}.maxPods"),
+                    "0 pods leaves the node useless (use 1 or more)",
+                );
             }
         }
     }
@@ -457,6 +535,18 @@ pub fn parse_s3_uri(uri: &str) -> Result<(String, String), String> {
         ));
     }
     let prefix = prefix.trim_matches('/');
+    // S3's "safe" key characters (letters, digits and `!-_.*'()/`), without
+    // `*`, `(` and `)`: the prefix reaches IAM resource ARNs (where `*` is a
+    // wildcard), CloudFormation `Fn::Sub` strings and node data files, so no
+    // `$`, `{`, space or shell-looking `$(…)` may ride along.
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '!' | '-' | '_' | '.' | '\'' | '/')))
+    {
+        return Err(format!(
+            "the prefix {prefix:?} contains {c:?} (use letters, digits and ! - _ . ' /)"
+        ));
+    }
     if prefix.split('/').any(|s| s == "." || s == "..") || prefix.contains("//") {
         return Err(format!("the prefix {prefix:?} has empty, '.' or '..' segments"));
     }
@@ -533,6 +623,71 @@ mod tests {
         assert!(parse_s3_uri("s3://My_Bucket/x").is_err());
         assert!(parse_s3_uri("s3:///x").is_err());
         assert!(parse_s3_uri("s3://b-1/a/../b").is_err());
+        assert!(parse_s3_uri("s3://b-1/team_a/it's-1.0!").is_ok());
+        for bad in ["a b", "a*", "$(id)", "${AWS::Region}", "a(1)", "x\ny", "ü"] {
+            let e = parse_s3_uri(&format!("s3://b-1/{bad}")).unwrap_err();
+            assert!(e.contains("contains"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn kubernetes_names_and_values() {
+        for ok in [
+            "a",
+            "kube-aws.io/pool",
+            "node.kubernetes.io/lifecycle",
+            "A_b.c-1",
+            &"x".repeat(63),
+        ] {
+            assert!(check_qualified_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a b",
+            "a,b",
+            "a=b",
+            "/a",
+            "a/",
+            "a/b/c",
+            "Upper.io/a",
+            "a..b/c",
+            &"x".repeat(64),
+        ] {
+            assert!(check_qualified_name(bad).is_err(), "{bad}");
+        }
+        assert!(check_qualified_name(&format!("{}/a", "p".repeat(254))).is_err());
+        for ok in ["", "general", "v1.2_3-x", &"x".repeat(63)] {
+            assert!(check_label_value(ok).is_ok(), "{ok}");
+        }
+        for bad in ["a,b=c", "a=b", "a b", "-a", "a.", "a\nb", &"x".repeat(64)] {
+            assert!(check_label_value(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flag_values_cannot_carry_flags() {
+        for ok in [
+            "110",
+            "https://dex.example.com",
+            "A=true,B=false",
+            "/etc/k/x.yaml",
+            "--x",
+        ] {
+            assert!(check_flag_value(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "110 --anonymous-auth=true --authorization-mode=AlwaysAllow",
+            "a\nb",
+            "a\tb",
+            "a\"b",
+            "a'b",
+            "a\\b",
+            "a\u{0}",
+        ] {
+            assert!(check_flag_value(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

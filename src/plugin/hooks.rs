@@ -161,3 +161,19 @@ pub struct ResolvedPlugins {
     pub releases: Vec<PluginRelease>,
     pub secrets: Vec<SecretRef>,
 }
+
+/// The plugin whose pods take VPC addresses from the nodes' ENIs: with it the
+/// kubelet's max-pods follows the ENI limits and kubeadm gets no pod CIDR.
+pub const VPC_CNI_PLUGIN: &str = "aws-vpc-cni";
+
+impl ResolvedPlugins {
+    /// Is the plugin `name` active in the cluster?
+    pub fn is_active(&self, name: &str) -> bool {
+        self.plugins.iter().any(|p| p.name == name)
+    }
+
+    /// Is the Amazon VPC CNI the cluster's pod network?
+    pub fn vpc_cni(&self) -> bool {
+        self.is_active(VPC_CNI_PLUGIN)
+    }
+}

@@ -18,21 +18,28 @@ use super::params::{check_specs, resolve_values, Layer};
 use super::template::Renderer;
 use super::PluginError;
 use crate::config::{
-    check_version_constraint, find_cycle, is_dns_label, parse_s3_uri, ChartSource, Cluster, Origin, PluginSettings,
-    Release, Taint, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
+    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, find_cycle, is_dns_label,
+    kubelet_max_pods, parse_s3_uri, ChartSource, Cluster, Origin, PluginSettings, Release, Taint, DEFAULT_NAMESPACE,
+    DEFAULT_TIMEOUT,
 };
 use crate::located::{closest, join_index, join_key, Diagnostics, Located};
 
 static FLAG_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9.-]*$").unwrap());
-static UNIT_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9@._-]+\.(service|timer|socket|path|mount|target)$").unwrap());
+// A plain unit file name: no leading '-' (systemctl would read it as an
+// option), no path, no template instance escapes beyond '@'.
+static UNIT_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[A-Za-z0-9_][A-Za-z0-9@._-]{0,200}\.(service|timer|socket|path|mount|target)$").unwrap()
+});
 static PERMISSIONS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^0?[0-7]{3,4}$").unwrap());
 static OWNER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z_][a-z0-9_-]*(:[a-z_][a-z0-9_-]*)?$").unwrap());
-static LABEL_KEY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$").unwrap()
-});
-static LABEL_VALUE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$").unwrap());
+/// Kubelet flags kube-aws sets itself from cluster.yaml: a plugin uses
+/// `nodeLabels`, `taints` or the pool's `maxPods` instead.
+const OWNED_KUBELET_FLAGS: &[(&str, &str)] = &[
+    ("node-labels", "use spec.nodes.<role>.nodeLabels"),
+    ("register-with-taints", "use spec.nodes.<role>.taints"),
+    ("max-pods", "set maxPods on the pool or controller in cluster.yaml"),
+    ("cloud-provider", "kubelets always run with cloud-provider external"),
+];
 static LOGICAL_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9]{1,255}$").unwrap());
 
 /// The reference templates see for a secret parameter.
@@ -183,12 +190,33 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
     }
     if errors.is_empty() {
         errors.extend(check_releases(cluster, defs, &out));
+        errors.extend(check_max_pods(cluster, &out));
     }
     if errors.is_empty() {
         Ok(out)
     } else {
         Err(PluginError::Invalid(Diagnostics::sorted(errors)))
     }
+}
+
+/// Each node kind's max-pods against its instance type, now that the active
+/// CNI is known (the ENI table only binds with the VPC CNI).
+fn check_max_pods(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Located> {
+    let cfg = &cluster.config;
+    let c = &cfg.controller;
+    let mut nodes = vec![("controller".to_string(), c.instance_type.as_str(), c.max_pods)];
+    for (i, p) in cfg.worker.node_pools.iter().enumerate() {
+        nodes.push((format!("worker.nodePools[{i}]"), p.instance_type.as_str(), p.max_pods));
+    }
+    let mut errors = Vec::new();
+    for (base, instance_type, wanted) in nodes {
+        if let Err(why) = kubelet_max_pods(out.vpc_cni(), instance_type, wanted) {
+            let key = if wanted.is_some() { "maxPods" } else { "instanceType" };
+            let path = join_key(&base, key);
+            errors.push(Located::new(&cluster.file, cluster.source.locate(&path), &path, why));
+        }
+    }
+    errors
 }
 
 /// Every file a plugin names (when the name is not itself a template) exists
@@ -507,6 +535,20 @@ fn merge_flags(
         };
         // An empty value leaves the flag out, so optional parameters can drop flags.
         if value.is_empty() {
+            continue;
+        }
+        if let Err(why) = check_flag_value(&value) {
+            errors.push(r.def.err(&path, format!("{kind} {name:?}: the value {value:?} {why}")));
+            continue;
+        }
+        let owned = match kind {
+            "kubelet flag" => OWNED_KUBELET_FLAGS.iter().find(|(f, _)| f == name).map(|(_, h)| *h),
+            // The cloud controller manager runs the cloud loops (cloud-provider external).
+            _ if name == "cloud-provider" => Some("kube-aws runs the AWS cloud controller manager instead"),
+            _ => None,
+        };
+        if let Some(hint) = owned {
+            errors.push(r.def.err(&path, format!("{kind} {name:?} is set by kube-aws ({hint})")));
             continue;
         }
         match merger.claim(
@@ -1224,7 +1266,11 @@ fn node_hooks(
         if !UNIT_NAME.is_match(&name) {
             errors.push(def.err(
                 &join_key(&key, "name"),
-                format!("{name:?} is not a unit file name (for example \"foo.service\" or \"foo.timer\")"),
+                format!(
+                    "{name:?} is not a unit file name (start with a letter, digit or '_', then letters, digits, \
+                     '@', '.', '_' or '-', ending in .service, .timer, .socket, .path, .mount or .target; \
+                     for example \"foo.service\")"
+                ),
             ));
             continue;
         }
@@ -1265,16 +1311,15 @@ fn node_hooks(
                     continue;
                 }
             };
-            if check && !LABEL_KEY.is_match(&k2) {
-                errors.push(def.err(&key, format!("{k2:?} is not a valid label key")));
-                continue;
-            }
-            if check && !LABEL_VALUE.is_match(&v2) {
-                errors.push(def.err(
-                    &key,
-                    format!("{v2:?} is not a valid label value (at most 63 letters, digits, '-', '_' and '.')"),
-                ));
-                continue;
+            if check {
+                if let Err(why) = check_qualified_name(&k2) {
+                    errors.push(def.err(&key, format!("{k2:?} is not a valid label key: {why}")));
+                    continue;
+                }
+                if let Err(why) = check_label_value(&v2) {
+                    errors.push(def.err(&key, format!("{v2:?} is not a valid value of label {k2:?}: {why}")));
+                    continue;
+                }
             }
             match merger.claim(scope, &scope.words(), what, &k2, &v2, true, &plugin, def.err(&key, "")) {
                 Ok(_) => {
@@ -1352,8 +1397,15 @@ fn node_hooks(
                 continue;
             }
         };
-        if !LABEL_KEY.is_match(&k) {
-            errors.push(def.err(&join_key(&key, "key"), format!("{k:?} is not a valid taint key")));
+        if let Err(why) = check_qualified_name(&k) {
+            errors.push(def.err(&join_key(&key, "key"), format!("{k:?} is not a valid taint key: {why}")));
+            continue;
+        }
+        if let Err(why) = check_label_value(&v) {
+            errors.push(def.err(
+                &join_key(&key, "value"),
+                format!("{v:?} is not a valid taint value: {why}"),
+            ));
             continue;
         }
         let id = format!("{k}:{:?}", t.effect);

@@ -60,10 +60,18 @@ fn template(description: String) -> Map<String, Value> {
     t
 }
 
+/// `kubernetes.io/cluster/<name>`: the AWS cloud controller manager finds the
+/// cluster's subnets, security groups and instances by it (`owned`: the
+/// cluster's lifecycle owns them). An existing VPC's subnets must carry it
+/// too; see docs/getting-started.md.
+fn cluster_tag(ctx: &Ctx) -> String {
+    format!("kubernetes.io/cluster/{}", ctx.cluster)
+}
+
 fn tags(ctx: &Ctx, name: &str) -> Value {
     json!([
         {"Key": "Name", "Value": name},
-        {"Key": format!("kubernetes.io/cluster/{}", ctx.cluster), "Value": "owned"},
+        {"Key": cluster_tag(ctx), "Value": "owned"},
     ])
 }
 
@@ -139,12 +147,18 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
                     None => json!({"Fn::Select": [i, {"Fn::GetAZs": ""}]}),
                 };
                 let name = format!("Subnet{i}");
+                // Public subnets: where the cloud controller manager puts
+                // internet-facing load balancers.
+                let mut subnet_tags = tags(ctx, &format!("{}-{i}", ctx.cluster));
+                if let Some(list) = subnet_tags.as_array_mut() {
+                    list.push(json!({"Key": "kubernetes.io/role/elb", "Value": "1"}));
+                }
                 r.insert(
                     name.clone(),
                     json!({"Type": "AWS::EC2::Subnet", "Properties": {
                         "VpcId": {"Ref": "Vpc"}, "CidrBlock": sub, "AvailabilityZone": az,
                         "MapPublicIpOnLaunch": true,
-                        "Tags": tags(ctx, &format!("{}-{i}", ctx.cluster))}}),
+                        "Tags": subnet_tags}}),
                 );
                 r.insert(
                     format!("{name}RouteTableAssociation"),
@@ -284,7 +298,10 @@ struct Group<'a> {
     root_volume: u32,
     min: u32,
     max: u32,
-    desired: u32,
+    /// None for groups the cluster-autoscaler sizes: see `PoolBounds`.
+    desired: Option<u32>,
+    /// Extra group tags (the autoscaler's node templates), not propagated.
+    template_tags: Vec<(String, String)>,
     security_group: &'a str,
     hooks: &'a NodeHooks,
     /// Bundle entries this role may decrypt.
@@ -340,27 +357,41 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
         }}}),
     );
-    let mut group_tags = vec![json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true})];
+    // The cluster tag also reaches instances the group launches (the cloud
+    // controller manager finds the cluster's instances by it).
+    let mut group_tags = vec![
+        json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true}),
+        json!({"Key": cluster_tag(ctx), "Value": "owned", "PropagateAtLaunch": true}),
+    ];
     for (k, v) in &g.hooks.asg_tags {
         group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
     }
+    for (k, v) in &g.template_tags {
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+    }
+    // What the group starts with: DesiredCapacity, or MinSize when it is left out.
+    let initial = g.desired.unwrap_or(g.min);
+    let mut props = json!({
+        "VPCZoneIdentifier": {"Ref": "SubnetIds"},
+        "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate")},
+                           "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate"), "LatestVersionNumber"]}},
+        "MinSize": g.min.to_string(), "MaxSize": g.max.to_string(),
+        "Tags": group_tags,
+    });
+    if let Some(d) = g.desired {
+        props["DesiredCapacity"] = json!(d.to_string());
+    }
     let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
-        "Properties": {
-            "VPCZoneIdentifier": {"Ref": "SubnetIds"},
-            "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate")},
-                               "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate"), "LatestVersionNumber"]}},
-            "MinSize": g.min.to_string(), "MaxSize": g.max.to_string(), "DesiredCapacity": g.desired.to_string(),
-            "Tags": group_tags,
-        },
+        "Properties": props,
         "UpdatePolicy": {"AutoScalingRollingUpdate": {
-            "MinInstancesInService": g.desired.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
+            "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
             "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true}},
     });
     if !g.extra_target_groups.is_empty() {
         asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
     }
-    if g.desired > 0 {
-        asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": g.desired, "Timeout": NODE_SIGNAL_TIMEOUT}});
+    if initial > 0 {
+        asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
     }
     r.insert(format!("{p}Group"), asg);
 }
@@ -404,7 +435,8 @@ fn control_plane_stack(
         root_volume: c.root_volume_size,
         min: c.count,
         max: c.count,
-        desired: c.count,
+        desired: Some(c.count),
+        template_tags: vec![],
         security_group: "ControllerSecurityGroupId",
         hooks: &input.plugins.controller,
         secrets: &node.secrets,
@@ -440,11 +472,63 @@ fn control_plane_stack(
     Ok(t)
 }
 
-fn pool_sizes(p: &NodePool) -> (u32, u32, u32) {
-    let desired = p.count.or(p.min_size).unwrap_or(1);
-    let min = p.count.or(p.min_size).unwrap_or(desired);
-    let max = p.count.or(p.max_size).unwrap_or(desired).max(min).max(1);
-    (min, max, desired)
+/// The tag the cluster-autoscaler's ASG auto-discovery looks for; a pool
+/// carrying it is sized by the autoscaler.
+pub const AUTOSCALER_ENABLED_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
+/// Prefix of the tags that describe a pool's nodes to the autoscaler, so it
+/// can scale a group up from zero (cluster-autoscaler/cloudprovider/aws/README.md,
+/// "Auto-Discovery Setup" / scaling a node group to 0).
+pub const NODE_TEMPLATE_TAG: &str = "k8s.io/cluster-autoscaler/node-template";
+
+/// The size of one pool's auto scaling group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolBounds {
+    pub min: u32,
+    pub max: u32,
+    /// DesiredCapacity, or None for a group the cluster-autoscaler sizes.
+    /// CloudFormation passes the property to CreateAutoScalingGroup, which
+    /// starts a group without it at MinSize, and to UpdateAutoScalingGroup,
+    /// which leaves properties it is not given unchanged: so a stack update
+    /// never resets the size the autoscaler chose (AWS Auto Scaling API
+    /// reference, CreateAutoScalingGroup DesiredCapacity and
+    /// UpdateAutoScalingGroup; aws-cdk#5507 for the reset it avoids).
+    pub desired: Option<u32>,
+}
+
+/// A pool's bounds: the plugins' (cluster-autoscaler's per-pool `minSize` and
+/// `maxSize`) over the pool's own `count` or `minSize`/`maxSize`.
+pub fn pool_bounds(p: &NodePool, hooks: &NodeHooks) -> PoolBounds {
+    let own_min = p.count.or(p.min_size).unwrap_or(1);
+    let own_max = p.count.or(p.max_size).unwrap_or(own_min);
+    let min = hooks.asg_min_size.unwrap_or(own_min);
+    let max = hooks.asg_max_size.unwrap_or(own_max).max(min).max(1);
+    let autoscaled = hooks.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG);
+    PoolBounds {
+        min,
+        max,
+        desired: (!autoscaled).then_some(min),
+    }
+}
+
+/// The node-template tags of an autoscaled pool: one per label
+/// (`…/label/<key>: <value>`) and per taint (`…/taint/<key>: <value>:<Effect>`),
+/// exactly the labels and taints its kubelets register.
+pub fn node_template_tags(pool: &NodePool, hooks: &NodeHooks) -> Vec<(String, String)> {
+    if !hooks.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG) {
+        return Vec::new();
+    }
+    let (labels, taints) = super::cloudconfig::pool_labels_and_taints(pool, hooks);
+    let mut tags: Vec<(String, String)> = labels
+        .into_iter()
+        .map(|(k, v)| (format!("{NODE_TEMPLATE_TAG}/label/{k}"), v))
+        .collect();
+    for t in taints {
+        tags.push((
+            format!("{NODE_TEMPLATE_TAG}/taint/{}", t.key),
+            format!("{}:{}", t.value, super::cloudconfig::effect_name(t.effect)),
+        ));
+    }
+    tags
 }
 
 fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserData) -> Map<String, Value> {
@@ -461,7 +545,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
     );
     let default_hooks = NodeHooks::default();
     let hooks = input.plugins.pools.get(&pool.name).unwrap_or(&default_hooks);
-    let (min, max, desired) = pool_sizes(pool);
+    let bounds = pool_bounds(pool, hooks);
     let role = format!("worker-{}", pool.name);
     let g = Group {
         prefix: "Worker",
@@ -469,9 +553,10 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
         controller: false,
         instance_type: &pool.instance_type,
         root_volume: pool.root_volume_size,
-        min,
-        max,
-        desired,
+        min: bounds.min,
+        max: bounds.max,
+        desired: bounds.desired,
+        template_tags: node_template_tags(pool, hooks),
         security_group: "WorkerSecurityGroupId",
         hooks,
         secrets: &node.secrets,
@@ -638,6 +723,86 @@ mod tests {
         for t in ["m6i.large", "g5.xlarge", "c5n.large", "t3.micro", "inf1.xlarge"] {
             assert!(!is_arm64(t), "{t}");
         }
+    }
+
+    fn pool(yaml: &str) -> NodePool {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn autoscaled(min: Option<u32>, max: Option<u32>) -> NodeHooks {
+        NodeHooks {
+            asg_min_size: min,
+            asg_max_size: max,
+            asg_tags: [(AUTOSCALER_ENABLED_TAG.to_string(), "true".to_string())].into(),
+            ..NodeHooks::default()
+        }
+    }
+
+    #[test]
+    fn plugin_bounds_reach_the_group_and_leave_its_size_alone() {
+        // The example's `general` pool: minSize 2, maxSize 4, the autoscaler 2..10.
+        let general = pool("{name: general, minSize: 2, maxSize: 4}");
+        let b = pool_bounds(&general, &autoscaled(Some(2), Some(10)));
+        assert_eq!((b.min, b.max, b.desired), (2, 10, None));
+        // A bound the plugin leaves unset keeps the pool's own.
+        let b = pool_bounds(&general, &autoscaled(None, Some(6)));
+        assert_eq!((b.min, b.max, b.desired), (2, 6, None));
+        let b = pool_bounds(
+            &pool("{name: b, minSize: 0, maxSize: 2}"),
+            &autoscaled(Some(0), Some(20)),
+        );
+        assert_eq!((b.min, b.max, b.desired), (0, 20, None));
+    }
+
+    #[test]
+    fn fixed_pools_keep_their_desired_capacity() {
+        let none = NodeHooks::default();
+        let b = pool_bounds(&pool("{name: a, count: 3}"), &none);
+        assert_eq!((b.min, b.max, b.desired), (3, 3, Some(3)));
+        let b = pool_bounds(&pool("{name: a, minSize: 1, maxSize: 5}"), &none);
+        assert_eq!((b.min, b.max, b.desired), (1, 5, Some(1)));
+        let b = pool_bounds(&pool("{name: a}"), &none);
+        assert_eq!((b.min, b.max, b.desired), (1, 1, Some(1)));
+        // A max below the min is raised to it rather than rejected by AWS.
+        let h = NodeHooks {
+            asg_max_size: Some(1),
+            asg_min_size: Some(3),
+            ..NodeHooks::default()
+        };
+        let b = pool_bounds(&pool("{name: a, count: 2}"), &h);
+        assert_eq!((b.min, b.max), (3, 3));
+    }
+
+    #[test]
+    fn node_template_tags_describe_labels_and_taints() {
+        let p = pool(
+            "{name: batch, labels: {kube-aws.io/pool: batch}, \
+             taints: [{key: dedicated, value: batch, effect: NoSchedule}, {key: gpu, effect: NoExecute}]}",
+        );
+        let mut hooks = autoscaled(Some(0), Some(20));
+        hooks
+            .node_labels
+            .insert("kube-aws.io/pool".into(), "from-plugin".into());
+        hooks.node_labels.insert("plugin.example.com/x".into(), "y".into());
+        let tags = node_template_tags(&p, &hooks);
+        let want = [
+            (
+                "k8s.io/cluster-autoscaler/node-template/label/kube-aws.io/pool",
+                "batch",
+            ),
+            (
+                "k8s.io/cluster-autoscaler/node-template/label/plugin.example.com/x",
+                "y",
+            ),
+            (
+                "k8s.io/cluster-autoscaler/node-template/taint/dedicated",
+                "batch:NoSchedule",
+            ),
+            ("k8s.io/cluster-autoscaler/node-template/taint/gpu", ":NoExecute"),
+        ];
+        let got: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, want);
+        assert!(node_template_tags(&p, &NodeHooks::default()).is_empty());
     }
 
     #[test]

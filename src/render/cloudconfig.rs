@@ -13,7 +13,7 @@ use super::plan::sha256_hex;
 use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput, Rendered};
-use crate::config::{Taint, TaintEffect};
+use crate::config::{NodePool, Taint, TaintEffect};
 use crate::plugin::NodeHooks;
 
 const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
@@ -102,13 +102,17 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
     }
 }
 
-fn taint_json(t: &Taint) -> Value {
-    let effect = match t.effect {
+/// A taint effect as Kubernetes spells it.
+pub fn effect_name(effect: TaintEffect) -> &'static str {
+    match effect {
         TaintEffect::NoSchedule => "NoSchedule",
         TaintEffect::PreferNoSchedule => "PreferNoSchedule",
         TaintEffect::NoExecute => "NoExecute",
-    };
-    let mut v = json!({"key": t.key, "effect": effect});
+    }
+}
+
+fn taint_json(t: &Taint) -> Value {
+    let mut v = json!({"key": t.key, "effect": effect_name(t.effect)});
     if !t.value.is_empty() {
         v["value"] = json!(t.value);
     }
@@ -131,48 +135,114 @@ struct NodeSpec<'a> {
     hooks: &'a NodeHooks,
 }
 
-fn node_registration(ctx: &Ctx, spec: &NodeSpec) -> Value {
-    let v1beta4 = minor_at_least(ctx, 31);
+/// The kubelet flags of one node kind: the plugins' flags, then what kube-aws
+/// owns (the resolver refuses plugins setting these): the node labels,
+/// `cloud-provider: external` and max-pods.
+fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String, String>, RenderError> {
     let mut kubelet = spec.hooks.kubelet_flags.clone();
     if !spec.labels.is_empty() {
-        let mut labels: Vec<String> = spec.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if let Some(extra) = kubelet.get("node-labels") {
-            labels.push(extra.clone());
-        }
+        // Keys and values are Kubernetes-valid (no ',' or '='), checked at load.
+        let labels: Vec<String> = spec.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         kubelet.insert("node-labels".into(), labels.join(","));
     }
+    // The AWS cloud controller manager initializes nodes (providerID, zone
+    // labels, addresses); the kubelet only waits for it with `external`
+    // (https://kubernetes.io/docs/tasks/administer-cluster/running-cloud-controller/).
+    kubelet.insert("cloud-provider".into(), "external".into());
+    let (instance_type, wanted) = match spec.pool {
+        None => (
+            &input.cluster.controller.instance_type,
+            input.cluster.controller.max_pods,
+        ),
+        Some(name) => match input.cluster.worker.node_pools.iter().find(|p| p.name == name) {
+            Some(p) => (&p.instance_type, p.max_pods),
+            None => return Ok(kubelet),
+        },
+    };
+    // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
+    // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
+    // max-pods differs per instance type.
+    match crate::config::kubelet_max_pods(input.plugins.vpc_cni(), instance_type, wanted) {
+        Ok(Some(n)) => {
+            kubelet.insert("max-pods".into(), n.to_string());
+        }
+        Ok(None) => {}
+        Err(message) => {
+            return Err(RenderError::Network {
+                message: format!("{} nodes: {message}", spec.role),
+            })
+        }
+    }
+    Ok(kubelet)
+}
+
+fn node_registration(ctx: &Ctx, spec: &NodeSpec, kubelet: &BTreeMap<String, String>) -> Value {
+    let v1beta4 = minor_at_least(ctx, 31);
     json!({
         "criSocket": "unix:///run/containerd/containerd.sock",
         "taints": spec.taints.iter().map(taint_json).collect::<Vec<_>>(),
-        "kubeletExtraArgs": extra_args(v1beta4, &kubelet),
+        "kubeletExtraArgs": extra_args(v1beta4, kubelet),
     })
 }
 
-fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Value {
+/// The cluster-wide KubeletConfiguration, passed to `kubeadm init`, which
+/// stores it in the kubelet-config ConfigMap every joining kubelet downloads.
+/// `serverTLSBootstrap` makes kubelets request their serving certificate from
+/// the cluster CA (a kubernetes.io/kubelet-serving CSR, approved on the
+/// controllers) instead of signing one themselves, so metrics-server and
+/// `kubectl logs` can verify it
+/// (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
+fn kubelet_configuration() -> Value {
+    json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "serverTLSBootstrap": true,
+    })
+}
+
+/// kubeadm's `networking` section. With the VPC CNI pods get VPC addresses,
+/// so no pod CIDR is set: kubeadm would hand it to kube-proxy as
+/// `clusterCIDR`, and kube-proxy masquerades Service traffic from sources
+/// outside clusterCIDR, i.e. every pod's, hiding pod IPs from the backends
+/// (https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/, `--cluster-cidr`).
+/// Other CNIs (cilium's overlay) keep kubeadm's pod subnet.
+fn networking(input: &RenderInput) -> Value {
+    if input.plugins.vpc_cni() {
+        json!({})
+    } else {
+        json!({"podSubnet": POD_SUBNET})
+    }
+}
+
+fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<Value, RenderError> {
     let v1beta4 = minor_at_least(ctx, 31);
     let api = if v1beta4 {
         "kubeadm.k8s.io/v1beta4"
     } else {
         "kubeadm.k8s.io/v1beta3"
     };
-    let reg = node_registration(ctx, spec);
+    let kubelet = kubelet_args(input, spec)?;
+    let reg = node_registration(ctx, spec, &kubelet);
     let hooks = &input.plugins.cluster;
     let mut docs = Vec::new();
     if spec.pool.is_none() {
         docs.push(json!({"apiVersion": api, "kind": "InitConfiguration", "nodeRegistration": reg}));
+        // No cloud-provider flag on the controller-manager: with an external
+        // cloud provider the cloud controller manager runs the cloud loops.
         docs.push(json!({
             "apiVersion": api,
             "kind": "ClusterConfiguration",
             "clusterName": ctx.cluster,
-            "networking": {"podSubnet": POD_SUBNET},
+            "networking": networking(input),
             "apiServer": {"extraArgs": extra_args(v1beta4, &hooks.api_server_flags)},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
         }));
+        docs.push(kubelet_configuration());
     }
     // Controllers after the first, and workers, join with this one.
     docs.push(json!({"apiVersion": api, "kind": "JoinConfiguration", "nodeRegistration": reg}));
-    json!({ "documents": docs })
+    Ok(json!({ "documents": docs }))
 }
 
 fn pretty(v: &Value) -> String {
@@ -213,7 +283,7 @@ fn render_node(
         Ok(())
     };
     let hooks = spec.hooks;
-    let kubeadm = pretty(&kubeadm_documents(input, ctx, spec));
+    let kubeadm = pretty(&kubeadm_documents(input, ctx, spec)?);
     let known = longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
     // systemd expands `$` and `%` in unit files, so a value filled into one
     // would not reach the service as it is: secrets go in files units read.
@@ -356,6 +426,18 @@ fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)
     Ok(files)
 }
 
+/// A pool's node labels and taints: plugin labels first, the pool's own
+/// labels in cluster.yaml win; the pool's taints, then the plugins' others.
+/// The kubelet registers exactly these, and the autoscaler's node templates
+/// (src/render/cfn.rs) describe the same.
+pub fn pool_labels_and_taints(pool: &NodePool, hooks: &NodeHooks) -> (BTreeMap<String, String>, Vec<Taint>) {
+    let mut labels = hooks.node_labels.clone();
+    labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut taints = pool.taints.clone();
+    taints.extend(hooks.taints.iter().filter(|t| !pool.taints.contains(t)).cloned());
+    (labels, taints)
+}
+
 /// Renders the controller's and each pool's full cloud-config. `out` already
 /// holds the addon artifacts the controller carries.
 pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Vec<NodePart>, RenderError> {
@@ -388,11 +470,7 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
 
     for pool in &input.cluster.worker.node_pools {
         let hooks = p.pools.get(&pool.name).unwrap_or(&default_hooks);
-        // Plugin labels first; the pool's own labels in cluster.yaml win.
-        let mut labels = hooks.node_labels.clone();
-        labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let mut taints = pool.taints.clone();
-        taints.extend(hooks.taints.iter().filter(|t| !pool.taints.contains(t)).cloned());
+        let (labels, taints) = pool_labels_and_taints(pool, hooks);
         let role = format!("worker-{}", pool.name);
         let spec = NodeSpec {
             role: role.clone(),
