@@ -226,6 +226,11 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
     std::fs::create_dir_all(root.join("secrets/kubeadm")).unwrap();
     std::fs::write(&secret_file, SECRET_VALUE).unwrap();
     std::fs::write(root.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
+    // The node script the installer blanks secrets with, as the controller has it.
+    let node_secrets = root.join("node-bin/kube-aws-node-secrets");
+    std::fs::create_dir_all(node_secrets.parent().unwrap()).unwrap();
+    std::fs::write(&node_secrets, include_str!("../src/render/templates/node-secrets.py")).unwrap();
+    std::fs::set_permissions(&node_secrets, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let script = addons.join("install-addons.sh");
     let log = root.join("calls.log");
     std::fs::write(&log, "").unwrap();
@@ -241,6 +246,7 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
         .env("KUBE_AWS_WORK_DIR", root.join("work"))
         .env("KUBE_AWS_BIN_DIR", root.join("bin"))
         .env("KUBE_AWS_SECRETS_DIR", root.join("secrets"))
+        .env("KUBE_AWS_NODE_SECRETS", &node_secrets)
         .env("FAKE_SECRET_FILE", &secret_file)
         .env("KUBE_AWS_RETRY_DELAY", "0")
         .env("KUBE_AWS_POLL_INTERVAL", "0")

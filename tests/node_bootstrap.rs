@@ -42,7 +42,10 @@ exec "$REAL_AWS" "$@"
 const FAKE_KUBEADM: &str = r#"#!/bin/bash
 echo "kubeadm $*" >>"$FAKE_LOG"
 case "$1 $2" in
-  "version -o") echo v1.31.2 ;;
+  "version -o")
+    # A failure inside the bootstrap's kubeadm_config function, which prints a secret.
+    [ -z "${FAKE_VERSION_FAIL:-}" ] || { echo "kubeadm: cannot read config with token $FAKE_TOKEN" >&2; exit 3; }
+    echo v1.31.2 ;;
   "init --config")
     cp "$3" "$FAKE_OUT/init.yaml"
     # As kubeadm does: the join commands, with the secrets in them.
@@ -64,15 +67,28 @@ exit 0
 
 const FAKE_CURL: &str = r#"#!/bin/bash
 echo "curl $*" >>"$FAKE_LOG"
-case "$*" in *api/token*) echo imds-token ;; *instance-id*) echo i-0123456789 ;; esac
+case "$*" in
+  *api/token*) echo imds-token ;;
+  *instance-id*) echo i-0123456789 ;;
+  *local-hostname*) echo "${FAKE_HOSTNAME:-ip-10-0-1-23.eu-west-1.compute.internal}" ;;
+  *meta-data/mac*) echo 0e:49:61:0f:c3:11 ;;
+esac
 "#;
 
 const FAKE_LOGGER: &str = "#!/bin/bash\necho \"$(basename \"$0\") $*\" >>\"$FAKE_LOG\"\n";
 
+/// Records the install; fails when told to (a missing package, say).
+const FAKE_DNF: &str = r#"#!/bin/bash
+echo "dnf $*" >>"$FAKE_LOG"
+[ -z "${FAKE_DNF_FAIL:-}" ] || { echo "Error: Unable to find a match: $FAKE_DNF_FAIL" >&2; exit 1; }
+"#;
+
 const FAKE_CONTAINERD: &str = "#!/bin/bash\necho \"containerd $*\" >>\"$FAKE_LOG\"\necho 'SystemdCgroup = false'\n";
 
-/// Writes the kubeadm secrets where the real script would, as it would.
+/// Writes the kubeadm secrets where the real script would, as it would;
+/// `blank` is the real script's.
 const FAKE_SECRETS: &str = r#"#!/bin/bash
+if [ "${1:-}" = blank ]; then exec python3 "$REAL_NODE_SECRETS" "$@"; fi
 echo "kube-aws-node-secrets" >>"$FAKE_LOG"
 d="$KUBE_AWS_ROOT/run/kube-aws/secrets/kubeadm"
 mkdir -p "$d"
@@ -134,6 +150,8 @@ impl Cluster {
             ("systemctl", FAKE_LOGGER),
             ("modprobe", FAKE_LOGGER),
             ("sysctl", FAKE_LOGGER),
+            ("networkctl", FAKE_LOGGER),
+            ("dnf", FAKE_DNF),
         ] {
             write_exec(&fakes.join(name), text);
         }
@@ -164,7 +182,9 @@ impl Cluster {
             .replace("${ApiEndpoint}", "api.full.example.com")
             .replace("${SecretsVersion}", &self.secrets_version);
         common::write_cloud_config_files(&stub, &root);
-        write_exec(&root.join("opt/kube-aws/bin/kube-aws-node-secrets"), FAKE_SECRETS);
+        let real = root.join("opt/kube-aws/bin/kube-aws-node-secrets");
+        std::fs::rename(&real, root.join("opt/kube-aws/bin/real-node-secrets")).unwrap();
+        write_exec(&real, FAKE_SECRETS);
         root
     }
 
@@ -186,6 +206,8 @@ impl Cluster {
             .env("REAL_AWS", common::tool("aws"))
             .env("KUBE_AWS_ROOT", root)
             .env("KUBE_AWS_RETRY_DELAY", "0")
+            .env("KUBE_AWS_JOIN_DELAY", "0")
+            .env("REAL_NODE_SECRETS", root.join("opt/kube-aws/bin/real-node-secrets"))
             .env("FAKE_LOG", &log)
             .env("FAKE_OUT", &out)
             .env("FAKE_TOKEN", TOKEN)
@@ -235,6 +257,7 @@ fn installer_lock(root: &Path) -> String {
     )
 }
 
+const HOSTNAME: &str = "ip-10-0-1-23.eu-west-1.compute.internal";
 const INSTALLER: &str = "systemctl enable --now --no-block kube-aws-addons.service";
 const SUCCESS: &str = "--status SUCCESS";
 
@@ -269,6 +292,32 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         "{join}"
     );
     assert!(a.ran(SUCCESS) && a.ran(INSTALLER) && a.ran("systemctl enable --now kube-aws-upload-certs.timer"));
+    // Named by its EC2 private DNS name, from IMDS, so the cloud controller manager finds the instance.
+    assert_eq!(init["nodeRegistration"]["name"], HOSTNAME);
+    // Kubernetes packages at the exact patch of the cluster's version, past the repository's exclude.
+    let k8s = kube_aws::config::resolve_version(&full().cluster.kubernetes_version).unwrap();
+    let (version, minor) = (k8s.version, k8s.minor);
+    assert_eq!(version.split('.').count(), 3, "an exact patch: {version}");
+    assert!(
+        a.ran(&format!(
+            "dnf install -y --disableexcludes=kubernetes kubelet-{version} kubeadm-{version} kubectl-{version} cri-tools-{minor}.*"
+        )),
+        "{:#?}",
+        a.log
+    );
+    // systemd-networkd manages the primary ENI only; the VPC CNI owns the others.
+    let dropin =
+        std::fs::read_to_string(first.join("etc/systemd/network/80-ec2.network.d/10-kube-aws-primary-eni-only.conf"))
+            .unwrap();
+    assert!(
+        dropin.contains("[Match]\nPermanentMACAddress=0e:49:61:0f:c3:11\n"),
+        "{dropin}"
+    );
+    assert!(a.ran("networkctl reload"));
+    // Plugin units are names after `--`, never options.
+    assert!(a.ran("systemctl enable --now -- dex-sync.service"), "{:#?}", a.log);
+    // A boot that worked leaves no failure report.
+    assert!(c.object("status/nodes/i-0123456789.json").is_none());
     // kubeadm's own output (which shows the token and key) is kept out of the boot log.
     assert!(!a.stdout.contains(TOKEN) && !a.stderr.contains(TOKEN) && !a.stdout.contains(CERT_KEY));
     let init_log = first.join("var/lib/kube-aws/kubeadm-init.log");
@@ -330,6 +379,7 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     let jc = wb.doc("join.yaml", "JoinConfiguration");
     assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
     assert!(jc.get("controlPlane").is_none(), "{jc}");
+    assert_eq!(jc["nodeRegistration"]["name"], HOSTNAME);
     assert!(wb.ran(SUCCESS) && !wb.ran(INSTALLER) && !wb.ran("upload-certs"));
 }
 
@@ -414,4 +464,70 @@ fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
     assert!(b.ran("--status FAILURE"));
     assert!(!b.ran("kubeadm init") && !b.ran("kubeadm join"), "{:#?}", b.log);
     assert_eq!(b.log.iter().filter(|l| l.contains("s3api put-object")).count(), 5);
+}
+
+/// The failure report a node published, read back from moto.
+fn report(c: &Cluster) -> serde_json::Value {
+    let text = c
+        .object("status/nodes/i-0123456789.json")
+        .expect("no failure report in S3");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_report() {
+    let mut c = Cluster::new();
+    let ctl = c.node("controller");
+    assert!(c.boot(&ctl, &[], &[]).ok);
+    // `kubeadm version` fails inside kubeadm_config (a function, in a subshell),
+    // printing the bootstrap token: without `set -E` no trap would run at all.
+    let w = c.node("worker-general");
+    let b = c.boot(&w, &[], &[("FAKE_VERSION_FAIL", "1")]);
+    assert!(!b.ok);
+    assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
+    assert_eq!(
+        b.log.iter().filter(|l| l.contains("signal-resource")).count(),
+        1,
+        "one signal, from the script itself, not one per subshell: {:#?}",
+        b.log
+    );
+    assert!(!b.ran("kubeadm join"), "it stopped at the failing step: {:#?}", b.log);
+    let r = report(&c);
+    assert_eq!(r["step"], "kubeadm-join", "{r:#}");
+    assert_eq!(r["role"], "worker-general");
+    assert_eq!(r["nodeName"], HOSTNAME);
+    assert_eq!(r["instanceId"], "i-0123456789");
+    assert_eq!(r["asgLogicalId"], "WorkerGroup");
+    assert!(r["exitCode"].as_i64().unwrap() != 0);
+    let log = r["log"].as_str().unwrap();
+    assert!(log.contains("kube-aws: step kubeadm-join"), "{log}");
+    assert!(
+        log.contains("kubeadm: cannot read config with token <secret kubeadm/bootstrap-token>"),
+        "{log}"
+    );
+    assert!(!r.to_string().contains(TOKEN), "{r:#}");
+    // The console still shows what happened.
+    assert!(b.stderr.contains("step kubeadm-join failed"), "{}", b.stderr);
+}
+
+#[test]
+fn a_failed_package_install_and_a_bad_node_name_are_reported_with_their_step() {
+    let mut c = Cluster::new();
+    let n = c.node("worker-general");
+    let b = c.boot(&n, &[], &[("FAKE_DNF_FAIL", "kubelet")]);
+    assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
+    let r = report(&c);
+    assert_eq!(r["step"], "packages", "{r:#}");
+    assert!(r["command"].as_str().unwrap().starts_with("dnf install"), "{r:#}");
+    assert!(r["log"].as_str().unwrap().contains("Unable to find a match"), "{r:#}");
+    assert!(!b.ran("kubeadm join"), "{:#?}", b.log);
+
+    // IMDS answering with something Kubernetes cannot take as a node name.
+    let n = c.node("worker-general");
+    let b = c.boot(&n, &[], &[("FAKE_HOSTNAME", "bad name; $(id)")]);
+    assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
+    let r = report(&c);
+    assert_eq!(r["step"], "metadata", "{r:#}");
+    assert!(r["log"].as_str().unwrap().contains("is not a DNS name"), "{r:#}");
+    assert!(!b.ran("dnf install"), "{:#?}", b.log);
 }

@@ -27,12 +27,46 @@ const UPLOAD_CERTS_SERVICE: &str = include_str!("templates/kube-aws-upload-certs
 const UPLOAD_CERTS_TIMER: &str = include_str!("templates/kube-aws-upload-certs.timer");
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
+const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
 
 /// Where the addon plan and values live on the controller.
 pub const NODE_ADDON_DIR: &str = "/etc/kube-aws/addons";
 /// The pod network kubeadm configures; CNI charts must agree with it.
 pub const POD_SUBNET: &str = "10.244.0.0/16";
-const PACKAGES: &[&str] = &["containerd", "kubelet", "kubeadm", "kubectl", "cri-tools", "tar"];
+/// What cloud-init installs from Amazon Linux 2023's own repositories. kubeadm's
+/// preflight (kubernetes/kubernetes cmd/kubeadm/app/preflight/checks.go,
+/// addExecChecks) requires `ip`, `iptables`, `mount` and `nsenter` and warns
+/// without `conntrack`, `ethtool`, `socat`, `tc` and `crictl`; the kubelet RPM
+/// no longer depends on them. The EKS AMI installs the same set on AL2023
+/// (awslabs/amazon-eks-ami templates/al2023/provisioners/install-worker.sh).
+const PACKAGES: &[&str] = &[
+    "containerd",
+    "conntrack-tools",
+    "iptables-nft",
+    "socat",
+    "ethtool",
+    "iproute-tc",
+    "tar",
+];
+/// The Kubernetes packages the repository excludes (kubeadm's install docs:
+/// `exclude=kubelet kubeadm kubectl cri-tools kubernetes-cni`), so no
+/// `dnf upgrade` ever moves them; the bootstrap installs them pinned, with
+/// `--disableexcludes=kubernetes`.
+const KUBERNETES_EXCLUDE: &str = "kubelet kubeadm kubectl cri-tools kubernetes-cni";
+
+/// The exact package specs the bootstrap installs from pkgs.k8s.io, whose RPMs
+/// are named `kubelet-1.35.4-150500.1.1.x86_64.rpm`: `NAME-VERSION` matches the
+/// patch exactly, so a node never floats to a newer patch at boot. cri-tools is
+/// released per minor (`cri-tools-1.35.0`), so it is pinned to the minor.
+/// kubernetes-cni comes as the kubelet's dependency, from the same minor's repository.
+fn kubernetes_packages(ctx: &Ctx) -> Vec<String> {
+    let mut p: Vec<String> = ["kubelet", "kubeadm", "kubectl"]
+        .iter()
+        .map(|n| format!("{n}-{}", ctx.k8s_version))
+        .collect();
+    p.push(format!("cri-tools-{}.*", ctx.k8s_minor));
+    p
+}
 
 /// One node role's full cloud-config.
 #[derive(Debug, Clone)]
@@ -308,6 +342,8 @@ fn render_node(
         "pool": spec.pool,
         "cluster": ctx.cluster,
         "kubernetesMinor": ctx.k8s_minor,
+        "kubernetesVersion": ctx.k8s_version,
+        "kubernetesPackages": kubernetes_packages(ctx),
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str()).collect::<Vec<_>>(),
         "secrets": secrets,
@@ -317,6 +353,11 @@ fn render_node(
         (KUBEADM_JSON, "0600", kubeadm),
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
+        (
+            "/etc/udev/rules.d/99-vpc-policy-routes.rules",
+            "0644",
+            UDEV_POLICY_ROUTES_MASK.into(),
+        ),
         (
             "/opt/kube-aws/bin/kube-aws-node-bootstrap",
             "0755",
@@ -384,6 +425,7 @@ fn render_node(
         )),
     );
     c.insert("packages", PACKAGES);
+    c.insert("repo_exclude", &quote(KUBERNETES_EXCLUDE));
     c.insert("files", &files);
     Ok((render_template("node", &c)?, secrets))
 }

@@ -17,6 +17,8 @@ ETC=${KUBE_AWS_ETC:-/etc/kube-aws}
 WORK=${KUBE_AWS_WORK_DIR:-/var/lib/kube-aws/addons}
 BIN=${KUBE_AWS_BIN_DIR:-/usr/local/bin}
 SECRETS=${KUBE_AWS_SECRETS_DIR:-/run/kube-aws/secrets}
+# Blanks secrets out of messages (the rule the bootstrap's failure report uses too).
+NODE_SECRETS=${KUBE_AWS_NODE_SECRETS:-/opt/kube-aws/bin/kube-aws-node-secrets}
 PLAN=$ADDONS/plan.json
 RUNTIME=$ETC/runtime.json
 export KUBECONFIG=${KUBECONFIG:-/etc/kubernetes/admin.conf}
@@ -89,27 +91,19 @@ retry() {
 # The message is helm's or kubectl's own output, which may quote a rendered
 # manifest: every secret this node decrypted is blanked out of it first.
 status() {
-  python3 - "$WORK/status-$1.json" "$cluster" "$1" "$2" "${3:-}" "$SECRETS" <<'PY'
+  local blanked=
+  if [ -n "${3:-}" ] && [ -f "$3" ]; then
+    blanked="$WORK/status-$1.message"
+    "$NODE_SECRETS" blank "$SECRETS" <"$3" >"$blanked" || echo "(the message could not be blanked of secrets)" >"$blanked"
+  fi
+  python3 - "$WORK/status-$1.json" "$cluster" "$1" "$2" "$blanked" <<'PY'
 import datetime, json, os, sys
-out, cluster, name, phase, msg_file, secrets = sys.argv[1:7]
+out, cluster, name, phase, msg_file = sys.argv[1:6]
 now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 old = json.load(open(out)) if os.path.exists(out) else {}
 message = ""
 if msg_file and os.path.exists(msg_file):
-    message = open(msg_file, errors="replace").read()
-    values = []
-    for root, _, files in os.walk(secrets):
-        for f in files:
-            if not f.startswith("."):
-                v = open(os.path.join(root, f), errors="replace").read()
-                if v.strip():
-                    values.append((v, os.path.relpath(os.path.join(root, f), secrets)))
-    # Longest first, so a value containing another is blanked whole.
-    for v, name_ in sorted(values, key=lambda x: -len(x[0])):
-        for form in {v, v.strip()}:
-            if form:
-                message = message.replace(form, "<secret %s>" % name_)
-    message = message[-8000:]
+    message = open(msg_file, errors="replace").read()[-8000:]
 json.dump({"cluster": cluster, "release": name, "phase": phase, "message": message,
            "startedAt": old.get("startedAt", now), "updatedAt": now}, open(out, "w"), indent=2)
 PY

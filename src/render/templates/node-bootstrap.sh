@@ -14,8 +14,15 @@
 # control-plane certificates under the bundle's certificate key, which kubeadm
 # otherwise deletes after two hours, so controllers can join at any time.
 #
+# Failures: `set -E` makes the ERR trap reach into functions and subshells, so
+# every failing step signals FAILURE at once (not after the group's timeout),
+# and publishes a report (node, role, step, the last lines of this script's
+# log with every decrypted secret blanked) to s3://<bucket>/<prefix>/status/nodes/
+# <instance-id>.json, which `kube-aws up --wait` and `kube-aws status` print.
+#
 # KUBE_AWS_ROOT prefixes every path (tests only).
-set -euo pipefail
+set -Eeuo pipefail
+shopt -s inherit_errexit
 R=${KUBE_AWS_ROOT:-}
 KA=$R/etc/kube-aws
 SECRETS=$R/run/kube-aws/secrets
@@ -28,6 +35,13 @@ jget() {
 v=json.load(open(sys.argv[1]))
 for k in sys.argv[2:]: v=v[k]
 print(json.dumps(v) if isinstance(v,(dict,list)) else ("" if v is None else v))' "$@"
+}
+# jlines FILE KEY...: a JSON list, one item a line.
+jlines() {
+  python3 -c 'import json,sys
+v=json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v=v[k]
+for x in v: print(x)' "$@"
 }
 region=$(jget "$KA/runtime.json" region)
 stack=$(jget "$KA/runtime.json" stackName)
@@ -45,6 +59,8 @@ docs = json.load(open(sys.argv[1]))["documents"]
 rt = json.load(open(sys.argv[2]))
 join = json.load(open(sys.argv[3])) if os.path.exists(sys.argv[3]) else None
 mode = sys.argv[5]
+instance_file = os.path.join(os.path.dirname(sys.argv[3]), "instance.json")
+instance = json.load(open(instance_file)) if os.path.exists(instance_file) else {}
 def secret(name):
     return open(os.path.join(sys.argv[6], "kubeadm", name)).read().strip()
 version = subprocess.check_output(["kubeadm", "version", "-o", "short"], text=True).strip()
@@ -53,6 +69,10 @@ token = secret("bootstrap-token")
 out = []
 for d in docs:
     kind = d["kind"]
+    if kind in ("InitConfiguration", "JoinConfiguration") and instance.get("nodeName"):
+        # The EC2 private DNS name: the cloud controller manager finds the
+        # instance by it, and gives the node its providerID and zone labels.
+        d.setdefault("nodeRegistration", {})["name"] = instance["nodeName"]
     if kind == "InitConfiguration":
         # Never expires: nodes of an auto scaling group join at any time.
         d["bootstrapTokens"] = [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
@@ -88,15 +108,101 @@ if [ "${1:-}" = upload-certs ]; then
   exit 0
 fi
 
-imds=http://169.254.169.254/latest
-tok=$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$imds/api/token")
-instance_id=$(curl -fsS -H "X-aws-ec2-metadata-token: $tok" "$imds/meta-data/instance-id")
+# The boot. Everything below runs under the ERR trap: whatever fails, in a
+# function or a subshell too, signals FAILURE and publishes the report.
+LOG=$WORK/bootstrap.log
+step=start
+instance_id=
+# Everything this script and its commands print also goes to $LOG, for the report.
+exec 3>&1 4>&2
+exec > >(tee -a "$LOG" >&3)
+tee_out=$!
+exec 2> >(tee -a "$LOG" >&4)
+tee_err=$!
+
+step() {
+  step=$1
+  echo "kube-aws: step $1"
+}
 
 signal() {
   aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
-    --logical-resource-id "$asg" --unique-id "$instance_id" --status "$1" || true
+    --logical-resource-id "$asg" --unique-id "${instance_id:-$(hostname)}" --status "$1" || true
 }
-trap 'signal FAILURE' ERR
+
+# report EXIT_CODE COMMAND: the failure report, blanked of every secret this
+# node decrypted (the rule kube-aws-node-secrets keeps for the addon installer
+# too), published where `kube-aws status` reads it. Best effort: the FAILURE
+# signal matters more.
+report() {
+  # Close the log pipes and wait for tee, so the log is complete.
+  exec >&3 2>&4
+  wait "$tee_out" "$tee_err" 2>/dev/null || true
+  local out=$WORK/failure.json cmd_file=$WORK/failure.command tail_file=$WORK/failure.log
+  printf '%s\n' "$2" | "$BIN/kube-aws-node-secrets" blank "$SECRETS" >"$cmd_file" || : >"$cmd_file"
+  tail -n "${KUBE_AWS_REPORT_LINES:-60}" "$LOG" | "$BIN/kube-aws-node-secrets" blank "$SECRETS" >"$tail_file" ||
+    echo "(the log could not be blanked of secrets, so it is left out)" >"$tail_file"
+  python3 - "$out" "$KA/runtime.json" "$KA/node.json" "$WORK/instance.json" "$step" "$1" "$cmd_file" "$tail_file" \
+    "${instance_id:-$(hostname)}" <<'PY' || return 0
+import json, os, sys, time
+out, runtime, node, instance, step, code, cmd_file, tail_file, instance_id = sys.argv[1:10]
+rt = json.load(open(runtime))
+nd = json.load(open(node))
+inst = json.load(open(instance)) if os.path.exists(instance) else {}
+json.dump({
+    "instanceId": instance_id,
+    "nodeName": inst.get("nodeName", ""),
+    "role": rt.get("role", nd.get("role", "")),
+    "stack": rt.get("stackName", ""),
+    "asgLogicalId": rt.get("asgLogicalId", ""),
+    "step": step,
+    "exitCode": int(code),
+    "command": open(cmd_file, errors="replace").read().strip(),
+    "log": open(tail_file, errors="replace").read(),
+    "timestamp": int(time.time()),
+}, open(out, "w"), indent=2)
+PY
+  aws --region "$region" s3 cp --only-show-errors --sse AES256 --content-type application/json "$out" \
+    "s3://$bucket/$prefix/status/nodes/${instance_id:-$(hostname)}.json" ||
+    echo "kube-aws: cannot publish the failure report" >&2
+}
+
+# fail_boot EXIT_CODE COMMAND: report, signal FAILURE, stop.
+fail_boot() {
+  trap - ERR
+  set +e
+  echo "kube-aws: step $step failed (exit $1): $2" >&2
+  report "$1" "$2"
+  signal FAILURE
+  exit "$1"
+}
+on_error() {
+  local rc=$? cmd=$BASH_COMMAND
+  # A failing subshell fails its parent too: only the script itself reports.
+  [ "$BASH_SUBSHELL" -eq 0 ] || return "$rc"
+  fail_boot "$rc" "$cmd"
+}
+trap on_error ERR
+
+step metadata
+imds=http://169.254.169.254/latest
+tok=$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$imds/api/token")
+imds_get() { curl -fsS -H "X-aws-ec2-metadata-token: $tok" "$imds/meta-data/$1"; }
+instance_id=$(imds_get instance-id)
+# The node's name is its private DNS name, as EC2 (and the cloud controller
+# manager) knows it; kubeadm gets it as data, in its config.
+node_name=$(imds_get local-hostname)
+mac=$(imds_get mac)
+python3 - "$WORK/instance.json" "$instance_id" "$node_name" "$mac" <<'PY'
+import json, re, sys
+out, iid, name, mac = sys.argv[1:5]
+name = name.strip().lower()
+if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+    sys.exit("kube-aws: IMDS local-hostname %r is not a DNS name Kubernetes accepts as a node name" % name)
+if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", mac.strip().lower()):
+    sys.exit("kube-aws: IMDS mac %r is not a MAC address" % mac)
+json.dump({"instanceId": iid, "nodeName": name, "mac": mac.strip().lower()}, open(out, "w"))
+PY
 
 # take_lock NAME: 0 when this node created bootstrap/NAME, 1 when another node
 # did; any other answer is retried, then fails the boot (never guessed).
@@ -111,8 +217,7 @@ take_lock() {
     sleep "$((i * ${KUBE_AWS_RETRY_DELAY:-3}))"
   done
   echo "kube-aws: cannot take the lock s3://$bucket/$prefix/bootstrap/$1: $err" >&2
-  signal FAILURE
-  exit 1
+  fail_boot 1 "take_lock $1"
 }
 
 # Starts the addon installer if no controller has run this plan, with these
@@ -126,34 +231,71 @@ start_installer() {
   fi
 }
 
+# AL2023's amazon-ec2-net-utils makes systemd-networkd manage every ENI
+# (80-ec2.network), which races the VPC CNI on the ENIs it attaches and
+# flushes its routes and rules. As the EKS AMI does, match that network to the
+# primary ENI only (awslabs/amazon-eks-ami nodeadm internal/system/networking.go
+# wrote /etc/systemd/network/80-ec2.network.d/10-eks_primary_eni_only.conf with
+# `[Match] PermanentMACAddress=<primary MAC>`); its udev rule that sets up
+# policy routes for hot-plugged ENIs is masked by the empty
+# /etc/udev/rules.d/99-vpc-policy-routes.rules cloud-init writes (EKS AMI
+# templates/al2023/provisioners/install-worker.sh).
+step network
+python3 - "$WORK/instance.json" "$R/etc/systemd/network/80-ec2.network.d/10-kube-aws-primary-eni-only.conf" <<'PY'
+import json, os, sys
+mac = json.load(open(sys.argv[1]))["mac"]
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+with open(sys.argv[2], "w") as f:
+    f.write("# kube-aws: systemd-networkd manages the primary ENI only; the VPC CNI owns the others.\n"
+            "[Match]\nPermanentMACAddress=%s\n" % mac)
+PY
+networkctl reload
+
+step secrets
 "$BIN/kube-aws-node-secrets"
 
+# The Kubernetes packages, pinned to the exact patch (node.json). The
+# repository excludes them so no later `dnf upgrade` moves them.
+step packages
+pkgs=$(jlines "$KA/node.json" kubernetesPackages)
+mapfile -t pkgs <<<"$pkgs"
+dnf install -y --disableexcludes=kubernetes "${pkgs[@]}"
+
+step kernel
 modprobe overlay
 modprobe br_netfilter
 sysctl --system >/dev/null
+
+step containerd
 mkdir -p "$R/etc/containerd"
 containerd config default >"$R/etc/containerd/config.toml"
 sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' "$R/etc/containerd/config.toml"
 systemctl daemon-reload
 systemctl enable --now containerd
 systemctl enable kubelet
-python3 -c 'import json,sys
-for u in json.load(open(sys.argv[1]))["enableUnits"]: print(u)' "$KA/node.json" |
-  while IFS= read -r unit; do systemctl enable --now "$unit"; done
+
+step plugin-units
+units=$(jlines "$KA/node.json" enableUnits)
+while IFS= read -r unit; do
+  # `--`: a unit name is never read as an option.
+  [ -z "$unit" ] || systemctl enable --now -- "$unit"
+done <<<"$units"
 
 wait_join() {
   for _ in $(seq 1 180); do
     if aws --region "$region" s3 cp --only-show-errors "s3://$bucket/$prefix/bootstrap/join.json" "$WORK/join.json"; then
       return 0
     fi
-    sleep 10
+    sleep "${KUBE_AWS_JOIN_DELAY:-10}"
   done
   echo "kube-aws: no join data at s3://$bucket/$prefix/bootstrap/join.json after 30 minutes" >&2
   return 1
 }
 
 if [ "$role" = controller ]; then
+  step init-lock
   if take_lock init-lock; then
+    step kubeadm-init
     kubeadm_config init "$WORK/kubeadm.yaml"
     # kubeadm prints the join commands with the token and certificate key: keep
     # them out of the boot log (cloud-init-output.log), in a private file.
@@ -161,6 +303,7 @@ if [ "$role" = controller ]; then
       echo "kube-aws: kubeadm init failed; its output is in $WORK/kubeadm-init.log (it may show the bootstrap token)" >&2
       false
     fi
+    step publish-join
     hash=$(openssl x509 -pubkey -in "$R/etc/kubernetes/pki/ca.crt" | openssl rsa -pubin -outform der 2>/dev/null |
       sha256sum | cut -d' ' -f1)
     python3 -c 'import json,sys
@@ -168,15 +311,21 @@ json.dump({"caCertHash": "sha256:" + sys.argv[1]}, open(sys.argv[2], "w"))' "$ha
     aws --region "$region" s3 cp --only-show-errors --sse AES256 "$WORK/join.json" \
       "s3://$bucket/$prefix/bootstrap/join.json"
   else
+    step wait-join
     wait_join
+    step kubeadm-join
     kubeadm_config control-plane "$WORK/kubeadm.yaml"
     kubeadm join --config "$WORK/kubeadm.yaml"
   fi
   signal SUCCESS
+  step upload-certs-timer
   systemctl enable --now kube-aws-upload-certs.timer
+  step installer
   start_installer
 else
+  step wait-join
   wait_join
+  step kubeadm-join
   kubeadm_config worker "$WORK/kubeadm.yaml"
   kubeadm join --config "$WORK/kubeadm.yaml"
   signal SUCCESS

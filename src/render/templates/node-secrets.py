@@ -12,6 +12,10 @@
 # Values are data here, never shell: the aws CLI gets argument lists, and no
 # plaintext is ever printed. Running it again is harmless (nothing is left to fill).
 #
+# `kube-aws-node-secrets blank DIR` copies stdin to stdout with every secret
+# stored under DIR replaced by `<secret NAME>`: the one rule the addon
+# installer (status messages) and the bootstrap (failure reports) blank with.
+#
 # The reference matching rule is shared with src/render/secrets.rs: the longest
 # known reference wins, and it must not run on into [A-Za-z0-9_-].
 import base64
@@ -115,6 +119,24 @@ def fill(path, fmt, pattern, plain):
     write_private(path, out.encode("utf-8"), like=st)
 
 
+def blank(text, store):
+    """`text` with every value stored under `store` replaced by `<secret NAME>`."""
+    values = []
+    for root, _, files in os.walk(store):
+        for f in files:
+            if not f.startswith("."):
+                path = os.path.join(root, f)
+                v = open(path, errors="replace").read()
+                if v.strip():
+                    values.append((v, os.path.relpath(path, store)))
+    # Longest first, so a value containing another is blanked whole.
+    for v, name in sorted(values, key=lambda x: -len(x[0])):
+        for form in {v, v.strip()}:
+            if form:
+                text = text.replace(form, "<secret %s>" % name)
+    return text
+
+
 def main():
     rt = json.load(open(os.path.join(ETC, "runtime.json")))
     node = json.load(open(os.path.join(ETC, "node.json")))
@@ -168,4 +190,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["blank"] and len(sys.argv) == 3:
+        sys.stdout.write(blank(sys.stdin.read(), sys.argv[2]))
+    else:
+        main()

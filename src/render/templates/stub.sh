@@ -1,6 +1,6 @@
 #!/bin/bash
 # Applies the full cloud-config named in runtime.json: download, verify, run.
-set -euo pipefail
+set -Eeuo pipefail
 rt=/etc/kube-aws/runtime.json
 get() { python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$rt" "$1"; }
 src=$(get cloudConfig)
