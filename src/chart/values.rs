@@ -45,19 +45,9 @@ pub enum ValuesError {
     },
     #[error("{}", .0.join("\n"))]
     Schema(Vec<String>),
-    #[error(
-        "{at}: release {release:?}: value image.tag {tag:?} {problem}, but the cluster runs Kubernetes {minor}: \
-         cluster-autoscaler's minor must equal the cluster's (remove image.tag to get {want}, \
-         or change kubernetesVersion)"
-    )]
-    VersionSkew {
-        at: String,
-        release: String,
-        tag: String,
-        problem: String,
-        minor: String,
-        want: String,
-    },
+    /// A chart image of another Kubernetes minor than the cluster's, located.
+    #[error("{0}")]
+    VersionSkew(String),
 }
 
 /// Charts whose image must be of the cluster's own Kubernetes minor:
@@ -92,14 +82,12 @@ pub fn check_minor_skew(
     };
     let segments = ["image".to_string(), "tag".to_string()];
     let (_, at) = locate_value(&segments, values, layers);
-    Err(ValuesError::VersionSkew {
-        at,
-        release: release.into(),
-        tag: tag.into(),
-        problem,
-        minor: k8s.minor,
-        want: k8s.release.cluster_autoscaler.into(),
-    })
+    Err(ValuesError::VersionSkew(format!(
+        "{at}: release {release:?}: value image.tag {tag:?} {problem}, but the cluster runs Kubernetes {}: \
+         cluster-autoscaler's minor must equal the cluster's (remove image.tag to get {}, \
+         or change kubernetesVersion)",
+        k8s.minor, k8s.release.cluster_autoscaler
+    )))
 }
 
 /// One layer of user values and where it came from.
@@ -457,7 +445,7 @@ mod tests {
     fn autoscaler_minor_must_equal_the_clusters() {
         let l = ValuesLayer::from_yaml("ca", Path::new("values/ca.yaml"), "image:\n  tag: v1.34.2\n").unwrap();
         let user = merge_layers(std::slice::from_ref(&l));
-        let e = check_minor_skew("ca", "cluster-autoscaler", &user, &[l.clone()], "1.35")
+        let e = check_minor_skew("ca", "cluster-autoscaler", &user, std::slice::from_ref(&l), "1.35")
             .unwrap_err()
             .to_string();
         assert!(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::config::{Release, Taint};
+use crate::config::{NodePool, Release, Taint};
 
 /// Where a plugin was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -175,5 +175,54 @@ impl ResolvedPlugins {
     /// Is the Amazon VPC CNI the cluster's pod network?
     pub fn vpc_cni(&self) -> bool {
         self.is_active(VPC_CNI_PLUGIN)
+    }
+}
+
+/// The tag the cluster-autoscaler's ASG auto-discovery looks for; a pool
+/// carrying it is sized by the autoscaler.
+pub const AUTOSCALER_ENABLED_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
+/// Prefix of the tags that describe a pool's nodes to the autoscaler, so it
+/// can scale a group up from zero (kubernetes/autoscaler
+/// cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery Setup":
+/// `…/node-template/label/<key>: <value>`, `…/node-template/taint/<key>: <value>:<Effect>`).
+pub const NODE_TEMPLATE_TAG: &str = "k8s.io/cluster-autoscaler/node-template";
+/// AWS's limit on a tag key's length.
+pub const TAG_KEY_LIMIT: usize = 128;
+
+impl NodeHooks {
+    /// Is this scope's group sized by the cluster-autoscaler?
+    pub fn autoscaled(&self) -> bool {
+        self.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG)
+    }
+
+    /// A pool's node labels and taints: plugin labels first, the pool's own
+    /// labels in cluster.yaml win; the pool's taints, then the plugins' others.
+    /// The kubelet registers exactly these, and the node templates describe the same.
+    pub fn pool_labels_and_taints(&self, pool: &NodePool) -> (BTreeMap<String, String>, Vec<Taint>) {
+        let mut labels = self.node_labels.clone();
+        labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut taints = pool.taints.clone();
+        taints.extend(self.taints.iter().filter(|t| !pool.taints.contains(t)).cloned());
+        (labels, taints)
+    }
+
+    /// The node-template tags of an autoscaled pool, one per label and taint;
+    /// none when the autoscaler does not size the pool.
+    pub fn node_template_tags(&self, pool: &NodePool) -> Vec<(String, String)> {
+        if !self.autoscaled() {
+            return Vec::new();
+        }
+        let (labels, taints) = self.pool_labels_and_taints(pool);
+        let mut tags: Vec<(String, String)> = labels
+            .into_iter()
+            .map(|(k, v)| (format!("{NODE_TEMPLATE_TAG}/label/{k}"), v))
+            .collect();
+        for t in taints {
+            tags.push((
+                format!("{NODE_TEMPLATE_TAG}/taint/{}", t.key),
+                format!("{}:{}", t.value, t.effect.as_str()),
+            ));
+        }
+        tags
     }
 }

@@ -191,6 +191,7 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
     if errors.is_empty() {
         errors.extend(check_releases(cluster, defs, &out));
         errors.extend(check_max_pods(cluster, &out));
+        errors.extend(check_node_template_tags(cluster, &out));
     }
     if errors.is_empty() {
         Ok(out)
@@ -214,6 +215,33 @@ fn check_max_pods(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Located> {
             let key = if wanted.is_some() { "maxPods" } else { "instanceType" };
             let path = join_key(&base, key);
             errors.push(Located::new(&cluster.file, cluster.source.locate(&path), &path, why));
+        }
+    }
+    errors
+}
+
+/// An autoscaled pool's node-template tags fit AWS's tag key limit (a long
+/// label key would otherwise fail the stack at deploy time).
+fn check_node_template_tags(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Located> {
+    let mut errors = Vec::new();
+    for (i, pool) in cluster.config.worker.node_pools.iter().enumerate() {
+        let Some(hooks) = out.pools.get(&pool.name) else {
+            continue;
+        };
+        for (key, _) in hooks.node_template_tags(pool) {
+            if key.len() > TAG_KEY_LIMIT {
+                let path = format!("worker.nodePools[{i}]");
+                errors.push(Located::new(
+                    &cluster.file,
+                    cluster.source.locate(&path),
+                    &path,
+                    format!(
+                        "the autoscaler's node-template tag {key:?} is {} characters, over AWS's {TAG_KEY_LIMIT}-character \
+                         tag key limit (shorten the label or taint key in it)",
+                        key.len()
+                    ),
+                ));
+            }
         }
     }
     errors

@@ -472,14 +472,6 @@ fn control_plane_stack(
     Ok(t)
 }
 
-/// The tag the cluster-autoscaler's ASG auto-discovery looks for; a pool
-/// carrying it is sized by the autoscaler.
-pub const AUTOSCALER_ENABLED_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
-/// Prefix of the tags that describe a pool's nodes to the autoscaler, so it
-/// can scale a group up from zero (cluster-autoscaler/cloudprovider/aws/README.md,
-/// "Auto-Discovery Setup" / scaling a node group to 0).
-pub const NODE_TEMPLATE_TAG: &str = "k8s.io/cluster-autoscaler/node-template";
-
 /// The size of one pool's auto scaling group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolBounds {
@@ -502,33 +494,11 @@ pub fn pool_bounds(p: &NodePool, hooks: &NodeHooks) -> PoolBounds {
     let own_max = p.count.or(p.max_size).unwrap_or(own_min);
     let min = hooks.asg_min_size.unwrap_or(own_min);
     let max = hooks.asg_max_size.unwrap_or(own_max).max(min).max(1);
-    let autoscaled = hooks.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG);
     PoolBounds {
         min,
         max,
-        desired: (!autoscaled).then_some(min),
+        desired: (!hooks.autoscaled()).then_some(min),
     }
-}
-
-/// The node-template tags of an autoscaled pool: one per label
-/// (`…/label/<key>: <value>`) and per taint (`…/taint/<key>: <value>:<Effect>`),
-/// exactly the labels and taints its kubelets register.
-pub fn node_template_tags(pool: &NodePool, hooks: &NodeHooks) -> Vec<(String, String)> {
-    if !hooks.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG) {
-        return Vec::new();
-    }
-    let (labels, taints) = super::cloudconfig::pool_labels_and_taints(pool, hooks);
-    let mut tags: Vec<(String, String)> = labels
-        .into_iter()
-        .map(|(k, v)| (format!("{NODE_TEMPLATE_TAG}/label/{k}"), v))
-        .collect();
-    for t in taints {
-        tags.push((
-            format!("{NODE_TEMPLATE_TAG}/taint/{}", t.key),
-            format!("{}:{}", t.value, super::cloudconfig::effect_name(t.effect)),
-        ));
-    }
-    tags
 }
 
 fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserData) -> Map<String, Value> {
@@ -556,7 +526,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
         min: bounds.min,
         max: bounds.max,
         desired: bounds.desired,
-        template_tags: node_template_tags(pool, hooks),
+        template_tags: hooks.node_template_tags(pool),
         security_group: "WorkerSecurityGroupId",
         hooks,
         secrets: &node.secrets,
@@ -714,6 +684,7 @@ pub fn render_stacks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::AUTOSCALER_ENABLED_TAG;
 
     #[test]
     fn arm64_families() {
@@ -784,7 +755,7 @@ mod tests {
             .node_labels
             .insert("kube-aws.io/pool".into(), "from-plugin".into());
         hooks.node_labels.insert("plugin.example.com/x".into(), "y".into());
-        let tags = node_template_tags(&p, &hooks);
+        let tags = hooks.node_template_tags(&p);
         let want = [
             (
                 "k8s.io/cluster-autoscaler/node-template/label/kube-aws.io/pool",
@@ -802,7 +773,7 @@ mod tests {
         ];
         let got: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(got, want);
-        assert!(node_template_tags(&p, &NodeHooks::default()).is_empty());
+        assert!(NodeHooks::default().node_template_tags(&p).is_empty());
     }
 
     #[test]

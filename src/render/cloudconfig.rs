@@ -13,7 +13,7 @@ use super::plan::sha256_hex;
 use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput, Rendered};
-use crate::config::{NodePool, Taint, TaintEffect};
+use crate::config::{Taint, TaintEffect};
 use crate::plugin::NodeHooks;
 
 const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
@@ -136,17 +136,8 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
     }
 }
 
-/// A taint effect as Kubernetes spells it.
-pub fn effect_name(effect: TaintEffect) -> &'static str {
-    match effect {
-        TaintEffect::NoSchedule => "NoSchedule",
-        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-        TaintEffect::NoExecute => "NoExecute",
-    }
-}
-
 fn taint_json(t: &Taint) -> Value {
-    let mut v = json!({"key": t.key, "effect": effect_name(t.effect)});
+    let mut v = json!({"key": t.key, "effect": t.effect.as_str()});
     if !t.value.is_empty() {
         v["value"] = json!(t.value);
     }
@@ -468,18 +459,6 @@ fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)
     Ok(files)
 }
 
-/// A pool's node labels and taints: plugin labels first, the pool's own
-/// labels in cluster.yaml win; the pool's taints, then the plugins' others.
-/// The kubelet registers exactly these, and the autoscaler's node templates
-/// (src/render/cfn.rs) describe the same.
-pub fn pool_labels_and_taints(pool: &NodePool, hooks: &NodeHooks) -> (BTreeMap<String, String>, Vec<Taint>) {
-    let mut labels = hooks.node_labels.clone();
-    labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut taints = pool.taints.clone();
-    taints.extend(hooks.taints.iter().filter(|t| !pool.taints.contains(t)).cloned());
-    (labels, taints)
-}
-
 /// Renders the controller's and each pool's full cloud-config. `out` already
 /// holds the addon artifacts the controller carries.
 pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Vec<NodePart>, RenderError> {
@@ -512,7 +491,7 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
 
     for pool in &input.cluster.worker.node_pools {
         let hooks = p.pools.get(&pool.name).unwrap_or(&default_hooks);
-        let (labels, taints) = pool_labels_and_taints(pool, hooks);
+        let (labels, taints) = hooks.pool_labels_and_taints(pool);
         let role = format!("worker-{}", pool.name);
         let spec = NodeSpec {
             role: role.clone(),
