@@ -5,9 +5,9 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools lint unit example bench
+.PHONY: test tools lint unit fuzz-short fuzz example bench
 
-test: tools lint unit
+test: tools lint unit fuzz-short
 
 tools:
 	@bash scripts/install-tools.sh
@@ -18,6 +18,14 @@ lint:
 
 unit:
 	cargo test --all-targets
+
+# Every fuzz target for a few seconds on the committed corpus (scripts/fuzz.sh).
+fuzz-short:
+	bash scripts/fuzz.sh short
+
+# Every fuzz target for minutes (FUZZ_SECONDS each, default 300).
+fuzz:
+	bash scripts/fuzz.sh long
 
 example:
 	cargo run --quiet -- init --example example --force && cargo run --quiet -- --dir example render

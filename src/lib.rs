@@ -6,6 +6,7 @@ pub mod aws;
 pub mod chart;
 pub mod cli;
 pub mod config;
+pub mod deep;
 pub mod fsutil;
 pub mod located;
 pub mod pipeline;

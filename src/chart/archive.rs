@@ -9,10 +9,43 @@ use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
-/// Most bytes one archive may decompress to.
+/// Most bytes one archive may decompress to: its files, headers and
+/// extension headers (a gzip bomb stops here).
 pub const MAX_TOTAL: u64 = 100 * 1024 * 1024;
 /// Most bytes one file in an archive may hold.
 pub const MAX_FILE: u64 = 5 * 1024 * 1024;
+/// Most bytes of one extension header (PAX `x`/`g`, GNU long name `L` or
+/// long link `K`): the tar crate reads each into memory whole.
+pub const MAX_EXTENSION: u64 = 64 * 1024;
+/// Most entries (of any kind, extension headers included) in one archive.
+pub const MAX_ENTRIES: usize = 100_000;
+
+/// Counts the decompressed bytes and stops at [`MAX_TOTAL`].
+struct Counted<R> {
+    inner: R,
+    read: u64,
+    over: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let room = (MAX_TOTAL + 1).saturating_sub(self.read);
+        if room == 0 {
+            self.over.set(true);
+            return Err(std::io::Error::other(TOO_BIG));
+        }
+        let want = buf.len().min(room.min(usize::MAX as u64) as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.read += n as u64;
+        if self.read > MAX_TOTAL {
+            self.over.set(true);
+            return Err(std::io::Error::other(TOO_BIG));
+        }
+        Ok(n)
+    }
+}
+
+const TOO_BIG: &str = "the archive decompresses to more than 100 MiB (the limit for one chart)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
@@ -68,18 +101,103 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
         archive: label.to_string(),
         reason,
     };
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    let entries = tar.entries().map_err(|e| invalid(format!("not a gzipped tar: {e}")))?;
-    let mut total: u64 = 0;
+    let over = std::rc::Rc::new(std::cell::Cell::new(false));
+    let counted = Counted {
+        inner: flate2::read::GzDecoder::new(bytes),
+        read: 0,
+        over: over.clone(),
+    };
+    let mut tar = tar::Archive::new(counted);
+    let broken = |e: std::io::Error| {
+        if over.get() {
+            invalid(TOO_BIG.into())
+        } else {
+            invalid(format!("not a gzipped tar: {e}"))
+        }
+    };
+    // Raw: extension headers come to this loop instead of being read into
+    // memory by the tar crate, so their size is checked before any is read.
+    let entries = tar.entries().map_err(broken)?.raw(true);
     let mut top: Option<String> = None;
     let mut chart_yaml = None;
     let mut values = None;
     let mut schema = None;
     let mut crds = Vec::new();
-    for entry in entries {
-        let mut entry = entry.map_err(|e| invalid(format!("not a gzipped tar: {e}")))?;
-        let raw_path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+    // What the extension headers before the next entry said.
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut pax_path: Option<Vec<u8>> = None;
+    let mut pax_size: Option<u64> = None;
+    let mut pax_seen = false;
+    for (count, entry) in entries.enumerate() {
+        let mut entry = entry.map_err(broken)?;
         let kind = entry.header().entry_type();
+        let header_path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if count >= MAX_ENTRIES {
+            return Err(refuse(
+                &header_path,
+                format!("more than {MAX_ENTRIES} entries (the limit for one chart archive)"),
+            ));
+        }
+        let extension = kind.is_pax_global_extensions()
+            || kind.is_pax_local_extensions()
+            || kind.is_gnu_longname()
+            || kind.is_gnu_longlink();
+        if extension {
+            let size = entry.header().entry_size().unwrap_or(u64::MAX);
+            if size > MAX_EXTENSION {
+                return Err(refuse(
+                    &header_path,
+                    format!(
+                        "extension header ({}) of {size} bytes is more than the {} KiB limit",
+                        extension_name(kind),
+                        MAX_EXTENSION / 1024
+                    ),
+                ));
+            }
+            let mut data = Vec::new();
+            (&mut entry)
+                .take(MAX_EXTENSION)
+                .read_to_end(&mut data)
+                .map_err(broken)?;
+            if kind.is_gnu_longname() {
+                if long_name.is_some() {
+                    return Err(refuse(&header_path, "two long names for one entry".into()));
+                }
+                let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+                data.truncate(end);
+                long_name = Some(data);
+            } else if kind.is_pax_local_extensions() {
+                if pax_seen {
+                    return Err(refuse(&header_path, "two PAX headers for one entry".into()));
+                }
+                pax_seen = true;
+                for ext in tar::PaxExtensions::new(&data) {
+                    let ext = ext.map_err(|e| refuse(&header_path, format!("malformed PAX header: {e}")))?;
+                    match ext.key_bytes() {
+                        b"path" => pax_path = Some(ext.value_bytes().to_vec()),
+                        b"size" => {
+                            let v = ext.value().ok().and_then(|v| v.parse::<u64>().ok());
+                            pax_size = Some(v.ok_or_else(|| refuse(&header_path, "malformed PAX size".into()))?);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // PAX global headers and GNU long links change nothing kube-aws reads.
+            continue;
+        }
+        pax_seen = false;
+        let raw_path = match pax_path.take().or(long_name.take()) {
+            Some(p) => String::from_utf8_lossy(&p).into_owned(),
+            None => header_path,
+        };
+        if let Some(size) = pax_size.take() {
+            // In raw mode the tar crate reads the header's size; Helm (Go's
+            // archive/tar) reads the PAX size. Both must agree.
+            if entry.header().entry_size().ok() != Some(size) {
+                return Err(refuse(&raw_path, "the PAX size differs from the header's size".into()));
+            }
+        }
         if kind.is_symlink() {
             return Err(refuse(&raw_path, "symbolic links are not allowed in a chart".into()));
         }
@@ -91,9 +209,6 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
                 &raw_path,
                 "device files and pipes are not allowed in a chart".into(),
             ));
-        }
-        if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() || kind.is_gnu_longname() {
-            continue;
         }
         let path = Path::new(&raw_path);
         let mut parts = Vec::new();
@@ -136,19 +251,15 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
         }
         // Read through a limit: the header's size is not to be trusted.
         let mut buf = Vec::new();
-        (&mut entry)
-            .take(MAX_FILE + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| invalid(format!("reading {raw_path:?}: {e}")))?;
+        (&mut entry).take(MAX_FILE + 1).read_to_end(&mut buf).map_err(|e| {
+            if over.get() {
+                invalid(TOO_BIG.into())
+            } else {
+                invalid(format!("reading {raw_path:?}: {e}"))
+            }
+        })?;
         if buf.len() as u64 > MAX_FILE {
             return Err(refuse(&raw_path, "more than the 5 MiB limit for one file".into()));
-        }
-        total += buf.len() as u64;
-        if total > MAX_TOTAL {
-            return Err(refuse(
-                &raw_path,
-                "the archive decompresses to more than 100 MiB".into(),
-            ));
         }
         let rel = parts[1..].join("/");
         match rel.as_str() {
@@ -180,6 +291,18 @@ pub fn read_chart_archive(bytes: &[u8], label: &str, expected_name: Option<&str>
         }
     }
     Ok(files)
+}
+
+fn extension_name(kind: tar::EntryType) -> &'static str {
+    if kind.is_pax_global_extensions() {
+        "PAX global, type g"
+    } else if kind.is_pax_local_extensions() {
+        "PAX, type x"
+    } else if kind.is_gnu_longname() {
+        "GNU long name, type L"
+    } else {
+        "GNU long link, type K"
+    }
 }
 
 /// Reads an unpacked chart directory.

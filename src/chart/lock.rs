@@ -15,7 +15,7 @@ use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
 use crate::chart::index::{find_chart_version, parse_index, ChartVersion, Index, IndexError};
 use crate::chart::version::{parse_version, resolve_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
-use crate::located::closest;
+use crate::located::{closest, join_index, join_key, Located, Pos, SourceMap};
 
 /// The lock file, relative to the work tree.
 pub const LOCK_FILE: &str = "charts-index/index.yaml";
@@ -48,6 +48,9 @@ pub struct Lock {
     /// The lock file, as shown in messages.
     pub file: PathBuf,
     pub index: Index,
+    /// The text of each layer's file (the work tree's first), to locate an
+    /// entry in messages.
+    pub texts: Vec<(PathBuf, String)>,
 }
 
 /// One release's locked chart.
@@ -97,6 +100,7 @@ pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
                     api_version: "v1".into(),
                     ..Index::default()
                 },
+                texts: Vec::new(),
             })
         }
         Err(source) => return Err(LockError::Read { file, source }),
@@ -114,6 +118,7 @@ pub fn parse_lock(text: &str, file: &Path) -> Result<Lock, LockError> {
     Ok(Lock {
         file: file.to_path_buf(),
         index,
+        texts: vec![(file.to_path_buf(), text.to_string())],
     })
 }
 
@@ -128,7 +133,61 @@ impl Lock {
                 .or_default()
                 .extend(versions.iter().cloned());
         }
+        self.texts.extend(lower.texts.iter().cloned());
         self
+    }
+
+    /// Where entry `v` of chart `chart` sits in its lock file, at key `key`
+    /// of the entry (`digest`): `file:line:col: entries.CHART[i].KEY`.
+    fn locate(&self, chart: &str, v: &ChartVersion, key: &str) -> Located {
+        let ann = |item: &serde_yaml::Value, k: &str| {
+            item.get("annotations")
+                .and_then(|a| a.get(k))
+                .and_then(serde_yaml::Value::as_str)
+                .map(str::to_string)
+        };
+        for (file, text) in &self.texts {
+            let Ok(raw) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+                continue;
+            };
+            let Some(items) = raw
+                .get("entries")
+                .and_then(|e| e.get(chart))
+                .and_then(|l| l.as_sequence())
+            else {
+                continue;
+            };
+            let found = items.iter().position(|item| {
+                ann(item, SOURCE_ANNOTATION) == v.annotations.get(SOURCE_ANNOTATION).cloned()
+                    && ann(item, RELEASE_ANNOTATION) == v.annotations.get(RELEASE_ANNOTATION).cloned()
+                    && item.get("version").and_then(|x| x.as_str()) == Some(v.version.as_str())
+            });
+            if let Some(i) = found {
+                let entry = join_index(&join_key("entries", chart), i);
+                let path = join_key(&entry, key);
+                let pos = SourceMap::parse(file, text)
+                    .map(|m| m.locate(&path))
+                    .unwrap_or_default();
+                let shown = if items[i].get(key).is_some() { path } else { entry };
+                return Located::new(file, pos, &shown, "");
+            }
+        }
+        Located::new(&self.file, Pos { line: 1, col: 1 }, "", "")
+    }
+}
+
+/// Whether a lock entry's digest is what its source needs: every archive
+/// (from a repository, a registry or a local `.tgz`) is pinned by its
+/// sha256; only a local chart directory has none. None when it is fine,
+/// else the problem.
+fn digest_problem(v: &ChartVersion, source: &str) -> Option<String> {
+    match (&v.digest, v.digest_hex()) {
+        (Some(_), Some(_)) => None,
+        (Some(d), None) => Some(format!(
+            "the digest {d:?} is not a sha256 (64 hex digits, optionally after `sha256:`)"
+        )),
+        (None, _) if source.starts_with("path:") => None,
+        (None, _) => Some("there is no digest (the sha256 that pins the chart archive)".into()),
     }
 }
 
@@ -169,6 +228,15 @@ pub fn check_lock(lock: &Lock, releases: &[Release]) -> Result<Vec<LockedChart>,
                 r.name,
                 r.chart
             )),
+            Some(v) if digest_problem(v, &source).is_some() => {
+                let why = digest_problem(v, &source).unwrap_or_default();
+                let mut at = lock.locate(&r.chart, v, "digest");
+                at.message = format!(
+                    "release {:?}: chart {:?} {} from {source}: {why}: run `kube-aws charts lock`",
+                    r.name, r.chart, v.version
+                );
+                problems.push(at.to_string());
+            }
             Some(v) => {
                 let wanted = r.version.as_deref().filter(|w| !w.trim().is_empty());
                 let ok = match wanted {
@@ -249,6 +317,12 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     let mut todo = Vec::new();
     let mut done: Vec<(usize, ChartVersion)> = Vec::new();
     for (i, r) in opts.releases.iter().enumerate() {
+        if matches!(r.source, ChartSource::Path(_)) {
+            // A lock describes the bytes on disk: a local chart is read again
+            // every time (cheap), and its entry kept only if they are the same.
+            todo.push(i);
+            continue;
+        }
         let keep = (!opts.update)
             .then(|| check_lock(&existing, std::slice::from_ref(r)).ok())
             .flatten()
@@ -300,8 +374,19 @@ pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockErro
     })
     .await;
     for res in resolved {
-        let (i, v, w) = res?;
+        let (i, mut v, w) = res?;
         warnings.extend(w);
+        let r = &opts.releases[i];
+        if matches!(r.source, ChartSource::Path(_)) && !opts.update {
+            if let Some(old) = entry_for(&existing, r).filter(|o| {
+                o.version == v.version
+                    && o.digest_hex() == v.digest
+                    && check_lock(&existing, std::slice::from_ref(r)).is_ok()
+            }) {
+                v = old.clone();
+                kept.push(r.name.clone());
+            }
+        }
         done.push((i, v));
     }
     done.sort_by_key(|(i, _)| *i);

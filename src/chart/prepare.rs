@@ -112,7 +112,14 @@ pub fn read_locked_chart(dir: &Path, cache: &ChartCache, locked: &LockedChart) -
         source,
     };
     let Some(hex) = &locked.digest else {
-        let path = locked.source.strip_prefix("path:").unwrap_or(&locked.source);
+        // Only a local chart directory is locked without a digest (check_lock
+        // refuses any other entry without one).
+        let Some(path) = locked.source.strip_prefix("path:") else {
+            return Err(PrepareError::Lock(LockError::Stale(vec![format!(
+                "release {:?}: chart {:?} from {} has no digest in the lock: run `kube-aws charts lock`",
+                locked.release, locked.chart, locked.source
+            )])));
+        };
         return read_chart_dir(&dir.join(path)).map_err(archive_err);
     };
     let bytes = cache

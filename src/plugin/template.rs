@@ -8,9 +8,10 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 use serde_json::Value;
-use tera::{Context, Tera};
+use tera::Context;
 
 use super::discover::PluginDef;
+use super::guard;
 use crate::located::{join_index, join_key, Located, Pos};
 
 static PARSE_POS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"-->\s*(\d+):(\d+)").unwrap());
@@ -56,7 +57,6 @@ impl<'a> Renderer<'a> {
         if !is_template(text) {
             return Ok(text.to_string());
         }
-        let mut tera = Tera::default();
         let fail = |line: Option<(usize, usize)>, why: String| {
             let plugin = self.def.name();
             match (in_file, line) {
@@ -72,20 +72,61 @@ impl<'a> Renderer<'a> {
                 _ => Located::new(file, at, key, format!("plugin {plugin:?}: {why}")),
             }
         };
-        if let Err(e) = tera.add_raw_template(name, text) {
-            let full = chain(&e);
-            let pos = PARSE_POS
-                .captures(&full)
-                .and_then(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)));
-            let detail = full
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("= "))
-                .unwrap_or("syntax error")
-                .to_string();
-            return Err(fail(pos, format!("broken template: {detail}")));
+        let scan = guard::prescan(text).map_err(|r| fail(Some(guard::line_col(text, r.offset)), r.message))?;
+        let outcome = crate::deep::on_big_stack(|| {
+            let mut tera = guard::tera();
+            if let Err(e) = tera.add_raw_template(name, text) {
+                return Outcome::Broken(chain(&e));
+            }
+            guard::instrument(&mut tera, name, &scan);
+            guard::begin();
+            let mut out = guard::Bounded::default();
+            match tera.render_to(name, &self.ctx, &mut out) {
+                Ok(()) => Outcome::Done(String::from_utf8_lossy(&out.0).into_owned()),
+                Err(e) => match guard::stopped() {
+                    Some(stop) => Outcome::Stopped(stop),
+                    None => Outcome::Failed(chain(&e)),
+                },
+            }
+        })
+        .map_err(|e| fail(None, format!("cannot start a thread to render the template: {e}")))?;
+        let full = match outcome {
+            Outcome::Done(s) => return Ok(s),
+            Outcome::Broken(full) => {
+                let pos = PARSE_POS
+                    .captures(&full)
+                    .and_then(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)));
+                let detail = full
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("= "))
+                    .unwrap_or("syntax error")
+                    .to_string();
+                return Err(fail(pos, format!("broken template: {detail}")));
+            }
+            Outcome::Stopped(guard::Stop::Depth { macro_name, offset }) => {
+                return Err(fail(
+                    Some(guard::line_col(text, offset)),
+                    format!(
+                        "macro `{macro_name}` is called more than {} levels deep (the limit for plugin templates; a macro that calls itself without end?)",
+                        guard::MAX_MACRO_DEPTH
+                    ),
+                ))
+            }
+            Outcome::Stopped(guard::Stop::Steps { offset }) => {
+                return Err(fail(
+                    Some(guard::line_col(text, offset)),
+                    format!(
+                        "more than {} loop iterations and macro calls (the limit for one plugin template)",
+                        guard::MAX_STEPS
+                    ),
+                ))
+            }
+            Outcome::Failed(full) => full,
+        };
+        if full.contains(guard::OUTPUT_TOO_BIG) {
+            return Err(fail(None, guard::OUTPUT_TOO_BIG.to_string()));
         }
-        tera.render(name, &self.ctx).map_err(|e| {
-            let full = chain(&e);
+        {
             let last = full.rsplit(": ").next().unwrap_or(&full).to_string();
             let culprit = BACKTICKED.captures(&last).map(|c| c[1].to_string());
             let line = culprit.as_ref().and_then(|v| {
@@ -111,8 +152,8 @@ impl<'a> Renderer<'a> {
                     why.push_str(" (a parameter without a value: give it a default, or test it with `is defined`)");
                 }
             }
-            fail(line, why)
-        })
+            Err(fail(line, why))
+        }
     }
 
     /// Renders the plugin.yaml string at key path `key`.
@@ -167,6 +208,15 @@ impl<'a> Renderer<'a> {
             other => other.clone(),
         }
     }
+}
+
+/// How a render on the template thread ended.
+enum Outcome {
+    Done(String),
+    /// The template does not parse (tera's message).
+    Broken(String),
+    Stopped(guard::Stop),
+    Failed(String),
 }
 
 /// A tera error with its causes, one string.
