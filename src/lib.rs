@@ -12,4 +12,5 @@ pub mod located;
 pub mod pipeline;
 pub mod plugin;
 pub mod progress;
+pub mod reader;
 pub mod render;

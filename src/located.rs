@@ -29,6 +29,78 @@ impl Pos {
     }
 }
 
+/// The deepest nesting of maps and lists any YAML input may have.
+pub const MAX_YAML_DEPTH: usize = 64;
+
+/// The guard every YAML reader runs before it parses: `text` is at most
+/// `limit` bytes and nests maps and lists at most [`MAX_YAML_DEPTH`] deep.
+/// It stops at the first level too deep, so a hostile file (100 KB of `[`)
+/// costs microseconds instead of the parsers' quadratic time, and no parser
+/// recurses deeper than the limit. Syntax errors come back located.
+pub fn check_yaml(file: &Path, text: &str, limit: &crate::reader::Limit) -> Result<(), Located> {
+    struct Ignore;
+    impl MarkedEventReceiver for Ignore {
+        fn on_event(&mut self, _: Event, _: Marker) {}
+    }
+    walk_yaml(file, text, limit, &mut Ignore)
+}
+
+/// Pulls every document's events one by one (no recursion), refusing
+/// input over `limit` or nested deeper than [`MAX_YAML_DEPTH`].
+fn walk_yaml<R: MarkedEventReceiver>(
+    file: &Path,
+    text: &str,
+    limit: &crate::reader::Limit,
+    recv: &mut R,
+) -> Result<(), Located> {
+    if text.len() as u64 > limit.bytes {
+        return Err(Located::new(
+            file,
+            Pos { line: 1, col: 1 },
+            "",
+            crate::reader::too_large(text.len() as u64, limit),
+        ));
+    }
+    let mut parser = Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let (ev, mark) = match parser.next_token() {
+            Ok(e) => e,
+            Err(e) => return Err(scan_error(file, text, &e)),
+        };
+        match ev {
+            Event::StreamEnd => return Ok(()),
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                depth += 1;
+                if depth > MAX_YAML_DEPTH {
+                    return Err(Located::new(
+                        file,
+                        Pos::from_marker(mark),
+                        "",
+                        format!(
+                            "maps and lists nest deeper than {MAX_YAML_DEPTH} levels here; kube-aws refuses deeper \
+                             YAML (a fixed limit, see docs/limits.md): flatten the structure"
+                        ),
+                    ));
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        recv.on_event(ev, mark);
+    }
+}
+
+fn scan_error(file: &Path, text: &str, e: &yaml_rust2::ScanError) -> Located {
+    let pos = Pos::from_marker(*e.marker());
+    let mut message = e.info().to_string();
+    let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
+    if line.starts_with('\t') || line.trim_start_matches(' ').starts_with('\t') {
+        message.push_str(" (YAML forbids tabs for indentation; indent with spaces)");
+    }
+    Located::new(file, pos, "", format!("malformed YAML: {message}"))
+}
+
 /// Where each key and value of a YAML document sits, by key path
 /// (`worker.nodePools[1].name`).
 #[derive(Debug, Default, Clone)]
@@ -38,19 +110,11 @@ pub struct SourceMap {
 }
 
 impl SourceMap {
-    /// Parses `text` for positions only. Syntax errors come back located.
+    /// Parses `text` for positions only, under the YAML guard (size and
+    /// depth, see [`check_yaml`]). Syntax errors come back located.
     pub fn parse(file: &Path, text: &str) -> Result<Self, Located> {
         let mut builder = MapBuilder::default();
-        let mut parser = Parser::new_from_str(text);
-        if let Err(e) = parser.load(&mut builder, false) {
-            let pos = Pos::from_marker(*e.marker());
-            let mut message = e.info().to_string();
-            let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
-            if line.starts_with('\t') || line.trim_start_matches(' ').starts_with('\t') {
-                message.push_str(" (YAML forbids tabs for indentation; indent with spaces)");
-            }
-            return Err(Located::new(file, pos, "", format!("malformed YAML: {message}")));
-        }
+        walk_yaml(file, text, &crate::reader::TEXT_LIMIT, &mut builder)?;
         Ok(builder.map)
     }
 

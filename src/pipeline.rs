@@ -184,7 +184,7 @@ pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy:
     .map_err(Box::new)?;
     let rendered = crate::render::render(&p.input)?;
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
-    crate::render::write_rendered(&rendered_dir, &rendered)?;
+    crate::render::write_rendered(&opts.dir, &rendered_dir, &rendered)?;
     let charts = crate::aws::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
     let secrets = p
         .releases

@@ -96,7 +96,7 @@ fn run(cmd: &mut Command) -> (bool, String) {
 fn validate_all(r: &Rendered) -> [usize; 4] {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rendered");
-    write_rendered(&out, r).unwrap();
+    write_rendered(dir.path(), &out, r).unwrap();
     let files = |prefix: &str, suffix: &str| -> Vec<String> {
         r.files
             .keys()
@@ -473,9 +473,11 @@ fn stubs_fit_and_sizes_are_reported() {
 fn write_rendered_replaces_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rendered");
+    let r = rendered(&minimal());
+    // An earlier render's output (it carries the marker) with a stale file in it.
+    write_rendered(dir.path(), &out, &r).unwrap();
     std::fs::create_dir_all(out.join("stale")).unwrap();
     std::fs::write(out.join("stale/old.txt"), "old").unwrap();
-    let r = rendered(&minimal());
     // `out` holds r's files, and nothing else (no temporary sibling) is left beside it.
     let holds_r_alone = || {
         assert_eq!(
@@ -488,14 +490,14 @@ fn write_rendered_replaces_atomically() {
             .collect();
         assert_eq!(leftovers.len(), 1, "{leftovers:?}");
     };
-    write_rendered(&out, &r).unwrap();
+    write_rendered(dir.path(), &out, &r).unwrap();
     assert!(!out.join("stale").exists(), "old output is replaced as a whole");
     holds_r_alone();
 
     // A write that fails half-way (a file where a directory must go) leaves the previous output.
     let mut bad = r.clone();
     bad.files.insert("stacks/root.json/x".into(), b"x".to_vec());
-    assert!(write_rendered(&out, &bad).is_err());
+    assert!(write_rendered(dir.path(), &out, &bad).is_err());
     holds_r_alone();
 }
 

@@ -26,7 +26,7 @@ pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
     })?;
     let rendered = render::render(&p.input)?;
     let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
-    render::write_rendered(&dir, &rendered)?;
+    render::write_rendered(&global.dir, &dir, &rendered)?;
     let summary = render::summarize(&rendered);
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({

