@@ -52,10 +52,6 @@ mkdir -p "$BIN" "$DIR/src" "$DIR/log"
 printf '%s\n' "$pins" >"$DIR/pins"
 ln -sfn "$key/bin" "$ROOT/.testbed/bin"
 
-# One build at a time per pin set (make test in two shells).
-exec 9>"$DIR/.lock"
-flock 9
-
 # --- components ----------------------------------------------------------------
 # name|binaries|how
 COMPONENTS=(
@@ -87,6 +83,10 @@ fi
 if ! command -v go >/dev/null 2>&1; then
   die "go not found on PATH: cannot build ${todo[*]}. The test bed is built from source with Go (>= 1.26, kwok $KWOK needs it); install Go from https://go.dev/dl/ and re-run, or set KUBE_AWS_TESTBED=skip to skip the tests that need it"
 fi
+# One build at a time per pin set (make test in two shells).
+exec 9>"$DIR/.lock"
+flock 9
+
 say "$(go version); building ${todo[*]} ($pins)"
 
 export CGO_ENABLED=0
