@@ -5,12 +5,18 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools lint unit fuzz-short fuzz example bench
+.PHONY: test tools testbed lint unit fuzz-short fuzz example bench
 
-test: tools lint unit fuzz-short
+# The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
+export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
+
+test: tools testbed lint unit fuzz-short
 
 tools:
 	@bash scripts/install-tools.sh
+
+testbed:
+	@bash scripts/install-testbed.sh
 
 lint:
 	cargo fmt --check

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Builds the control-plane test bed from the Go module proxy at pinned versions:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, kubectl
+#     (k8s.io/kubernetes at the default minor's exact patch, src/config/versions.rs),
+#   etcd (the version kubeadm's constants name for that minor),
+#   kwok (simulated nodes),
+#   helm (the v3 client nodes install, src/render/input.rs).
+# Binaries land in .testbed/<hash of the pins>/bin (gitignored); .testbed/bin
+# points at the current one. A second run builds nothing ("up to date").
+# Each component prints how long it took; a failure names the component and
+# shows Go's reason, and the script exits non-zero.
+# See docs/testing.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+say() { echo "install-testbed: $*"; }
+die() {
+  echo "install-testbed: $*" >&2
+  exit 1
+}
+
+if [ "${KUBE_AWS_TESTBED:-}" = skip ]; then
+  say "KUBE_AWS_TESTBED=skip: not building; the tests on the real control plane will skip and say so"
+  exit 0
+fi
+
+# --- pins -------------------------------------------------------------------
+# The Kubernetes patch and the helm client come from the Rust sources, so the
+# test bed runs what nodes run; etcd and kwok are pinned here.
+minor=$(sed -n 's/^pub const DEFAULT_MINOR: &str = "\([0-9.]*\)";/\1/p' src/config/versions.rs)
+patch=$(grep -A1 "minor: \"$minor\"," src/config/versions.rs | sed -n 's/.*default_patch: "\([0-9.]*\)",/\1/p')
+helm=$(sed -n 's/.*version: "\(v3\.[0-9.]*\)"\.into(),/\1/p' src/render/input.rs | head -n1)
+{ [ -n "$minor" ] && [ -n "$patch" ]; } || die "cannot read DEFAULT_MINOR and its default_patch from src/config/versions.rs"
+[ -n "$helm" ] || die "cannot read the helm v3 client version from src/render/input.rs (HelmBinary::default_v3)"
+K8S=v$patch
+# k8s.io/kubernetes v1.X.Y publishes its staging modules as k8s.io/* v0.X.Y.
+STAGING=v0.${patch#*.}
+# kubeadm v1.35.4's DefaultEtcdVersion is 3.6.6-0 (cmd/kubeadm/app/constants);
+# the build checks that this pin still matches it. (The proxy serves v3.6.6
+# although its version list omits it.)
+ETCD=v3.6.6
+KWOK=v0.8.0
+HELM=$helm
+RECIPE=1 # bump when the way binaries are built changes
+
+pins="recipe=$RECIPE kubernetes=$K8S etcd=$ETCD kwok=$KWOK helm=$HELM"
+key=$(printf '%s' "$pins" | sha256sum | cut -c1-12)
+DIR=$ROOT/.testbed/$key
+BIN=$DIR/bin
+mkdir -p "$BIN" "$DIR/src" "$DIR/log"
+printf '%s\n' "$pins" >"$DIR/pins"
+ln -sfn "$key/bin" "$ROOT/.testbed/bin"
+
+# --- components ----------------------------------------------------------------
+# name|binaries|how
+COMPONENTS=(
+  "kube-apiserver|kube-apiserver|k8s"
+  "kube-controller-manager|kube-controller-manager|k8s"
+  "kube-scheduler|kube-scheduler|k8s"
+  "kubeadm|kubeadm|k8s"
+  "kubectl|kubectl|k8s"
+  "etcd|etcd|etcd"
+  "kwok|kwok kwok-stages.yaml|kwok"
+  "helm|helm|helm"
+)
+
+built() {
+  local b
+  for b in $1; do [ -e "$BIN/$b" ] || return 1; done
+}
+
+todo=()
+for c in "${COMPONENTS[@]}"; do
+  IFS='|' read -r name bins _ <<<"$c"
+  built "$bins" || todo+=("$name")
+done
+if [ "${#todo[@]}" -eq 0 ]; then
+  say "up to date ($pins) in .testbed/$key/bin"
+  exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  die "go not found on PATH: cannot build ${todo[*]}. The test bed is built from source with Go (>= 1.26, kwok $KWOK needs it); install Go from https://go.dev/dl/ and re-run, or set KUBE_AWS_TESTBED=skip to skip the tests that need it"
+fi
+# One build at a time per pin set (make test in two shells).
+exec 9>"$DIR/.lock"
+flock 9
+
+say "$(go version); building ${todo[*]} ($pins)"
+
+export CGO_ENABLED=0
+export GOFLAGS="-trimpath -buildvcs=false"
+export GOWORK=off
+
+# run COMPONENT CMD...: runs a step of a component's build, logging to
+# log/COMPONENT.log; on failure prints which component and Go's reason.
+run() {
+  local comp=$1
+  shift
+  if ! "$@" >>"$DIR/log/$comp.log" 2>&1; then
+    echo "install-testbed: building $comp failed: \`$*\` exited non-zero; the last lines of .testbed/$key/log/$comp.log:" >&2
+    tail -n 25 "$DIR/log/$comp.log" | sed 's/^/  /' >&2
+    exit 1
+  fi
+}
+
+# The module's directory in the module cache, after downloading it.
+module_dir() {
+  local comp=$1 mod=$2 out
+  out=$(cd "$DIR/src" && GOFLAGS=-mod=mod go mod download -json "$mod" 2>>"$DIR/log/$comp.log") || {
+    echo "install-testbed: building $comp failed: cannot download $mod from the Go module proxy ($(go env GOPROXY)):" >&2
+    tail -n 10 "$DIR/log/$comp.log" | sed 's/^/  /' >&2
+    exit 1
+  }
+  printf '%s\n' "$out" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# Wrapper module for k8s.io/kubernetes: its go.mod `replace`s every staging
+# module with ./staging/src/k8s.io/X, which only works inside its own
+# repository; here each becomes the published k8s.io/X of the same release.
+k8s_wrapper() {
+  local w=$DIR/src/kubernetes dir
+  [ -f "$w/go.mod" ] && return 0
+  dir=$(module_dir kubernetes "k8s.io/kubernetes@$K8S")
+  [ -f "$dir/go.mod" ] || die "building kubernetes failed: k8s.io/kubernetes@$K8S has no go.mod in the module cache"
+  local kubeadm_etcd
+  kubeadm_etcd=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$dir/cmd/kubeadm/app/constants/constants.go")
+  [ "v$kubeadm_etcd" = "$ETCD" ] ||
+    die "building etcd failed: the pin $ETCD is not kubeadm $K8S's DefaultEtcdVersion ($kubeadm_etcd, cmd/kubeadm/app/constants/constants.go); update ETCD in scripts/install-testbed.sh"
+  mkdir -p "$w.tmp"
+  {
+    echo "// Generated by scripts/install-testbed.sh: builds k8s.io/kubernetes $K8S commands."
+    echo "module kube-aws.testbed/kubernetes"
+    echo
+    sed -n 's/^go \(.*\)$/go \1/p; s/^godebug \(.*\)$/godebug \1/p' "$dir/go.mod"
+    echo
+    echo "require k8s.io/kubernetes $K8S"
+    echo
+    echo "replace ("
+    sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/k8s\.io/[a-z0-9-]*$#\t\1 => \1 '"$STAGING"'#p' "$dir/go.mod"
+    echo ")"
+  } >"$w.tmp/go.mod"
+  grep -q "k8s.io/api => k8s.io/api $STAGING" "$w.tmp/go.mod" ||
+    die "building kubernetes failed: found no staging replace directives in $dir/go.mod"
+  rm -rf "$w"
+  mv "$w.tmp" "$w"
+}
+
+# Wrapper module for etcd: go.etcd.io/etcd/server/v3's own go.mod replaces its
+# sibling modules with ../api etc., so `go install ...@version` refuses it.
+etcd_wrapper() {
+  local w=$DIR/src/etcd
+  [ -f "$w/go.mod" ] && return 0
+  mkdir -p "$w"
+  printf '%s\n' "// Generated by scripts/install-testbed.sh." "module kube-aws.testbed/etcd" "" "go 1.24" "" \
+    "require go.etcd.io/etcd/server/v3 $ETCD" >"$w/go.mod"
+}
+
+# The stages kwokctl gives kwok by default (fast node and pod lifecycles,
+# node heartbeats through leases), from the pinned module's kustomize/stage.
+kwok_stages() {
+  local dir f
+  dir=$(module_dir kwok "sigs.k8s.io/kwok@$KWOK")/kustomize/stage
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [ -f "$dir/$f" ] || die "building kwok failed: $dir/$f is missing from sigs.k8s.io/kwok@$KWOK"
+    echo "---"
+    cat "$dir/$f"
+  done >"$BIN/kwok-stages.yaml.tmp"
+  mv "$BIN/kwok-stages.yaml.tmp" "$BIN/kwok-stages.yaml"
+}
+
+k8s_ldflags() {
+  local v p
+  v="-X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1"
+  v="$v -X k8s.io/component-base/version.gitMinor=${minor#*.} -X k8s.io/component-base/version.gitTreeState=clean"
+  p=${v//component-base\/version/client-go\/pkg\/version}
+  echo "-s -w $v $p"
+}
+
+# build NAME PKG... (in the current directory's module, into $BIN)
+build_in() {
+  local comp=$1 wdir=$2 ldflags=$3
+  shift 3
+  rm -rf "$DIR/tmp-$comp"
+  (cd "$wdir" && run "$comp" go build -mod=mod -ldflags "$ldflags" -o "$DIR/tmp-$comp/" "$@")
+  mv "$DIR/tmp-$comp"/* "$BIN/"
+  rm -rf "$DIR/tmp-$comp"
+}
+
+# go install PKG@VERSION for modules without replace directives.
+install_at() {
+  local comp=$1 ldflags=$2 pkg=$3
+  rm -rf "$DIR/tmp-$comp"
+  (cd "$DIR/src" && GOBIN="$DIR/tmp-$comp" run "$comp" go install -ldflags "$ldflags" "$pkg")
+  mv "$DIR/tmp-$comp"/* "$BIN/"
+  rm -rf "$DIR/tmp-$comp"
+}
+
+times=()
+for c in "${COMPONENTS[@]}"; do
+  IFS='|' read -r name bins how <<<"$c"
+  start=$(date +%s)
+  if built "$bins"; then
+    times+=("$name up to date")
+    continue
+  fi
+  : >"$DIR/log/$name.log"
+  case $how in
+  k8s)
+    k8s_wrapper
+    build_in "$name" "$DIR/src/kubernetes" "$(k8s_ldflags)" "k8s.io/kubernetes/cmd/$name"
+    ;;
+  etcd)
+    etcd_wrapper
+    build_in etcd "$DIR/src/etcd" "-s -w" go.etcd.io/etcd/server/v3
+    ;;
+  kwok)
+    install_at kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK" "sigs.k8s.io/kwok/cmd/kwok@$KWOK"
+    kwok_stages
+    ;;
+  helm)
+    install_at helm "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+      "helm.sh/helm/v3/cmd/helm@$HELM"
+    ;;
+  esac
+  built "$bins" || die "building $name failed: go reported success but $bins is missing from $BIN"
+  secs=$(($(date +%s) - start))
+  say "$name built in ${secs}s"
+  times+=("$name built in ${secs}s")
+  echo "$(date -u +%FT%TZ) $name ${secs}s" >>"$DIR/build-times"
+done
+say "done ($pins) in .testbed/$key/bin:"
+printf '  %s\n' "${times[@]}"
