@@ -234,7 +234,8 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
                 }
             }
             "endif" | "endfor" | "endmacro" | "endfilter" | "endblock" => {
-                if blocks.pop().map(|(k, _)| k) == Some("macro") {
+                let closed = blocks.pop().map(|(k, _)| k);
+                if closed == Some("macro") {
                     in_macro = None;
                 }
             }
