@@ -73,15 +73,7 @@ fn walk_yaml<R: MarkedEventReceiver>(
             Event::MappingStart(..) | Event::SequenceStart(..) => {
                 depth += 1;
                 if depth > MAX_YAML_DEPTH {
-                    return Err(Located::new(
-                        file,
-                        Pos::from_marker(mark),
-                        "",
-                        format!(
-                            "maps and lists nest deeper than {MAX_YAML_DEPTH} levels here; kube-aws refuses deeper \
-                             YAML (a fixed limit, see docs/limits.md): flatten the structure"
-                        ),
-                    ));
+                    return Err(Located::new(file, Pos::from_marker(mark), "", too_deep()));
                 }
             }
             Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
@@ -91,8 +83,19 @@ fn walk_yaml<R: MarkedEventReceiver>(
     }
 }
 
+fn too_deep() -> String {
+    format!(
+        "maps and lists nest deeper than {MAX_YAML_DEPTH} levels here; kube-aws refuses deeper YAML \
+         (a fixed limit, see docs/limits.md): flatten the structure"
+    )
+}
+
 fn scan_error(file: &Path, text: &str, e: &yaml_rust2::ScanError) -> Located {
     let pos = Pos::from_marker(*e.marker());
+    // The scanner's own nesting limit trips first on unclosed flow collections.
+    if e.info().contains("recursion limit exceeded") {
+        return Located::new(file, pos, "", too_deep());
+    }
     let mut message = e.info().to_string();
     let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
     if line.starts_with('\t') || line.trim_start_matches(' ').starts_with('\t') {
@@ -355,6 +358,20 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<(T, So
             Err(explain_serde_error(file, &map, &path, raw, fallback))
         }
     }
+}
+
+/// A serde_yaml error at `file:line:col` (serde_yaml's own " at line N
+/// column M" removed): the one format for YAML read as plain data.
+pub fn serde_yaml_error(file: &Path, e: &serde_yaml::Error) -> Located {
+    let pos = e
+        .location()
+        .map(|l| Pos {
+            line: l.line(),
+            col: l.column(),
+        })
+        .unwrap_or(Pos { line: 1, col: 1 });
+    let raw = e.to_string();
+    Located::new(file, pos, "", format!("malformed YAML: {}", strip_serde_location(&raw)))
 }
 
 /// serde_path_to_error prints `.` for the root and `?` for unknown segments.

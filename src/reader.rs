@@ -39,6 +39,14 @@ pub const TEXT_LIMIT: Limit = Limit {
     fix: "split the values over several files listed in charts[].values, or keep large data out of the work tree",
 };
 
+/// A chart repository's index.yaml given on the command line (`charts resolve
+/// --repo-index`); public repositories' indexes reach tens of megabytes.
+pub const INDEX_LIMIT: Limit = Limit {
+    bytes: 64 * 1024 * 1024,
+    what: "chart repository indexes",
+    fix: "use a smaller repository index",
+};
+
 /// A local chart archive (`charts[].path` to a `.tgz`), the same as the
 /// unpacked total the archive reader allows.
 pub const ARCHIVE_LIMIT: Limit = Limit {

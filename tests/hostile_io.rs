@@ -194,3 +194,162 @@ fn write_killed_after_each_step_leaves_a_complete_output_and_is_cleaned_up() {
         );
     }
 }
+
+const CHART: &str = "apiVersion: v2\nname: x\nversion: 1.0.0\n";
+
+/// A work tree with one local chart release `x`, locked, so that `render`
+/// reads values/x.yaml.
+fn chart_tree(root: &Path) -> PathBuf {
+    let cluster = format!("{BASE}charts:\n  - name: x\n    path: charts/x\n");
+    let tree = work_tree(root, &cluster, &[("charts/x/Chart.yaml", CHART.as_bytes())]);
+    let (code, stderr, _) = run(&tree, &["charts", "lock"]);
+    assert_eq!(code, 0, "{stderr}");
+    tree
+}
+
+fn mkfifo(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+/// Each case must fail within the run deadline (a blocking read would hang).
+#[test]
+fn special_files_are_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    // cluster.yaml as a FIFO, and as a symlink to /dev/zero.
+    let fifo_tree = tmp.path().join("fifo");
+    mkfifo(&fifo_tree.join("cluster.yaml"));
+    let zero_tree = tmp.path().join("zero");
+    std::fs::create_dir_all(&zero_tree).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", zero_tree.join("cluster.yaml")).unwrap();
+    // values/x.yaml as a FIFO, and a plugin.yaml as a FIFO.
+    let values_tree = chart_tree(&tmp.path().join("values"));
+    mkfifo(&values_tree.join("values/x.yaml"));
+    let plugin_tree = work_tree(&tmp.path().join("plugin"), BASE, &[]);
+    mkfifo(&plugin_tree.join("plugins/p/plugin.yaml"));
+
+    for (name, dir) in [
+        ("cluster_fifo", &fifo_tree),
+        ("cluster_dev_zero", &zero_tree),
+        ("values_fifo", &values_tree),
+        ("plugin_fifo", &plugin_tree),
+    ] {
+        let (code, stderr, elapsed) = run(dir, &["render"]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(elapsed < Duration::from_secs(10), "{name}: took {elapsed:?}");
+        assert!(stderr.contains("not a regular file"), "{name}: {stderr}");
+        insta::assert_snapshot!(format!("special_{name}"), redact(&stderr, tmp.path()));
+    }
+}
+
+#[test]
+fn symlinks_out_of_the_tree_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("secret.yaml"), "stolen: true\n").unwrap();
+    let values_tree = chart_tree(&tmp.path().join("v"));
+    std::fs::create_dir_all(values_tree.join("values")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("secret.yaml"), values_tree.join("values/x.yaml")).unwrap();
+    let plugin_tree = work_tree(&tmp.path().join("p"), BASE, &[]);
+    std::fs::create_dir_all(plugin_tree.join("plugins/p")).unwrap();
+    std::os::unix::fs::symlink(
+        tmp.path().join("secret.yaml"),
+        plugin_tree.join("plugins/p/plugin.yaml"),
+    )
+    .unwrap();
+    for (name, dir) in [("values", &values_tree), ("plugin", &plugin_tree)] {
+        let (code, stderr, _) = run(dir, &["render"]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(stderr.contains("outside"), "{name}: {stderr}");
+        assert!(!dir.join("rendered").exists(), "{name}: rendered anyway");
+        insta::assert_snapshot!(format!("symlink_out_{name}"), redact(&stderr, tmp.path()));
+    }
+}
+
+#[test]
+fn non_utf8_and_utf16_are_located_by_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Latin-1 é (0xE9) on line 4, after "# caf": column 6.
+    let mut latin1 = format!("{BASE}# caf").into_bytes();
+    latin1.extend([0xE9, b'\n']);
+    let bad_byte = work_tree(&tmp.path().join("latin1"), "", &[]);
+    std::fs::write(bad_byte.join("cluster.yaml"), latin1).unwrap();
+    let utf16 = work_tree(&tmp.path().join("utf16"), BASE, &[]);
+    let mut bytes = vec![0xFF, 0xFE];
+    bytes.extend(BASE.encode_utf16().flat_map(u16::to_le_bytes));
+    std::fs::write(utf16.join("cluster.yaml"), bytes).unwrap();
+    let values = chart_tree(&tmp.path().join("values"));
+    std::fs::create_dir_all(values.join("values")).unwrap();
+    std::fs::write(values.join("values/x.yaml"), b"a: 1\nb: \xff\n").unwrap();
+    let values_yaml = chart_tree(&tmp.path().join("values-yaml"));
+    std::fs::create_dir_all(values_yaml.join("values")).unwrap();
+    std::fs::write(values_yaml.join("values/x.yaml"), "a: 1\nb: [1, 2\nc: 3\n").unwrap();
+
+    let cases = [
+        ("cluster_latin1", &bad_byte, "cluster.yaml:4:6: byte 0xE9"),
+        (
+            "cluster_utf16",
+            &utf16,
+            "cluster.yaml:1:1: the file starts with a UTF-16 little-endian",
+        ),
+        ("values_bad_byte", &values, "values/x.yaml:2:4: byte 0xFF"),
+        ("values_malformed", &values_yaml, "values/x.yaml:"),
+    ];
+    for (name, dir, expect) in cases {
+        let (code, stderr, _) = run(dir, &["render"]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(stderr.contains(expect), "{name}: {stderr}");
+        assert!(!stderr.contains("kube-aws init"), "{name}: misleading hint: {stderr}");
+        assert!(!stderr.contains(" at line "), "{name}: unlocated: {stderr}");
+        insta::assert_snapshot!(format!("encoding_{name}"), redact(&stderr, tmp.path()));
+    }
+}
+
+/// Unclosed `[` used to take time quadratic in the length (about 1 s for
+/// 100 KB and 9 s for 1 MB in a debug build) in serde_yaml. The bound is
+/// generous; the real figures are printed (`--nocapture`).
+#[test]
+fn yaml_nesting_bombs_are_refused_quickly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = chart_tree(tmp.path());
+    std::fs::create_dir_all(tree.join("values")).unwrap();
+    for (name, size) in [("100k", 100_000), ("1m", 1_000_000)] {
+        std::fs::write(tree.join("values/x.yaml"), "[".repeat(size)).unwrap();
+        let (code, stderr, elapsed) = run(&tree, &["render"]);
+        eprintln!("values/x.yaml of {size} '[': refused in {elapsed:?}");
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("nest deeper than 64"), "{stderr}");
+        assert!(elapsed < Duration::from_secs(2), "{name}: {elapsed:?}");
+        insta::assert_snapshot!(format!("yaml_bomb_{name}"), stderr);
+    }
+    // The same guard reads cluster.yaml.
+    std::fs::write(tree.join("cluster.yaml"), "a: ".to_string() + &"{".repeat(1_000_000)).unwrap();
+    let (code, stderr, elapsed) = run(&tree, &["render"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.starts_with("error: cluster.yaml:1:"), "{stderr}");
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+}
+
+#[test]
+fn oversized_rendered_file_is_refused_naming_the_plugin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin = "apiVersion: kube-aws/v1\nkind: Plugin\nmetadata: {name: big, version: 0.1.0}\nspec:\n  nodes:\n    controller:\n      files:\n        - path: /etc/big\n          template: files/big.tera\n";
+    let line = "x".repeat(1000);
+    let template = format!("{{% for i in range(end=9000) %}}{line}{{% endfor %}}");
+    let cluster = format!("{BASE}plugins:\n  big:\n    enabled: true\n");
+    let tree = work_tree(
+        tmp.path(),
+        &cluster,
+        &[
+            ("plugins/big/plugin.yaml", plugin.as_bytes()),
+            ("plugins/big/files/big.tera", template.as_bytes()),
+        ],
+    );
+    let (code, stderr, _) = run(&tree, &["render"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("plugin \"big\""), "{stderr}");
+    assert!(stderr.contains("limit"), "{stderr}");
+    assert!(!tree.join("rendered").exists());
+    insta::assert_snapshot!(stderr);
+}

@@ -308,8 +308,18 @@ fn extension_name(kind: tar::EntryType) -> &'static str {
 /// Reads an unpacked chart directory.
 pub fn read_chart_dir(dir: &Path) -> Result<ChartFiles, ArchiveError> {
     let label = dir.display().to_string();
-    let read = |name: &str| std::fs::read(dir.join(name)).ok();
-    let chart_yaml = read("Chart.yaml").ok_or_else(|| ArchiveError::Invalid {
+    // The one input reader: regular files only, capped, symlinks kept inside the chart.
+    let read =
+        |name: &str| match crate::reader::read_bytes(dir, Path::new(name), &dir.join(name), &crate::reader::TEXT_LIMIT)
+        {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.is_missing() => Ok(None),
+            Err(e) => Err(ArchiveError::Invalid {
+                archive: label.clone(),
+                reason: e.to_string(),
+            }),
+        };
+    let chart_yaml = read("Chart.yaml")?.ok_or_else(|| ArchiveError::Invalid {
         archive: label.clone(),
         reason: "no Chart.yaml in the chart directory".into(),
     })?;
@@ -322,8 +332,8 @@ pub fn read_chart_dir(dir: &Path) -> Result<ChartFiles, ArchiveError> {
     chart_files(
         &label,
         chart_yaml,
-        read("values.yaml"),
-        read("values.schema.json"),
+        read("values.yaml")?,
+        read("values.schema.json")?,
         crds,
     )
 }
@@ -339,6 +349,10 @@ fn chart_files(
         archive: label.to_string(),
         reason,
     };
+    // The YAML guard (size, depth) before serde_yaml, which is quadratic on deep nesting.
+    let chart_yaml_text = std::str::from_utf8(&chart_yaml).map_err(|_| invalid("Chart.yaml is not UTF-8".into()))?;
+    crate::located::check_yaml(Path::new("Chart.yaml"), chart_yaml_text, &crate::reader::TEXT_LIMIT)
+        .map_err(|e| invalid(e.to_string()))?;
     let metadata: ChartMetadata =
         serde_yaml::from_slice(&chart_yaml).map_err(|e| invalid(format!("Chart.yaml: {e}")))?;
     let values = values

@@ -518,7 +518,7 @@ pub async fn fetch_charts_async(opts: FetchChartsOptions) -> Result<FetchReport,
         let (http, cache, progress, dir) = (&http, &cache, &progress, &opts.dir);
         async move {
             let res = if let Some(p) = c.source.strip_prefix("path:") {
-                store_local(cache, &dir.join(p), &c, &hex)
+                store_local(cache, dir, p, &c, &hex)
             } else {
                 match c.urls.first() {
                     Some(url) => http
@@ -546,13 +546,21 @@ pub async fn fetch_charts_async(opts: FetchChartsOptions) -> Result<FetchReport,
 
 fn store_local(
     cache: &ChartCache,
-    path: &std::path::Path,
+    dir: &std::path::Path,
+    rel: &str,
     c: &crate::chart::lock::LockedChart,
     hex: &str,
 ) -> Result<(), FetchError> {
-    let bytes = std::fs::read(path).map_err(|e| FetchError::Cache {
+    let path = dir.join(rel);
+    let bytes = crate::reader::read_bytes(
+        dir,
+        std::path::Path::new(rel),
+        std::path::Path::new(rel),
+        &crate::reader::ARCHIVE_LIMIT,
+    )
+    .map_err(|e| FetchError::Cache {
         path: path.display().to_string(),
-        source: e,
+        source: std::io::Error::other(e.to_string()),
     })?;
     let actual = crate::chart::cache::sha256_hex(&bytes);
     if actual != hex {

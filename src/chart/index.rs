@@ -173,7 +173,7 @@ fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url
                 // Entries Helm would skip must not show up in "newest": parse them all.
                 let mut valid = Vec::new();
                 for &i in &alive {
-                    let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+                    let list: Vec<Value> = guarded(items[i]).ok()?;
                     for raw in list {
                         if let Some(v) = validate_one(name, i, raw, repo_url, &mut warnings) {
                             valid.push(v);
@@ -186,7 +186,7 @@ fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url
         };
         let pos = candidates.iter().position(|c| std::ptr::eq(c, picked))?;
         let i = alive[pos];
-        let list: Vec<Value> = serde_yaml::from_str(items[i]).ok()?;
+        let list: Vec<Value> = guarded(items[i]).ok()?;
         let raw = list.into_iter().next()?;
         match validate_one(name, i, raw, repo_url, &mut warnings) {
             Some(v) => return Some((Ok(v), warnings)),
@@ -368,7 +368,7 @@ fn parse_json(text: &str, repo_url: &str, source_name: &str) -> Result<Index, In
 /// Parses a YAML index in one piece (serde_yaml); the reference the fast
 /// path is tested against, and the fallback for layouts the pre-scan skips.
 pub fn parse_index_full(text: &str, repo_url: &str, source_name: &str) -> Result<Index, IndexError> {
-    let raw: RawIndex<Value> = serde_yaml::from_str(text).map_err(|e| IndexError::Malformed {
+    let raw: RawIndex<Value> = guarded(text).map_err(|e| IndexError::Malformed {
         source_name: source_name.into(),
         message: e.to_string(),
     })?;
@@ -393,6 +393,18 @@ pub fn parse_index_full(text: &str, repo_url: &str, source_name: &str) -> Result
     Ok(index)
 }
 
+/// serde_yaml behind the YAML guard (size, depth; src/located.rs), which
+/// keeps its quadratic time on deep nesting out of reach.
+fn guarded<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_yaml::Error> {
+    crate::located::check_yaml(std::path::Path::new("index.yaml"), text, &crate::reader::INDEX_LIMIT).map_err(|e| {
+        <serde_yaml::Error as serde::de::Error>::custom(format!(
+            "line {} column {}: {}",
+            e.pos.line, e.pos.col, e.message
+        ))
+    })?;
+    serde_yaml::from_str(text)
+}
+
 /// Parses one chart's text (its key line and its list). Each list item is
 /// parsed on its own, so memory stays at one version's worth of YAML events
 /// even for a chart with a thousand versions.
@@ -405,7 +417,7 @@ fn parse_slice(
     if let Some(items) = split_items(slice) {
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            let list: Vec<Value> = serde_yaml::from_str(item)?;
+            let list: Vec<Value> = guarded(item)?;
             for raw in list {
                 if let Some(v) = validate_one(name, i, raw, repo_url, warnings) {
                     out.push(v);
@@ -414,7 +426,7 @@ fn parse_slice(
         }
         return Ok(out);
     }
-    let raw: IndexMap<String, Option<Vec<Value>>> = serde_yaml::from_str(slice)?;
+    let raw: IndexMap<String, Option<Vec<Value>>> = guarded(slice)?;
     Ok(raw
         .into_iter()
         .flat_map(|(n, list)| validate_versions(&n, list.unwrap_or_default(), repo_url, warnings))

@@ -28,8 +28,8 @@ pub const RELEASE_ANNOTATION: &str = "kube-aws.io/release";
 pub enum LockError {
     #[error("{}: {source}", file.display())]
     Index { file: PathBuf, source: IndexError },
-    #[error("cannot read {}: {source}", file.display())]
-    Read { file: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Input(crate::located::Located),
     #[error("cannot write {}: {source}", file.display())]
     Write { file: PathBuf, source: std::io::Error },
     #[error("{}", .0.join("\n"))]
@@ -91,9 +91,9 @@ pub fn load_lock(dir: &Path) -> Result<Lock, LockError> {
 /// Loads `dir/charts-index/index.yaml` alone; an absent file is an empty lock.
 pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
     let file = crate::config::display_path(dir, LOCK_FILE);
-    let text = match std::fs::read_to_string(dir.join(LOCK_FILE)) {
+    let text = match crate::reader::read_text(dir, Path::new(LOCK_FILE), &file, &crate::reader::TEXT_LIMIT) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(crate::reader::ReadError::Missing { .. }) => {
             return Ok(Lock {
                 file,
                 index: Index {
@@ -103,7 +103,7 @@ pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
                 texts: Vec::new(),
             })
         }
-        Err(source) => return Err(LockError::Read { file, source }),
+        Err(crate::reader::ReadError::Refused(l)) => return Err(LockError::Input(l)),
     };
     // Entry URLs in the lock are absolute already.
     parse_lock(&text, &file)
@@ -545,8 +545,8 @@ async fn resolve_release(
             let (files, digest) = if full.is_dir() {
                 (read_chart_dir(&full).map_err(|e| resolve_err(r, e.to_string()))?, None)
             } else {
-                let bytes =
-                    std::fs::read(&full).map_err(|e| resolve_err(r, format!("cannot read chart {p:?}: {e}")))?;
+                let bytes = crate::reader::read_bytes(dir, Path::new(p), Path::new(p), &crate::reader::ARCHIVE_LIMIT)
+                    .map_err(|e| resolve_err(r, format!("cannot read chart: {e}")))?;
                 let files = read_chart_archive(&bytes, p, None).map_err(|e| resolve_err(r, e.to_string()))?;
                 (files, Some(sha256_hex(&bytes)))
             };

@@ -14,16 +14,13 @@ use serde_json::{Map, Value};
 use crate::chart::archive::ChartFiles;
 use crate::chart::version::version_satisfies;
 use crate::config::Release;
-use crate::located::{join_index, join_key, SourceMap};
+use crate::located::{join_index, join_key, Located, SourceMap};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ValuesError {
-    #[error("release {release:?}: cannot read values file {}: {source}", file.display())]
-    Read {
-        release: String,
-        file: PathBuf,
-        source: std::io::Error,
-    },
+    /// A values file that cannot be read or parsed, at its `file:line:col`.
+    #[error("{error} (values of release {release:?})")]
+    Located { release: String, error: Located },
     #[error("release {release:?}: values file {}: {message}", file.display())]
     Malformed {
         release: String,
@@ -109,10 +106,16 @@ impl ValuesLayer {
             file: label.to_path_buf(),
             message,
         };
+        let located = |error: Located| ValuesError::Located {
+            release: release.into(),
+            error,
+        };
+        // The YAML guard (size, depth) runs first: serde_yaml is quadratic on deep nesting.
+        let source = SourceMap::parse(label, text).map_err(located)?;
         let values: Value = if text.trim().is_empty() {
             Value::Object(Map::new())
         } else {
-            serde_yaml::from_str(text).map_err(|e| malformed(e.to_string()))?
+            serde_yaml::from_str(text).map_err(|e| located(crate::located::serde_yaml_error(label, &e)))?
         };
         let values = match values {
             Value::Null => Value::Object(Map::new()),
@@ -127,7 +130,7 @@ impl ValuesLayer {
         Ok(ValuesLayer {
             label: label.display().to_string(),
             values,
-            source: SourceMap::parse(label, text).ok(),
+            source: Some(source),
         })
     }
 }
@@ -154,16 +157,18 @@ pub fn load_user_layers(
     let mut layers: Vec<ValuesLayer> = plugin.into_iter().collect();
     let default = format!("values/{}.yaml", release.name);
     let mut files = Vec::new();
-    if dir.join(&default).is_file() && !release.values_files.contains(&default) {
+    // Present in any form: the reader refuses what is not a regular file.
+    if std::fs::symlink_metadata(dir.join(&default)).is_ok() && !release.values_files.contains(&default) {
         files.push(default);
     }
     files.extend(release.values_files.iter().cloned());
     for f in files {
         let label = crate::config::display_path(dir, &f);
-        let text = std::fs::read_to_string(dir.join(&f)).map_err(|source| ValuesError::Read {
-            release: release.name.clone(),
-            file: label.clone(),
-            source,
+        let text = crate::reader::read_text(dir, Path::new(&f), &label, &crate::reader::TEXT_LIMIT).map_err(|e| {
+            ValuesError::Located {
+                release: release.name.clone(),
+                error: e.into_located(),
+            }
         })?;
         layers.push(ValuesLayer::from_yaml(&release.name, &label, &text)?);
     }

@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
-
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::chart::{self, FetchOptions};
 use crate::pipeline::load_releases;
@@ -202,7 +200,18 @@ fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let (text, repo, label) = match (&args.repo_index, &args.repo) {
         (Some(file), _) => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+            let (root, name) = match (file.parent(), file.file_name()) {
+                (Some(p), Some(n)) => (
+                    if p.as_os_str().is_empty() {
+                        std::path::Path::new(".")
+                    } else {
+                        p
+                    },
+                    n,
+                ),
+                _ => anyhow::bail!("--repo-index {} names no file", file.display()),
+            };
+            let text = crate::reader::read_text(root, std::path::Path::new(name), file, &crate::reader::INDEX_LIMIT)?;
             (text, String::new(), file.display().to_string())
         }
         (None, Some(repo)) => {

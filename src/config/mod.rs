@@ -31,8 +31,8 @@ pub const CLUSTER_FILE: &str = "cluster.yaml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {}: {source} (run `kube-aws init` to create a work tree)", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {}: it does not exist (run `kube-aws init` to create a work tree)", path.display())]
+    Missing { path: PathBuf },
     #[error("{0}")]
     Invalid(Diagnostics),
 }
@@ -49,10 +49,12 @@ pub fn display_path(dir: &Path, name: &str) -> PathBuf {
 /// Loads, resolves and validates `dir/cluster.yaml`.
 pub fn load_cluster(dir: &Path) -> Result<Cluster, ConfigError> {
     let file = display_path(dir, CLUSTER_FILE);
-    let text = std::fs::read_to_string(dir.join(CLUSTER_FILE)).map_err(|source| ConfigError::Read {
-        path: file.clone(),
-        source,
-    })?;
+    let text = crate::reader::read_text(dir, Path::new(CLUSTER_FILE), &file, &crate::reader::TEXT_LIMIT).map_err(
+        |e| match e {
+            crate::reader::ReadError::Missing { file } => ConfigError::Missing { path: file },
+            crate::reader::ReadError::Refused(l) => ConfigError::Invalid(l.into()),
+        },
+    )?;
     parse_cluster(dir, &file, &text)
 }
 

@@ -61,19 +61,13 @@ impl PluginDef {
                     .map(str::to_string)
                     .ok_or_else(|| self.err(key, format!("{rel:?} is not UTF-8 text")))
             }
+            // The one input reader: regular files only, size capped, symlinks kept inside the plugin.
             PluginRoot::Disk(root) => {
-                let full = root.join(&clean);
-                if !full.is_file() {
-                    return Err(missing());
-                }
-                // A symlink inside the plugin may still point outside it.
-                let (Ok(real), Ok(real_root)) = (full.canonicalize(), root.canonicalize()) else {
-                    return Err(missing());
-                };
-                if !real.starts_with(&real_root) {
-                    return Err(self.err(key, format!("{rel:?} escapes the plugin directory (through a symlink)")));
-                }
-                std::fs::read_to_string(&real).map_err(|e| self.err(key, format!("cannot read {rel:?}: {e}")))
+                let shown = self.display_dir.join(&clean);
+                crate::reader::read_text(root, &clean, &shown, &crate::reader::TEXT_LIMIT).map_err(|e| match e {
+                    crate::reader::ReadError::Missing { .. } => missing(),
+                    crate::reader::ReadError::Refused(l) => l,
+                })
             }
         }
     }
@@ -218,9 +212,9 @@ pub fn work_tree(dir: &Path) -> Result<Vec<PluginDef>, PluginError> {
         }
         let display_dir = crate::config::display_path(dir, "plugins").join(&dir_name);
         let file = display_dir.join(MANIFEST_FILE);
-        let text = match std::fs::read_to_string(d.join(MANIFEST_FILE)) {
+        let text = match crate::reader::read_text(&d, Path::new(MANIFEST_FILE), &file, &crate::reader::TEXT_LIMIT) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(crate::reader::ReadError::Missing { .. }) => {
                 errors.push(Located::new(
                     &display_dir,
                     Pos { line: 1, col: 1 },
@@ -229,7 +223,10 @@ pub fn work_tree(dir: &Path) -> Result<Vec<PluginDef>, PluginError> {
                 ));
                 continue;
             }
-            Err(source) => return Err(PluginError::Read { path: file, source }),
+            Err(crate::reader::ReadError::Refused(l)) => {
+                errors.push(l);
+                continue;
+            }
         };
         match parse_manifest(&file, &text, &dir_name) {
             Ok((manifest, map)) => out.push(PluginDef {

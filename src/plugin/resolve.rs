@@ -692,6 +692,7 @@ fn cluster_hooks(
 /// Parses every YAML document of a manifest; each must be an object with
 /// apiVersion and kind.
 fn check_manifest(file: &Path, content: &str) -> Result<(), Located> {
+    crate::located::check_yaml(file, content, &crate::reader::TEXT_LIMIT)?;
     for doc in serde_yaml::Deserializer::from_str(content) {
         let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).map_err(|e| {
             let pos = e
@@ -995,6 +996,10 @@ fn chart(
         match r.file(&key, f) {
             Ok(content) => {
                 let shown = def.display_file(f);
+                if let Err(e) = crate::located::check_yaml(&shown, &content, &crate::reader::TEXT_LIMIT) {
+                    errors.push(e);
+                    continue;
+                }
                 match serde_yaml::from_str::<serde_yaml::Value>(&content) {
                     Ok(v) if v.is_mapping() || v.is_null() => values.push(PluginValues {
                         plugin: def.name().to_string(),

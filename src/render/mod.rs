@@ -30,6 +30,11 @@ pub const TEMPLATE_BODY_LIMIT: usize = 51_200;
 /// Room left in a stub for what CloudFormation substitutes (stack name, API endpoint).
 pub const STUB_SUBSTITUTION_ROOM: usize = 512;
 
+/// The largest file a render writes (a cloud-config, a manifest, a values
+/// file), and the largest text a plugin template may produce. Fixed; see
+/// docs/limits.md.
+pub const RENDERED_FILE_LIMIT: usize = 8 * 1024 * 1024;
+
 /// The rendered artifacts: relative path -> bytes, sorted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rendered {
@@ -44,7 +49,9 @@ impl Rendered {
         self.get(path).and_then(|b| std::str::from_utf8(b).ok())
     }
     fn put(&mut self, path: String, bytes: impl Into<Vec<u8>>) -> Result<(), RenderError> {
-        if self.files.insert(path.clone(), bytes.into()).is_some() {
+        let bytes = bytes.into();
+        check_rendered_size(&path, bytes.len(), "")?;
+        if self.files.insert(path.clone(), bytes).is_some() {
             return Err(RenderError::DuplicatePath { path });
         }
         Ok(())
@@ -123,8 +130,52 @@ impl Ctx {
     }
 }
 
+/// Refuses a rendered file (or a plugin's rendered text, `who` naming the
+/// plugin) over [`RENDERED_FILE_LIMIT`].
+fn check_rendered_size(path: &str, size: usize, who: &str) -> Result<(), RenderError> {
+    if size > RENDERED_FILE_LIMIT {
+        return Err(RenderError::TooLarge {
+            path: format!("{who}{path}"),
+            size,
+            limit: RENDERED_FILE_LIMIT,
+            hint: " for a rendered file (a fixed limit, see docs/limits.md): keep large data out of plugin \
+                   templates and values, or fetch it on the node"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Each plugin's rendered texts, by plugin and file, before they are
+/// combined into node configs and manifests.
+fn check_plugin_sizes(input: &RenderInput) -> Result<(), RenderError> {
+    let p = &input.plugins;
+    for hooks in std::iter::once(&p.controller).chain(p.pools.values()) {
+        for f in &hooks.files {
+            check_rendered_size(&f.path, f.content.len(), &format!("plugin {:?}: node file ", f.plugin))?;
+        }
+        for u in &hooks.systemd_units {
+            check_rendered_size(
+                &u.name,
+                u.content.len(),
+                &format!("plugin {:?}: systemd unit ", u.plugin),
+            )?;
+        }
+    }
+    for m in &p.cluster.manifests {
+        check_rendered_size(&m.name, m.content.len(), &format!("plugin {:?}: manifest ", m.plugin))?;
+    }
+    for r in &p.releases {
+        for v in &r.values {
+            check_rendered_size(&v.file, v.content.len(), &format!("plugin {:?}: values ", v.plugin))?;
+        }
+    }
+    Ok(())
+}
+
 /// Renders every artifact. Pure: the same input gives byte-identical output.
 pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
+    check_plugin_sizes(input)?;
     let ctx = Ctx::new(input)?;
     let mut out = Rendered::default();
     let plan = plan::build_plan(input, &ctx)?;
