@@ -82,7 +82,9 @@ for d in docs:
         d["controlPlaneEndpoint"] = endpoint
         d["kubernetesVersion"] = version
         d.setdefault("apiServer", {})["certSANs"] = [rt["apiEndpoint"]]
-    if kind in ("InitConfiguration", "ClusterConfiguration") and mode != "init":
+    # KubeletConfiguration is cluster-wide: init stores it in the kubelet-config
+    # ConfigMap, which joining kubelets download; join takes only JoinConfiguration.
+    if kind in ("InitConfiguration", "ClusterConfiguration", "KubeletConfiguration") and mode != "init":
         continue
     if kind == "JoinConfiguration":
         if mode == "init":
