@@ -291,7 +291,12 @@ fn up_clears_what_an_earlier_cluster_left() {
     let base = format!("s3://{BUCKET}/clusters/{CLUSTER}");
     let body = tree.path().join("body");
     std::fs::write(&body, "{}").unwrap();
-    let stale = ["bootstrap/init-lock", "bootstrap/join.json", "status/addons/dex.json"];
+    let stale = [
+        "bootstrap/init-lock",
+        "bootstrap/join.json",
+        "status/addons/dex.json",
+        "status/nodes/i-0ld.json",
+    ];
     let kept = ["charts/0000.tgz", "userdata/controller/old.cloud-config"];
     for key in stale.iter().chain(&kept) {
         env.aws(&["s3", "cp", body.to_str().unwrap(), &format!("{base}/{key}")]);
@@ -305,6 +310,47 @@ fn up_clears_what_an_earlier_cluster_left() {
         assert!(listing.contains(key), "{key} deleted:\n{listing}");
     }
     assert!(listing.contains("secrets/bundle.json"), "{listing}");
+
+    // A node of this cluster fails its bootstrap and publishes its report (as
+    // node-bootstrap.sh writes it): `status` names the node and the step, with
+    // the end of its log, in text and JSON.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let report = serde_json::json!({
+        "instanceId": "i-0123456789abcdef0",
+        "nodeName": "ip-10-0-1-23.us-west-2.compute.internal",
+        "role": "worker-general",
+        "stack": "vault-NodePoolGeneral-1ABC",
+        "asgLogicalId": "WorkerGroup",
+        "step": "kubeadm-join",
+        "exitCode": 1,
+        "command": "kubeadm join --config /var/lib/kube-aws/kubeadm.yaml",
+        "log": "kube-aws: step kubeadm-join\nerror execution phase preflight: couldn't validate the identity of the API Server\n",
+        "timestamp": now,
+    });
+    std::fs::write(&body, report.to_string()).unwrap();
+    env.aws(&[
+        "s3",
+        "cp",
+        body.to_str().unwrap(),
+        &format!("{base}/status/nodes/i-0123456789abcdef0.json"),
+    ]);
+    let st = env.kube_aws(dir, &["status"]);
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        out.contains(
+            "node ip-10-0-1-23.us-west-2.compute.internal (i-0123456789abcdef0, worker-general) \
+             failed at step kubeadm-join (exit 1): kubeadm join --config /var/lib/kube-aws/kubeadm.yaml"
+        ),
+        "{}",
+        text(&st)
+    );
+    assert!(out.contains("| error execution phase preflight"), "{}", text(&st));
+    let stj = env.kube_aws(dir, &["status", "-o", "json"]);
+    let j: serde_json::Value = serde_json::from_slice(&stj.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&stj)));
+    assert_eq!(j["nodes"][0]["step"], "kubeadm-join", "{j:#}");
 }
 
 /// A stack's parameters, by name.
@@ -474,4 +520,40 @@ fn launch_template_user_data(env: &Env) -> Vec<String> {
             .into_owned()
         })
         .collect()
+}
+
+/// The kubelet serving-certificate approver's decision (a pure function of the
+/// CSR, its decoded request and the cluster's running instances), through
+/// python3's unittest: tests/support/test_csr_approver.py makes requests with
+/// the real openssl and checks what is approved and what stays pending.
+#[test]
+fn the_csr_approver_approves_only_a_nodes_own_instance_names() {
+    let o = Command::new("python3")
+        .args(["-m", "unittest", "-v", "tests/support/test_csr_approver.py"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}", text(&o));
+    let ran: usize = regex::Regex::new(r"Ran (\d+) tests")
+        .unwrap()
+        .captures(&err)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or(0);
+    assert!(ran >= 10, "{err}");
+    // The controller carries it, with its timer; workers do not.
+    let env = Env::new();
+    let tree = tempfile::tempdir().unwrap();
+    work_tree(tree.path(), "arn:aws:kms:us-west-2:111122223333:key/none");
+    let r = env.kube_aws(tree.path(), &["render"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let c = node(tree.path(), "controller");
+    let w = node(tree.path(), "worker-general");
+    assert_eq!(
+        read(c.path(), "opt/kube-aws/bin/kube-aws-csr-approver"),
+        include_str!("../src/render/templates/csr-approver.py")
+    );
+    assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-csr-approver"), 0o755);
+    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.timer").contains("OnUnitActiveSec"));
+    assert!(!w.path().join("opt/kube-aws/bin/kube-aws-csr-approver").exists());
 }

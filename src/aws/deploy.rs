@@ -12,7 +12,7 @@ use super::progress_view::ProgressView;
 use super::publish::{self, ChartTarball, Location, PublishInput, Published};
 use super::secrets::SecretValue;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
-use super::wait::{AddonReport, ExpectedAddon, Operation, Outcome};
+use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
 use super::{AwsError, Clients};
 use crate::config::ClusterConfig;
@@ -195,6 +195,8 @@ pub struct StatusReport {
     pub stack: StackInfo,
     pub nested: Vec<NestedStack>,
     pub addons: Vec<AddonStatus>,
+    /// Nodes whose bootstrap failed during the stack's latest operation.
+    pub nodes: Vec<NodeReport>,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -252,10 +254,16 @@ pub async fn status(
             });
         }
     }
+    // Node failure reports of the latest operation (its start is on the root's
+    // newest page of events; when it is not, every report is shown).
+    let (events, _) = stack::events_page(clients, &stack.stack_id, None).await?;
+    let all = watch::read_node_reports(clients, &location).await?;
+    let nodes = super::wait::node_reports_since(&all, super::wait::operation_start(&events));
     Ok(StatusReport {
         stack,
         nested,
         addons: out,
+        nodes,
     })
 }
 

@@ -47,7 +47,8 @@ impl ProgressView {
             .stacks
             .iter()
             .map(|l| (format!("stack {}", l.name), l))
-            .chain(p.addons.iter().map(|l| (format!("addon {}", l.name), l)));
+            .chain(p.addons.iter().map(|l| (format!("addon {}", l.name), l)))
+            .chain(p.nodes.iter().map(|l| (format!("node {}", l.name), l)));
         match self {
             ProgressView::Tty { multi, bars } => {
                 for (label, line) in lines {

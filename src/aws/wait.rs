@@ -77,6 +77,88 @@ pub struct AddonReport {
     pub updated_at: Option<String>,
 }
 
+/// The failure report a node publishes at `s3URI/<cluster>/status/nodes/<instance-id>.json`
+/// when a step of its bootstrap fails (src/render/templates/node-bootstrap.sh).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    pub instance_id: String,
+    /// The node's name: its EC2 private DNS name.
+    #[serde(default)]
+    pub node_name: String,
+    /// `controller` or `worker-<pool>`.
+    #[serde(default)]
+    pub role: String,
+    /// The stack holding its group (the nested stack's generated name) and the group's logical id.
+    #[serde(default)]
+    pub stack: String,
+    #[serde(default)]
+    pub asg_logical_id: String,
+    pub step: String,
+    #[serde(default)]
+    pub exit_code: i64,
+    /// The failing command, blanked of secrets.
+    #[serde(default)]
+    pub command: String,
+    /// The last lines of the bootstrap's log, blanked of secrets.
+    #[serde(default)]
+    pub log: String,
+    /// Seconds since the epoch.
+    #[serde(default)]
+    pub timestamp: i64,
+}
+
+impl NodeReport {
+    /// `node ip-10-0-1-23.… (i-0123, worker-general) failed at step kubeadm-join (exit 1): kubeadm join …`
+    pub fn headline(&self) -> String {
+        let name = if self.node_name.is_empty() {
+            &self.instance_id
+        } else {
+            &self.node_name
+        };
+        let mut s = format!(
+            "node {name} ({}, {}) failed at step {}",
+            self.instance_id, self.role, self.step
+        );
+        if self.exit_code != 0 {
+            s.push_str(&format!(" (exit {})", self.exit_code));
+        }
+        if !self.command.is_empty() {
+            s.push_str(&format!(": {}", self.command));
+        }
+        s
+    }
+
+    /// The last `n` lines of its log.
+    pub fn log_tail(&self, n: usize) -> Vec<&str> {
+        let lines: Vec<&str> = self.log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].to_vec()
+    }
+}
+
+/// The node reports of the operation that started at `start_ms` (milliseconds;
+/// None: unknown, all of them), oldest first. Earlier operations' reports stay
+/// in S3 (each instance has its own) but are history.
+pub fn node_reports_since(reports: &[NodeReport], start_ms: Option<i64>) -> Vec<NodeReport> {
+    let mut out: Vec<NodeReport> = reports
+        .iter()
+        .filter(|r| start_ms.is_none_or(|t| r.timestamp.saturating_mul(1000) >= t))
+        .cloned()
+        .collect();
+    out.sort_by(|a, b| a.timestamp.cmp(&b.timestamp).then(a.instance_id.cmp(&b.instance_id)));
+    out
+}
+
+/// When the latest operation began: its user-initiated start event (None when
+/// the events do not reach back to it).
+pub fn operation_start(events: &[StackEvent]) -> Option<i64> {
+    let current = current_operation_events(events);
+    current
+        .first()
+        .filter(|e| e.logical_id == e.stack_name && e.reason.as_deref() == Some("User Initiated"))
+        .map(|e| e.timestamp)
+}
+
 /// An addon the plan expects, and the WaitCondition that stands for it (if the
 /// template has one), so a failed WaitCondition can be named as the addon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,6 +178,8 @@ pub struct Observation {
     pub events: Vec<StackEvent>,
     pub addons: Vec<ExpectedAddon>,
     pub reports: Vec<AddonReport>,
+    /// The failure reports nodes published (any operation's; assess keeps the current one's).
+    pub node_reports: Vec<NodeReport>,
     /// Time since the wait started and the caller's limit (None: no limit).
     pub elapsed_secs: u64,
     pub timeout_secs: Option<u64>,
@@ -117,6 +201,8 @@ pub struct ProgressLine {
 pub struct Progress {
     pub stacks: Vec<ProgressLine>,
     pub addons: Vec<ProgressLine>,
+    /// One line per node whose bootstrap failed in this operation.
+    pub nodes: Vec<ProgressLine>,
 }
 
 /// What went wrong, root cause first.
@@ -132,6 +218,9 @@ pub struct Failure {
     pub addon: Option<String>,
     /// The addon's message from its status object.
     pub addon_message: Option<String>,
+    /// The failure reports of the nodes behind it: those of the failed group
+    /// when it is one, else every node that failed in this operation.
+    pub nodes: Vec<NodeReport>,
 }
 
 impl std::fmt::Display for Failure {
@@ -145,14 +234,24 @@ impl std::fmt::Display for Failure {
             if !self.resource.is_empty() {
                 write!(f, " (resource {} in stack {})", self.resource, self.stack)?;
             }
-            Ok(())
         } else {
             write!(
                 f,
                 "{} {} ({}) in stack {}: {}",
                 self.resource, self.status, self.resource_type, self.stack, self.reason
-            )
+            )?;
         }
+        for n in &self.nodes {
+            write!(f, "\n  {}", n.headline())?;
+            let tail = n.log_tail(NODE_LOG_LINES);
+            if !tail.is_empty() {
+                write!(f, "\n  the last lines of its log:")?;
+                for l in tail {
+                    write!(f, "\n    {l}")?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -177,13 +276,21 @@ pub struct Assessment {
 }
 
 const STACK_TYPE: &str = "AWS::CloudFormation::Stack";
+/// How many lines of a node's log a failure shows (the report keeps more).
+pub const NODE_LOG_LINES: usize = 20;
 const WAIT_CONDITION: &str = "AWS::CloudFormation::WaitCondition";
 
 /// Assesses an observation.
 pub fn assess(obs: &Observation) -> Assessment {
     let events = current_operation_events(&obs.events);
-    let progress = progress(obs, &events);
-    let outcome = outcome(obs, &events);
+    let nodes = node_reports_since(&obs.node_reports, operation_start(&obs.events));
+    let progress = progress(obs, &events, &nodes);
+    let mut outcome = outcome(obs, &events);
+    match &mut outcome {
+        Outcome::Failed(f) => f.nodes = nodes_behind(f, &events, &nodes),
+        Outcome::TimedOut { pending } => pending.extend(nodes.iter().map(NodeReport::headline)),
+        _ => {}
+    }
     Assessment { progress, outcome }
 }
 
@@ -227,7 +334,24 @@ fn is_cleanup_or_rollback(e: &StackEvent) -> bool {
     e.status == "DELETE_IN_PROGRESS" && e.reason.as_deref().is_some_and(|r| !r.contains("User Initiated"))
 }
 
-fn progress(obs: &Observation, events: &[&StackEvent]) -> Progress {
+/// The node reports behind a failure: those whose group is the failed resource
+/// (the FAILURE signal's sender), else every node that failed in this operation.
+fn nodes_behind(f: &Failure, events: &[&StackEvent], nodes: &[NodeReport]) -> Vec<NodeReport> {
+    let group_of = |r: &NodeReport| {
+        r.asg_logical_id == f.resource
+            && events
+                .iter()
+                .any(|e| e.logical_id == f.resource && e.stack_name == r.stack && e.status == f.status)
+    };
+    let matched: Vec<NodeReport> = nodes.iter().filter(|r| group_of(r)).cloned().collect();
+    if matched.is_empty() {
+        nodes.to_vec()
+    } else {
+        matched
+    }
+}
+
+fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> Progress {
     let mut stacks = Vec::new();
     if let Some(root) = &obs.root {
         stacks.push(stack_line(root, events, None));
@@ -258,7 +382,21 @@ fn progress(obs: &Observation, events: &[&StackEvent]) -> Progress {
             }
         })
         .collect();
-    Progress { stacks, addons }
+    let nodes = nodes
+        .iter()
+        .map(|n| ProgressLine {
+            name: if n.node_name.is_empty() {
+                n.instance_id.clone()
+            } else {
+                n.node_name.clone()
+            },
+            status: "failed".into(),
+            detail: format!("{} step {}", n.role, n.step),
+            finished: true,
+            failed: true,
+        })
+        .collect();
+    Progress { stacks, addons, nodes }
 }
 
 fn stack_line(state: &StackState, events: &[&StackEvent], logical: Option<&str>) -> ProgressLine {
@@ -365,6 +503,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
             reason: r.message.clone(),
             addon: None,
             addon_message: None,
+            nodes: vec![],
         });
         failure.addon = Some(r.release.clone());
         failure.addon_message = Some(r.message.clone());
@@ -401,6 +540,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
                 reason,
                 addon: None,
                 addon_message: None,
+                nodes: vec![],
             }
         });
         return Outcome::Failed(failure);
@@ -491,6 +631,7 @@ fn root_cause(obs: &Observation, events: &[&StackEvent]) -> Option<Failure> {
         reason,
         addon,
         addon_message,
+        nodes: vec![],
     })
 }
 

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use super::publish::Location;
 use super::stack::{self, NestedStack};
-use super::wait::{assess, AddonReport, Assessment, ExpectedAddon, Observation, Operation, Outcome, StackEvent};
+use super::wait::{
+    assess, AddonReport, Assessment, ExpectedAddon, NodeReport, Observation, Operation, Outcome, StackEvent,
+};
 use super::{AwsError, Clients};
 
 /// Pacing of the polls. Pure: the caller supplies the jitter sample.
@@ -180,6 +182,7 @@ pub struct AwsSource<'a> {
     /// Nested stacks whose events were read after they finished.
     settled: HashSet<String>,
     reports: BTreeMap<String, (String, AddonReport)>,
+    node_reports: BTreeMap<String, (String, NodeReport)>,
 }
 
 /// At most this many event pages per stack per poll; the rest comes next poll.
@@ -202,6 +205,7 @@ impl<'a> AwsSource<'a> {
             events: BTreeMap::new(),
             settled: HashSet::new(),
             reports: BTreeMap::new(),
+            node_reports: BTreeMap::new(),
         }
     }
 
@@ -240,37 +244,59 @@ impl<'a> AwsSource<'a> {
             return Ok(());
         }
         let prefix = self.location.key("status/addons/");
-        let list = self
-            .clients
-            .s3
-            .list_objects_v2()
-            .bucket(&self.location.bucket)
-            .prefix(&prefix)
-            .send()
-            .await
-            .map_err(|e| super::sdk_error("s3:ListObjectsV2", e))?;
-        for obj in list.contents() {
-            let (Some(key), etag) = (obj.key(), obj.e_tag().unwrap_or_default().to_string()) else {
-                continue;
-            };
-            let Some(release) = key.strip_prefix(&prefix).and_then(|k| k.strip_suffix(".json")) else {
-                continue;
-            };
-            if self.reports.get(release).is_some_and(|(t, _)| *t == etag) {
-                continue;
-            }
-            if let Some(bytes) = super::publish::get_object(self.clients, &self.location.bucket, key).await? {
-                // A half-written or foreign object is ignored rather than failing the wait.
-                if let Ok(mut r) = serde_json::from_slice::<AddonReport>(&bytes) {
-                    if r.release.is_empty() {
-                        r.release = release.to_string();
-                    }
-                    self.reports.insert(release.to_string(), (etag, r));
-                }
+        read_changed(self.clients, &self.location.bucket, &prefix, &mut self.reports).await?;
+        for (release, (_, r)) in self.reports.iter_mut() {
+            if r.release.is_empty() {
+                r.release = release.clone();
             }
         }
         Ok(())
     }
+
+    /// Reads the node failure reports that changed since the last poll.
+    async fn read_node_reports(&mut self) -> Result<(), AwsError> {
+        let prefix = self.location.key(NODE_REPORTS);
+        read_changed(self.clients, &self.location.bucket, &prefix, &mut self.node_reports).await
+    }
+}
+
+/// Where nodes publish their failure reports, under the cluster's prefix.
+pub const NODE_REPORTS: &str = "status/nodes/";
+
+/// Reads the JSON objects under `prefix` whose ETag changed since they were
+/// cached, keyed by the name between the prefix and `.json`. A half-written or
+/// foreign object is ignored rather than failing the wait.
+async fn read_changed<T: serde::de::DeserializeOwned>(
+    clients: &Clients,
+    bucket: &str,
+    prefix: &str,
+    cache: &mut BTreeMap<String, (String, T)>,
+) -> Result<(), AwsError> {
+    let list = clients
+        .s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .map_err(|e| super::sdk_error("s3:ListObjectsV2", e))?;
+    for obj in list.contents() {
+        let (Some(key), etag) = (obj.key(), obj.e_tag().unwrap_or_default().to_string()) else {
+            continue;
+        };
+        let Some(name) = key.strip_prefix(prefix).and_then(|k| k.strip_suffix(".json")) else {
+            continue;
+        };
+        if cache.get(name).is_some_and(|(t, _)| *t == etag) {
+            continue;
+        }
+        if let Some(bytes) = super::publish::get_object(clients, bucket, key).await? {
+            if let Ok(v) = serde_json::from_slice::<T>(&bytes) {
+                cache.insert(name.to_string(), (etag, v));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Source for AwsSource<'_> {
@@ -296,6 +322,7 @@ impl Source for AwsSource<'_> {
                 }
             }
             self.read_reports().await?;
+            self.read_node_reports().await?;
         }
         let obs = Observation {
             operation: self.operation,
@@ -308,6 +335,7 @@ impl Source for AwsSource<'_> {
             events: self.events.values().cloned().collect(),
             addons: self.addons.clone(),
             reports: self.reports.values().map(|(_, r)| r.clone()).collect(),
+            node_reports: self.node_reports.values().map(|(_, r)| r.clone()).collect(),
             elapsed_secs: 0,
             timeout_secs: None,
         };
@@ -330,6 +358,13 @@ pub async fn read_addon_reports(
     );
     src.read_reports().await?;
     Ok(src.reports.into_values().map(|(_, r)| r).collect())
+}
+
+/// Reads every node failure report once (for `status` without --wait).
+pub async fn read_node_reports(clients: &Clients, location: &Location) -> Result<Vec<NodeReport>, AwsError> {
+    let mut cache = BTreeMap::new();
+    read_changed(clients, &location.bucket, &location.key(NODE_REPORTS), &mut cache).await?;
+    Ok(cache.into_values().map(|(_, r)| r).collect())
 }
 
 #[cfg(test)]
@@ -380,6 +415,7 @@ mod tests {
             events: vec![],
             addons: vec![],
             reports: vec![],
+            node_reports: vec![],
             elapsed_secs: 0,
             timeout_secs: None,
         }

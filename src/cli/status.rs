@@ -68,6 +68,15 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
             println!("  {}: {}", o.key, o.value);
         }
     }
+    if !r.nodes.is_empty() {
+        println!("failed nodes:");
+        for n in &r.nodes {
+            println!("  {}", n.headline());
+            for l in n.log_tail(crate::aws::wait::NODE_LOG_LINES) {
+                println!("    | {l}");
+            }
+        }
+    }
     if !r.addons.is_empty() {
         println!("addons:");
         for a in &r.addons {

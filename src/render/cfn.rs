@@ -272,6 +272,16 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
         s.push(
             json!({"Sid": "WriteBootstrapAndStatus", "Effect": "Allow", "Action": ["s3:PutObject"], "Resource": write}),
         );
+        // The kubelet serving-certificate approver checks each request against
+        // the cluster's instances; DescribeInstances has no resource-level scope.
+        s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
+            "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
+    } else {
+        // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
+        s.push(
+            json!({"Sid": "WriteFailureReport", "Effect": "Allow", "Action": ["s3:PutObject"],
+            "Resource": [obj("status/nodes/*")]}),
+        );
     }
     s.push(json!({
         "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],

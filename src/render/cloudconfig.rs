@@ -25,6 +25,9 @@ const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
 const UPLOAD_CERTS_SERVICE: &str = include_str!("templates/kube-aws-upload-certs.service");
 const UPLOAD_CERTS_TIMER: &str = include_str!("templates/kube-aws-upload-certs.timer");
+const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
+const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
+const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
@@ -426,7 +429,8 @@ fn unit_path(name: &str) -> String {
 }
 
 /// What only controllers carry: the addon plan, values, Tiller, manifests, the
-/// installer and its unit, and the certificate re-upload timer.
+/// installer and its unit, the certificate re-upload timer, and the kubelet
+/// serving-certificate approver and its timer.
 fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)>, RenderError> {
     let mut files = Vec::new();
     for (rel, bytes) in &out.files {
@@ -450,9 +454,16 @@ fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)
         "0644".into(),
         ADDONS_UNIT.into(),
     ));
+    files.push((
+        "/opt/kube-aws/bin/kube-aws-csr-approver".into(),
+        "0755".into(),
+        CSR_APPROVER.into(),
+    ));
     for (name, unit) in [
         ("kube-aws-upload-certs.service", UPLOAD_CERTS_SERVICE),
         ("kube-aws-upload-certs.timer", UPLOAD_CERTS_TIMER),
+        ("kube-aws-csr-approver.service", CSR_APPROVER_SERVICE),
+        ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));
     }

@@ -320,8 +320,11 @@ json.dump({"caCertHash": "sha256:" + sys.argv[1]}, open(sys.argv[2], "w"))' "$ha
     kubeadm join --config "$WORK/kubeadm.yaml"
   fi
   signal SUCCESS
-  step upload-certs-timer
+  step timers
   systemctl enable --now kube-aws-upload-certs.timer
+  # Approves kubelet serving certificates (serverTLSBootstrap) that match the
+  # cluster's instances; see /opt/kube-aws/bin/kube-aws-csr-approver.
+  systemctl enable --now kube-aws-csr-approver.timer
   step installer
   start_installer
 else
