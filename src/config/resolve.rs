@@ -117,7 +117,8 @@ pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
         Some(list) => list.clone(),
         None => {
             let default = format!("values/{}.yaml", spec.name);
-            if dir.join(&default).is_file() {
+            // Present in any form: the input reader refuses what is not a regular file.
+            if std::fs::symlink_metadata(dir.join(&default)).is_ok() {
                 vec![default]
             } else {
                 Vec::new()

@@ -426,7 +426,7 @@ impl Validator<'_> {
                 let path = format!("{base}.values[{j}]");
                 if Path::new(f).is_absolute() || f.split(['/', '\\']).any(|s| s == "..") {
                     self.err(&path, format!("{f:?} leaves the work tree (use a path relative to it)"));
-                } else if !dir.join(f).is_file() {
+                } else if std::fs::symlink_metadata(dir.join(f)).is_err() {
                     self.err(&path, format!("values file {f:?} does not exist"));
                 }
             }
