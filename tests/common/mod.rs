@@ -218,4 +218,3 @@ impl MotoEnv {
         cmd.output().unwrap()
     }
 }
-pub mod testbed;
