@@ -218,3 +218,4 @@ impl MotoEnv {
         cmd.output().unwrap()
     }
 }
+pub mod testbed;
