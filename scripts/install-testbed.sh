@@ -179,12 +179,12 @@ k8s_ldflags() {
   echo "-s -w $v $p"
 }
 
-# build NAME PKG... (in the current directory's module, into $BIN)
+# build_in COMPONENT DIR LDFLAGS PKG: builds PKG in the module at DIR into $BIN/COMPONENT
 build_in() {
   local comp=$1 wdir=$2 ldflags=$3
   shift 3
   rm -rf "$DIR/tmp-$comp"
-  (cd "$wdir" && run "$comp" go build -mod=mod -ldflags "$ldflags" -o "$DIR/tmp-$comp/" "$@")
+  (cd "$wdir" && run "$comp" go build -mod=mod -ldflags "$ldflags" -o "$DIR/tmp-$comp/$comp" "$@")
   mv "$DIR/tmp-$comp"/* "$BIN/"
   rm -rf "$DIR/tmp-$comp"
 }

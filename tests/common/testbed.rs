@@ -1,0 +1,754 @@
+//! The control-plane test bed: real etcd, kube-apiserver, kube-controller-manager
+//! and kube-scheduler, plus kwok simulating the nodes of a controller and two
+//! pools, all built by scripts/install-testbed.sh at pinned versions.
+//!
+//! - Certificates and kubeconfigs are made by the built kubeadm
+//!   (`kubeadm init phase certs all`, `init phase kubeconfig ...`), as on a
+//!   controller; the admin kubeconfig is kubeadm's admin.conf, bound to
+//!   cluster-admin as `kubeadm init` binds it.
+//! - Every process listens on a free 127.0.0.1 port and lives in a temporary
+//!   directory; each is killed by its PID when its handle drops.
+//! - One control plane per test binary ([`shared`]), reused by its tests;
+//!   each test makes its own namespaces. The shared one is dropped (its
+//!   processes killed) when the test binary exits.
+//! - Without the binaries a test fails, naming the script; with
+//!   `KUBE_AWS_TESTBED=skip` it skips and says so.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::free_port;
+
+/// The binaries the test bed provides (scripts/install-testbed.sh).
+pub const BINARIES: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubeadm",
+    "kubectl",
+    "kwok",
+    "helm",
+    "kwok-stages.yaml",
+];
+
+/// How long a component may take to become ready on a loaded 2-core machine.
+const READY_LIMIT: Duration = Duration::from_secs(180);
+
+/// Writes past the test harness's output capture, so a skip is always visible.
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The test bed's bin directory, or None (after saying so) when the tests
+/// that need it are skipped with `KUBE_AWS_TESTBED=skip`. Panics when it is
+/// missing: CI must never skip these tests silently.
+pub fn bin_dir(test: &str) -> Option<PathBuf> {
+    if std::env::var("KUBE_AWS_TESTBED").as_deref() == Ok("skip") {
+        say(&format!(
+            "{test}: SKIPPED: KUBE_AWS_TESTBED=skip (needs the control-plane test bed of scripts/install-testbed.sh)"
+        ));
+        return None;
+    }
+    let dir = std::env::var_os("KUBE_AWS_TESTBED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".testbed/bin"));
+    for b in BINARIES {
+        assert!(
+            dir.join(b).exists(),
+            "the control-plane test bed is missing {}: run `make testbed` (scripts/install-testbed.sh, needs Go), \
+             point KUBE_AWS_TESTBED_BIN at its bin directory, or set KUBE_AWS_TESTBED=skip to skip these tests",
+            dir.join(b).display()
+        );
+    }
+    Some(dir)
+}
+
+/// A process of the test bed, killed by its PID on drop; its output goes to a log file.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = out.try_clone().unwrap();
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        Proc {
+            name: name.into(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The last lines of its log, for messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Polls `ready` until it holds; Err with the log tail if the process
+    /// exits first or `limit` passes.
+    pub fn wait_until(&mut self, limit: Duration, mut ready: impl FnMut() -> bool) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return Err(format!(
+                    "{} exited ({status}) before it was ready; the end of {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    self.log_tail(30)
+                ));
+            }
+            if ready() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "{} not ready after {limit:?}; the end of {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    self.log_tail(30)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A simulated node: its name and what kubeadm would register it with.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    /// (key, value, effect)
+    pub taints: Vec<(String, String, String)>,
+}
+
+/// A list of kubeadm v1beta4 `extraArgs` ({name, value}) or a v1beta3 map, as pairs.
+pub fn extra_args(v: &serde_json::Value) -> Vec<(String, String)> {
+    match v {
+        serde_json::Value::Array(a) => a
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// The kubeadm documents (`/etc/kube-aws/kubeadm.json`) a node's cloud-config writes.
+pub fn kubeadm_json(cloud_config: &str) -> serde_json::Value {
+    let root = tempfile::tempdir().unwrap();
+    super::write_cloud_config_files(cloud_config, root.path());
+    let text = std::fs::read_to_string(root.path().join("etc/kube-aws/kubeadm.json"))
+        .expect("the cloud-config writes /etc/kube-aws/kubeadm.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+impl SimNode {
+    /// The node a rendered kubeadm document set registers: the labels in its
+    /// kubelet `node-labels` and its taints; a controller also gets the label
+    /// `kubeadm init`'s mark-control-plane phase adds.
+    pub fn from_kubeadm(name: &str, kubeadm: &serde_json::Value) -> SimNode {
+        let docs = kubeadm["documents"].as_array().expect("kubeadm.json has documents");
+        let join = docs
+            .iter()
+            .find(|d| d["kind"] == "JoinConfiguration")
+            .expect("a JoinConfiguration");
+        let reg = &join["nodeRegistration"];
+        let mut labels: Vec<(String, String)> = extra_args(&reg["kubeletExtraArgs"])
+            .into_iter()
+            .filter(|(k, _)| k == "node-labels")
+            .flat_map(|(_, v)| {
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                        (k.to_string(), v.to_string())
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if docs.iter().any(|d| d["kind"] == "InitConfiguration") {
+            labels.push(("node-role.kubernetes.io/control-plane".into(), String::new()));
+        }
+        let taints = reg["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t["key"].as_str().unwrap_or_default().to_string(),
+                    t["value"].as_str().unwrap_or_default().to_string(),
+                    t["effect"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        SimNode {
+            name: name.into(),
+            labels,
+            taints,
+        }
+    }
+
+    /// The Node object kwok manages (annotation `kwok.x-k8s.io/node: fake`).
+    pub fn manifest(&self) -> serde_json::Value {
+        let labels: serde_json::Map<String, serde_json::Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .chain([
+                ("kubernetes.io/hostname".to_string(), serde_json::json!(self.name)),
+                ("type".to_string(), serde_json::json!("kwok")),
+            ])
+            .collect();
+        let taints: Vec<serde_json::Value> = self
+            .taints
+            .iter()
+            .map(|(k, v, e)| {
+                let mut t = serde_json::json!({"key": k, "effect": e});
+                if !v.is_empty() {
+                    t["value"] = serde_json::json!(v);
+                }
+                t
+            })
+            .collect();
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"taints": taints},
+        })
+    }
+}
+
+/// The cluster whose nodes the shared control plane simulates: a controller
+/// and two pools, one tainted and labelled in cluster.yaml.
+pub const NODES_CLUSTER_YAML: &str = r#"
+clusterName: testbed
+region: us-west-2
+s3URI: s3://kube-aws-testbed
+worker:
+  nodePools:
+    - name: general
+      count: 1
+    - name: batch
+      count: 1
+      labels:
+        workload: batch
+      taints:
+        - key: dedicated
+          value: batch
+          effect: NoSchedule
+"#;
+
+/// The controller and pool nodes of [`NODES_CLUSTER_YAML`], from its rendered
+/// kubeadm documents (so they carry exactly what render gives them).
+pub fn rendered_nodes() -> Vec<SimNode> {
+    use kube_aws::config::parse_cluster;
+    use kube_aws::render::{render, RenderInput};
+    let c = parse_cluster(Path::new("."), Path::new("cluster.yaml"), NODES_CLUSTER_YAML)
+        .unwrap_or_else(|e| panic!("test bed cluster: {e}"));
+    let r = render(&RenderInput::new(c.config, vec![])).unwrap_or_else(|e| panic!("test bed render: {e}"));
+    let mut nodes = Vec::new();
+    for (path, _) in r.files.iter() {
+        let Some(role) = path
+            .strip_prefix("userdata/")
+            .and_then(|p| p.strip_suffix(".cloud-config"))
+        else {
+            continue;
+        };
+        let kubeadm = kubeadm_json(r.text(path).unwrap());
+        nodes.push(SimNode::from_kubeadm(&format!("{role}-0"), &kubeadm));
+    }
+    assert_eq!(nodes.len(), 3, "a controller and two pools: {nodes:?}");
+    nodes
+}
+
+/// A running control plane.
+pub struct ControlPlane {
+    pub dir: tempfile::TempDir,
+    pub bin: PathBuf,
+    /// kubeadm's certificate directory.
+    pub pki: PathBuf,
+    /// The admin kubeconfig (kubeadm's admin.conf).
+    pub kubeconfig: PathBuf,
+    pub api_port: u16,
+    pub etcd_url: String,
+    /// `v1.35.4`: what the built kubeadm says.
+    pub version: String,
+    pub nodes: Vec<SimNode>,
+    /// In start order; dropped (killed) in reverse.
+    procs: Mutex<Vec<Proc>>,
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let procs = self.procs.get_mut().unwrap_or_else(|e| e.into_inner());
+        while let Some(p) = procs.pop() {
+            drop(p);
+        }
+    }
+}
+
+/// Runs a test-bed command; Err with its output unless it succeeds.
+pub fn run(mut cmd: Command) -> Result<String, String> {
+    let out: Output = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+    /// kwok with `nodes`, and waits until the nodes are Ready.
+    pub fn start(bin: &Path, nodes: Vec<SimNode>) -> ControlPlane {
+        let dir = tempfile::Builder::new().prefix("kube-aws-testbed").tempdir().unwrap();
+        let version = run({
+            let mut c = Command::new(bin.join("kubeadm"));
+            c.args(["version", "-o", "short"]);
+            c
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+        .trim()
+        .to_string();
+        let pki = dir.path().join("pki");
+        let api_port = free_port();
+        let mut cp = ControlPlane {
+            kubeconfig: dir.path().join("admin.conf"),
+            pki,
+            bin: bin.to_path_buf(),
+            api_port,
+            etcd_url: String::new(),
+            version,
+            nodes,
+            procs: Mutex::new(Vec::new()),
+            dir,
+        };
+        cp.make_pki();
+        cp.start_etcd();
+        let api = cp.apiserver_proc("kube-apiserver", api_port, &[], "/registry");
+        cp.push(api.unwrap_or_else(|e| panic!("{e}")));
+        // kubeadm init binds admin.conf's group to cluster-admin.
+        cp.kubectl_as(
+            "super-admin.conf",
+            &[
+                "create",
+                "clusterrolebinding",
+                "kubeadm:cluster-admins",
+                "--clusterrole=cluster-admin",
+                "--group=kubeadm:cluster-admins",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let kcm = cp.controller_manager_proc("kube-controller-manager", api_port, &[]);
+        cp.push(kcm.unwrap_or_else(|e| panic!("{e}")));
+        let sched = cp.scheduler_proc("kube-scheduler", api_port, &[]);
+        cp.push(sched.unwrap_or_else(|e| panic!("{e}")));
+        cp.start_kwok();
+        cp
+    }
+
+    fn push(&self, p: Proc) {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn kubeadm(&self, args: &[&str]) {
+        let mut c = Command::new(self.bin.join("kubeadm"));
+        c.args(args).arg("--config").arg(self.path("kubeadm.yaml"));
+        run(c).unwrap_or_else(|e| panic!("making the test bed's PKI: {e}"));
+    }
+
+    /// kubeadm makes the CA, serving and client certificates, the service
+    /// account key and the kubeconfigs, for 127.0.0.1.
+    fn make_pki(&self) {
+        let cfg = format!(
+            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n\
+             localAPIEndpoint: {{advertiseAddress: 127.0.0.1, bindPort: {port}}}\n\
+             nodeRegistration: {{name: testbed, criSocket: \"unix:///run/containerd/containerd.sock\"}}\n---\n\
+             apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
+             kubernetesVersion: {version}\nclusterName: testbed\n\
+             controlPlaneEndpoint: 127.0.0.1:{port}\ncertificatesDir: {pki}\n\
+             apiServer: {{certSANs: [127.0.0.1, localhost]}}\n",
+            port = self.api_port,
+            version = self.version,
+            pki = self.pki.display()
+        );
+        std::fs::write(self.path("kubeadm.yaml"), cfg).unwrap();
+        self.kubeadm(&["init", "phase", "certs", "all"]);
+        let dir = self.dir.path().to_str().unwrap();
+        for kc in ["admin", "super-admin", "controller-manager", "scheduler"] {
+            self.kubeadm(&["init", "phase", "kubeconfig", kc, "--kubeconfig-dir", dir]);
+        }
+    }
+
+    fn start_etcd(&mut self) {
+        let (client, peer) = (free_port(), free_port());
+        let pki = &self.pki;
+        let p = |f: &str| pki.join("etcd").join(f).display().to_string();
+        let mut c = Command::new(self.bin.join("etcd"));
+        c.args([
+            "--name=testbed",
+            &format!("--data-dir={}", self.path("etcd").display()),
+            &format!("--listen-client-urls=https://127.0.0.1:{client}"),
+            &format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+            &format!("--listen-peer-urls=https://127.0.0.1:{peer}"),
+            &format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
+            &format!("--initial-cluster=testbed=https://127.0.0.1:{peer}"),
+            &format!("--cert-file={}", p("server.crt")),
+            &format!("--key-file={}", p("server.key")),
+            &format!("--trusted-ca-file={}", p("ca.crt")),
+            "--client-cert-auth=true",
+            &format!("--peer-cert-file={}", p("peer.crt")),
+            &format!("--peer-key-file={}", p("peer.key")),
+            &format!("--peer-trusted-ca-file={}", p("ca.crt")),
+            "--peer-client-cert-auth=true",
+            // A test bed: durability is not wanted, speed is.
+            "--unsafe-no-fsync=true",
+        ]);
+        let mut proc = Proc::spawn("etcd", c, self.path("etcd.log"));
+        proc.wait_until(READY_LIMIT, || {
+            std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.etcd_url = format!("https://127.0.0.1:{client}");
+        self.push(proc);
+    }
+
+    fn pki_file(&self, f: &str) -> String {
+        self.pki.join(f).display().to_string()
+    }
+
+    /// The flags kubeadm gives kube-apiserver (its static pod manifest),
+    /// for 127.0.0.1.
+    fn apiserver_args(&self, port: u16, etcd_prefix: &str) -> Vec<(String, String)> {
+        let p = |f: &str| self.pki_file(f);
+        [
+            ("advertise-address", "127.0.0.1".to_string()),
+            ("bind-address", "127.0.0.1".into()),
+            ("secure-port", port.to_string()),
+            ("allow-privileged", "true".into()),
+            ("authorization-mode", "Node,RBAC".into()),
+            ("client-ca-file", p("ca.crt")),
+            ("enable-admission-plugins", "NodeRestriction".into()),
+            ("enable-bootstrap-token-auth", "true".into()),
+            ("etcd-cafile", p("etcd/ca.crt")),
+            ("etcd-certfile", p("apiserver-etcd-client.crt")),
+            ("etcd-keyfile", p("apiserver-etcd-client.key")),
+            ("etcd-servers", self.etcd_url.clone()),
+            ("etcd-prefix", etcd_prefix.into()),
+            ("kubelet-client-certificate", p("apiserver-kubelet-client.crt")),
+            ("kubelet-client-key", p("apiserver-kubelet-client.key")),
+            (
+                "kubelet-preferred-address-types",
+                "InternalIP,ExternalIP,Hostname".into(),
+            ),
+            ("proxy-client-cert-file", p("front-proxy-client.crt")),
+            ("proxy-client-key-file", p("front-proxy-client.key")),
+            ("requestheader-allowed-names", "front-proxy-client".into()),
+            ("requestheader-client-ca-file", p("front-proxy-ca.crt")),
+            ("requestheader-extra-headers-prefix", "X-Remote-Extra-".into()),
+            ("requestheader-group-headers", "X-Remote-Group".into()),
+            ("requestheader-username-headers", "X-Remote-User".into()),
+            (
+                "service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local".into(),
+            ),
+            ("service-account-key-file", p("sa.pub")),
+            ("service-account-signing-key-file", p("sa.key")),
+            ("service-cluster-ip-range", "10.96.0.0/12".into()),
+            ("tls-cert-file", p("apiserver.crt")),
+            ("tls-private-key-file", p("apiserver.key")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// kubeadm's flags with `extra` merged over them (as kubeadm merges
+    /// `extraArgs`: an extra flag replaces the default of the same name).
+    fn command(&self, binary: &str, base: Vec<(String, String)>, extra: &[(String, String)]) -> Command {
+        let mut args = base;
+        for (k, v) in extra {
+            args.retain(|(bk, _)| bk != k);
+            args.push((k.clone(), v.clone()));
+        }
+        let mut c = Command::new(self.bin.join(binary));
+        c.args(args.iter().map(|(k, v)| format!("--{k}={v}")));
+        c
+    }
+
+    /// Is `path` on the HTTPS server at `port` answering "ok" (no client certificate)?
+    fn healthy(&self, port: u16, path: &str, kubeconfig: Option<&Path>) -> bool {
+        let mut c = Command::new(self.bin.join("kubectl"));
+        match kubeconfig {
+            Some(kc) => c.arg("--kubeconfig").arg(kc),
+            None => c
+                .args(["--kubeconfig", "/dev/null", "--insecure-skip-tls-verify"])
+                .arg(format!("--server=https://127.0.0.1:{port}")),
+        };
+        c.args(["get", "--raw", path, "--request-timeout=5s"]);
+        matches!(run(c), Ok(out) if out.trim() == "ok")
+    }
+
+    /// A kube-apiserver on `port` sharing this control plane's etcd and PKI,
+    /// with `extra` flags, waited for until its /readyz is ok. Err with its
+    /// log if it exits (a bad flag) or is not ready in time.
+    pub fn apiserver_proc(
+        &self,
+        name: &str,
+        port: u16,
+        extra: &[(String, String)],
+        etcd_prefix: &str,
+    ) -> Result<Proc, String> {
+        let c = self.command("kube-apiserver", self.apiserver_args(port, etcd_prefix), extra);
+        let mut proc = Proc::spawn(name, c, self.path(&format!("{name}.log")));
+        let kc = self.kubeconfig_for("super-admin.conf", port);
+        proc.wait_until(READY_LIMIT, || self.healthy(port, "/readyz", Some(&kc)))?;
+        Ok(proc)
+    }
+
+    /// kubeadm's kubeconfig `file` (e.g. `super-admin.conf`) pointed at the API server on `port`.
+    fn kubeconfig_for(&self, file: &str, port: u16) -> PathBuf {
+        let path = self.path(&format!("{port}-{file}"));
+        if !path.exists() {
+            let text = std::fs::read_to_string(self.path(file)).unwrap();
+            let text = text.replace(&format!("127.0.0.1:{}", self.api_port), &format!("127.0.0.1:{port}"));
+            std::fs::write(&path, text).unwrap();
+        }
+        path
+    }
+
+    /// kube-controller-manager for the API server on `api_port`, with kubeadm's
+    /// flags and `extra`, waited for until its /healthz is ok.
+    pub fn controller_manager_proc(
+        &self,
+        name: &str,
+        api_port: u16,
+        extra: &[(String, String)],
+    ) -> Result<Proc, String> {
+        let port = free_port();
+        let kc = self
+            .kubeconfig_for("controller-manager.conf", api_port)
+            .display()
+            .to_string();
+        let p = |f: &str| self.pki_file(f);
+        let base = [
+            ("authentication-kubeconfig", kc.clone()),
+            ("authorization-kubeconfig", kc.clone()),
+            ("kubeconfig", kc),
+            ("bind-address", "127.0.0.1".into()),
+            ("secure-port", port.to_string()),
+            ("client-ca-file", p("ca.crt")),
+            ("cluster-name", "testbed".into()),
+            ("cluster-signing-cert-file", p("ca.crt")),
+            ("cluster-signing-key-file", p("ca.key")),
+            ("controllers", "*,bootstrapsigner,tokencleaner".into()),
+            ("leader-elect", "false".into()),
+            ("requestheader-client-ca-file", p("front-proxy-ca.crt")),
+            ("root-ca-file", p("ca.crt")),
+            ("service-account-private-key-file", p("sa.key")),
+            ("use-service-account-credentials", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let c = self.command("kube-controller-manager", base, extra);
+        let mut proc = Proc::spawn(name, c, self.path(&format!("{name}.log")));
+        proc.wait_until(READY_LIMIT, || self.healthy(port, "/healthz", None))?;
+        Ok(proc)
+    }
+
+    /// kube-scheduler for the API server on `api_port`, with kubeadm's flags
+    /// and `extra`, waited for until its /healthz is ok.
+    pub fn scheduler_proc(&self, name: &str, api_port: u16, extra: &[(String, String)]) -> Result<Proc, String> {
+        let port = free_port();
+        let kc = self.kubeconfig_for("scheduler.conf", api_port).display().to_string();
+        let base = [
+            ("authentication-kubeconfig", kc.clone()),
+            ("authorization-kubeconfig", kc.clone()),
+            ("kubeconfig", kc),
+            ("bind-address", "127.0.0.1".into()),
+            ("secure-port", port.to_string()),
+            ("leader-elect", "false".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let c = self.command("kube-scheduler", base, extra);
+        let mut proc = Proc::spawn(name, c, self.path(&format!("{name}.log")));
+        proc.wait_until(READY_LIMIT, || self.healthy(port, "/healthz", None))?;
+        Ok(proc)
+    }
+
+    /// kwok with the pinned stages (fast node and pod lifecycles, node leases),
+    /// managing the nodes annotated `kwok.x-k8s.io/node: fake`; creates the
+    /// nodes and waits until they are Ready.
+    fn start_kwok(&self) {
+        let mut c = Command::new(self.bin.join("kwok"));
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--config")
+            .arg(self.bin.join("kwok-stages.yaml"))
+            .args([
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.0.0.1/24",
+                "--node-ip=10.0.0.1",
+                &format!("--server-address=127.0.0.1:{}", free_port()),
+            ]);
+        let proc = Proc::spawn("kwok", c, self.path("kwok.log"));
+        self.push(proc);
+        let manifests: Vec<serde_json::Value> = self.nodes.iter().map(SimNode::manifest).collect();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
+        self.kubectl_stdin(&["apply", "-f", "-"], &list.to_string())
+            .unwrap_or_else(|e| panic!("creating the simulated nodes: {e}"));
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "--all",
+            &format!("--timeout={}s", READY_LIMIT.as_secs()),
+        ])
+        .unwrap_or_else(|e| {
+            let procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+            let kwok = procs.iter().find(|p| p.name == "kwok").map(|p| p.log_tail(30));
+            panic!(
+                "the simulated nodes never became Ready: {e}\nkwok log:\n{}",
+                kwok.unwrap_or_default()
+            )
+        });
+    }
+
+    /// `kubectl --kubeconfig admin.conf ARGS`: its stdout, or Err with its output.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        self.kubectl_as("admin.conf", args)
+    }
+
+    fn kubectl_as(&self, kubeconfig: &str, args: &[&str]) -> Result<String, String> {
+        let mut c = Command::new(self.bin.join("kubectl"));
+        c.arg("--kubeconfig").arg(self.path(kubeconfig)).args(args);
+        run(c)
+    }
+
+    /// kubectl with `input` on its standard input.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String, String> {
+        let mut child = Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {args:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// A new namespace with a unique name starting with `prefix`.
+    pub fn namespace(&self, prefix: &str) -> String {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        self.kubectl(&["create", "namespace", &name])
+            .unwrap_or_else(|e| panic!("{e}"));
+        name
+    }
+}
+
+/// The shared control plane of this test binary, or Err with why it failed to start.
+static SHARED: Mutex<Option<Result<Arc<ControlPlane>, String>>> = Mutex::new(None);
+
+extern "C" fn drop_shared() {
+    if let Ok(mut g) = SHARED.lock() {
+        g.take();
+    }
+}
+
+/// The test binary's control plane, started by the first test that asks
+/// (with [`rendered_nodes`]) and killed when the binary exits; None when
+/// skipped (see [`bin_dir`]).
+pub fn shared(test: &str) -> Option<Arc<ControlPlane>> {
+    let bin = bin_dir(test)?;
+    let mut g = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        let started = std::panic::catch_unwind(|| ControlPlane::start(&bin, rendered_nodes()));
+        *g = Some(match started {
+            Ok(cp) => {
+                // Statics are never dropped: kill the processes at exit.
+                unsafe { libc::atexit(drop_shared) };
+                Ok(Arc::new(cp))
+            }
+            Err(e) => Err(e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the control plane did not start".into())),
+        });
+    }
+    match g.as_ref().unwrap() {
+        Ok(cp) => Some(cp.clone()),
+        Err(e) => panic!("the shared test-bed control plane failed to start: {e}"),
+    }
+}

@@ -1,0 +1,385 @@
+//! On the real control plane (tests/common/testbed.rs; built by
+//! scripts/install-testbed.sh at the default minor's exact patch):
+//! - the built kubeadm accepts every kubeadm document a node hands it
+//!   (`kubeadm config validate`): the example and the every-hook fixture, the
+//!   controller (init and control-plane join) and each pool (worker join),
+//!   each completed at boot by the node bootstrap script's own code;
+//! - the real kube-apiserver, kube-controller-manager and kube-scheduler start
+//!   with the flags plugins contribute (the example's OIDC flags, the
+//!   every-hook fixture's flags), and a misspelt plugin flag makes the
+//!   apiserver refuse to start;
+//! - the fixture itself: kwok nodes carrying a controller's and two pools'
+//!   labels and taints become Ready, and Deployments are scheduled by the real
+//!   scheduler onto the nodes their taints and selectors allow.
+//!
+//! Not covered here: the addon installer with the real helm (issue 15's next
+//! part), anything run by kubelet or containerd (kwok simulates the nodes; no
+//! container runs), and the node's own systemd and `kubeadm init`/`join` steps
+//! (tests/node_bootstrap.rs runs those under fakes).
+//! With `KUBE_AWS_TESTBED=skip` every test here skips and says so.
+
+mod common;
+mod render_fixtures;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::testbed::{self, extra_args, kubeadm_json, run, ControlPlane};
+
+/// Every node cloud-config of a render, by role (`controller`, `worker-general`, ...).
+type CloudConfigs = BTreeMap<String, String>;
+
+fn cloud_configs_of(files: impl IntoIterator<Item = (String, String)>) -> CloudConfigs {
+    files
+        .into_iter()
+        .filter_map(|(path, text)| {
+            let role = path
+                .strip_prefix("userdata/")?
+                .strip_suffix(".cloud-config")?
+                .to_string();
+            Some((role, text))
+        })
+        .collect()
+}
+
+/// `kube-aws init --example` + `render`, through the built binary.
+fn example_cloud_configs() -> CloudConfigs {
+    let tmp = tempfile::tempdir().unwrap();
+    let kube_aws = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kube-aws"))
+            .current_dir(tmp.path())
+            .env("NO_COLOR", "1")
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kube-aws {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    kube_aws(&["init", "--example", "example"]);
+    kube_aws(&["--dir", "example", "render", "--output-dir", "out"]);
+    let dir = tmp.path().join("example/out/userdata");
+    let dir = if dir.is_dir() {
+        dir
+    } else {
+        tmp.path().join("out/userdata")
+    };
+    cloud_configs_of(std::fs::read_dir(&dir).unwrap().map(|e| {
+        let p = e.unwrap().path();
+        (
+            format!("userdata/{}", p.file_name().unwrap().to_string_lossy()),
+            std::fs::read_to_string(&p).unwrap(),
+        )
+    }))
+}
+
+/// The every-hook fixture (tests/render_fixtures), rendered by the library.
+fn fixture_cloud_configs(input: &kube_aws::render::RenderInput) -> CloudConfigs {
+    let r = kube_aws::render::render(input).unwrap_or_else(|e| panic!("render: {e}"));
+    cloud_configs_of(
+        r.files
+            .iter()
+            .map(|(p, b)| (p.clone(), String::from_utf8_lossy(b).into_owned())),
+    )
+}
+
+/// The python program of the node bootstrap script's `kubeadm_config`, which
+/// completes the rendered documents at boot (endpoint, version, token, CA hash).
+fn kubeadm_config_program(cloud_config: &str) -> String {
+    let root = tempfile::tempdir().unwrap();
+    common::write_cloud_config_files(cloud_config, root.path());
+    let script = std::fs::read_to_string(root.path().join("opt/kube-aws/bin/kube-aws-node-bootstrap")).unwrap();
+    let start = script.find("<<'PY'\n").expect("kubeadm_config's python heredoc") + "<<'PY'\n".len();
+    let end = start + script[start..].find("\nPY\n").expect("the heredoc's end");
+    script[start..end].to_string()
+}
+
+/// The kubeadm configuration a node of `cloud_config` passes to kubeadm in
+/// `mode` (init, control-plane, worker), made by the node's own code with the
+/// built kubeadm on PATH, written to `out`.
+fn node_kubeadm_config(bin: &Path, cloud_config: &str, mode: &str, out: &Path) -> Result<(), String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("kubeadm.json"), kubeadm_json(cloud_config).to_string()).unwrap();
+    std::fs::write(t.join("runtime.json"), r#"{"apiEndpoint": "api.testbed.internal"}"#).unwrap();
+    let hash = format!("sha256:{}", "ab".repeat(32));
+    std::fs::write(t.join("join.json"), format!(r#"{{"caCertHash": "{hash}"}}"#)).unwrap();
+    std::fs::create_dir_all(t.join("secrets/kubeadm")).unwrap();
+    std::fs::write(t.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef\n").unwrap();
+    std::fs::write(t.join("secrets/kubeadm/certificate-key"), "0f".repeat(32)).unwrap();
+    let mut c = Command::new("python3");
+    c.arg("-c")
+        .arg(kubeadm_config_program(cloud_config))
+        .arg(t.join("kubeadm.json"))
+        .arg(t.join("runtime.json"))
+        .arg(t.join("join.json"))
+        .arg(out)
+        .arg(mode)
+        .arg(t.join("secrets"))
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()),
+        );
+    run(c).map(|_| ())
+}
+
+/// `kubeadm config validate` on every configuration the nodes of `configs`
+/// use; the number validated, or Err with kubeadm's reason.
+fn validate_all(bin: &Path, what: &str, configs: &CloudConfigs) -> Result<usize, String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut validated = 0;
+    for (role, cc) in configs {
+        let modes: &[&str] = if role == "controller" {
+            &["init", "control-plane"]
+        } else {
+            &["worker"]
+        };
+        for mode in modes {
+            let out = tmp.path().join(format!("{role}-{mode}.yaml"));
+            node_kubeadm_config(bin, cc, mode, &out).map_err(|e| format!("{what} {role} {mode}: {e}"))?;
+            let mut c = Command::new(bin.join("kubeadm"));
+            c.args(["config", "validate", "--config"]).arg(&out);
+            run(c).map_err(|e| {
+                format!(
+                    "{what}: kubeadm rejects the {mode} configuration of {role}: {e}\n{}",
+                    std::fs::read_to_string(&out).unwrap()
+                )
+            })?;
+            validated += 1;
+        }
+    }
+    Ok(validated)
+}
+
+/// `cloud_config` with its kubeadm.json changed by `edit`.
+fn edit_kubeadm_json(cloud_config: &str, edit: impl Fn(&mut serde_json::Value)) -> String {
+    use base64::Engine;
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    let mut found = false;
+    for f in doc["write_files"].as_sequence_mut().unwrap() {
+        if f["path"] == "/etc/kube-aws/kubeadm.json" {
+            let mut v = kubeadm_json(cloud_config);
+            edit(&mut v);
+            let text = serde_json::to_string_pretty(&v).unwrap();
+            f["content"] = if f["encoding"].as_str() == Some("b64") {
+                base64::engine::general_purpose::STANDARD.encode(text).into()
+            } else {
+                text.into()
+            };
+            found = true;
+        }
+    }
+    assert!(found, "no kubeadm.json in the cloud-config");
+    format!("#cloud-config\n{}", serde_yaml::to_string(&doc).unwrap())
+}
+
+#[test]
+fn kubeadm_accepts_every_rendered_kubeadm_document() {
+    let Some(bin) = testbed::bin_dir("kubeadm_accepts_every_rendered_kubeadm_document") else {
+        return;
+    };
+    let example = example_cloud_configs();
+    assert!(example.len() >= 2, "a controller and a pool: {:?}", example.keys());
+    let n = validate_all(&bin, "example", &example).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        n,
+        example.len() + 1,
+        "init and control-plane join, and each pool's join"
+    );
+
+    let full = fixture_cloud_configs(&render_fixtures::full());
+    assert!(full.len() >= 3, "a controller and two pools: {:?}", full.keys());
+    let n = validate_all(&bin, "every-hook fixture", &full).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n, full.len() + 1);
+
+    // The check can fail: a pod subnet that is not a CIDR.
+    let broken = edit_kubeadm_json(&full["controller"], |v| {
+        for d in v["documents"].as_array_mut().unwrap() {
+            if d["kind"] == "ClusterConfiguration" {
+                d["networking"]["podSubnet"] = "10.999.0.0/16".into();
+            }
+        }
+    });
+    let err = validate_all(&bin, "broken", &[("controller".to_string(), broken)].into())
+        .expect_err("kubeadm must reject a pod subnet that is not a CIDR");
+    assert!(
+        err.contains("kubeadm rejects the init configuration") && err.contains("podSubnet"),
+        "{err}"
+    );
+}
+
+/// The apiServer, controllerManager and scheduler extraArgs of a controller's kubeadm documents.
+fn plugin_flags(configs: &CloudConfigs) -> [Vec<(String, String)>; 3] {
+    let kubeadm = kubeadm_json(&configs["controller"]);
+    let cluster = kubeadm["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "ClusterConfiguration")
+        .expect("a ClusterConfiguration")
+        .clone();
+    ["apiServer", "controllerManager", "scheduler"].map(|c| extra_args(&cluster[c]["extraArgs"]))
+}
+
+/// Flag values naming a file the node writes point at that file under `root`.
+fn rooted(flags: &[(String, String)], cloud_config: &str, root: &Path) -> Vec<(String, String)> {
+    common::write_cloud_config_files(cloud_config, root);
+    flags
+        .iter()
+        .map(|(k, v)| {
+            let under: PathBuf = root.join(v.trim_start_matches('/'));
+            if v.starts_with('/') && under.is_file() {
+                (k.clone(), under.display().to_string())
+            } else {
+                (k.clone(), v.clone())
+            }
+        })
+        .collect()
+}
+
+/// Starts kube-apiserver, kube-controller-manager and kube-scheduler with the
+/// plugin flags of `configs`: a control plane of their own (the shared etcd,
+/// another key prefix), so the shared one's tests never see a second
+/// controller manager. Err names the component that refused them.
+fn start_with_plugin_flags(cp: &ControlPlane, what: &str, configs: &CloudConfigs) -> Result<(), String> {
+    let root = tempfile::tempdir().unwrap();
+    let [api, kcm, sched] = plugin_flags(configs).map(|f| rooted(&f, &configs["controller"], root.path()));
+    let port = common::free_port();
+    let name = format!("kube-apiserver-{what}");
+    let _api = cp.apiserver_proc(&name, port, &api, &format!("/registry-{what}"))?;
+    let _kcm = cp.controller_manager_proc(&format!("kube-controller-manager-{what}"), port, &kcm)?;
+    let _sched = cp.scheduler_proc(&format!("kube-scheduler-{what}"), port, &sched)?;
+    Ok(())
+}
+
+#[test]
+fn control_plane_starts_with_the_flags_plugins_contribute() {
+    let Some(cp) = testbed::shared("control_plane_starts_with_the_flags_plugins_contribute") else {
+        return;
+    };
+    let example = example_cloud_configs();
+    let [api, _, _] = plugin_flags(&example);
+    assert!(
+        api.iter().any(|(k, _)| k == "oidc-issuer-url"),
+        "the example enables dex, which adds OIDC flags: {api:?}"
+    );
+    start_with_plugin_flags(&cp, "example", &example).unwrap_or_else(|e| panic!("example: {e}"));
+
+    let full = fixture_cloud_configs(&render_fixtures::full());
+    let flags = plugin_flags(&full);
+    assert!(
+        flags.iter().all(|f| !f.is_empty()),
+        "every component gets a flag: {flags:?}"
+    );
+    start_with_plugin_flags(&cp, "every-hook", &full).unwrap_or_else(|e| panic!("every-hook fixture: {e}"));
+
+    // A plugin's misspelt flag: the real apiserver refuses to start.
+    let mut input = render_fixtures::full();
+    input
+        .plugins
+        .cluster
+        .api_server_flags
+        .insert("oidc-issuer-ulr".into(), "https://dex.example.com".into());
+    let err = start_with_plugin_flags(&cp, "misspelt", &fixture_cloud_configs(&input))
+        .expect_err("kube-apiserver must refuse --oidc-issuer-ulr");
+    assert!(
+        err.contains("kube-apiserver-misspelt exited") && err.contains("oidc-issuer-ulr"),
+        "{err}"
+    );
+}
+
+#[test]
+fn kwok_nodes_are_ready_and_deployments_are_scheduled_by_taints_and_labels() {
+    let Some(cp) = testbed::shared("kwok_nodes_are_ready_and_deployments_are_scheduled_by_taints_and_labels") else {
+        return;
+    };
+    // Every simulated node is registered as render describes it, and Ready.
+    for n in &cp.nodes {
+        let node: serde_json::Value =
+            serde_json::from_str(&cp.kubectl(&["get", "node", &n.name, "-o", "json"]).unwrap()).unwrap();
+        for (k, v) in &n.labels {
+            assert_eq!(node["metadata"]["labels"][k], *v, "{}: label {k}", n.name);
+        }
+        let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+        for (k, _, e) in &n.taints {
+            assert!(
+                taints.iter().any(|t| t["key"] == *k && t["effect"] == *e),
+                "{}: taint {k}:{e} missing: {taints:?}",
+                n.name
+            );
+        }
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        assert!(ready, "{} is not Ready: {}", n.name, node["status"]);
+    }
+    let untainted: Vec<&str> = cp
+        .nodes
+        .iter()
+        .filter(|n| !n.taints.iter().any(|(_, _, e)| e == "NoSchedule" || e == "NoExecute"))
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(untainted.len(), 1, "one pool without taints: {:?}", cp.nodes);
+    let batch = cp
+        .nodes
+        .iter()
+        .find(|n| n.labels.iter().any(|(k, v)| k == "workload" && v == "batch"))
+        .expect("the labelled pool");
+    let (tk, tv, te) = batch.taints.iter().find(|(k, _, _)| k == "dedicated").unwrap();
+
+    let ns = cp.namespace("sched");
+    let deployment = |name: &str, spec_extra: serde_json::Value| {
+        let mut pod_spec = serde_json::json!({"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]});
+        for (k, v) in spec_extra.as_object().unwrap() {
+            pod_spec[k] = v.clone();
+        }
+        serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec}},
+        })
+        .to_string()
+    };
+    cp.kubectl_stdin(&["apply", "-f", "-"], &deployment("plain", serde_json::json!({})))
+        .unwrap();
+    cp.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &deployment(
+            "batch",
+            serde_json::json!({
+                "nodeSelector": {"workload": "batch"},
+                "tolerations": [{"key": tk, "operator": "Equal", "value": tv, "effect": te}],
+            }),
+        ),
+    )
+    .unwrap();
+    for (name, want) in [("plain", untainted[0]), ("batch", batch.name.as_str())] {
+        cp.kubectl(&[
+            "-n",
+            &ns,
+            "rollout",
+            "status",
+            &format!("deployment/{name}"),
+            "--timeout=180s",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pods: serde_json::Value = serde_json::from_str(
+            &cp.kubectl(&["-n", &ns, "get", "pods", "-l", &format!("app={name}"), "-o", "json"])
+                .unwrap(),
+        )
+        .unwrap();
+        let items = pods["items"].as_array().unwrap();
+        assert_eq!(items.len(), 3, "{name}: {pods}");
+        for p in items {
+            assert_eq!(p["spec"]["nodeName"], want, "{name}: scheduled onto the wrong node");
+            assert_eq!(p["status"]["phase"], "Running", "{name}: {}", p["status"]);
+        }
+    }
+}
