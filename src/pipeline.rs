@@ -97,6 +97,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, PipelineError> {
         plugin_values: releases.plugin_values.clone(),
         cache_dir: opts.cache_dir.clone(),
         require_charts: opts.require_charts,
+        helm_v2: helm_v2_mode(&releases.cluster),
     })?;
     let not_fetched = prepared
         .iter()
@@ -116,6 +117,17 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, PipelineError> {
         prepared,
         input,
         not_fetched,
+    })
+}
+
+/// Helm v2 mode and where cluster.yaml sets it, or None in Helm v3 mode.
+pub fn helm_v2_mode(cluster: &Cluster) -> Option<chart::HelmV2Mode> {
+    (cluster.config.helm.version == 2).then(|| chart::HelmV2Mode {
+        file: cluster.file.clone(),
+        pos: cluster
+            .source
+            .value("helm.version")
+            .unwrap_or_else(|| cluster.source.locate("helm.version")),
     })
 }
 

@@ -16,7 +16,7 @@ pub use cache::{default_cache_dir, ChartCache};
 pub use fetch::{fetch_charts, FetchChartsOptions, FetchError, FetchOptions, FetchReport};
 pub use index::{find_chart, normalize_digest, parse_index, resolve_url, ChartLookup, ChartVersion, Index, IndexError};
 pub use lock::{check_lock, load_lock, lock_charts, Lock, LockError, LockOptions, LockReport, LockedChart, LOCK_FILE};
-pub use prepare::{prepare_releases, PrepareError, PrepareOptions, PreparedRelease};
+pub use prepare::{prepare_releases, HelmV2Mode, PrepareError, PrepareOptions, PreparedRelease};
 pub use values::{
     check_release_values, coalesce, load_user_layers, merge_layers, ReleaseValues, ValuesError, ValuesLayer,
 };

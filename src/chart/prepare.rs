@@ -1,18 +1,20 @@
 //! What render, validate and up need from the chart stage, offline: each
 //! release's locked chart (from the lock), its archive (from the cache or the
 //! work tree), and its checked values (schema, kubeVersion) as one YAML
-//! document for the node.
+//! document for the node. In Helm v2 mode, charts Helm 2 cannot install
+//! (`apiVersion: v2`) are refused here, before anything is written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::chart::archive::{read_chart_archive, read_chart_dir, ArchiveError, ChartFiles};
 use crate::chart::cache::ChartCache;
-use crate::chart::lock::{check_lock, load_lock, LockError, LockedChart};
+use crate::chart::lock::{check_lock, load_lock, Lock, LockError, LockedChart};
 use crate::chart::values::{
     check_release_values, load_user_layers, merge_layers, to_yaml_document, ReleaseValues, ValuesError, ValuesLayer,
 };
-use crate::config::Release;
+use crate::config::{Origin, Release};
+use crate::located::{Diagnostics, Located, Pos};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
@@ -31,6 +33,19 @@ pub enum PrepareError {
     Archive { release: String, source: ArchiveError },
     #[error(transparent)]
     Values(#[from] ValuesError),
+    /// Charts Helm 2 cannot install, in Helm v2 mode.
+    #[error("{0}")]
+    NeedsHelm3(Diagnostics),
+}
+
+/// Helm v2 mode (cluster.yaml `helm.version: 2`) and where it is set, so a
+/// chart that needs Helm 3 is refused at that place.
+#[derive(Debug, Clone)]
+pub struct HelmV2Mode {
+    /// cluster.yaml, as shown in messages.
+    pub file: PathBuf,
+    /// Where `helm.version` is set.
+    pub pos: Pos,
 }
 
 /// Inputs of `prepare_releases`.
@@ -48,6 +63,8 @@ pub struct PrepareOptions {
     /// Fail when a chart is not in the cache; otherwise its checks are skipped
     /// (offline `validate` and `render` say which).
     pub require_charts: bool,
+    /// Set in Helm v2 mode: every chart must then be `apiVersion: v1`.
+    pub helm_v2: Option<HelmV2Mode>,
 }
 
 /// One release, ready to render.
@@ -69,6 +86,7 @@ pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, P
     let locked = check_lock(&lock, &opts.releases)?;
     let cache = ChartCache::new(&opts.cache_dir);
     let mut out = Vec::new();
+    let mut needs_helm3 = Vec::new();
     for (release, locked) in opts.releases.iter().zip(locked) {
         let layers = load_user_layers(&opts.dir, release, opts.plugin_values.get(&release.name).cloned())?;
         let chart = match read_locked_chart(&opts.dir, &cache, &locked) {
@@ -76,6 +94,12 @@ pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, P
             Err(PrepareError::NotFetched { .. }) if !opts.require_charts => None,
             Err(e) => return Err(e),
         };
+        if let Some(mode) = &opts.helm_v2 {
+            let api_version = chart_api_version(&lock, &locked, chart.as_ref());
+            if api_version.as_deref() == Some("v2") {
+                needs_helm3.push(needs_helm3_error(mode, release, &locked));
+            }
+        }
         let values = match &chart {
             Some(chart) => check_release_values(&release.name, chart, &layers, &opts.kubernetes_version)?,
             None => {
@@ -102,7 +126,44 @@ pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, P
             values_yaml,
         });
     }
+    if !needs_helm3.is_empty() {
+        return Err(PrepareError::NeedsHelm3(Diagnostics::sorted(needs_helm3)));
+    }
     Ok(out)
+}
+
+/// The chart's `apiVersion`: from its Chart.yaml when the archive is at hand,
+/// else from its lock entry (an index entry carries it too).
+fn chart_api_version(lock: &Lock, locked: &LockedChart, chart: Option<&ChartFiles>) -> Option<String> {
+    if let Some(c) = chart {
+        // Helm reads a Chart.yaml without apiVersion as v1.
+        return Some(c.metadata.api_version.clone().unwrap_or_else(|| "v1".into()));
+    }
+    lock.index
+        .entries
+        .get(&locked.chart)?
+        .iter()
+        .find(|v| v.version == locked.version && v.digest_hex() == locked.digest)
+        .map(|v| v.api_version.clone())
+}
+
+/// Helm 2 installs only `apiVersion: v1` charts: v2 (Helm 3's format, with
+/// dependencies in Chart.yaml and library charts) is refused by its loader.
+fn needs_helm3_error(mode: &HelmV2Mode, release: &Release, locked: &LockedChart) -> Located {
+    let declared = match &release.origin {
+        Origin::Cluster { index } => format!("charts[{index}]"),
+        Origin::Plugin { plugin, .. } => format!("plugin {plugin:?}"),
+    };
+    Located::new(
+        &mode.file,
+        mode.pos,
+        "helm.version",
+        format!(
+            "release {:?} ({declared}): chart {:?} {} has apiVersion v2, which Helm 2 cannot install; \
+             use Helm v3 mode (helm.version: 3), or a chart with apiVersion v1",
+            release.name, locked.chart, locked.version
+        ),
+    )
 }
 
 /// Reads a locked chart: a chart directory in place, anything else from the cache.

@@ -121,6 +121,7 @@ fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
         plugin_values: all.plugin_values.clone(),
         cache_dir: args.cache_dir.unwrap_or_else(chart::default_cache_dir),
         require_charts: false,
+        helm_v2: crate::pipeline::helm_v2_mode(&all.cluster),
     })?;
     if global.output == OutputFormat::Json {
         let map: serde_json::Map<String, serde_json::Value> = prepared
