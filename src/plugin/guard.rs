@@ -233,10 +233,8 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
                     }
                 }
             }
-            "endif" | "endfor" | "endmacro" | "endfilter" | "endblock" => {
-                if blocks.pop().map(|(k, _)| k) == Some("macro") {
-                    in_macro = None;
-                }
+            "endif" | "endfor" | "endmacro" | "endfilter" | "endblock" if blocks.pop().map(|(k, _)| k) == Some("macro") => {
+                in_macro = None;
             }
             _ => {}
         }
