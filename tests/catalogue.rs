@@ -30,6 +30,9 @@ plugins:
   dex:
     enabled: true
     issuerURL: https://dex.example.com
+    connector: github
+    connectorClientID: kube-aws-demo
+    connectorClientSecret: connector-secret-hidden
     staticClientSecret: not-in-any-output
     staticClientRedirectURIs: [https://app.example.com/callback]
   cluster-autoscaler: {enabled: true}
@@ -87,6 +90,7 @@ fn all_built_ins_resolve_together() {
     assert_eq!(
         names,
         [
+            "aws-cloud-controller-manager",
             "aws-ebs-csi-driver",
             "aws-vpc-cni",
             "cluster-autoscaler",
@@ -113,8 +117,20 @@ fn dex_sets_the_oidc_flags_and_keeps_the_client_secret_secret() {
     let client = &v["config"]["staticClients"][0];
     assert_eq!(client["secret"], "kube-aws-secret.dex.staticClientSecret");
     assert_eq!(client["redirectURIs"][0], "https://app.example.com/callback");
-    assert!(!serde_json::to_string(&r).unwrap().contains("not-in-any-output"));
-    assert_eq!(r.secrets[0].value.expose(), "not-in-any-output");
+    let connector = &v["config"]["connectors"][0];
+    assert_eq!(connector["type"], "github");
+    assert_eq!(
+        connector["config"]["clientSecret"],
+        "kube-aws-secret.dex.connectorClientSecret"
+    );
+    assert_eq!(connector["config"]["redirectURI"], "https://dex.example.com/callback");
+    let all = serde_json::to_string(&r).unwrap();
+    assert!(!all.contains("not-in-any-output") && !all.contains("connector-secret-hidden"));
+    let mut secrets: Vec<&str> = r.secrets.iter().filter_map(|s| s.value.expose().as_str()).collect();
+    secrets.sort();
+    assert_eq!(secrets, ["connector-secret-hidden", "not-in-any-output"]);
+    // No oidcCA: no --oidc-ca-file, the apiserver uses the host's public roots.
+    assert!(!f.contains_key("oidc-ca-file"));
 }
 
 #[test]
@@ -159,20 +175,44 @@ fn cluster_autoscaler_tags_and_sizes_the_pools_that_enable_it() {
 }
 
 #[test]
-fn ebs_csi_driver_gets_volume_and_snapshot_iam() {
+fn ebs_csi_driver_iam_is_on_the_controllers_only_with_tag_conditions() {
     let r = resolve(CLUSTER);
-    for hooks in [&r.controller, &r.pools["general"], &r.pools["batch"]] {
-        let a = actions(hooks, "aws-ebs-csi-driver");
-        for needed in [
-            "ec2:CreateVolume",
-            "ec2:AttachVolume",
-            "ec2:CreateSnapshot",
-            "ec2:DescribeVolumes",
-        ] {
-            assert!(a.contains(&needed.to_string()), "{needed} missing: {a:?}");
+    let a = actions(&r.controller, "aws-ebs-csi-driver");
+    for needed in [
+        "ec2:CreateVolume",
+        "ec2:AttachVolume",
+        "ec2:CreateSnapshot",
+        "ec2:DescribeVolumes",
+    ] {
+        assert!(a.contains(&needed.to_string()), "{needed} missing: {a:?}");
+    }
+    // Workers run only the node DaemonSet, which never calls EC2.
+    for pool in ["general", "batch"] {
+        assert!(actions(&r.pools[pool], "aws-ebs-csi-driver").is_empty(), "{pool}");
+    }
+    // Every destructive action carries a tag condition.
+    for s in r.controller.iter_statements("aws-ebs-csi-driver") {
+        let acts = s["Action"].as_array().unwrap();
+        if acts
+            .iter()
+            .any(|x| x == "ec2:DeleteVolume" || x == "ec2:DeleteSnapshot")
+        {
+            assert!(s["Condition"]["StringLike"].is_object(), "{s}");
+        }
+        if acts.iter().any(|x| x == "ec2:CreateVolume") && s["Resource"] == "arn:aws:ec2:*:*:volume/*" {
+            let c = &s["Condition"]["StringLike"];
+            assert!(
+                c["aws:RequestTag/ebs.csi.aws.com/cluster"] == "true" || c["aws:RequestTag/CSIVolumeName"] == "*",
+                "{s}"
+            );
         }
     }
     let v = values_of(&r, "aws-ebs-csi-driver");
+    assert_eq!(v["controller"]["region"], "us-west-2");
+    assert_eq!(
+        v["controller"]["nodeSelector"]["node-role.kubernetes.io/control-plane"],
+        ""
+    );
     assert_eq!(v["storageClasses"][0]["parameters"]["type"], "gp3");
     assert_eq!(
         v["storageClasses"][0]["annotations"]["storageclass.kubernetes.io/is-default-class"],
@@ -223,6 +263,12 @@ fn cluster_dump_writes_only_under_its_prefix() {
     let env = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"];
     assert_eq!(env[0]["value"], "s3://demo-bucket/kube-aws/demo/dumps");
     assert_eq!(env[1]["value"], "5");
+    // Secrets stay out of the dumps unless opted in.
+    assert!(env
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "INCLUDE_SECRETS" && e["value"] == "false"));
 }
 
 #[test]
@@ -249,8 +295,10 @@ fn descheduler_runs_as_a_cronjob() {
 #[test]
 fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
     let r = resolve("clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n");
-    assert_eq!(r.plugins.len(), 1);
-    let pr = &r.releases[0];
+    let mut on: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
+    on.sort();
+    assert_eq!(on, ["aws-cloud-controller-manager", "aws-vpc-cni"]);
+    let pr = r.releases.iter().find(|p| p.release.name == "aws-vpc-cni").unwrap();
     assert_eq!(pr.release.name, "aws-vpc-cni");
     assert!(pr.release.bootstrap);
     assert_eq!(
@@ -263,7 +311,7 @@ fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
         assert!(a.contains(&"ec2:CreateNetworkInterface".to_string()), "{a:?}");
     }
     let off = resolve(
-        "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n",
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n",
     );
     assert!(off.plugins.is_empty());
 }
@@ -283,11 +331,13 @@ fn chart_versions_are_real() {
             "descheduler" => "addon-indexes/kubernetes-sigs__descheduler.index.yaml",
             "aws-vpc-cni" => "indexes/aws__eks-charts.index.yaml",
             "cilium" => "addon-indexes/cilium__charts.index.yaml",
+            // No published index in the shared data: its packaged chart's index.
+            "aws-cloud-controller-manager" => "charts/index.yaml",
             other => panic!("no index known for {other}"),
         };
         data.join(name)
     };
-    assert_eq!(r.releases.len(), 7);
+    assert_eq!(r.releases.len(), 8);
     for pr in &r.releases {
         let rel = &pr.release;
         let index: serde_yaml::Value =
@@ -367,15 +417,70 @@ fn every_built_in_is_documented() {
 }
 
 #[test]
+fn aws_cloud_controller_manager_is_on_by_default_on_the_controllers() {
+    let r = resolve("clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n");
+    let pr = r
+        .releases
+        .iter()
+        .find(|p| p.release.name == "aws-cloud-controller-manager")
+        .unwrap();
+    assert!(pr.release.bootstrap);
+    let a = actions(&r.controller, "aws-cloud-controller-manager");
+    for needed in [
+        "ec2:DescribeInstances",
+        "elasticloadbalancing:CreateLoadBalancer",
+        "kms:DescribeKey",
+    ] {
+        assert!(a.contains(&needed.to_string()), "{needed}: {a:?}");
+    }
+    assert!(actions(&r.pools["a"], "aws-cloud-controller-manager").is_empty());
+    let v: serde_yaml::Value = serde_yaml::from_str(&pr.values[0].content).unwrap();
+    assert_eq!(v["image"]["tag"], "v1.35.3");
+    assert_eq!(v["hostNetworking"], true);
+    assert_eq!(v["args"][2], "--cluster-name=demo");
+}
+
+/// No built-in names an image in a private ECR (`<account>.dkr.ecr.<region>.amazonaws.com`):
+/// a scan of every file of every built-in (tests/real_charts.rs checks the rendered charts).
+#[test]
+fn no_built_in_references_a_private_ecr() {
+    let ecr = regex::Regex::new(r"[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com").unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
+    let mut stack = vec![root];
+    let mut seen = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                seen += 1;
+                let text = std::fs::read_to_string(&p).unwrap();
+                assert!(!ecr.is_match(&text), "{} names a private ECR image", p.display());
+            }
+        }
+    }
+    assert!(seen > 10, "{seen} files");
+    let r = resolve(CLUSTER);
+    for pr in &r.releases {
+        for v in &pr.values {
+            assert!(!ecr.is_match(&v.content), "{}: {}", pr.release.name, v.content);
+        }
+    }
+}
+
+#[test]
 fn cilium_replaces_aws_vpc_cni_and_both_conflict() {
     let base = "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n";
     let r = resolve(&format!(
         "{base}plugins:\n  aws-vpc-cni: {{enabled: false}}\n  cilium: {{enabled: true}}\n"
     ));
-    let names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["cilium"]);
-    assert!(r.releases[0].release.bootstrap);
-    let v: serde_yaml::Value = serde_yaml::from_str(&r.releases[0].values[0].content).unwrap();
+    let mut names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["aws-cloud-controller-manager", "cilium"]);
+    let cilium = r.releases.iter().find(|p| p.release.name == "cilium").unwrap();
+    assert!(cilium.release.bootstrap);
+    let v: serde_yaml::Value = serde_yaml::from_str(&cilium.values[0].content).unwrap();
     assert_eq!(v["ipam"]["operator"]["clusterPoolIPv4PodCIDRList"][0], "10.244.0.0/16");
     assert_eq!(r.pools["a"].files[0].content, "cilium\n");
 

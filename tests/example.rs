@@ -59,7 +59,9 @@ fn example_validates_renders_and_passes_every_validator() {
         "node-pool-general.json",
         "controller.stub",
         "addons, in install order:",
-        "1. aws-vpc-cni              aws-vpc-cni 1.22.4 in kube-system (bootstrap)",
+        // The bootstrap releases first: the cloud controller and the CNI.
+        "1. aws-cloud-controller-manager aws-cloud-controller-manager 0.0.11 in kube-system (bootstrap)",
+        "2. aws-vpc-cni              aws-vpc-cni 1.22.4 in kube-system (bootstrap)",
         "metrics-server 3.13.1",
     ] {
         assert!(summary.contains(needle), "summary lacks {needle:?}:\n{summary}");
