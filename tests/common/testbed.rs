@@ -37,6 +37,13 @@ pub const BINARIES: &[&str] = &[
     "kwok-stages.yaml",
 ];
 
+/// The address kubeadm is told the apiserver advertises: kubeadm refuses a
+/// loopback one on a machine without a default route ("unable to select an IP
+/// from lo network interface"), so the certificates name this documentation
+/// address (RFC 5737) besides 127.0.0.1, and the kubeconfigs are pointed back
+/// at 127.0.0.1, where everything listens.
+const ADVERTISE: &str = "192.0.2.1";
+
 /// How long a component may take to become ready on a loaded 2-core machine.
 const READY_LIMIT: Duration = Duration::from_secs(180);
 
@@ -414,7 +421,7 @@ impl ControlPlane {
     fn make_pki(&self) {
         let cfg = format!(
             "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n\
-             localAPIEndpoint: {{advertiseAddress: 127.0.0.1, bindPort: {port}}}\n\
+             localAPIEndpoint: {{advertiseAddress: {ADVERTISE}, bindPort: {port}}}\n\
              nodeRegistration: {{name: testbed, criSocket: \"unix:///run/containerd/containerd.sock\"}}\n---\n\
              apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
              kubernetesVersion: {version}\nclusterName: testbed\n\
@@ -429,6 +436,9 @@ impl ControlPlane {
         let dir = self.dir.path().to_str().unwrap();
         for kc in ["admin", "super-admin", "controller-manager", "scheduler"] {
             self.kubeadm(&["init", "phase", "kubeconfig", kc, "--kubeconfig-dir", dir]);
+            let path = self.path(&format!("{kc}.conf"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, text.replace(&format!("{ADVERTISE}:"), "127.0.0.1:")).unwrap();
         }
     }
 
@@ -528,16 +538,24 @@ impl ControlPlane {
         c
     }
 
-    /// Is `path` on the HTTPS server at `port` answering "ok" (no client certificate)?
+    /// Is `path` on the HTTPS server at `port` answering "ok"? With a
+    /// kubeconfig, as its user (kubectl); without, anonymously (curl, as the
+    /// kubelet's probes of kubeadm's static pods do).
     fn healthy(&self, port: u16, path: &str, kubeconfig: Option<&Path>) -> bool {
-        let mut c = Command::new(self.bin.join("kubectl"));
-        match kubeconfig {
-            Some(kc) => c.arg("--kubeconfig").arg(kc),
-            None => c
-                .args(["--kubeconfig", "/dev/null", "--insecure-skip-tls-verify"])
-                .arg(format!("--server=https://127.0.0.1:{port}")),
+        let c = match kubeconfig {
+            Some(kc) => {
+                let mut c = Command::new(self.bin.join("kubectl"));
+                c.arg("--kubeconfig")
+                    .arg(kc)
+                    .args(["get", "--raw", path, "--request-timeout=5s"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("curl");
+                c.args(["-sk", "--max-time", "5", &format!("https://127.0.0.1:{port}{path}")]);
+                c
+            }
         };
-        c.args(["get", "--raw", path, "--request-timeout=5s"]);
         matches!(run(c), Ok(out) if out.trim() == "ok")
     }
 
