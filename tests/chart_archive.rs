@@ -154,7 +154,9 @@ fn refuses_hostile_tarballs_naming_the_entry() {
             "app/big",
             "5 MiB",
         ),
-        ("bomb", bomb, "app/files/f24", "100 MiB"),
+        // The decompressed stream is capped as a whole (a gzip bomb), so the
+        // refusal comes before any entry can be named.
+        ("bomb", bomb, "", "100 MiB"),
         (
             "wrong top dir",
             vec![("other/Chart.yaml", chart_yaml("app"))],
@@ -174,7 +176,7 @@ fn refuses_hostile_tarballs_naming_the_entry() {
     for (label, entries, entry, reason) in cases {
         let t = tarball(entries);
         let err = read_chart_archive(&t, "evil.tgz", None).unwrap_err().to_string();
-        assert!(err.contains(&format!("{entry:?}")), "{label}: {err}");
+        assert!(entry.is_empty() || err.contains(&format!("{entry:?}")), "{label}: {err}");
         assert!(err.contains(reason), "{label}: {err}");
         assert!(err.contains("evil.tgz"), "{label}: {err}");
     }

@@ -43,9 +43,10 @@ fn kube_aws(dir: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
 
 fn cluster(dir: &Path, charts: &str) {
     std::fs::create_dir_all(dir.join("values")).unwrap();
-    // The default CNI plugin is turned off: its chart lives on the internet, out of reach here.
+    // The default-on plugins (the CNI, the cloud controller manager) are turned off:
+    // their charts live on the internet, out of reach here.
     let text = format!(
-        "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}}}\ncharts:\n{charts}"
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}, aws-cloud-controller-manager: {{enabled: false}}}}\ncharts:\n{charts}"
     );
     std::fs::write(dir.join("cluster.yaml"), text).unwrap();
 }

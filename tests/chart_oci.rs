@@ -62,7 +62,7 @@ fn lock_and_fetch_by_oci() {
     std::fs::write(
         wt.join("cluster.yaml"),
         format!(
-            "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}}}\ncharts:\n  - {{name: web, oci: 'oci://127.0.0.1:{port}/charts/app', version: '~0.1'}}\n"
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}, aws-cloud-controller-manager: {{enabled: false}}}}\ncharts:\n  - {{name: web, oci: 'oci://127.0.0.1:{port}/charts/app', version: '~0.1'}}\n"
         ),
     )
     .unwrap();
@@ -103,7 +103,7 @@ fn lock_and_fetch_by_oci() {
     std::fs::write(
         wt.join("cluster.yaml"),
         format!(
-            "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}}}\ncharts:\n  - {{name: web, oci: 'oci://127.0.0.1:{port}/charts/app', version: '~7'}}\n"
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://my-bucket/p\nplugins: {{aws-vpc-cni: {{enabled: false}}, aws-cloud-controller-manager: {{enabled: false}}}}\ncharts:\n  - {{name: web, oci: 'oci://127.0.0.1:{port}/charts/app', version: '~7'}}\n"
         ),
     )
     .unwrap();

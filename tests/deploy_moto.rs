@@ -574,7 +574,7 @@ fn real_cluster_yaml(kms: &str, count: u32) -> String {
     format!(
         "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
          worker:\n  nodePools:\n    - name: general\n      count: {count}\n\
-         plugins:\n  aws-vpc-cni: {{enabled: false}}\n"
+         plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
     )
 }
 

@@ -71,7 +71,7 @@ fn work_tree(dir: &Path, kms: &str) {
             "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
              worker:\n  nodePools:\n    - name: general\n      count: 1\n    - name: gpu\n      count: 1\n      \
              plugins:\n        vault: {{password: {POOL_VALUE}}}\n\
-             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  vault:\n    enabled: true\n    password: '{}'\n",
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n  vault:\n    enabled: true\n    password: '{}'\n",
             CLUSTER_VALUE.replace('\'', "''")
         ),
     );
