@@ -176,7 +176,10 @@ fn refuses_hostile_tarballs_naming_the_entry() {
     for (label, entries, entry, reason) in cases {
         let t = tarball(entries);
         let err = read_chart_archive(&t, "evil.tgz", None).unwrap_err().to_string();
-        assert!(entry.is_empty() || err.contains(&format!("{entry:?}")), "{label}: {err}");
+        assert!(
+            entry.is_empty() || err.contains(&format!("{entry:?}")),
+            "{label}: {err}"
+        );
         assert!(err.contains(reason), "{label}: {err}");
         assert!(err.contains("evil.tgz"), "{label}: {err}");
     }

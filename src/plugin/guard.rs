@@ -1,5 +1,5 @@
 //! Limits on plugin templates, so that no template can crash, hang or read
-//! outside kube-aws (docs/limits-archives-templates.md).
+//! outside kube-aws (docs/limits.md).
 //!
 //! tera recurses on the stack for every nested expression, block, macro call
 //! and include, and has no limit of its own: a self-calling macro or a
