@@ -249,7 +249,7 @@ fn validate_objects(rendered: &[(String, String)], tmp: &Path, k8s: &str) {
         files.push(path);
     }
     let out = Command::new(common::tool("kubernetes-validate"))
-        .args(["--strict", "-k", &k8s])
+        .args(["--strict", "-k", k8s])
         .args(&files)
         .output()
         .unwrap();
