@@ -446,21 +446,12 @@ fn aws_cloud_controller_manager_is_on_by_default_on_the_controllers() {
 fn no_built_in_references_a_private_ecr() {
     let ecr = regex::Regex::new(r"[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com").unwrap();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
-    let mut stack = vec![root];
-    let mut seen = 0;
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                seen += 1;
-                let text = std::fs::read_to_string(&p).unwrap();
-                assert!(!ecr.is_match(&text), "{} names a private ECR image", p.display());
-            }
-        }
+    let files = common::files_under(&root);
+    for p in &files {
+        let text = std::fs::read_to_string(p).unwrap();
+        assert!(!ecr.is_match(&text), "{} names a private ECR image", p.display());
     }
-    assert!(seen > 10, "{seen} files");
+    assert!(files.len() > 10, "{} files", files.len());
     let r = resolve(CLUSTER);
     for pr in &r.releases {
         for v in &pr.values {

@@ -11,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use assert_cmd::Command;
 use kube_aws::render::{self, write_rendered, write_rendered_steps, WriteStep, WriteSteps, RENDER_MARKER};
 
@@ -51,21 +53,14 @@ fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
 
 /// Every file under `dir`, relative, with its bytes.
 fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().display().to_string();
-                out.push((rel, std::fs::read(&p).unwrap_or_default()));
-            }
-        }
-    }
-    out.sort();
-    out
+    common::files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            (rel, bytes)
+        })
+        .collect()
 }
 
 /// The error text with the temporary directory replaced, for snapshots.

@@ -153,25 +153,16 @@ fn secrets_are_references_never_values() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut files = 0;
-    let mut stack = vec![out_dir.path().to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files += 1;
-                let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).to_string();
-                assert!(
-                    !text.contains("cluster-secret") && !text.contains("pool-secret"),
-                    "{}",
-                    p.display()
-                );
-            }
-        }
+    let files = common::files_under(out_dir.path());
+    for p in &files {
+        let text = String::from_utf8_lossy(&std::fs::read(p).unwrap()).to_string();
+        assert!(
+            !text.contains("cluster-secret") && !text.contains("pool-secret"),
+            "{}",
+            p.display()
+        );
     }
-    assert!(files > 10, "render wrote only {files} files");
+    assert!(files.len() > 10, "render wrote only {} files", files.len());
 }
 
 #[test]
