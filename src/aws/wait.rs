@@ -142,7 +142,8 @@ impl NodeReport {
 pub fn node_reports_since(reports: &[NodeReport], start_ms: Option<i64>) -> Vec<NodeReport> {
     let mut out: Vec<NodeReport> = reports
         .iter()
-        .filter(|r| start_ms.is_none_or(|t| r.timestamp.saturating_mul(1000) >= t))
+        // Reports carry whole seconds (`date +%s`): one from the start's own second counts.
+        .filter(|r| start_ms.is_none_or(|t| r.timestamp >= t.div_euclid(1000)))
         .cloned()
         .collect();
     out.sort_by(|a, b| a.timestamp.cmp(&b.timestamp).then(a.instance_id.cmp(&b.instance_id)));

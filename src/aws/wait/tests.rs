@@ -698,6 +698,8 @@ fn a_failure_elsewhere_shows_every_node_that_failed_in_the_operation() {
     // Without the operation's start (events not reaching back), every report counts.
     assert_eq!(node_reports_since(&o.node_reports, None).len(), 1);
     assert_eq!(node_reports_since(&o.node_reports, Some(1_700_000_004_000)).len(), 0);
+    // A report stamped in the start's own second (whole seconds) is of this operation.
+    assert_eq!(node_reports_since(&o.node_reports, Some(1_700_000_003_900)).len(), 1);
     assert_eq!(operation_start(&o.events), Some(1_700_000_001_000));
     assert_eq!(operation_start(&o.events[1..]), None);
 }
