@@ -132,7 +132,9 @@ fn nodes_and_logs_read_moto_instances_and_s3_reports() {
     for r in &rows {
         assert_eq!(r["state"], "running", "{r}");
         assert_eq!(r["bootstrap"], "no failure reported", "{r}");
-        assert!(r["zone"].as_str().unwrap().starts_with("us-west-2"), "{r}");
+        // (moto places ASG instances in its default region's zones, whatever
+        // the subnets say: the zone is compared with EC2's above.)
+        assert!(!r["zone"].as_str().unwrap().is_empty(), "{r}");
         if r["instance_id"] == controller.0.as_str() {
             assert_eq!(r["role"], "controller");
             assert!(r.get("pool").is_none(), "{r}");

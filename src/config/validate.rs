@@ -348,19 +348,29 @@ impl Validator<'_> {
         if beyond {
             return;
         }
+        let within = match (vpc, &net.vpc_cidr) {
+            (Some(_), Some(c)) => format!("no further than the VPC {c:?}"),
+            (Some(_), None) => format!("no further than the VPC (default {:?})", super::DEFAULT_VPC_CIDR),
+            (None, _) => "nobody".to_string(),
+        };
+        let listed = format!("{:?}", api.allowed_cidrs);
         if api.internal {
             self.err(
                 "apiEndpoint.internal",
-                "an internal API endpoint has no way in: apiEndpoint.allowedCIDRs allows nothing beyond the VPC \
-                 and nodeAccess.ssm is off, so no node can forward to it; allow your network (reached over a VPN \
-                 or peering) in apiEndpoint.allowedCIDRs, turn nodeAccess.ssm on (then use SSM port forwarding), \
-                 or set internal: false",
+                format!(
+                    "internal: true has no way in: apiEndpoint.allowedCIDRs {listed} reaches {within} and \
+                     nodeAccess.ssm is false, so no node can forward to it; allow your network (reached over a \
+                     VPN or peering) in apiEndpoint.allowedCIDRs, turn nodeAccess.ssm on (then use SSM port \
+                     forwarding), or set internal: false"
+                ),
             );
         } else {
             self.err(
                 "apiEndpoint.allowedCIDRs",
-                "the API has no way in: apiEndpoint.allowedCIDRs allows nothing beyond the VPC and nodeAccess.ssm \
-                 is off; allow your network (for example your office's public /32), or turn nodeAccess.ssm on",
+                format!(
+                    "the API has no way in: apiEndpoint.allowedCIDRs {listed} reaches {within} and nodeAccess.ssm \
+                     is false; allow your network (for example your office's public /32), or turn nodeAccess.ssm on"
+                ),
             );
         }
     }
