@@ -754,6 +754,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cidrs_parse_and_nest() {
+        assert_eq!(parse_cidr("10.1.2.3/16"), Some((0x0a01_0203, 16)));
+        assert_eq!(parse_cidr("0.0.0.0/0"), Some((0, 0)));
+        for bad in ["10.0.0.0", "10.0.0.0/33", "256.0.0.0/8", "10.0.0/8", " 10.0.0.0/8", "10.0.0.0/-1"] {
+            assert_eq!(parse_cidr(bad), None, "{bad}");
+        }
+        assert_eq!(cidr_network(0x0a01_0203, 16), 0x0a01_0000);
+        assert_eq!(cidr_network(0xffff_ffff, 0), 0);
+        assert_eq!(cidr_network(0x0a01_0203, 32), 0x0a01_0203);
+        let c = |s: &str| parse_cidr(s).unwrap();
+        assert!(cidr_within(c("10.0.5.0/24"), c("10.0.0.0/16")));
+        assert!(cidr_within(c("10.0.0.0/16"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("10.0.0.0/8"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("10.1.0.0/24"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("0.0.0.0/0"), c("10.0.0.0/16")));
+    }
+
+    #[test]
     fn dns_labels() {
         assert!(is_dns_label("general-1", 63));
         assert!(!is_dns_label("Pool_1", 63));
