@@ -4,7 +4,8 @@
 //! template's route tables, associations and routes); the API's security
 //! groups admit 6443 only from apiEndpoint.allowedCIDRs and the nodes; SSH
 //! only with keyName and sshAllowedCIDRs; SSM's managed policy on every node
-//! role unless turned off.
+//! role unless turned off; `init --api-allowed-cidr` writes what it is told
+//! (and private subnets with it), or says the API is open to the internet.
 //!
 //! Not covered here: whether AWS routes packets as the template says (no AWS
 //! account here; moto does not model routing or security group filtering),
@@ -220,6 +221,7 @@ fn ingress(net: &Value, group: &str) -> Vec<(i64, i64, String)> {
     let rule = |r: &Value| {
         let source = match (&r["CidrIp"], &r["SourceSecurityGroupId"]["Fn::GetAtt"][0]) {
             (Value::String(c), _) => c.clone(),
+            (Value::Object(sub), _) => sub["Fn::Sub"].as_str().unwrap().to_string(),
             (_, Value::String(g)) => g.clone(),
             _ => panic!("rule without a source: {r}"),
         };
@@ -246,20 +248,43 @@ fn ingress(net: &Value, group: &str) -> Vec<(i64, i64, String)> {
 
 #[test]
 fn security_groups_admit_the_api_from_allowed_cidrs_and_nodes_only() {
-    let s = stacks(&input(
-        "apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24, 198.51.100.7/32]\n",
-    ));
+    let s = stacks(&input(&format!(
+        "{PRIVATE}apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24, 198.51.100.7/32]\n"
+    )));
     let net = &s["network"];
     let api = |c: &str| (6443, 6443, c.to_string());
+    // The nodes reach an internet-facing load balancer from their NAT
+    // gateways' public addresses (one per zone here), not as their groups.
+    let nat = |i: usize| api(&format!("${{NatAddress{i}}}/32"));
     assert_eq!(
         ingress(net, "ApiSecurityGroup"),
         [
+            nat(0),
+            nat(1),
+            nat(2),
             api("198.51.100.7/32"),
             api("203.0.113.0/24"),
             api("ControllerSecurityGroup"),
             api("WorkerSecurityGroup")
         ]
     );
+    for i in 0..3 {
+        assert_eq!(net["Resources"][format!("NatAddress{i}")]["Type"], "AWS::EC2::EIP");
+    }
+    // Internal: the nodes use its private addresses, their groups suffice.
+    let s = stacks(&input(&format!("{PRIVATE}{INTERNAL}")));
+    assert_eq!(
+        ingress(&s["network"], "ApiSecurityGroup"),
+        [
+            api("10.0.0.0/8"),
+            api("ControllerSecurityGroup"),
+            api("WorkerSecurityGroup")
+        ]
+    );
+    let s = stacks(&input(
+        "apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24, 198.51.100.7/32]\n  internal: true\n",
+    ));
+    let net = &s["network"];
     // The controllers: the API only from the load balancer (client IPs are
     // not preserved, so the source is always the load balancer, health checks
     // included); node-to-node as before (-1: every port).
@@ -351,4 +376,64 @@ fn ssm_on_every_node_role_by_default_and_ssh_only_when_asked() {
         );
     }
     assert!(ingress(net, "ApiSecurityGroup").iter().all(|(from, _, _)| *from != 22));
+}
+
+fn init(args: &[&str]) -> (std::process::Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-aws"))
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .args(["init", "c", "--cluster-name", "demo"])
+        .args(args)
+        .output()
+        .unwrap();
+    (out, dir)
+}
+
+#[test]
+fn init_writes_the_cidrs_it_is_told_or_says_the_api_is_open() {
+    let (out, dir) = init(&[
+        "--api-allowed-cidr",
+        "203.0.113.0/24",
+        "--api-allowed-cidr",
+        "198.51.100.7/32",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("open only to 203.0.113.0/24, 198.51.100.7/32"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("open to the internet"), "{stdout}");
+    let c = kube_aws::config::load_cluster(&dir.path().join("c")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.config.api_endpoint.allowed_cidrs,
+        ["203.0.113.0/24", "198.51.100.7/32"]
+    );
+    assert!(
+        c.config.network.private_subnets,
+        "a narrowed API puts the nodes behind NAT"
+    );
+    assert!(c.config.node_access.ssm);
+
+    let (out, dir) = init(&[]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warning: the Kubernetes API is open to the internet"),
+        "{stdout}"
+    );
+    let c = kube_aws::config::load_cluster(&dir.path().join("c")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.config.api_endpoint.allowed_cidrs, ["0.0.0.0/0"]);
+    assert!(!c.config.network.private_subnets);
+
+    // A bad CIDR: exit 1, quoted, nothing written.
+    let (out, dir) = init(&["--api-allowed-cidr", "203.0.113.5/24"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--api-allowed-cidr: \"203.0.113.5/24\" is not an IPv4 network CIDR"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("c").exists(), "nothing written");
 }

@@ -1,5 +1,5 @@
 //! `kube-aws nodes` and `kube-aws logs` against moto server: a real work tree
-//! goes `up`, moto's auto scaling groups launch real moto EC2 instances (with
+//! (private subnets, one NAT gateway, a narrowed API) goes `up`, moto's auto scaling groups launch real moto EC2 instances (with
 //! the tags the stacks propagate), and the test publishes node bootstrap
 //! reports as real S3 objects where nodes put them
 //! (`status/nodes/<instance-id>.json`). `nodes` must list exactly the
@@ -91,6 +91,7 @@ fn nodes_and_logs_read_moto_instances_and_s3_reports() {
         dir.join("cluster.yaml"),
         format!(
             "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             network:\n  privateSubnets: true\n  natGateways: single\n\
              apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24]\n\
              worker:\n  nodePools:\n    - name: general\n      count: 2\n\
              plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
@@ -105,6 +106,19 @@ fn nodes_and_logs_read_moto_instances_and_s3_reports() {
 
     let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
     assert!(up.status.success(), "{}", text(&up));
+
+    // The private layout moto created: one shared NAT gateway, the S3 endpoint.
+    let nat = env.aws_json(&["ec2", "describe-nat-gateways"]);
+    assert_eq!(nat["NatGateways"].as_array().unwrap().len(), 1, "{nat}");
+    let endpoints = env.aws_json(&["ec2", "describe-vpc-endpoints"]);
+    assert!(
+        endpoints["VpcEndpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ServiceName"] == "com.amazonaws.us-west-2.s3" && e["VpcEndpointType"] == "Gateway"),
+        "{endpoints}"
+    );
 
     let ec2 = ec2_instances(&env);
     assert_eq!(ec2.len(), 3, "one controller and two workers: {ec2:?}");

@@ -54,6 +54,12 @@ pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
             "the Kubernetes API is open only to {} (apiEndpoint.allowedCIDRs)",
             report.api_allowed_cidrs.join(", ")
         );
+        if report.private_subnets {
+            println!(
+                "the nodes go in private subnets behind NAT gateways (network.privateSubnets), \
+                 so that they reach the API from addresses it admits"
+            );
+        }
     }
     Ok(())
 }

@@ -60,6 +60,8 @@ pub struct InitReport {
     pub cluster_name: String,
     /// The CIDRs the API is open to, as written.
     pub api_allowed_cidrs: Vec<String>,
+    /// Whether it turned network.privateSubnets on (for a narrowed API).
+    pub private_subnets: bool,
 }
 
 /// Creates `dir/cluster.yaml` and the work-tree directories.
@@ -115,8 +117,12 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
     } else {
         opts.api_allowed_cidrs.clone()
     };
+    let private_subnets = !cidrs.iter().any(|c| c == super::ANYWHERE);
     let text = TEMPLATE
         .replace("@API_CIDRS@", &format!("[{}]", cidrs.join(", ")))
+        // A narrowed API needs the nodes behind NAT gateways (whose addresses
+        // the API's security group admits): see apiEndpoint.allowedCIDRs.
+        .replace("@PRIVATE_SUBNETS@", if private_subnets { "" } else { "# " })
         .replace("@CLUSTER_NAME@", &yaml_string(&name))
         .replace("@S3_URI@", &yaml_string(&s3_uri))
         .replace("@REGION@", &opts.region);
@@ -133,6 +139,7 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
         cluster_file,
         cluster_name: name,
         api_allowed_cidrs: cidrs,
+        private_subnets,
     })
 }
 
@@ -158,6 +165,7 @@ fn init_example(opts: &InitOptions, cluster_file: PathBuf) -> Result<InitReport,
         cluster_file,
         cluster_name: "example".into(),
         api_allowed_cidrs: example.api_endpoint.allowed_cidrs,
+        private_subnets: example.network.private_subnets,
     })
 }
 

@@ -101,7 +101,9 @@ pub enum NatGateways {
 pub struct ApiEndpoint {
     /// IPv4 CIDRs allowed to reach the API on port 6443 (the nodes always may).
     /// Default `0.0.0.0/0`: the API is open to the internet (kubeconfig
-    /// certificates still guard it). Narrow it to your own networks.
+    /// certificates still guard it). Narrow it to your own networks; a narrowed
+    /// internet-facing API needs privateSubnets (the nodes then reach it from
+    /// their NAT gateways' addresses, which are admitted).
     #[serde(rename = "allowedCIDRs", default = "open_to_all")]
     pub allowed_cidrs: Vec<String>,
     /// An internal load balancer (private IPs only), reachable from the VPC and

@@ -326,6 +326,21 @@ impl Validator<'_> {
                 ),
             );
         }
+        // Nodes in public subnets reach an internet-facing load balancer from
+        // public addresses nobody knows in advance: a narrowed list would lock
+        // the cluster out of its own API.
+        let open = api.allowed_cidrs.iter().any(|c| c == super::ANYWHERE);
+        if net.vpc_id.is_none() && !net.private_subnets && !api.internal && !open {
+            self.err(
+                "apiEndpoint.allowedCIDRs",
+                format!(
+                    "{:?} would shut the nodes out: in public subnets they reach the internet-facing API load \
+                     balancer from their own public addresses; set network.privateSubnets: true (their NAT \
+                     gateways' addresses are then allowed), apiEndpoint.internal: true, or allow 0.0.0.0/0",
+                    api.allowed_cidrs
+                ),
+            );
+        }
         if access.ssm {
             return;
         }
@@ -757,7 +772,14 @@ mod tests {
     fn cidrs_parse_and_nest() {
         assert_eq!(parse_cidr("10.1.2.3/16"), Some((0x0a01_0203, 16)));
         assert_eq!(parse_cidr("0.0.0.0/0"), Some((0, 0)));
-        for bad in ["10.0.0.0", "10.0.0.0/33", "256.0.0.0/8", "10.0.0/8", " 10.0.0.0/8", "10.0.0.0/-1"] {
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "256.0.0.0/8",
+            "10.0.0/8",
+            " 10.0.0.0/8",
+            "10.0.0.0/-1",
+        ] {
             assert_eq!(parse_cidr(bad), None, "{bad}");
         }
         assert_eq!(cidr_network(0x0a01_0203, 16), 0x0a01_0000);

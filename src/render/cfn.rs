@@ -116,13 +116,13 @@ fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, RenderError> {
 /// (internet gateway route, public IPs) or, with privateSubnets, private
 /// (a route through zone i's NAT gateway only); then with privateSubnets the
 /// public `PublicSubnet<i>` that hold the NAT gateways and an internet-facing
-/// load balancer. Returns (node subnets, public subnets).
+/// load balancer.
 fn new_vpc_subnets(
     input: &RenderInput,
     ctx: &Ctx,
     cidr: &str,
     r: &mut Map<String, Value>,
-) -> Result<(Vec<Value>, Vec<Value>), RenderError> {
+) -> Result<NewSubnets, RenderError> {
     let net = &input.cluster.network;
     let zones = if net.availability_zones.is_empty() {
         DEFAULT_AZ_COUNT
@@ -155,7 +155,7 @@ fn new_vpc_subnets(
         json!({"Type": "AWS::EC2::SubnetRouteTableAssociation", "Properties": {
             "SubnetId": {"Ref": subnet}, "RouteTableId": {"Ref": table}}})
     };
-    let (mut nodes, mut public) = (Vec::new(), Vec::new());
+    let (mut nodes, mut public, mut nat_addresses) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..zones {
         let name = format!("Subnet{i}");
         r.insert(
@@ -188,6 +188,7 @@ fn new_vpc_subnets(
             NatGateways::Single => 0,
         };
         if nat == i {
+            nat_addresses.push(format!("NatAddress{i}"));
             r.insert(
                 format!("NatAddress{i}"),
                 json!({"Type": "AWS::EC2::EIP", "DependsOn": "GatewayAttachment",
@@ -230,7 +231,21 @@ fn new_vpc_subnets(
                 "RouteTableIds": tables}}),
         );
     }
-    Ok((nodes, public))
+    Ok(NewSubnets {
+        nodes,
+        public,
+        nat_addresses,
+    })
+}
+
+/// What [`new_vpc_subnets`] made.
+struct NewSubnets {
+    /// The node subnets (`Ref`s).
+    nodes: Vec<Value>,
+    /// The public subnets (`Ref`s): the node subnets themselves without privateSubnets.
+    public: Vec<Value>,
+    /// The NAT gateways' address (EIP) logical ids.
+    nat_addresses: Vec<String>,
 }
 
 fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
@@ -241,11 +256,13 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
     );
     let mut t = template(format!("kube-aws cluster {}: network", ctx.cluster));
     let mut r = Map::new();
-    // (VPC, node subnets, the API load balancer's subnets, what the load balancer waits for)
-    let (vpc, subnets, lb_subnets, gateway): (Value, Vec<Value>, Vec<Value>, Option<&str>) = match &net.vpc_id {
+    // (VPC, node subnets, the API load balancer's subnets, what the load
+    // balancer waits for, the NAT gateways' addresses)
+    type Layout<'a> = (Value, Vec<Value>, Vec<Value>, Option<&'a str>, Vec<String>);
+    let (vpc, subnets, lb_subnets, gateway, nat_addresses): Layout = match &net.vpc_id {
         Some(id) => {
             let ids: Vec<Value> = net.subnet_ids.iter().map(|s| json!(s)).collect();
-            (json!(id), ids.clone(), ids, None)
+            (json!(id), ids.clone(), ids, None, Vec::new())
         }
         None => {
             let cidr = net.vpc_cidr.as_deref().unwrap_or(DEFAULT_VPC_CIDR);
@@ -275,10 +292,16 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
                     "RouteTableId": {"Ref": "PublicRouteTable"}, "DestinationCidrBlock": "0.0.0.0/0",
                     "GatewayId": {"Ref": "InternetGateway"}}}),
             );
-            let (nodes, public) = new_vpc_subnets(input, ctx, cidr, &mut r)?;
+            let made = new_vpc_subnets(input, ctx, cidr, &mut r)?;
             // An internal load balancer sits with the nodes; an internet-facing one in public subnets.
-            let lb = if api.internal { nodes.clone() } else { public };
-            (json!({"Ref": "Vpc"}), nodes, lb, Some("GatewayAttachment"))
+            let lb = if api.internal { made.nodes.clone() } else { made.public };
+            (
+                json!({"Ref": "Vpc"}),
+                made.nodes,
+                lb,
+                Some("GatewayAttachment"),
+                made.nat_addresses,
+            )
         }
     };
     // The API's load balancer has a security group of its own: the target
@@ -289,7 +312,7 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
     // security groups for your Network Load Balancer" and "Edit target group
     // attributes: client IP preservation", Elastic Load Balancing docs). A
     // load balancer gets security groups only when it is created.
-    let api_rules: Vec<Value> = api
+    let mut api_rules: Vec<Value> = api
         .allowed_cidrs
         .iter()
         .map(|c| {
@@ -297,6 +320,19 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
                    "Description": "Kubernetes API from apiEndpoint.allowedCIDRs"})
         })
         .collect();
+    // Nodes resolve an internet-facing load balancer's name to its public
+    // addresses and reach it through the internet gateway, so it sees their
+    // public source address, which no security group reference matches:
+    // from private subnets, that is a NAT gateway's address (admitted here);
+    // nodes in public subnets have addresses nobody knows in advance, which
+    // is why validation wants 0.0.0.0/0, privateSubnets or internal there.
+    if !api.internal {
+        for a in &nat_addresses {
+            api_rules.push(json!({"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443,
+                "CidrIp": {"Fn::Sub": format!("${{{a}}}/32")},
+                "Description": "Kubernetes API from the nodes through a NAT gateway"}));
+        }
+    }
     let mut api_group = json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
         "GroupDescription": format!("kube-aws {} API load balancer", ctx.cluster),
         "VpcId": vpc,
