@@ -2,13 +2,16 @@
 //! cluster tag the stacks put on every instance) joined with the bootstrap
 //! reports nodes publish to S3 (`status/nodes/<instance-id>.json`, blanked of
 //! secrets by the node). The join and the lookup of a node are pure functions;
-//! [`list_nodes`] is the only part that calls AWS.
+//! `list_nodes` (feature "nodes", which brings the EC2 client) is the only
+//! part that calls AWS.
 
 use serde::Serialize;
 
-use super::publish::Location;
 use super::wait::NodeReport;
-use super::{watch, AwsError, Clients};
+use super::AwsError;
+#[cfg(feature = "nodes")]
+use super::{publish::Location, watch, Clients};
+#[cfg(feature = "nodes")]
 use crate::config::ClusterConfig;
 use crate::render::cfn::instance_name;
 
@@ -143,6 +146,7 @@ pub fn find<'a>(cluster: &str, nodes: &'a [NodeInfo], query: &str) -> Result<&'a
 }
 
 /// Every instance carrying the cluster tag, in any state EC2 still lists.
+#[cfg(feature = "nodes")]
 async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
     let tag = crate::render::cfn::cluster_tag_key(cluster);
     let filter = aws_sdk_ec2::types::Filter::builder()
@@ -194,6 +198,7 @@ async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Inst
 }
 
 /// The cluster's nodes with their bootstrap reports.
+#[cfg(feature = "nodes")]
 pub async fn list_nodes(clients: &Clients, cluster: &ClusterConfig) -> Result<Vec<NodeInfo>, AwsError> {
     let location = Location::new(cluster)?;
     let instances = describe_instances(clients, &cluster.cluster_name).await?;
