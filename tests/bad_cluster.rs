@@ -153,6 +153,66 @@ bad!(
     several_errors_at_once,
     format!("{BASE}controller:\n  count: 0\nworker:\n  nodePools:\n    - name: Bad_Name\nhelm:\n  version: 1\n")
 );
+// Exposure and node access (issue 14): CIDRs are located and quoted; an API
+// with no way in is refused, saying why.
+const PRIVATE: &str = "network:\n  privateSubnets: true\n";
+bad!(
+    api_cidr_invalid,
+    format!("{BASE}{PRIVATE}apiEndpoint:\n  allowedCIDRs: [10.0.0.0/16, 203.0.113.300/24]\n")
+);
+bad!(
+    api_cidr_host_bits,
+    format!("{BASE}{PRIVATE}apiEndpoint:\n  allowedCIDRs:\n    - 198.51.100.7/24\n")
+);
+bad!(
+    api_cidr_duplicate,
+    format!("{BASE}{PRIVATE}apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24, 203.0.113.0/24]\n")
+);
+bad!(
+    internal_api_with_no_way_in,
+    format!("{BASE}apiEndpoint:\n  internal: true\n  allowedCIDRs: [10.0.0.0/16]\nnodeAccess:\n  ssm: false\n")
+);
+bad!(
+    public_api_with_no_way_in,
+    format!("{BASE}apiEndpoint:\n  allowedCIDRs: []\nnodeAccess:\n  ssm: false\n")
+);
+bad!(
+    narrowed_api_with_public_nodes,
+    format!("{BASE}apiEndpoint:\n  allowedCIDRs: [203.0.113.0/24]\n")
+);
+bad!(
+    ssh_cidrs_without_key,
+    format!("{BASE}nodeAccess:\n  sshAllowedCIDRs: [203.0.113.0/24]\n")
+);
+bad!(
+    ssh_cidr_invalid,
+    format!("{BASE}nodeAccess:\n  keyName: ops\n  sshAllowedCIDRs: [0.0.0.0]\n")
+);
+bad!(
+    private_subnets_with_existing_vpc,
+    format!("{BASE}network:\n  vpcId: vpc-0123456789abcdef0\n  subnetIds: [subnet-0123456789abcdef0]\n  privateSubnets: true\n")
+);
+bad!(
+    nat_gateways_without_private_subnets,
+    format!("{BASE}network:\n  natGateways: single\n")
+);
+
+#[test]
+fn a_bad_cidr_is_located_at_its_own_line_and_column() {
+    let yaml = format!("{BASE}{PRIVATE}apiEndpoint:\n  allowedCIDRs:\n    - 203.0.113.0/24\n    - 10.0.0.0/33\n");
+    let (code, stderr) = validate(&yaml, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    // BASE and PRIVATE are five lines; the bad item is on line 9, after "    - ".
+    assert_eq!(
+        stderr.trim_end(),
+        "error: cluster.yaml:9:7: apiEndpoint.allowedCIDRs[1]: \"10.0.0.0/33\" is not an IPv4 CIDR \
+         (for example \"203.0.113.0/24\", or \"198.51.100.7/32\" for one address)"
+    );
+    // An internal endpoint with a way in (SSM on, the default) is fine.
+    let ok = format!("{BASE}apiEndpoint:\n  internal: true\n  allowedCIDRs: [10.0.0.0/16]\n");
+    let (code, stderr) = validate(&ok, &[]);
+    assert_eq!(code, 0, "{stderr}");
+}
 
 #[test]
 fn no_cluster_file_is_exit_1_with_hint() {

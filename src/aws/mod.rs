@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod deploy;
+pub mod nodes;
 pub mod progress_view;
 pub mod publish;
 pub mod secrets;
@@ -61,6 +62,19 @@ pub enum AwsError {
     StackMissing { stack: String },
     #[error("{0}")]
     WorkTree(String),
+    #[error(
+        "no node {node:?} in cluster {cluster:?}: {}",
+        if known.is_empty() {
+            "the cluster has no nodes (is it up? `kube-aws status`)".to_string()
+        } else {
+            format!("use an instance id or private DNS name from `kube-aws nodes`: {}", known.join(", "))
+        }
+    )]
+    UnknownNode {
+        node: String,
+        cluster: String,
+        known: Vec<String>,
+    },
     #[error("{0}")]
     Failed(Box<wait::Failure>),
     #[error(
@@ -83,7 +97,10 @@ impl AwsError {
             | AwsError::Api { .. }
             | AwsError::BucketMissing { .. }
             | AwsError::EndpointLost { .. } => ErrorKind::Aws,
-            AwsError::StackExists { .. } | AwsError::StackMissing { .. } | AwsError::WorkTree(_) => ErrorKind::WorkTree,
+            AwsError::StackExists { .. }
+            | AwsError::StackMissing { .. }
+            | AwsError::WorkTree(_)
+            | AwsError::UnknownNode { .. } => ErrorKind::WorkTree,
             AwsError::Failed(_) => ErrorKind::DeployFailed,
             AwsError::TimedOut { .. } => ErrorKind::Timeout,
             AwsError::Interrupted => ErrorKind::Interrupted,

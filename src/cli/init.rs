@@ -21,8 +21,11 @@ pub struct InitArgs {
     #[arg(long)]
     pub force: bool,
     /// Write the example cluster: every built-in plugin enabled, two values files
-    #[arg(long, conflicts_with_all = ["cluster_name", "s3_uri"])]
+    #[arg(long, conflicts_with_all = ["cluster_name", "s3_uri", "api_allowed_cidr"])]
     pub example: bool,
+    /// Allow this IPv4 CIDR to reach the API (repeatable; default 0.0.0.0/0: open to the internet)
+    #[arg(long, value_name = "CIDR")]
+    pub api_allowed_cidr: Vec<String>,
 }
 
 pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
@@ -33,6 +36,7 @@ pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
         s3_uri: args.s3_uri,
         force: args.force,
         example: args.example,
+        api_allowed_cidrs: args.api_allowed_cidr,
     })?;
     println!(
         "created {} for cluster {:?}\nnext: edit it, then run `kube-aws --dir {} validate`",
@@ -40,5 +44,22 @@ pub fn run(_global: &GlobalOptions, args: InitArgs) -> anyhow::Result<()> {
         report.cluster_name,
         args.dir.display()
     );
+    if report.api_allowed_cidrs.iter().any(|c| c == crate::config::ANYWHERE) {
+        println!(
+            "warning: the Kubernetes API is open to the internet (apiEndpoint.allowedCIDRs: [0.0.0.0/0]); \
+             narrow it with --api-allowed-cidr or in cluster.yaml"
+        );
+    } else {
+        println!(
+            "the Kubernetes API is open only to {} (apiEndpoint.allowedCIDRs)",
+            report.api_allowed_cidrs.join(", ")
+        );
+        if report.private_subnets {
+            println!(
+                "the nodes go in private subnets behind NAT gateways (network.privateSubnets), \
+                 so that they reach the API from addresses it admits"
+            );
+        }
+    }
     Ok(())
 }

@@ -5,6 +5,8 @@ mod charts;
 mod deploy_args;
 mod destroy;
 mod init;
+#[cfg(feature = "nodes")]
+mod nodes;
 mod plugins;
 pub mod render;
 mod schema;
@@ -72,6 +74,12 @@ pub enum Command {
     Update(update::UpdateArgs),
     /// Delete the cluster's stacks (published objects stay unless --purge)
     Destroy(destroy::DestroyArgs),
+    #[cfg(feature = "nodes")]
+    /// List the cluster's instances: role, pool, zone, DNS name, state, bootstrap status
+    Nodes(nodes::NodesArgs),
+    #[cfg(feature = "nodes")]
+    /// Print a node's published bootstrap report (secrets blanked), without a shell on it
+    Logs(nodes::LogsArgs),
 }
 
 /// Runs the parsed command line.
@@ -93,6 +101,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status::run(&cli.global, args),
         Command::Update(args) => update::run(&cli.global, args),
         Command::Destroy(args) => destroy::run(&cli.global, args),
+        #[cfg(feature = "nodes")]
+        Command::Nodes(args) => nodes::run_nodes(&cli.global, args),
+        #[cfg(feature = "nodes")]
+        Command::Logs(args) => nodes::run_logs(&cli.global, args),
     }
 }
 

@@ -33,6 +33,8 @@ pub struct InitOptions {
     pub force: bool,
     /// Write the example cluster instead of the minimal one.
     pub example: bool,
+    /// apiEndpoint.allowedCIDRs; empty: 0.0.0.0/0, open to the internet.
+    pub api_allowed_cidrs: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,10 @@ pub enum InitError {
 pub struct InitReport {
     pub cluster_file: PathBuf,
     pub cluster_name: String,
+    /// The CIDRs the API is open to, as written.
+    pub api_allowed_cidrs: Vec<String>,
+    /// Whether it turned network.privateSubnets on (for a narrowed API).
+    pub private_subnets: bool,
 }
 
 /// Creates `dir/cluster.yaml` and the work-tree directories.
@@ -96,7 +102,27 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
             why: "is not a valid AWS region (for example \"us-west-2\")".into(),
         });
     }
+    for c in &opts.api_allowed_cidrs {
+        let canonical = validate::parse_cidr(c).filter(|(addr, bits)| validate::cidr_network(*addr, *bits) == *addr);
+        if canonical.is_none() {
+            return Err(InitError::BadOption {
+                flag: "api-allowed-cidr",
+                value: c.clone(),
+                why: "is not an IPv4 network CIDR (for example \"203.0.113.0/24\", or \"198.51.100.7/32\")".into(),
+            });
+        }
+    }
+    let cidrs = if opts.api_allowed_cidrs.is_empty() {
+        vec![super::ANYWHERE.to_string()]
+    } else {
+        opts.api_allowed_cidrs.clone()
+    };
+    let private_subnets = !cidrs.iter().any(|c| c == super::ANYWHERE);
     let text = TEMPLATE
+        .replace("@API_CIDRS@", &format!("[{}]", cidrs.join(", ")))
+        // A narrowed API needs the nodes behind NAT gateways (whose addresses
+        // the API's security group admits): see apiEndpoint.allowedCIDRs.
+        .replace("@PRIVATE_SUBNETS@", if private_subnets { "" } else { "# " })
         .replace("@CLUSTER_NAME@", &yaml_string(&name))
         .replace("@S3_URI@", &yaml_string(&s3_uri))
         .replace("@REGION@", &opts.region);
@@ -112,6 +138,8 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
     Ok(InitReport {
         cluster_file,
         cluster_name: name,
+        api_allowed_cidrs: cidrs,
+        private_subnets,
     })
 }
 
@@ -131,9 +159,13 @@ fn init_example(opts: &InitOptions, cluster_file: PathBuf) -> Result<InitReport,
         path: cluster_file.clone(),
         source,
     })?;
+    let example: super::ClusterConfig =
+        serde_yaml::from_str(EXAMPLE_CLUSTER).map_err(|e| InitError::Template(e.to_string()))?;
     Ok(InitReport {
         cluster_file,
         cluster_name: "example".into(),
+        api_allowed_cidrs: example.api_endpoint.allowed_cidrs,
+        private_subnets: example.network.private_subnets,
     })
 }
 

@@ -27,6 +27,12 @@ pub struct ClusterConfig {
     /// The VPC: a new one (vpcCIDR, availabilityZones) or an existing one (vpcId, subnetIds).
     #[serde(default)]
     pub network: Network,
+    /// Who can reach the Kubernetes API, and how.
+    #[serde(default)]
+    pub api_endpoint: ApiEndpoint,
+    /// How operators reach the nodes: SSM Session Manager (default) and SSH.
+    #[serde(default)]
+    pub node_access: NodeAccess,
     /// The control plane.
     #[serde(default)]
     pub controller: Controller,
@@ -48,6 +54,9 @@ pub fn default_kubernetes_version() -> String {
     super::versions::DEFAULT_MINOR.into()
 }
 
+/// The CIDR of a new VPC when network.vpcCIDR is not set.
+pub const DEFAULT_VPC_CIDR: &str = "10.0.0.0/16";
+
 /// Network settings.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -64,6 +73,87 @@ pub struct Network {
     /// Subnets of the existing VPC; required with vpcId.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnet_ids: Vec<String>,
+    /// Put the nodes in private subnets (no public IPs, no route to the internet
+    /// gateway) reaching out through NAT gateways, with an S3 gateway endpoint.
+    /// Public subnets remain for the NAT gateways and an internet-facing API
+    /// load balancer. New VPCs only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private_subnets: bool,
+    /// With privateSubnets: one NAT gateway per zone (`perZone`, default: a
+    /// zone's outage leaves the others their way out) or one `single` shared one
+    /// (cheaper; its zone is a single point of failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_gateways: Option<NatGateways>,
+}
+
+/// How many NAT gateways private subnets get.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum NatGateways {
+    #[default]
+    PerZone,
+    Single,
+}
+
+/// The Kubernetes API endpoint: a network load balancer on port 6443.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiEndpoint {
+    /// IPv4 CIDRs allowed to reach the API on port 6443 (the nodes always may).
+    /// Default `0.0.0.0/0`: the API is open to the internet (kubeconfig
+    /// certificates still guard it). Narrow it to your own networks; a narrowed
+    /// internet-facing API needs privateSubnets (the nodes then reach it from
+    /// their NAT gateways' addresses, which are admitted).
+    #[serde(rename = "allowedCIDRs", default = "open_to_all")]
+    pub allowed_cidrs: Vec<String>,
+    /// An internal load balancer (private IPs only), reachable from the VPC and
+    /// the networks connected to it, or through a node with SSM port forwarding.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub internal: bool,
+}
+
+impl Default for ApiEndpoint {
+    fn default() -> Self {
+        ApiEndpoint {
+            allowed_cidrs: open_to_all(),
+            internal: false,
+        }
+    }
+}
+
+/// The CIDR that means "anyone".
+pub const ANYWHERE: &str = "0.0.0.0/0";
+
+fn open_to_all() -> Vec<String> {
+    vec![ANYWHERE.into()]
+}
+
+/// Operator access to the nodes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeAccess {
+    /// SSM Session Manager: every node role gets the AWS managed policy
+    /// AmazonSSMManagedInstanceCore (`aws ssm start-session --target i-…`; no
+    /// open port, no key). Turn off to grant nodes no Systems Manager access.
+    #[serde(default = "yes")]
+    pub ssm: bool,
+    /// An existing EC2 key pair put on every node for SSH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_name: Option<String>,
+    /// IPv4 CIDRs allowed to reach the nodes on port 22. Empty (default): no
+    /// SSH ingress at all, even with keyName. Needs keyName.
+    #[serde(rename = "sshAllowedCIDRs", default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_allowed_cidrs: Vec<String>,
+}
+
+impl Default for NodeAccess {
+    fn default() -> Self {
+        NodeAccess {
+            ssm: true,
+            key_name: None,
+            ssh_allowed_cidrs: Vec::new(),
+        }
+    }
 }
 
 /// The control plane nodes.

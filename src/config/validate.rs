@@ -30,6 +30,12 @@ static LABEL_VALUE: LazyLock<Regex> =
 static DNS_SUBDOMAIN: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").unwrap());
 
+/// The most CIDRs one list may hold: the security group also needs room for
+/// its other rules within EC2's default 60 inbound rules per group.
+const MAX_RULE_CIDRS: usize = 50;
+/// Zones a new VPC with private subnets can have: two /20s per zone in a /16's 16.
+const MAX_PRIVATE_ZONES: usize = 8;
+
 const NAME_HINT: &str = "use lowercase letters, digits and '-', starting and ending with a letter or digit";
 
 /// Is `s` a DNS-1123 label of at most `max` characters?
@@ -111,6 +117,7 @@ pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -
     };
     v.top_level(cfg);
     v.network(cfg);
+    v.access(cfg);
     v.nodes(cfg);
     v.helm(cfg);
     v.charts(dir, &cfg.charts);
@@ -239,6 +246,147 @@ impl Validator<'_> {
                     format!("{az:?} is not a zone of region {zone_prefix:?} (for example \"{zone_prefix}a\")"),
                 );
             }
+        }
+    }
+
+    /// A list of IPv4 CIDRs for security group rules: each well-formed, with
+    /// no host bits set (EC2 refuses such a rule) and no duplicates (one
+    /// security group cannot hold the same rule twice).
+    fn cidr_list(&mut self, key: &str, list: &[String]) {
+        if list.len() > MAX_RULE_CIDRS {
+            self.err(
+                key,
+                format!(
+                    "{} CIDRs is more than the {MAX_RULE_CIDRS} a security group's rules can hold here; \
+                     merge them into wider ones",
+                    list.len()
+                ),
+            );
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, c) in list.iter().enumerate() {
+            let path = format!("{key}[{i}]");
+            match parse_cidr(c) {
+                None => self.err(
+                    &path,
+                    format!("{c:?} is not an IPv4 CIDR (for example \"203.0.113.0/24\", or \"198.51.100.7/32\" for one address)"),
+                ),
+                Some((addr, bits)) if cidr_network(addr, bits) != addr => {
+                    let net = std::net::Ipv4Addr::from(cidr_network(addr, bits));
+                    self.err(
+                        &path,
+                        format!("{c:?} has host bits set (use \"{net}/{bits}\", or /32 for the one address)"),
+                    );
+                }
+                Some(_) => {
+                    if let Some(first) = seen.insert(c.as_str(), i) {
+                        self.err(&path, format!("{c:?} is already listed at {key}[{first}] (remove one)"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn access(&mut self, cfg: &ClusterConfig) {
+        let (api, access, net) = (&cfg.api_endpoint, &cfg.node_access, &cfg.network);
+        self.cidr_list("apiEndpoint.allowedCIDRs", &api.allowed_cidrs);
+        self.cidr_list("nodeAccess.sshAllowedCIDRs", &access.ssh_allowed_cidrs);
+        if let Some(k) = &access.key_name {
+            if k.is_empty() || k.len() > 255 || !k.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+                self.err(
+                    "nodeAccess.keyName",
+                    format!("{k:?} is not an EC2 key pair name (1 to 255 printable ASCII characters)"),
+                );
+            }
+        } else if !access.ssh_allowed_cidrs.is_empty() {
+            self.err(
+                "nodeAccess.sshAllowedCIDRs",
+                "SSH ingress needs nodeAccess.keyName (the EC2 key pair to log in with); set it or remove the CIDRs",
+            );
+        }
+        if net.vpc_id.is_some() && net.private_subnets {
+            self.err(
+                "network.privateSubnets",
+                "privateSubnets creates private subnets in a new VPC; with vpcId, list your private subnets \
+                 (routed through your own NAT) in subnetIds instead",
+            );
+        }
+        if net.nat_gateways.is_some() && !net.private_subnets {
+            self.err(
+                "network.natGateways",
+                "natGateways needs privateSubnets: true (public subnets need no NAT)",
+            );
+        }
+        if net.private_subnets && net.availability_zones.len() > MAX_PRIVATE_ZONES {
+            self.err(
+                "network.availabilityZones",
+                format!(
+                    "privateSubnets puts a public and a private subnet in each zone; at most {MAX_PRIVATE_ZONES} \
+                     zones fit the VPC's 16 subnets"
+                ),
+            );
+        }
+        // Nodes in public subnets reach an internet-facing load balancer from
+        // public addresses nobody knows in advance: a narrowed list would lock
+        // the cluster out of its own API.
+        let open = api.allowed_cidrs.iter().any(|c| c == super::ANYWHERE);
+        if net.vpc_id.is_none() && !net.private_subnets && !api.internal && !open {
+            self.err(
+                "apiEndpoint.allowedCIDRs",
+                format!(
+                    "{:?} would shut the nodes out: in public subnets they reach the internet-facing API load \
+                     balancer from their own public addresses; set network.privateSubnets: true (their NAT \
+                     gateways' addresses are then allowed), apiEndpoint.internal: true, or allow 0.0.0.0/0",
+                    api.allowed_cidrs
+                ),
+            );
+        }
+        if access.ssm {
+            return;
+        }
+        // The API has no way in when no allowed CIDR reaches beyond the VPC and
+        // no node can forward to it: SSM port forwarding
+        // (AWS-StartPortForwardingSessionToRemoteHost) goes through a node,
+        // which the load balancer's security group always admits.
+        let vpc = match &net.vpc_id {
+            Some(_) => None,
+            None => parse_cidr(net.vpc_cidr.as_deref().unwrap_or(super::DEFAULT_VPC_CIDR)),
+        };
+        let beyond = api
+            .allowed_cidrs
+            .iter()
+            .filter_map(|c| parse_cidr(c))
+            .any(|c| match vpc {
+                Some(v) => !cidr_within(c, v),
+                None => true,
+            });
+        if beyond {
+            return;
+        }
+        let within = match (vpc, &net.vpc_cidr) {
+            (Some(_), Some(c)) => format!("no further than the VPC {c:?}"),
+            (Some(_), None) => format!("no further than the VPC (default {:?})", super::DEFAULT_VPC_CIDR),
+            (None, _) => "nobody".to_string(),
+        };
+        let listed = format!("{:?}", api.allowed_cidrs);
+        if api.internal {
+            self.err(
+                "apiEndpoint.internal",
+                format!(
+                    "internal: true has no way in: apiEndpoint.allowedCIDRs {listed} reaches {within} and \
+                     nodeAccess.ssm is false, so no node can forward to it; allow your network (reached over a \
+                     VPN or peering) in apiEndpoint.allowedCIDRs, turn nodeAccess.ssm on (then use SSM port \
+                     forwarding), or set internal: false"
+                ),
+            );
+        } else {
+            self.err(
+                "apiEndpoint.allowedCIDRs",
+                format!(
+                    "the API has no way in: apiEndpoint.allowedCIDRs {listed} reaches {within} and nodeAccess.ssm \
+                     is false; allow your network (for example your office's public /32), or turn nodeAccess.ssm on"
+                ),
+            );
         }
     }
 
@@ -554,12 +702,30 @@ pub fn parse_s3_uri(uri: &str) -> Result<(String, String), String> {
 }
 
 fn is_cidr(s: &str) -> bool {
-    CIDR.captures(s)
-        .map(|c| {
-            (1..=4).all(|i| c[i].parse::<u16>().map(|o| o <= 255).unwrap_or(false))
-                && c[5].parse::<u8>().map(|b| b <= 32).unwrap_or(false)
-        })
-        .unwrap_or(false)
+    parse_cidr(s).is_some()
+}
+
+/// An IPv4 CIDR as (address, prefix length): four decimal octets, `/0`..`/32`.
+/// Host bits may be set; see [`cidr_network`].
+pub fn parse_cidr(s: &str) -> Option<(u32, u32)> {
+    let c = CIDR.captures(s)?;
+    let mut addr = 0u32;
+    for i in 1..=4 {
+        let o: u32 = c[i].parse().ok().filter(|o| *o <= 255)?;
+        addr = addr << 8 | o;
+    }
+    let bits: u32 = c[5].parse().ok().filter(|b| *b <= 32)?;
+    Some((addr, bits))
+}
+
+/// The network address of a CIDR (its host bits cleared).
+pub fn cidr_network(addr: u32, bits: u32) -> u32 {
+    addr & u32::MAX.checked_shl(32 - bits).unwrap_or(0)
+}
+
+/// Is CIDR `inner` entirely inside CIDR `outer`?
+fn cidr_within(inner: (u32, u32), outer: (u32, u32)) -> bool {
+    inner.1 >= outer.1 && cidr_network(inner.0, outer.1) == cidr_network(outer.0, outer.1)
 }
 
 /// Accepts what Helm accepts: an exact version or a semver constraint.
@@ -601,6 +767,31 @@ pub fn normalize_constraint(c: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cidrs_parse_and_nest() {
+        assert_eq!(parse_cidr("10.1.2.3/16"), Some((0x0a01_0203, 16)));
+        assert_eq!(parse_cidr("0.0.0.0/0"), Some((0, 0)));
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "256.0.0.0/8",
+            "10.0.0/8",
+            " 10.0.0.0/8",
+            "10.0.0.0/-1",
+        ] {
+            assert_eq!(parse_cidr(bad), None, "{bad}");
+        }
+        assert_eq!(cidr_network(0x0a01_0203, 16), 0x0a01_0000);
+        assert_eq!(cidr_network(0xffff_ffff, 0), 0);
+        assert_eq!(cidr_network(0x0a01_0203, 32), 0x0a01_0203);
+        let c = |s: &str| parse_cidr(s).unwrap();
+        assert!(cidr_within(c("10.0.5.0/24"), c("10.0.0.0/16")));
+        assert!(cidr_within(c("10.0.0.0/16"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("10.0.0.0/8"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("10.1.0.0/24"), c("10.0.0.0/16")));
+        assert!(!cidr_within(c("0.0.0.0/0"), c("10.0.0.0/16")));
+    }
 
     #[test]
     fn dns_labels() {

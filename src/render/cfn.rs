@@ -11,13 +11,14 @@ use serde_json::{json, Map, Value};
 use super::plan::{camel, Plan};
 use super::secrets::{BUNDLE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::{Ctx, RenderError, RenderInput};
-use crate::config::NodePool;
+use crate::config::{cidr_network, parse_cidr, NatGateways, NodePool, DEFAULT_VPC_CIDR};
 use crate::plugin::NodeHooks;
 
 const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
 const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
-const DEFAULT_VPC_CIDR: &str = "10.0.0.0/16";
 const DEFAULT_AZ_COUNT: usize = 2;
+/// The AWS managed policy for SSM Session Manager on every node role.
+pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
 /// How long a node has to boot, join and signal.
 const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
 
@@ -65,7 +66,18 @@ fn template(description: String) -> Map<String, Value> {
 /// cluster's lifecycle owns them). An existing VPC's subnets must carry it
 /// too; see docs/getting-started.md.
 fn cluster_tag(ctx: &Ctx) -> String {
-    format!("kubernetes.io/cluster/{}", ctx.cluster)
+    cluster_tag_key(&ctx.cluster)
+}
+
+/// The cluster tag's key for cluster `name` (`kube-aws nodes` filters by it).
+pub fn cluster_tag_key(name: &str) -> String {
+    format!("kubernetes.io/cluster/{name}")
+}
+
+/// The `Name` tag of a node: `<cluster>-<role>`, role `controller` or
+/// `worker-<pool>` (`kube-aws nodes` reads the role back from it).
+pub fn instance_name(cluster: &str, role: &str) -> String {
+    format!("{cluster}-{role}")
 }
 
 fn tags(ctx: &Ctx, name: &str) -> Value {
@@ -77,12 +89,9 @@ fn tags(ctx: &Ctx, name: &str) -> Value {
 
 /// Splits `cidr` into `count` subnets four bits longer (`10.0.0.0/16` -> /20s).
 fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, RenderError> {
-    let bad = || RenderError::Network {
+    let (addr, bits) = parse_cidr(cidr).ok_or_else(|| RenderError::Network {
         message: format!("network.vpcCIDR {cidr:?} is not an IPv4 CIDR like 10.0.0.0/16"),
-    };
-    let (addr, bits) = cidr.split_once('/').ok_or_else(bad)?;
-    let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
-    let bits: u32 = bits.parse().map_err(|_| bad())?;
+    })?;
     if !(8..=24).contains(&bits) {
         return Err(RenderError::Network {
             message: format!("network.vpcCIDR {cidr:?}: use a prefix between /8 and /24"),
@@ -90,30 +99,173 @@ fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, RenderError> {
     }
     if count > 16 {
         return Err(RenderError::Network {
-            message: format!("network.availabilityZones lists {count} zones; at most 16 are supported"),
+            message: format!(
+                "network.availabilityZones: {count} subnets are needed; at most 16 are supported \
+                 (privateSubnets needs two per zone)"
+            ),
         });
     }
     let sub = bits + 4;
-    let base = u32::from(addr) & (u32::MAX << (32 - bits));
+    let base = cidr_network(addr, bits);
     Ok((0..count as u32)
         .map(|i| format!("{}/{sub}", Ipv4Addr::from(base + (i << (32 - sub)))))
         .collect())
 }
 
-fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
+/// The subnets of a new VPC, the node subnets first: `Subnet<i>`, public
+/// (internet gateway route, public IPs) or, with privateSubnets, private
+/// (a route through zone i's NAT gateway only); then with privateSubnets the
+/// public `PublicSubnet<i>` that hold the NAT gateways and an internet-facing
+/// load balancer.
+fn new_vpc_subnets(
+    input: &RenderInput,
+    ctx: &Ctx,
+    cidr: &str,
+    r: &mut Map<String, Value>,
+) -> Result<NewSubnets, RenderError> {
     let net = &input.cluster.network;
+    let zones = if net.availability_zones.is_empty() {
+        DEFAULT_AZ_COUNT
+    } else {
+        net.availability_zones.len()
+    };
+    let private = net.private_subnets;
+    let cidrs = subnet_cidrs(cidr, if private { zones * 2 } else { zones })?;
+    let az = |i: usize| match net.availability_zones.get(i) {
+        Some(z) => json!(z),
+        None => json!({"Fn::Select": [i, {"Fn::GetAZs": ""}]}),
+    };
+    // Subnet role tags: where the cloud controller manager puts internet-facing
+    // (`elb`) and internal (`internal-elb`) load balancers.
+    let subnet = |name: String, cidr: &str, i: usize, public: bool| {
+        let mut t = tags(ctx, &name);
+        let role = if public {
+            "kubernetes.io/role/elb"
+        } else {
+            "kubernetes.io/role/internal-elb"
+        };
+        if let Some(list) = t.as_array_mut() {
+            list.push(json!({"Key": role, "Value": "1"}));
+        }
+        json!({"Type": "AWS::EC2::Subnet", "Properties": {
+            "VpcId": {"Ref": "Vpc"}, "CidrBlock": cidr, "AvailabilityZone": az(i),
+            "MapPublicIpOnLaunch": public, "Tags": t}})
+    };
+    let associate = |subnet: &str, table: &str| {
+        json!({"Type": "AWS::EC2::SubnetRouteTableAssociation", "Properties": {
+            "SubnetId": {"Ref": subnet}, "RouteTableId": {"Ref": table}}})
+    };
+    let (mut nodes, mut public, mut nat_addresses) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..zones {
+        let name = format!("Subnet{i}");
+        r.insert(
+            name.clone(),
+            subnet(format!("{}-{i}", ctx.cluster), &cidrs[i], i, !private),
+        );
+        nodes.push(json!({"Ref": name}));
+        if !private {
+            r.insert(
+                format!("{name}RouteTableAssociation"),
+                associate(&name, "PublicRouteTable"),
+            );
+            public.push(json!({"Ref": name}));
+            continue;
+        }
+        let pub_name = format!("PublicSubnet{i}");
+        r.insert(
+            pub_name.clone(),
+            subnet(format!("{}-public-{i}", ctx.cluster), &cidrs[zones + i], i, true),
+        );
+        r.insert(
+            format!("{pub_name}RouteTableAssociation"),
+            associate(&pub_name, "PublicRouteTable"),
+        );
+        public.push(json!({"Ref": pub_name}));
+        // A private subnet's only way out is a NAT gateway: no route to the
+        // internet gateway, no public IPs.
+        let nat = match net.nat_gateways.unwrap_or_default() {
+            NatGateways::PerZone => i,
+            NatGateways::Single => 0,
+        };
+        if nat == i {
+            nat_addresses.push(format!("NatAddress{i}"));
+            r.insert(
+                format!("NatAddress{i}"),
+                json!({"Type": "AWS::EC2::EIP", "DependsOn": "GatewayAttachment",
+                    "Properties": {"Domain": "vpc", "Tags": tags(ctx, &format!("{}-nat-{i}", ctx.cluster))}}),
+            );
+            r.insert(
+                format!("NatGateway{i}"),
+                json!({"Type": "AWS::EC2::NatGateway", "Properties": {
+                    "SubnetId": {"Ref": pub_name},
+                    "AllocationId": {"Fn::GetAtt": [format!("NatAddress{i}"), "AllocationId"]},
+                    "Tags": tags(ctx, &format!("{}-nat-{i}", ctx.cluster))}}),
+            );
+        }
+        let table = format!("PrivateRouteTable{i}");
+        r.insert(
+            table.clone(),
+            json!({"Type": "AWS::EC2::RouteTable", "Properties": {
+                "VpcId": {"Ref": "Vpc"}, "Tags": tags(ctx, &format!("{}-private-{i}", ctx.cluster))}}),
+        );
+        r.insert(
+            format!("PrivateRoute{i}"),
+            json!({"Type": "AWS::EC2::Route", "Properties": {
+                "RouteTableId": {"Ref": table}, "DestinationCidrBlock": "0.0.0.0/0",
+                "NatGatewayId": {"Ref": format!("NatGateway{nat}")}}}),
+        );
+        r.insert(format!("{name}RouteTableAssociation"), associate(&name, &table));
+    }
+    if private {
+        // Node boot reads its cloud-config, the secret bundle and the charts
+        // from S3: a gateway endpoint keeps that off the NAT gateways (and
+        // their data charges) and working while they start.
+        let tables: Vec<Value> = (0..zones)
+            .map(|i| json!({"Ref": format!("PrivateRouteTable{i}")}))
+            .collect();
+        r.insert(
+            "S3Endpoint".into(),
+            json!({"Type": "AWS::EC2::VPCEndpoint", "Properties": {
+                "VpcId": {"Ref": "Vpc"}, "VpcEndpointType": "Gateway",
+                "ServiceName": {"Fn::Sub": "com.amazonaws.${AWS::Region}.s3"},
+                "RouteTableIds": tables}}),
+        );
+    }
+    Ok(NewSubnets {
+        nodes,
+        public,
+        nat_addresses,
+    })
+}
+
+/// What [`new_vpc_subnets`] made.
+struct NewSubnets {
+    /// The node subnets (`Ref`s).
+    nodes: Vec<Value>,
+    /// The public subnets (`Ref`s): the node subnets themselves without privateSubnets.
+    public: Vec<Value>,
+    /// The NAT gateways' address (EIP) logical ids.
+    nat_addresses: Vec<String>,
+}
+
+fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
+    let (net, api, access) = (
+        &input.cluster.network,
+        &input.cluster.api_endpoint,
+        &input.cluster.node_access,
+    );
     let mut t = template(format!("kube-aws cluster {}: network", ctx.cluster));
     let mut r = Map::new();
-    let (vpc, subnets, gateway): (Value, Vec<Value>, Option<&str>) = match &net.vpc_id {
-        Some(id) => (json!(id), net.subnet_ids.iter().map(|s| json!(s)).collect(), None),
+    // (VPC, node subnets, the API load balancer's subnets, what the load
+    // balancer waits for, the NAT gateways' addresses)
+    type Layout<'a> = (Value, Vec<Value>, Vec<Value>, Option<&'a str>, Vec<String>);
+    let (vpc, subnets, lb_subnets, gateway, nat_addresses): Layout = match &net.vpc_id {
+        Some(id) => {
+            let ids: Vec<Value> = net.subnet_ids.iter().map(|s| json!(s)).collect();
+            (json!(id), ids.clone(), ids, None, Vec::new())
+        }
         None => {
             let cidr = net.vpc_cidr.as_deref().unwrap_or(DEFAULT_VPC_CIDR);
-            let count = if net.availability_zones.is_empty() {
-                DEFAULT_AZ_COUNT
-            } else {
-                net.availability_zones.len()
-            };
-            let cidrs = subnet_cidrs(cidr, count)?;
             r.insert(
                 "Vpc".into(),
                 json!({"Type": "AWS::EC2::VPC", "Properties": {
@@ -140,53 +292,103 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
                     "RouteTableId": {"Ref": "PublicRouteTable"}, "DestinationCidrBlock": "0.0.0.0/0",
                     "GatewayId": {"Ref": "InternetGateway"}}}),
             );
-            let mut ids = Vec::new();
-            for (i, sub) in cidrs.iter().enumerate() {
-                let az = match net.availability_zones.get(i) {
-                    Some(z) => json!(z),
-                    None => json!({"Fn::Select": [i, {"Fn::GetAZs": ""}]}),
-                };
-                let name = format!("Subnet{i}");
-                // Public subnets: where the cloud controller manager puts
-                // internet-facing load balancers.
-                let mut subnet_tags = tags(ctx, &format!("{}-{i}", ctx.cluster));
-                if let Some(list) = subnet_tags.as_array_mut() {
-                    list.push(json!({"Key": "kubernetes.io/role/elb", "Value": "1"}));
-                }
-                r.insert(
-                    name.clone(),
-                    json!({"Type": "AWS::EC2::Subnet", "Properties": {
-                        "VpcId": {"Ref": "Vpc"}, "CidrBlock": sub, "AvailabilityZone": az,
-                        "MapPublicIpOnLaunch": true,
-                        "Tags": subnet_tags}}),
-                );
-                r.insert(
-                    format!("{name}RouteTableAssociation"),
-                    json!({"Type": "AWS::EC2::SubnetRouteTableAssociation", "Properties": {
-                        "SubnetId": {"Ref": name}, "RouteTableId": {"Ref": "PublicRouteTable"}}}),
-                );
-                ids.push(json!({"Ref": name}));
-            }
-            (json!({"Ref": "Vpc"}), ids, Some("GatewayAttachment"))
+            let made = new_vpc_subnets(input, ctx, cidr, &mut r)?;
+            // An internal load balancer sits with the nodes; an internet-facing one in public subnets.
+            let lb = if api.internal { made.nodes.clone() } else { made.public };
+            (
+                json!({"Ref": "Vpc"}),
+                made.nodes,
+                lb,
+                Some("GatewayAttachment"),
+                made.nat_addresses,
+            )
         }
     };
+    // The API's load balancer has a security group of its own: the target
+    // group turns client IP preservation off (below), so the controllers see
+    // the load balancer's private addresses, never the client's, and only the
+    // load balancer's group can filter clients. The controllers admit 6443
+    // from that group alone, which also covers the health checks ("Update the
+    // security groups for your Network Load Balancer" and "Edit target group
+    // attributes: client IP preservation", Elastic Load Balancing docs). A
+    // load balancer gets security groups only when it is created.
+    let mut api_rules: Vec<Value> = api
+        .allowed_cidrs
+        .iter()
+        .map(|c| {
+            json!({"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443, "CidrIp": c,
+                   "Description": "Kubernetes API from apiEndpoint.allowedCIDRs"})
+        })
+        .collect();
+    // Nodes resolve an internet-facing load balancer's name to its public
+    // addresses and reach it through the internet gateway, so it sees their
+    // public source address, which no security group reference matches:
+    // from private subnets, that is a NAT gateway's address (admitted here);
+    // nodes in public subnets have addresses nobody knows in advance, which
+    // is why validation wants 0.0.0.0/0, privateSubnets or internal there.
+    if !api.internal {
+        for a in &nat_addresses {
+            api_rules.push(json!({"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443,
+                "CidrIp": {"Fn::Sub": format!("${{{a}}}/32")},
+                "Description": "Kubernetes API from the nodes through a NAT gateway"}));
+        }
+    }
+    let mut api_group = json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
+        "GroupDescription": format!("kube-aws {} API load balancer", ctx.cluster),
+        "VpcId": vpc,
+        "Tags": tags(ctx, &format!("{}-api", ctx.cluster))}});
+    if !api_rules.is_empty() {
+        api_group["Properties"]["SecurityGroupIngress"] = json!(api_rules);
+    }
+    r.insert("ApiSecurityGroup".into(), api_group);
+    // The nodes reach the API through the load balancer too (kubelets, the
+    // SSM port forwarding of an internal endpoint). Separate rules: the node
+    // groups refer to this group in turn.
+    for (name, group, who) in [
+        ("ApiFromControllers", "ControllerSecurityGroup", "controllers"),
+        ("ApiFromWorkers", "WorkerSecurityGroup", "workers"),
+    ] {
+        r.insert(
+            name.into(),
+            json!({"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {
+                "GroupId": {"Fn::GetAtt": ["ApiSecurityGroup", "GroupId"]},
+                "IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443,
+                "SourceSecurityGroupId": {"Fn::GetAtt": [group, "GroupId"]},
+                "Description": format!("Kubernetes API from the {who}")}}),
+        );
+    }
+    // SSH only to the CIDRs listed, never by default (nodeAccess.sshAllowedCIDRs).
+    let ssh = |who: &str| -> Vec<Value> {
+        access
+            .ssh_allowed_cidrs
+            .iter()
+            .map(|c| {
+                json!({"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "CidrIp": c,
+                       "Description": format!("SSH to the {who} from nodeAccess.sshAllowedCIDRs")})
+            })
+            .collect()
+    };
+    let mut controller_rules = vec![json!({"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443,
+        "SourceSecurityGroupId": {"Fn::GetAtt": ["ApiSecurityGroup", "GroupId"]},
+        "Description": "Kubernetes API through the load balancer (and its health checks)"})];
+    controller_rules.extend(ssh("controllers"));
     r.insert(
         "ControllerSecurityGroup".into(),
         json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
             "GroupDescription": format!("kube-aws {} controllers", ctx.cluster),
             "VpcId": vpc,
-            "SecurityGroupIngress": [
-                {"IpProtocol": "tcp", "FromPort": 6443, "ToPort": 6443, "CidrIp": "0.0.0.0/0",
-                 "Description": "Kubernetes API through the load balancer"}],
+            "SecurityGroupIngress": controller_rules,
             "Tags": tags(ctx, &format!("{}-controller", ctx.cluster))}}),
     );
-    r.insert(
-        "WorkerSecurityGroup".into(),
-        json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
-            "GroupDescription": format!("kube-aws {} workers", ctx.cluster),
-            "VpcId": vpc,
-            "Tags": tags(ctx, &format!("{}-worker", ctx.cluster))}}),
-    );
+    let mut worker = json!({"Type": "AWS::EC2::SecurityGroup", "Properties": {
+        "GroupDescription": format!("kube-aws {} workers", ctx.cluster),
+        "VpcId": vpc,
+        "Tags": tags(ctx, &format!("{}-worker", ctx.cluster))}});
+    let worker_ssh = ssh("workers");
+    if !worker_ssh.is_empty() {
+        worker["Properties"]["SecurityGroupIngress"] = json!(worker_ssh);
+    }
+    r.insert("WorkerSecurityGroup".into(), worker);
     for (name, group, source) in [
         (
             "ControllerFromControllers",
@@ -213,8 +415,10 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
                 "Description": "cluster traffic"}}),
         );
     }
+    let scheme = if api.internal { "internal" } else { "internet-facing" };
     let mut nlb = json!({"Type": "AWS::ElasticLoadBalancingV2::LoadBalancer", "Properties": {
-        "Type": "network", "Scheme": "internet-facing", "Subnets": subnets,
+        "Type": "network", "Scheme": scheme, "Subnets": lb_subnets,
+        "SecurityGroups": [{"Fn::GetAtt": ["ApiSecurityGroup", "GroupId"]}],
         "Tags": tags(ctx, &format!("{}-api", ctx.cluster))}});
     if let Some(g) = gateway {
         nlb["DependsOn"] = json!(g);
@@ -338,35 +542,43 @@ fn sub_escape(stub: &str) -> String {
 /// Role, instance profile, launch template and auto scaling group of one node kind.
 fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
     let p = g.prefix;
-    r.insert(
-        format!("{p}Role"),
-        json!({"Type": "AWS::IAM::Role", "Properties": {
+    let mut role = json!({"Type": "AWS::IAM::Role", "Properties": {
             "Path": "/",
             "AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": [
                 {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
             "Policies": [{"PolicyName": format!("kube-aws-{}", g.role), "PolicyDocument": {
                 "Version": "2012-10-17",
-                "Statement": policy_statements(input, ctx, g)}}]}}),
-    );
+                "Statement": policy_statements(input, ctx, g)}}]}});
+    if input.cluster.node_access.ssm {
+        // SSM Session Manager: the AWS managed policy AWS documents for it
+        // ("Configure instance permissions required for Systems Manager"); its
+        // actions (ssm:UpdateInstanceInformation, ssmmessages:*Channel,
+        // ec2messages:*, ssm:GetParameter(s), ...) take no resource scope. The
+        // AL2023 AMI runs the SSM agent already.
+        role["Properties"]["ManagedPolicyArns"] =
+            json!([{"Fn::Sub": format!("arn:${{AWS::Partition}}:iam::aws:policy/{SSM_MANAGED_POLICY}")}]);
+    }
+    r.insert(format!("{p}Role"), role);
     r.insert(
         format!("{p}InstanceProfile"),
         json!({"Type": "AWS::IAM::InstanceProfile", "Properties": {"Path": "/", "Roles": [{"Ref": format!("{p}Role")}]}}),
     );
-    let name = format!("{}-{}", ctx.cluster, g.role);
-    r.insert(
-        format!("{p}LaunchTemplate"),
-        json!({"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {
-            "ImageId": {"Ref": "ImageId"},
-            "InstanceType": g.instance_type,
-            "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
-            "SecurityGroupIds": [{"Ref": g.security_group}],
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
-            "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
-                "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
-            "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
-        }}}),
-    );
+    let name = instance_name(&ctx.cluster, g.role);
+    let mut launch_template = json!({"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {
+        "ImageId": {"Ref": "ImageId"},
+        "InstanceType": g.instance_type,
+        "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
+        "SecurityGroupIds": [{"Ref": g.security_group}],
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+        "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
+            "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
+        "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
+    }}});
+    if let Some(key) = &input.cluster.node_access.key_name {
+        launch_template["Properties"]["LaunchTemplateData"]["KeyName"] = json!(key);
+    }
+    r.insert(format!("{p}LaunchTemplate"), launch_template);
     // The cluster tag also reaches instances the group launches (the cloud
     // controller manager finds the cluster's instances by it).
     let mut group_tags = vec![

@@ -1,0 +1,308 @@
+//! `nodes` and `logs`: the cluster's instances (EC2 DescribeInstances by the
+//! cluster tag the stacks put on every instance) joined with the bootstrap
+//! reports nodes publish to S3 (`status/nodes/<instance-id>.json`, blanked of
+//! secrets by the node). The join and the lookup of a node are pure functions;
+//! `list_nodes` (feature "nodes", which brings the EC2 client) is the only
+//! part that calls AWS.
+
+use serde::Serialize;
+
+use super::wait::NodeReport;
+use super::AwsError;
+#[cfg(feature = "nodes")]
+use super::{publish::Location, watch, Clients};
+#[cfg(feature = "nodes")]
+use crate::config::ClusterConfig;
+use crate::render::cfn::instance_name;
+
+/// One node, as `kube-aws nodes` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeInfo {
+    pub instance_id: String,
+    /// `controller` or `worker`.
+    pub role: String,
+    /// The worker's node pool; None for a controller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    pub zone: String,
+    /// The EC2 private DNS name, which is also the Kubernetes node name.
+    pub private_dns_name: String,
+    /// The EC2 state (`pending`, `running`, `terminated`, …), or `gone` for an
+    /// instance EC2 no longer lists that left a bootstrap report.
+    pub state: String,
+    /// What its bootstrap reported: `failed at <step> …`, or that it reported no failure.
+    pub bootstrap: String,
+    /// The published report, when there is one.
+    #[serde(skip)]
+    pub report: Option<NodeReport>,
+}
+
+/// What `bootstrap` says of a node without a report: nodes publish one only
+/// when a bootstrap step fails (src/render/templates/node-bootstrap.sh).
+pub const NO_FAILURE: &str = "no failure reported";
+
+/// One instance as EC2 describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Instance {
+    pub instance_id: String,
+    /// Its `Name` tag: `<cluster>-<role>`.
+    pub name: String,
+    pub zone: String,
+    pub private_dns_name: String,
+    pub state: String,
+}
+
+/// Splits a node role (`controller`, `worker-<pool>`) into role and pool.
+fn role_and_pool(role: &str) -> (String, Option<String>) {
+    match role.strip_prefix("worker-") {
+        Some(pool) => ("worker".into(), Some(pool.into())),
+        None => (role.into(), None),
+    }
+}
+
+fn bootstrap_status(report: Option<&NodeReport>) -> String {
+    match report {
+        None => NO_FAILURE.into(),
+        Some(r) if r.exit_code != 0 => format!("failed at {} (exit {})", r.step, r.exit_code),
+        Some(r) => format!("failed at {}", r.step),
+    }
+}
+
+/// Joins the instances with the reports: one row per instance, sorted by
+/// role, pool and id; then a `gone` row for each report whose instance EC2
+/// no longer lists (a failed node the rollback terminated).
+pub fn join(cluster: &str, instances: &[Instance], reports: &[NodeReport]) -> Vec<NodeInfo> {
+    let prefix = instance_name(cluster, "");
+    let mut rows: Vec<NodeInfo> = instances
+        .iter()
+        .map(|i| {
+            let report = reports.iter().find(|r| r.instance_id == i.instance_id);
+            let node_role = i
+                .name
+                .strip_prefix(&prefix)
+                .map(str::to_string)
+                .or_else(|| report.map(|r| r.role.clone()))
+                .unwrap_or_default();
+            let (role, pool) = role_and_pool(&node_role);
+            NodeInfo {
+                instance_id: i.instance_id.clone(),
+                role,
+                pool,
+                zone: i.zone.clone(),
+                private_dns_name: i.private_dns_name.clone(),
+                state: i.state.clone(),
+                bootstrap: bootstrap_status(report),
+                report: report.cloned(),
+            }
+        })
+        .collect();
+    for r in reports {
+        if instances.iter().any(|i| i.instance_id == r.instance_id) {
+            continue;
+        }
+        let (role, pool) = role_and_pool(&r.role);
+        rows.push(NodeInfo {
+            instance_id: r.instance_id.clone(),
+            role,
+            pool,
+            zone: String::new(),
+            private_dns_name: r.node_name.clone(),
+            state: "gone".into(),
+            bootstrap: bootstrap_status(Some(r)),
+            report: Some(r.clone()),
+        });
+    }
+    rows.sort_by(|a, b| {
+        (a.state == "gone", &a.role, &a.pool, &a.instance_id).cmp(&(
+            b.state == "gone",
+            &b.role,
+            &b.pool,
+            &b.instance_id,
+        ))
+    });
+    rows
+}
+
+/// The node a user named: by instance id or private DNS name, exactly.
+pub fn find<'a>(cluster: &str, nodes: &'a [NodeInfo], query: &str) -> Result<&'a NodeInfo, AwsError> {
+    let q = query.trim();
+    nodes
+        .iter()
+        .find(|n| n.instance_id == q || (!n.private_dns_name.is_empty() && n.private_dns_name == q))
+        .ok_or_else(|| AwsError::UnknownNode {
+            node: query.to_string(),
+            cluster: cluster.to_string(),
+            known: nodes
+                .iter()
+                .map(|n| {
+                    if n.private_dns_name.is_empty() {
+                        n.instance_id.clone()
+                    } else {
+                        format!("{} ({})", n.instance_id, n.private_dns_name)
+                    }
+                })
+                .collect(),
+        })
+}
+
+/// Every instance carrying the cluster tag, in any state EC2 still lists.
+#[cfg(feature = "nodes")]
+async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
+    let tag = crate::render::cfn::cluster_tag_key(cluster);
+    let filter = aws_sdk_ec2::types::Filter::builder()
+        .name(format!("tag:{tag}"))
+        .values("owned")
+        .build();
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = clients
+            .ec2
+            .describe_instances()
+            .filters(filter.clone())
+            .set_next_token(token.take())
+            .send()
+            .await
+            .map_err(|e| super::sdk_error("ec2:DescribeInstances", e))?;
+        for i in page.reservations().iter().flat_map(|r| r.instances()) {
+            let tag = |k: &str| {
+                i.tags()
+                    .iter()
+                    .find(|t| t.key() == Some(k))
+                    .and_then(|t| t.value())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            out.push(Instance {
+                instance_id: i.instance_id().unwrap_or_default().to_string(),
+                name: tag("Name"),
+                zone: i
+                    .placement()
+                    .and_then(|p| p.availability_zone())
+                    .unwrap_or_default()
+                    .to_string(),
+                private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
+                state: i
+                    .state()
+                    .and_then(|s| s.name())
+                    .map(|n| n.as_str().to_string())
+                    .unwrap_or_default(),
+            });
+        }
+        match page.next_token() {
+            Some(t) if !t.is_empty() => token = Some(t.to_string()),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The cluster's nodes with their bootstrap reports.
+#[cfg(feature = "nodes")]
+pub async fn list_nodes(clients: &Clients, cluster: &ClusterConfig) -> Result<Vec<NodeInfo>, AwsError> {
+    let location = Location::new(cluster)?;
+    let instances = describe_instances(clients, &cluster.cluster_name).await?;
+    let reports = watch::read_node_reports(clients, &location).await?;
+    Ok(join(&cluster.cluster_name, &instances, &reports))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(id: &str, name: &str, state: &str) -> Instance {
+        Instance {
+            instance_id: id.into(),
+            name: name.into(),
+            zone: "us-west-2a".into(),
+            private_dns_name: format!("ip-{id}.us-west-2.compute.internal"),
+            state: state.into(),
+        }
+    }
+
+    fn report(id: &str, role: &str, step: &str, exit_code: i64) -> NodeReport {
+        NodeReport {
+            instance_id: id.into(),
+            node_name: format!("ip-{id}.us-west-2.compute.internal"),
+            role: role.into(),
+            stack: String::new(),
+            asg_logical_id: String::new(),
+            step: step.into(),
+            exit_code,
+            command: "kubeadm join".into(),
+            log: "line 1\nline 2".into(),
+            timestamp: 1,
+        }
+    }
+
+    #[test]
+    fn instances_and_reports_join_into_rows() {
+        let instances = [
+            instance("i-3", "demo-worker-general", "running"),
+            instance("i-1", "demo-controller", "running"),
+            instance("i-2", "demo-worker-batch-arm", "pending"),
+        ];
+        let reports = [
+            report("i-2", "worker-batch-arm", "kubeadm-join", 1),
+            report("i-9", "worker-general", "fetch-config", 0),
+        ];
+        let rows = join("demo", &instances, &reports);
+        let got: Vec<(&str, &str, Option<&str>, &str, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.instance_id.as_str(),
+                    r.role.as_str(),
+                    r.pool.as_deref(),
+                    r.state.as_str(),
+                    r.bootstrap.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("i-1", "controller", None, "running", NO_FAILURE),
+                (
+                    "i-2",
+                    "worker",
+                    Some("batch-arm"),
+                    "pending",
+                    "failed at kubeadm-join (exit 1)"
+                ),
+                ("i-3", "worker", Some("general"), "running", NO_FAILURE),
+                ("i-9", "worker", Some("general"), "gone", "failed at fetch-config"),
+            ]
+        );
+        assert_eq!(rows[3].private_dns_name, "ip-i-9.us-west-2.compute.internal");
+        assert!(rows[1].report.is_some() && rows[0].report.is_none());
+    }
+
+    #[test]
+    fn a_node_is_found_by_id_or_dns_name_and_an_unknown_one_lists_the_rest() {
+        let rows = join(
+            "demo",
+            &[
+                instance("i-1", "demo-controller", "running"),
+                instance("i-2", "demo-worker-a", "running"),
+            ],
+            &[],
+        );
+        assert_eq!(find("demo", &rows, "i-2").unwrap().instance_id, "i-2");
+        assert_eq!(
+            find("demo", &rows, "ip-i-1.us-west-2.compute.internal")
+                .unwrap()
+                .instance_id,
+            "i-1"
+        );
+        let err = find("demo", &rows, "i-7").unwrap_err().to_string();
+        assert!(
+            err.contains("\"i-7\"")
+                && err.contains("i-1 (ip-i-1.us-west-2.compute.internal)")
+                && err.contains("i-2 (ip-i-2"),
+            "{err}"
+        );
+        let none = find("demo", &[], "i-7").unwrap_err().to_string();
+        assert!(none.contains("has no nodes"), "{none}");
+    }
+}
