@@ -10,6 +10,7 @@ pub mod deep;
 pub mod fsutil;
 pub mod located;
 pub mod pipeline;
+pub mod pki;
 pub mod plugin;
 pub mod progress;
 pub mod reader;
