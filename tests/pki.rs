@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kube_aws::pki::{self, ClusterPki};
 use ::time::OffsetDateTime;
+use kube_aws::pki::{self, ClusterPki};
 use x509_parser::prelude::parse_x509_certificate;
 
 fn der(pem_text: &str) -> Vec<u8> {
@@ -69,13 +69,19 @@ fn the_three_cas_sign_leaves_only() {
         assert!(bc.ca, "{entry} is a CA");
         assert_eq!(bc.path_len_constraint, Some(0), "{entry}: no intermediate CAs");
         let ku = c.key_usage().unwrap().expect("key usage").value;
-        assert!(ku.key_cert_sign() && ku.digital_signature() && ku.crl_sign(), "{entry}: {ku:?}");
+        assert!(
+            ku.key_cert_sign() && ku.digital_signature() && ku.crl_sign(),
+            "{entry}: {ku:?}"
+        );
         assert!(!ku.key_encipherment() && !ku.non_repudiation(), "{entry}: {ku:?}");
         assert!(c.extended_key_usage().unwrap().is_none(), "{entry} has no EKU");
         let v = c.validity();
         let nb = v.not_before.to_datetime();
         let na = v.not_after.to_datetime();
-        assert!(nb <= now && now - nb <= ::time::Duration::minutes(6), "{entry}: not before {nb}");
+        assert!(
+            nb <= now && now - nb <= ::time::Duration::minutes(6),
+            "{entry}: not before {nb}"
+        );
         // kubeadm's 10-year CA lifetime (certificate times are whole seconds).
         let ten_years = ::time::Duration::days(3650);
         let life = na - now;
@@ -91,7 +97,10 @@ fn the_three_cas_sign_leaves_only() {
         let k = write(dir.path(), "k.pem", p.keys[&key_entry].expose());
         let (ok, from_key, err) = openssl(&["pkey", "-in", &k, "-pubout", "-outform", "der"], None);
         assert!(ok, "{err}");
-        assert_eq!(from_key, c.tbs_certificate.subject_pki.raw, "{key_entry} matches {entry}");
+        assert_eq!(
+            from_key, c.tbs_certificate.subject_pki.raw,
+            "{key_entry} matches {entry}"
+        );
     }
     // The three CAs are distinct keys.
     let hashes: std::collections::BTreeSet<String> = [pki::CA_CERT, pki::FRONT_PROXY_CA_CERT, pki::ETCD_CA_CERT]
@@ -124,7 +133,12 @@ fn the_ca_hash_is_openssls() {
     assert!(ok, "{err}");
     let (ok, digest, err) = openssl(&["dgst", "-sha256", "-r"], Some(&der));
     assert!(ok, "{err}");
-    let hex = String::from_utf8(digest).unwrap().split_whitespace().next().unwrap().to_string();
+    let hex = String::from_utf8(digest)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
     assert_eq!(hex.len(), 64);
     assert_eq!(p.ca_cert_hash().unwrap(), format!("sha256:{hex}"));
 }
@@ -158,7 +172,10 @@ fn a_minted_client_certificate_verifies_against_the_ca_only() {
     assert!(eku.client_auth && !eku.server_auth && !eku.any, "{eku:?}");
     let lifetime = x.validity().not_after.to_datetime() - now;
     let twelve = ::time::Duration::hours(12);
-    assert!(lifetime <= twelve && lifetime > twelve - ::time::Duration::seconds(2), "{lifetime}");
+    assert!(
+        lifetime <= twelve && lifetime > twelve - ::time::Duration::seconds(2),
+        "{lifetime}"
+    );
     assert_eq!(c.not_after, x.validity().not_after.to_datetime());
     assert_eq!(pki::not_after(&c.cert_pem).unwrap(), c.not_after);
     // The key was made here and matches.
@@ -185,14 +202,7 @@ fn a_minted_client_certificate_verifies_against_the_ca_only() {
 fn client_certificates_never_outlive_seven_days() {
     let (p, now) = pki();
     for ttl in [pki::MAX_CLIENT_TTL + Duration::from_secs(1), Duration::ZERO] {
-        let e = pki::mint_client(
-            &p.public[pki::CA_CERT],
-            &p.keys[pki::CA_KEY],
-            "u",
-            None,
-            ttl,
-            now,
-        );
+        let e = pki::mint_client(&p.public[pki::CA_CERT], &p.keys[pki::CA_KEY], "u", None, ttl, now);
         assert!(e.is_err(), "{ttl:?}");
     }
     assert!(pki::mint_client(

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod deploy;
+pub mod kubeconfig;
 pub mod progress_view;
 pub mod publish;
 pub mod secrets;

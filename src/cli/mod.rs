@@ -5,6 +5,7 @@ mod charts;
 mod deploy_args;
 mod destroy;
 mod init;
+mod kubeconfig;
 mod plugins;
 pub mod render;
 mod schema;
@@ -72,6 +73,8 @@ pub enum Command {
     Update(update::UpdateArgs),
     /// Delete the cluster's stacks (published objects stay unless --purge)
     Destroy(destroy::DestroyArgs),
+    /// Mint a short-lived admin certificate (needs kms:Decrypt) and merge a context into your kubeconfig
+    Kubeconfig(kubeconfig::KubeconfigArgs),
 }
 
 /// Runs the parsed command line.
@@ -93,6 +96,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status::run(&cli.global, args),
         Command::Update(args) => update::run(&cli.global, args),
         Command::Destroy(args) => destroy::run(&cli.global, args),
+        Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
     }
 }
 
