@@ -73,7 +73,7 @@ pub enum Command {
     Update(update::UpdateArgs),
     /// Delete the cluster's stacks (published objects stay unless --purge)
     Destroy(destroy::DestroyArgs),
-    /// Mint a short-lived admin certificate (needs kms:Decrypt) and merge a context into your kubeconfig
+    /// Merge a short-lived admin context into your kubeconfig (needs kms:Decrypt)
     Kubeconfig(kubeconfig::KubeconfigArgs),
 }
 
