@@ -673,6 +673,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_ca_hash_parameter_comes_from_the_bundles_ca() {
+        let loc = Location {
+            bucket: "b".into(),
+            prefix: "p/demo".into(),
+        };
+        let t = br#"{"Parameters": {"CACertHash": {"Type": "String"}}}"#;
+        let pki = crate::pki::generate("demo", time::OffsetDateTime::now_utc()).unwrap();
+        let mut b = bundle(&[]);
+        b.certificates = pki.public.clone();
+        let params = root_parameters(t, "http://x", &loc, &b).unwrap();
+        assert_eq!(params, vec![("CACertHash".to_string(), pki.ca_cert_hash().unwrap())]);
+        let err = root_parameters(t, "http://x", &loc, &bundle(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no cluster CA certificate"), "{err}");
+    }
+
     fn bundle(entries: &[(&str, &str)]) -> SecretBundle {
         SecretBundle {
             api_version: "kube-aws/v1".into(),
