@@ -318,15 +318,16 @@ fn up_status_update_destroy_against_moto() {
         "kubeadm/bootstrap-token",
         bundle["secrets"]["kubeadm/bootstrap-token"].as_str().unwrap(),
     );
-    let cert_key = decrypt(
-        &env,
-        "kubeadm/certificate-key",
-        bundle["secrets"]["kubeadm/certificate-key"].as_str().unwrap(),
-    );
+    // The cluster CA's key (src/pki.rs), KMS-encrypted under its own entry name.
+    let cert_key = decrypt(&env, "pki/ca.key", bundle["secrets"]["pki/ca.key"].as_str().unwrap());
     assert!(regex::Regex::new(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
         .unwrap()
         .is_match(&token));
-    assert_eq!(cert_key.len(), 64);
+    assert!(cert_key.starts_with("-----BEGIN PRIVATE KEY-----"), "the CA key");
+    assert!(bundle["certificates"]["pki/ca.crt"]
+        .as_str()
+        .unwrap()
+        .starts_with("-----BEGIN CERTIFICATE-----"));
 
     // status, text and JSON, with an addon status object as a node writes it.
     env.aws(&[
@@ -446,6 +447,7 @@ fn up_status_update_destroy_against_moto() {
     for (k, body) in objs {
         let s = String::from_utf8_lossy(&body);
         assert!(!s.contains(&token) && !s.contains(&cert_key), "plaintext secret in {k}");
+        assert!(!s.contains("PRIVATE KEY"), "a private key in plaintext in {k}");
     }
     for (k, body) in objects_in(&dir.join("rendered")) {
         let s = String::from_utf8_lossy(&body);
@@ -455,7 +457,7 @@ fn up_status_update_destroy_against_moto() {
         );
     }
     assert!(
-        !all_output.contains(&token) && !all_output.contains(&cert_key),
+        !all_output.contains(&token) && !all_output.contains(&cert_key) && !all_output.contains("PRIVATE KEY"),
         "plaintext secret in the output"
     );
 }

@@ -11,11 +11,21 @@
 //! at boot.
 //!
 //! Checked: each role decrypts only what its node.json names (workers: the
-//! bootstrap token and their pool's override, never the certificate key or the
-//! controller's value); YAML and JSON files stay well-formed whatever the value
+//! bootstrap token and their pool's override, never a PKI key or the
+//! controller's value); controllers find the cluster PKI kube-aws generated in
+//! /etc/kubernetes/pki (keys 0600, certificates 0644) and no S3 object nor any
+//! command output holds a private key in plaintext; YAML and JSON files stay well-formed whatever the value
 //! holds (quotes, colons, `#`, braces, a backslash) and text files get it
 //! verbatim; modes are kept; a ciphertext under another entry's name is refused
 //! by KMS's encryption context; no plaintext reaches stdout or stderr.
+//!
+//!
+//! `kube-aws kubeconfig` against the same moto: it merges a context named after
+//! the cluster into an existing file without losing its contexts, at mode 0600,
+//! with the endpoint from the stack's ApiEndpoint output and a certificate that
+//! `openssl verify` accepts against the published CA; a CA key under a KMS key
+//! the caller cannot use (one of another region: moto answers AccessDenied),
+//! a bad TTL and a file that is not YAML fail clearly, writing nothing.
 //!
 //! Not covered: IAM evaluation (moto does not enforce the roles' narrowed
 //! `kms:Decrypt` conditions; tests/render.rs checks the rendered policies and
@@ -181,9 +191,34 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
         [
             "kube-aws-secret.vault.password",
             "kubeadm/bootstrap-token",
-            "kubeadm/certificate-key"
+            "pki/ca.key",
+            "pki/etcd/ca.key",
+            "pki/front-proxy-ca.key",
+            "pki/sa.key",
         ]
     );
+    // The cluster PKI where kubeadm looks for it, keys private, and the CA the bundle publishes.
+    let b: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    for f in ["ca", "front-proxy-ca", "etcd/ca", "sa"] {
+        let (public, key) = if f == "sa" {
+            ("sa.pub".to_string(), "sa.key".to_string())
+        } else {
+            (format!("{f}.crt"), format!("{f}.key"))
+        };
+        let kp = format!("etc/kubernetes/pki/{key}");
+        assert!(read(c.path(), &kp).starts_with("-----BEGIN PRIVATE KEY-----"), "{kp}");
+        assert_eq!(mode(c.path(), &kp), 0o600, "{kp}");
+        let pp = format!("etc/kubernetes/pki/{public}");
+        assert_eq!(
+            read(c.path(), &pp),
+            b["certificates"][format!("pki/{public}")].as_str().unwrap()
+        );
+        assert_eq!(mode(c.path(), &pp), 0o644, "{pp}");
+        assert_eq!(
+            read(c.path(), &kp),
+            read(c.path(), &format!("run/kube-aws/secrets/pki/{key}"))
+        );
+    }
     let token = read(c.path(), "run/kube-aws/secrets/kubeadm/bootstrap-token");
     assert!(
         regex::Regex::new(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
@@ -221,6 +256,7 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
         stored(w.path()),
         ["kube-aws-secret.vault.password", "kubeadm/bootstrap-token"]
     );
+    assert!(!w.path().join("etc/kubernetes/pki").exists(), "workers get no PKI");
     let j: serde_json::Value = serde_json::from_str(&read(w.path(), "etc/vault/worker.json")).unwrap();
     assert_eq!(j["password"].as_str(), Some(CLUSTER_VALUE));
     assert_eq!(j["plain"].as_str(), Some("kept"));
@@ -251,6 +287,77 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
         }
     }
     assert!(!bundle.contains(CLUSTER_VALUE) && !bundle.contains(POOL_VALUE) && !bundle.contains(&token));
+    // No private key in plaintext anywhere: every object in the bucket, the rendered files, the output.
+    for key in env
+        .aws(&[
+            "s3api",
+            "list-objects-v2",
+            "--bucket",
+            BUCKET,
+            "--query",
+            "Contents[].Key",
+            "--output",
+            "text",
+        ])
+        .split_whitespace()
+    {
+        let body = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
+        assert!(!body.contains("PRIVATE KEY"), "{key} holds a private key");
+    }
+    assert!(
+        bundle.contains("BEGIN CERTIFICATE"),
+        "the public half is published: {bundle}"
+    );
+    assert!(!output.contains("PRIVATE KEY"), "{output}");
+    for f in walk(&dir.join("rendered")) {
+        assert!(!String::from_utf8_lossy(&std::fs::read(&f).unwrap()).contains("PRIVATE KEY"));
+    }
+    // Each PKI key is a KMS ciphertext bound to its own entry name.
+    for name in ["pki/ca.key", "pki/front-proxy-ca.key", "pki/etcd/ca.key", "pki/sa.key"] {
+        let ct = b["secrets"][name]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} not in the bundle"));
+        let blob = tree.path().join("blob");
+        std::fs::write(
+            &blob,
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ct).unwrap(),
+        )
+        .unwrap();
+        let ctx = format!(r#"{{"kube-aws:cluster":"{CLUSTER}","kube-aws:secret":"{name}"}}"#);
+        let plain = env.aws(&[
+            "kms",
+            "decrypt",
+            "--ciphertext-blob",
+            &format!("fileb://{}", blob.display()),
+            "--encryption-context",
+            &ctx,
+            "--query",
+            "Plaintext",
+            "--output",
+            "text",
+        ]);
+        let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, plain.trim()).unwrap();
+        assert!(String::from_utf8(pem)
+            .unwrap()
+            .starts_with("-----BEGIN PRIVATE KEY-----"));
+    }
+    // A second publish keeps the same PKI (and so the same CA hash).
+    let upd = env.kube_aws(dir, &["update", "--yes"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    let again = env.aws(&[
+        "s3",
+        "cp",
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+        "-",
+    ]);
+    let a: serde_json::Value = serde_json::from_str(&again).unwrap_or_else(|e| panic!("{e}: {}", text(&upd)));
+    assert_eq!(a["certificates"], b["certificates"], "{}", text(&upd));
+    for name in ["pki/ca.key", "pki/front-proxy-ca.key", "pki/etcd/ca.key", "pki/sa.key"] {
+        assert_eq!(
+            a["secrets"][name], b["secrets"][name],
+            "{name} was re-encrypted or regenerated"
+        );
+    }
 }
 
 #[test]
@@ -261,9 +368,9 @@ fn a_ciphertext_under_another_name_is_refused() {
     let key = format!("clusters/{CLUSTER}/secrets/bundle.json");
     let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
     let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
-    // Someone swaps the controller-only certificate key's ciphertext in as the
+    // Someone swaps the controller-only CA key's ciphertext in as the
     // worker-readable token: the encryption context names the entry, so KMS refuses.
-    b["secrets"]["kubeadm/bootstrap-token"] = b["secrets"]["kubeadm/certificate-key"].clone();
+    b["secrets"]["kubeadm/bootstrap-token"] = b["secrets"]["pki/ca.key"].clone();
     let swapped = tree.path().join("swapped.json");
     std::fs::write(&swapped, b.to_string()).unwrap();
     env.aws(&["s3", "cp", swapped.to_str().unwrap(), &format!("s3://{BUCKET}/{key}")]);
@@ -556,4 +663,180 @@ fn the_csr_approver_approves_only_a_nodes_own_instance_names() {
     assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-csr-approver"), 0o755);
     assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.timer").contains("OnUnitActiveSec"));
     assert!(!w.path().join("opt/kube-aws/bin/kube-aws-csr-approver").exists());
+}
+
+/// The root stack's ApiEndpoint output, as moto reports it.
+fn api_endpoint(env: &Env) -> String {
+    let s = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
+    s["Stacks"][0]["Outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["OutputKey"] == "ApiEndpoint")
+        .and_then(|o| o["OutputValue"].as_str())
+        .unwrap_or_else(|| panic!("no ApiEndpoint output: {s}"))
+        .to_string()
+}
+
+fn b64(s: &str) -> String {
+    String::from_utf8(base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap()).unwrap()
+}
+
+#[test]
+fn kubeconfig_mints_a_certificate_and_merges_a_context() {
+    let (env, tree) = published_env();
+    let dir = tree.path();
+    let up = env.kube_aws(dir, &["up"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let endpoint = api_endpoint(&env);
+    let bundle: serde_json::Value = serde_json::from_str(&env.aws(&[
+        "s3",
+        "cp",
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+        "-",
+    ]))
+    .unwrap();
+
+    // An existing kubeconfig with another cluster's context, world-readable.
+    let kc = env.home.path().join(".kube/config");
+    let other = "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster: {server: 'https://other:443'}\n\
+                 users:\n- name: other\n  user: {token: abc}\ncontexts:\n- name: other\n  context: {cluster: other, user: other}\n\
+                 current-context: other\n";
+    write(&kc, other);
+    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = env.kube_aws(dir, &["kubeconfig", "--ttl", "2h"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let out = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(out.contains(&format!("API endpoint: https://{endpoint}:6443")), "{out}");
+    assert!(out.contains("certificate expires: "), "{out}");
+    assert!(!text(&run).contains("PRIVATE KEY"));
+    assert_eq!(mode(env.home.path(), ".kube/config"), 0o600);
+    let v: serde_yaml::Value = serde_yaml::from_str(&read(env.home.path(), ".kube/config")).unwrap();
+    let names = |k: &str| -> Vec<String> {
+        v[k].as_sequence()
+            .unwrap()
+            .iter()
+            .map(|i| i["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names("contexts"), ["other", CLUSTER]);
+    assert_eq!(names("clusters"), ["other", CLUSTER]);
+    assert_eq!(v["users"][0]["user"]["token"], "abc", "the other user is kept");
+    assert_eq!(v["current-context"], CLUSTER);
+    let cluster = &v["clusters"][1]["cluster"];
+    assert_eq!(cluster["server"].as_str().unwrap(), format!("https://{endpoint}:6443"));
+    let ca = b64(cluster["certificate-authority-data"].as_str().unwrap());
+    assert_eq!(ca, bundle["certificates"]["pki/ca.crt"].as_str().unwrap());
+    let user = &v["users"][1]["user"];
+    let cert = b64(user["client-certificate-data"].as_str().unwrap());
+    assert!(b64(user["client-key-data"].as_str().unwrap()).contains("PRIVATE KEY"));
+    // openssl accepts the certificate against the published CA, for 2 hours, as the admin group.
+    let ca_file = tree.path().join("ca.crt");
+    let cert_file = tree.path().join("client.crt");
+    std::fs::write(&ca_file, &ca).unwrap();
+    std::fs::write(&cert_file, &cert).unwrap();
+    let verify = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(&ca_file)
+        .arg(&cert_file)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{}", text(&verify));
+    let subject = Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-in"])
+        .arg(&cert_file)
+        .output()
+        .unwrap();
+    let subject = String::from_utf8_lossy(&subject.stdout).to_string();
+    assert!(
+        subject.contains("CN = kube-aws-admin") && subject.contains("O = kubeadm:cluster-admins"),
+        "{subject}"
+    );
+    let not_after = kube_aws::pki::not_after(&cert).unwrap();
+    let left = not_after - time::OffsetDateTime::now_utc();
+    assert!(
+        left <= time::Duration::hours(2) && left > time::Duration::minutes(110),
+        "{left}"
+    );
+
+    // --file - prints it; nothing else is written.
+    let before = read(env.home.path(), ".kube/config");
+    let printed = env.kube_aws(
+        dir,
+        &["kubeconfig", "--file", "-", "--user", "ops", "--context", "prod"],
+    );
+    assert!(printed.status.success(), "{}", text(&printed));
+    let p: serde_yaml::Value = serde_yaml::from_slice(&printed.stdout).unwrap();
+    assert_eq!(p["current-context"], "prod");
+    assert_eq!(read(env.home.path(), ".kube/config"), before);
+
+    // Refused before anything is written: a TTL over 7 days, a malformed one, a file that is not YAML.
+    for (args, needle) in [
+        (vec!["kubeconfig", "--ttl", "8d"], "longer than 7 days"),
+        (vec!["kubeconfig", "--ttl", "soon"], "is not a duration"),
+    ] {
+        let r = env.kube_aws(dir, &args);
+        assert_eq!(r.status.code(), Some(1), "{}", text(&r));
+        assert!(text(&r).contains(needle), "{}", text(&r));
+        assert_eq!(read(env.home.path(), ".kube/config"), before);
+    }
+    let broken = tree.path().join("broken-config");
+    write(&broken, "clusters: [unclosed\n\t- {");
+    let r = env.kube_aws(dir, &["kubeconfig", "--file", broken.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r));
+    assert!(text(&r).contains("is not a kubeconfig"), "{}", text(&r));
+    assert_eq!(std::fs::read_to_string(&broken).unwrap(), "clusters: [unclosed\n\t- {");
+
+    // A CA key under a KMS key the caller cannot use (another region's: KMS
+    // answers AccessDenied, as for a key policy that leaves the caller out).
+    let foreign = env
+        .aws(&[
+            "kms",
+            "create-key",
+            "--region",
+            "eu-west-1",
+            "--query",
+            "KeyMetadata.Arn",
+            "--output",
+            "text",
+        ])
+        .trim()
+        .to_string();
+    let plain = tree.path().join("plain");
+    std::fs::write(&plain, "not the real key").unwrap();
+    let ct = env.aws(&[
+        "kms",
+        "encrypt",
+        "--region",
+        "eu-west-1",
+        "--key-id",
+        &foreign,
+        "--plaintext",
+        &format!("fileb://{}", plain.display()),
+        "--encryption-context",
+        &format!(r#"{{"kube-aws:cluster":"{CLUSTER}","kube-aws:secret":"pki/ca.key"}}"#),
+        "--query",
+        "CiphertextBlob",
+        "--output",
+        "text",
+    ]);
+    let mut b = bundle.clone();
+    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct.trim().to_string());
+    let swapped = tree.path().join("bundle.json");
+    std::fs::write(&swapped, b.to_string()).unwrap();
+    env.aws(&[
+        "s3",
+        "cp",
+        swapped.to_str().unwrap(),
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+    ]);
+    let denied = env.kube_aws(dir, &["kubeconfig"]);
+    assert_ne!(denied.status.code(), Some(0), "{}", text(&denied));
+    let t = text(&denied);
+    assert!(
+        t.contains("your AWS identity may not decrypt the cluster CA key"),
+        "{t}"
+    );
+    assert!(t.contains("kms:Decrypt"), "{t}");
+    assert_eq!(read(env.home.path(), ".kube/config"), before, "nothing written");
 }

@@ -1,21 +1,23 @@
 //! The node bootstrap script (`kube-aws-node-bootstrap`, as rendered) run for
-//! real with bash, python3, openssl and sha256sum, on the files a role's
+//! real with bash, python3 and sha256sum, on the files a role's
 //! cloud-config writes (extracted under a temporary root). S3 is real: the
 //! aws CLI against moto, shared by the nodes of one test, so they see each
-//! other's locks (conditional writes) and the CA hash. kubeadm, systemctl,
+//! other's locks (conditional writes). kubeadm, systemctl,
 //! containerd, modprobe, sysctl, curl (IMDS) and the secrets script are
 //! recording fakes, as is CloudFormation's SignalResource: no EC2 instance,
 //! kubelet or signalable auto scaling group exists here.
 //!
-//! Checked: the first controller inits with the bundle's token (no expiry) and
-//! certificate key and publishes only the CA hash; later controllers join the
-//! control plane and workers join, with the token and that hash; the installer
-//! starts once per addon plan and secrets version (again after an update
-//! changes either); the certificate re-upload runs on control-plane
-//! controllers only; a failed join, a failed init or a lock S3 will not grant
-//! (a missing bucket) signals FAILURE instead of guessing.
+//! Checked: the first controller inits with the bundle's token (no expiry), no
+//! certificate key and no upload, and publishes nothing to join with; later
+//! controllers join the control plane (no certificate key: the PKI is on disk)
+//! and workers join, with the token and the CA hash of runtime.json (the
+//! `CACertHash` stack parameter), waiting up to 30 minutes for discovery; the
+//! installer starts once per addon plan and secrets version (again after an
+//! update changes either); a failed join, a failed init or a lock S3 will not
+//! grant (a missing bucket) signals FAILURE instead of guessing.
 //! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
-//! runs the secrets script against moto).
+//! runs the secrets script, which places the PKI, against moto; tests/testbed.rs
+//! runs the real kubeadm over a kube-aws PKI).
 
 mod common;
 mod render_fixtures;
@@ -29,7 +31,8 @@ use render_fixtures::*;
 /// The full fixture's bucket (its s3URI is s3://kube-aws-test/clusters).
 const BUCKET: &str = "kube-aws-test";
 const TOKEN: &str = "abcdef.0123456789abcdef";
-const CERT_KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+/// What CloudFormation substitutes for `${CACertHash}`.
+const CA_HASH: &str = "sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
 /// The real aws CLI (against moto), recorded. Only SignalResource stops here:
 /// no stack with an auto scaling group to signal exists on moto.
@@ -48,19 +51,15 @@ case "$1 $2" in
     echo v1.31.2 ;;
   "init --config")
     cp "$3" "$FAKE_OUT/init.yaml"
-    # As kubeadm does: the join commands, with the secrets in them.
+    # As kubeadm does: the join commands, with the token in them.
     grep -o '"token": "[^"]*"' "$3" | head -n 1
-    echo "kubeadm join api:6443 --token $FAKE_TOKEN --control-plane --certificate-key $FAKE_CERT_KEY"
+    echo "kubeadm join api:6443 --token $FAKE_TOKEN --discovery-token-ca-cert-hash sha256:0"
     [ -z "${FAKE_INIT_FAIL:-}" ] || { echo "error execution phase preflight" >&2; exit 1; }
-    mkdir -p "$KUBE_AWS_ROOT/etc/kubernetes/pki"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$FAKE_OUT/ca.key" -subj /CN=kubernetes -days 1 \
-      -out "$KUBE_AWS_ROOT/etc/kubernetes/pki/ca.crt" 2>/dev/null
     : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
   "join --config")
     [ -z "${FAKE_JOIN_FAIL:-}" ] || { echo "error: couldn't validate the identity of the API Server" >&2; exit 1; }
     cp "$3" "$FAKE_OUT/join.yaml"
     grep -q controlPlane "$3" && : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
-  "init phase") cp "${@: -1}" "$FAKE_OUT/upload-certs.yaml" ;;
 esac
 exit 0
 "#;
@@ -85,7 +84,7 @@ echo "dnf $*" >>"$FAKE_LOG"
 
 const FAKE_CONTAINERD: &str = "#!/bin/bash\necho \"containerd $*\" >>\"$FAKE_LOG\"\necho 'SystemdCgroup = false'\n";
 
-/// Writes the kubeadm secrets where the real script would, as it would;
+/// Writes the bootstrap token where the real script would, as it would;
 /// `blank` is the real script's.
 const FAKE_SECRETS: &str = r#"#!/bin/bash
 if [ "${1:-}" = blank ]; then exec python3 "$REAL_NODE_SECRETS" "$@"; fi
@@ -93,7 +92,6 @@ echo "kube-aws-node-secrets" >>"$FAKE_LOG"
 d="$KUBE_AWS_ROOT/run/kube-aws/secrets/kubeadm"
 mkdir -p "$d"
 printf '%s' "$FAKE_TOKEN" >"$d/bootstrap-token"
-printf '%s' "$FAKE_CERT_KEY" >"$d/certificate-key"
 "#;
 
 fn write_exec(path: &Path, text: &str) {
@@ -180,7 +178,8 @@ impl Cluster {
             .replace("${AWS::Region}", "eu-west-1")
             .replace("${AWS::StackName}", "full-ControlPlane-1ABC")
             .replace("${ApiEndpoint}", "api.full.example.com")
-            .replace("${SecretsVersion}", &self.secrets_version);
+            .replace("${SecretsVersion}", &self.secrets_version)
+            .replace("${CACertHash}", CA_HASH);
         common::write_cloud_config_files(&stub, &root);
         let real = root.join("opt/kube-aws/bin/kube-aws-node-secrets");
         std::fs::rename(&real, root.join("opt/kube-aws/bin/real-node-secrets")).unwrap();
@@ -206,12 +205,10 @@ impl Cluster {
             .env("REAL_AWS", common::tool("aws"))
             .env("KUBE_AWS_ROOT", root)
             .env("KUBE_AWS_RETRY_DELAY", "0")
-            .env("KUBE_AWS_JOIN_DELAY", "0")
             .env("REAL_NODE_SECRETS", root.join("opt/kube-aws/bin/real-node-secrets"))
             .env("FAKE_LOG", &log)
             .env("FAKE_OUT", &out)
-            .env("FAKE_TOKEN", TOKEN)
-            .env("FAKE_CERT_KEY", CERT_KEY);
+            .env("FAKE_TOKEN", TOKEN);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -272,7 +269,8 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     let init = a.doc("init.yaml", "InitConfiguration");
     assert_eq!(init["bootstrapTokens"][0]["token"], TOKEN);
     assert_eq!(init["bootstrapTokens"][0]["ttl"], "0s");
-    assert_eq!(init["certificateKey"], CERT_KEY);
+    assert!(init.get("certificateKey").is_none(), "no certificate upload: {init}");
+    assert!(!a.ran("--upload-certs"), "{:#?}", a.log);
     let cluster = a.doc("init.yaml", "ClusterConfiguration");
     assert_eq!(cluster["controlPlaneEndpoint"], "api.full.example.com:6443");
     assert_eq!(cluster["kubernetesVersion"], "v1.31.2");
@@ -282,16 +280,13 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
-    // Only the CA hash is published: no token, no key.
-    let join: serde_json::Value = serde_json::from_str(&c.object("bootstrap/join.json").unwrap()).unwrap();
-    assert_eq!(join.as_object().unwrap().len(), 1, "{join}");
+    // Nothing to join with is published: the CA hash is a stack parameter.
+    assert!(c.object("bootstrap/join.json").is_none());
     assert!(
-        regex::Regex::new("^sha256:[0-9a-f]{64}$")
-            .unwrap()
-            .is_match(join["caCertHash"].as_str().unwrap()),
-        "{join}"
+        a.ran(SUCCESS) && a.ran(INSTALLER) && !a.ran("upload-certs"),
+        "{:#?}",
+        a.log
     );
-    assert!(a.ran(SUCCESS) && a.ran(INSTALLER) && a.ran("systemctl enable --now kube-aws-upload-certs.timer"));
     // Named by its EC2 private DNS name, from IMDS, so the cloud controller manager finds the instance.
     assert_eq!(init["nodeRegistration"]["name"], HOSTNAME);
     // Kubernetes packages at the exact patch of the cluster's version, past the repository's exclude.
@@ -318,8 +313,8 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(a.ran("systemctl enable --now -- dex-sync.service"), "{:#?}", a.log);
     // A boot that worked leaves no failure report.
     assert!(c.object("status/nodes/i-0123456789.json").is_none());
-    // kubeadm's own output (which shows the token and key) is kept out of the boot log.
-    assert!(!a.stdout.contains(TOKEN) && !a.stderr.contains(TOKEN) && !a.stdout.contains(CERT_KEY));
+    // kubeadm's own output (which shows the token) is kept out of the boot log.
+    assert!(!a.stdout.contains(TOKEN) && !a.stderr.contains(TOKEN));
     let init_log = first.join("var/lib/kube-aws/kubeadm-init.log");
     assert!(std::fs::read_to_string(&init_log).unwrap().contains("kubeadm join"));
     assert_eq!(
@@ -337,12 +332,17 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(!b.ran("kubeadm init --config"));
     let jc = b.doc("join.yaml", "JoinConfiguration");
     assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
-    assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], join["caCertHash"]);
+    assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], CA_HASH);
+    assert_eq!(jc["timeouts"]["discovery"], "30m0s", "{jc}");
     assert_eq!(
         jc["discovery"]["bootstrapToken"]["apiServerEndpoint"],
         "api.full.example.com:6443"
     );
-    assert_eq!(jc["controlPlane"]["certificateKey"], CERT_KEY);
+    assert_eq!(
+        jc["controlPlane"],
+        serde_json::json!({}),
+        "the PKI is on disk: no certificate key"
+    );
     assert_eq!(
         b.yaml_docs("join.yaml").len(),
         1,
@@ -378,37 +378,10 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(wb.ok, "{}", wb.stderr);
     let jc = wb.doc("join.yaml", "JoinConfiguration");
     assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
+    assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], CA_HASH);
     assert!(jc.get("controlPlane").is_none(), "{jc}");
     assert_eq!(jc["nodeRegistration"]["name"], HOSTNAME);
     assert!(wb.ran(SUCCESS) && !wb.ran(INSTALLER) && !wb.ran("upload-certs"));
-}
-
-#[test]
-fn certificates_are_reuploaded_under_the_bundle_key_on_control_plane_nodes_only() {
-    let mut c = Cluster::new();
-    let ctl = c.node("controller");
-    // Before the node is part of the control plane there is nothing to upload.
-    let early = c.boot(&ctl, &["upload-certs"], &[]);
-    assert!(early.ok && !early.ran("kubeadm init phase"), "{}", early.stderr);
-    assert!(c.boot(&ctl, &[], &[]).ok);
-    let up = c.boot(&ctl, &["upload-certs"], &[]);
-    assert!(up.ok, "{}", up.stderr);
-    assert!(
-        up.ran("kube-aws-node-secrets"),
-        "secrets are decrypted again after a reboot"
-    );
-    assert!(up.ran("kubeadm init phase upload-certs --upload-certs --config"));
-    assert_eq!(
-        up.doc("upload-certs.yaml", "InitConfiguration")["certificateKey"],
-        CERT_KEY
-    );
-    assert!(!up.ran("signal-resource"), "the timer never signals");
-    // The key is in a private file, never on a command line.
-    assert!(!up.log.iter().any(|l| l.contains(CERT_KEY)));
-
-    let w = c.node("worker-general");
-    let wb = c.boot(&w, &["upload-certs"], &[]);
-    assert!(wb.ok && !wb.ran("kubeadm"), "{:#?}", wb.log);
 }
 
 #[test]

@@ -408,13 +408,26 @@ fn each_role_decrypts_only_its_own_secrets() {
         [
             "kube-aws-secret.dex.clientSecret",
             "kubeadm/bootstrap-token",
-            "kubeadm/certificate-key"
+            "pki/ca.key",
+            "pki/etcd/ca.key",
+            "pki/front-proxy-ca.key",
+            "pki/sa.key",
         ]
     );
-    assert_eq!(
-        decryptable("stacks/node-pool-general.json"),
-        ["kubeadm/bootstrap-token"]
-    );
+    // Workers never decrypt a PKI key: the condition names each entry.
+    for pool in ["stacks/node-pool-general.json", "stacks/node-pool-spot-arm.json"] {
+        assert_eq!(decryptable(pool), ["kubeadm/bootstrap-token"], "{pool}");
+    }
+    // No node reads bootstrap/join.json any more: the CA hash is a stack parameter.
+    for stack in ["stacks/control-plane.json", "stacks/node-pool-general.json"] {
+        let text = r.text(stack).unwrap();
+        assert!(!text.contains("join.json"), "{stack}");
+        let t: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            t["Parameters"]["CACertHash"]["AllowedPattern"], "^sha256:[0-9a-f]{64}$",
+            "{stack}"
+        );
+    }
     // The node learns the same list, and which files to fill.
     let cc = r.text("userdata/controller.cloud-config").unwrap();
     let node: serde_json::Value = written_files(cc)
@@ -422,7 +435,8 @@ fn each_role_decrypts_only_its_own_secrets() {
         .find(|(p, _)| p == "/etc/kube-aws/node.json")
         .map(|(_, c)| serde_json::from_str(&c).unwrap())
         .unwrap();
-    assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 3);
+    assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 6);
+    assert_eq!(node["secrets"]["pki"]["dir"], "/etc/kubernetes/pki");
     assert_eq!(
         node["secrets"]["files"],
         serde_json::json!([{"path": "/etc/kube-aws/addons/values/dex.yaml", "format": "yaml"}])

@@ -10,7 +10,18 @@
 //!   apiserver refuse to start;
 //! - the fixture itself: kwok nodes carrying a controller's and two pools'
 //!   labels and taints become Ready, and Deployments are scheduled by the real
-//!   scheduler onto the nodes their taints and selectors allow.
+//!   scheduler onto the nodes their taints and selectors allow;
+//! - the cluster PKI kube-aws generates (src/pki.rs): the built kubeadm takes
+//!   its CAs and service-account key as they are and signs the control plane's
+//!   certificates from them, the real kube-apiserver runs with them and issues
+//!   service-account tokens with the ECDSA key, and a kubeconfig minted by
+//!   kube-aws's own code (merged into a file holding another context) reaches
+//!   `/readyz` and may do everything (`kubectl auth can-i '*' '*'`) as
+//!   `kubeadm:cluster-admins`. The ClusterRoleBinding that makes that group
+//!   cluster-admin is created by the fixture the way `kubeadm init` creates it
+//!   (`kubeadm:cluster-admins` → ClusterRole `cluster-admin`, Group
+//!   `kubeadm:cluster-admins`); it is not made by kube-aws. A certificate of
+//!   another group is denied, one from a foreign CA is unauthenticated.
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
@@ -105,18 +116,20 @@ fn node_kubeadm_config(bin: &Path, cloud_config: &str, mode: &str, out: &Path) -
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     std::fs::write(t.join("kubeadm.json"), kubeadm_json(cloud_config).to_string()).unwrap();
-    std::fs::write(t.join("runtime.json"), r#"{"apiEndpoint": "api.testbed.internal"}"#).unwrap();
     let hash = format!("sha256:{}", "ab".repeat(32));
-    std::fs::write(t.join("join.json"), format!(r#"{{"caCertHash": "{hash}"}}"#)).unwrap();
+    std::fs::write(
+        t.join("runtime.json"),
+        format!(r#"{{"apiEndpoint": "api.testbed.internal", "caCertHash": "{hash}"}}"#),
+    )
+    .unwrap();
     std::fs::create_dir_all(t.join("secrets/kubeadm")).unwrap();
     std::fs::write(t.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef\n").unwrap();
-    std::fs::write(t.join("secrets/kubeadm/certificate-key"), "0f".repeat(32)).unwrap();
     let mut c = Command::new("python3");
     c.arg("-c")
         .arg(kubeadm_config_program(cloud_config))
         .arg(t.join("kubeadm.json"))
         .arg(t.join("runtime.json"))
-        .arg(t.join("join.json"))
+        .arg(t.join("instance.json"))
         .arg(out)
         .arg(mode)
         .arg(t.join("secrets"))
@@ -382,4 +395,150 @@ fn kwok_nodes_are_ready_and_deployments_are_scheduled_by_taints_and_labels() {
             assert_eq!(p["status"]["phase"], "Running", "{name}: {}", p["status"]);
         }
     }
+}
+
+/// kubectl with a kubeconfig of the test's own.
+fn kubectl_with(bin: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
+    let mut c = Command::new(bin.join("kubectl"));
+    c.arg("--kubeconfig").arg(kubeconfig).args(args);
+    run(c)
+}
+
+#[test]
+fn a_minted_kubeconfig_is_cluster_admin_on_a_control_plane_with_the_kube_aws_pki() {
+    let Some(bin) = testbed::bin_dir("a_minted_kubeconfig_is_cluster_admin") else {
+        return;
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let pki = kube_aws::pki::generate("testbed", now).unwrap();
+    let mut files: Vec<(String, String)> = pki.public.clone().into_iter().collect();
+    files.extend(pki.keys.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    let cp = ControlPlane::start_api_with_pki(&bin, &files);
+
+    // kubeadm kept the CAs and the service-account key as they were given...
+    for (name, pem) in &files {
+        let on_disk = std::fs::read_to_string(cp.pki.join(name.strip_prefix("pki/").unwrap())).unwrap();
+        assert_eq!(&on_disk, pem, "kubeadm replaced {name}");
+    }
+    // ...and signed the serving certificate and the etcd ones from them.
+    for (ca, leaf) in [
+        ("ca.crt", "apiserver.crt"),
+        ("ca.crt", "apiserver-kubelet-client.crt"),
+        ("front-proxy-ca.crt", "front-proxy-client.crt"),
+        ("etcd/ca.crt", "etcd/server.crt"),
+        ("etcd/ca.crt", "apiserver-etcd-client.crt"),
+    ] {
+        let mut c = Command::new("openssl");
+        c.args(["verify", "-CAfile"])
+            .arg(cp.pki.join(ca))
+            .arg(cp.pki.join(leaf));
+        run(c).unwrap_or_else(|e| panic!("{leaf} is not signed by the given {ca}: {e}"));
+    }
+
+    // A kubeconfig minted and merged by kube-aws's own code, next to another context.
+    let home = tempfile::tempdir().unwrap();
+    let kc = home.path().join("config");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster: {server: 'https://other:443'}\n\
+         users:\n- name: other\n  user: {token: abc}\ncontexts:\n- name: other\n  context: {cluster: other, user: other}\n\
+         current-context: other\n",
+    )
+    .unwrap();
+    let mint = |user: &str, group: &str, ca_key: &kube_aws::pki::PrivatePem| {
+        kube_aws::pki::mint_client(
+            &pki.public[kube_aws::pki::CA_CERT],
+            ca_key,
+            user,
+            Some(group),
+            std::time::Duration::from_secs(600),
+            time::OffsetDateTime::now_utc(),
+        )
+        .unwrap()
+    };
+    let write = |path: &Path, context: &str, cred: &kube_aws::pki::ClientCredential| {
+        let entry = kube_aws::kubeconfig::Entry {
+            context: context.into(),
+            cluster: "testbed".into(),
+            user: format!("{context}-user"),
+            server: format!("https://127.0.0.1:{}", cp.api_port),
+            ca_pem: pki.public[kube_aws::pki::CA_CERT].clone(),
+            cert_pem: cred.cert_pem.clone(),
+            key_pem: cred.key_pem.expose().to_string(),
+        };
+        kube_aws::kubeconfig::write_merged(path, &entry).unwrap();
+    };
+    let admin = mint(
+        kube_aws::pki::DEFAULT_USER,
+        kube_aws::pki::DEFAULT_GROUP,
+        &pki.keys[kube_aws::pki::CA_KEY],
+    );
+    write(&kc, "testbed", &admin);
+    // The server certificate verifies against the CA in the kubeconfig (no insecure flag).
+    let ready = kubectl_with(&bin, &kc, &["get", "--raw", "/readyz"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ready.trim(), "ok");
+    let can = kubectl_with(&bin, &kc, &["auth", "can-i", "*", "*"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(can.trim(), "yes");
+    let who = kubectl_with(
+        &bin,
+        &kc,
+        &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(who.trim(), "kube-aws-admin");
+    let contexts = kubectl_with(&bin, &kc, &["config", "get-contexts", "-o", "name"]).unwrap();
+    assert_eq!(contexts.split_whitespace().collect::<Vec<_>>(), ["other", "testbed"]);
+
+    // The ECDSA service-account key signs tokens the apiserver accepts (no
+    // controller manager here makes the default account: the test does).
+    kubectl_with(&bin, &kc, &["create", "serviceaccount", "probe", "-n", "default"]).unwrap_or_else(|e| panic!("{e}"));
+    let token =
+        kubectl_with(&bin, &kc, &["create", "token", "probe", "-n", "default"]).unwrap_or_else(|e| panic!("{e}"));
+    // Only the token: a client certificate would authenticate first.
+    let empty = home.path().join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let server = format!("--server=https://127.0.0.1:{}", cp.api_port);
+    let ca = format!("--certificate-authority={}", cp.pki.join("ca.crt").display());
+    let sa = kubectl_with(
+        &bin,
+        &empty,
+        &[
+            &server,
+            &ca,
+            "--token",
+            token.trim(),
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sa.trim(), "system:serviceaccount:default:probe");
+
+    // Another group is authenticated but not an admin; a foreign CA's certificate is not authenticated.
+    let other = home.path().join("other-group");
+    write(
+        &other,
+        "viewer",
+        &mint("someone", "team-a", &pki.keys[kube_aws::pki::CA_KEY]),
+    );
+    let no = kubectl_with(&bin, &other, &["auth", "can-i", "*", "*"]);
+    assert!(matches!(&no, Err(e) if e.contains("no")), "{no:?}");
+    let foreign_pki = kube_aws::pki::generate("elsewhere", now).unwrap();
+    let forged = home.path().join("forged");
+    write(
+        &forged,
+        "forged",
+        &mint(
+            "kube-aws-admin",
+            "kubeadm:cluster-admins",
+            &foreign_pki.keys[kube_aws::pki::CA_KEY],
+        ),
+    );
+    let denied = kubectl_with(&bin, &forged, &["auth", "can-i", "*", "*"]);
+    assert!(
+        matches!(&denied, Err(e) if e.contains("Unauthorized") || e.contains("must be logged in")),
+        "{denied:?}"
+    );
 }

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod deploy;
+pub mod kubeconfig;
 pub mod nodes;
 pub mod progress_view;
 pub mod publish;

@@ -23,7 +23,8 @@
 //! The root stack gets these parameters when its template declares them:
 //! `ArtifactBaseURL` (HTTPS URL of `s3URI/<cluster>`), `ArtifactS3URI`
 //! (`s3://bucket/prefix/<cluster>`), `ArtifactBucket`, `ArtifactPrefix`
-//! (`prefix/<cluster>`).
+//! (`prefix/<cluster>`), and `CACertHash`: kubeadm's hash of the cluster CA
+//! the bundle carries (generated at the first publish, src/pki.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -337,6 +338,16 @@ pub fn root_parameters(
     .filter(|(k, _)| declared.contains(*k))
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if declared.contains(crate::render::cfn::CA_CERT_HASH) {
+        let hash = bundle
+            .certificates
+            .get(crate::pki::CA_CERT)
+            .map(|pem| crate::pki::ca_cert_hash(pem))
+            .transpose()
+            .map_err(|e| AwsError::WorkTree(format!("the published cluster CA: {e}")))?
+            .ok_or_else(|| AwsError::WorkTree("the secret bundle has no cluster CA certificate".into()))?;
+        out.push((crate::render::cfn::CA_CERT_HASH.to_string(), hash));
+    }
     out.extend(
         secrets_versions(&template, bundle)?
             .into_iter()
@@ -476,7 +487,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     let kms_key = input.cluster.kms_key_arn.as_deref().ok_or_else(|| {
         AwsError::WorkTree(
             "kmsKeyARN is not set in cluster.yaml: kube-aws encrypts the kubeadm bootstrap token and \
-             certificate key with KMS before uploading them; set kmsKeyARN: arn:aws:kms:REGION:ACCOUNT:key/ID"
+             the cluster CA keys with KMS before uploading them; set kmsKeyARN: arn:aws:kms:REGION:ACCOUNT:key/ID"
                 .into(),
         )
     })?;
@@ -662,6 +673,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_ca_hash_parameter_comes_from_the_bundles_ca() {
+        let loc = Location {
+            bucket: "b".into(),
+            prefix: "p/demo".into(),
+        };
+        let t = br#"{"Parameters": {"CACertHash": {"Type": "String"}}}"#;
+        let pki = crate::pki::generate("demo", time::OffsetDateTime::now_utc()).unwrap();
+        let mut b = bundle(&[]);
+        b.certificates = pki.public.clone();
+        let params = root_parameters(t, "http://x", &loc, &b).unwrap();
+        assert_eq!(params, vec![("CACertHash".to_string(), pki.ca_cert_hash().unwrap())]);
+        let err = root_parameters(t, "http://x", &loc, &bundle(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no cluster CA certificate"), "{err}");
+    }
+
     fn bundle(entries: &[(&str, &str)]) -> SecretBundle {
         SecretBundle {
             api_version: "kube-aws/v1".into(),
@@ -669,6 +698,7 @@ mod tests {
             kms_key_arn: "arn:aws:kms:us-west-2:111122223333:key/k".into(),
             encryption_context: Default::default(),
             secrets: entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            certificates: Default::default(),
         }
     }
 

@@ -1,23 +1,29 @@
-//! Bootstrap secrets: the kubeadm bootstrap token and certificate key are
-//! generated here, and every secret (those two and the plugin parameters marked
-//! `secret: true`) is encrypted with KMS before it leaves the machine. What is
-//! published is a bundle of ciphertexts, `secrets/bundle.json`:
+//! Bootstrap secrets: the kubeadm bootstrap token and the cluster PKI
+//! (src/pki.rs) are generated here, and every secret (the token, the PKI's
+//! private keys and the plugin parameters marked `secret: true`) is encrypted
+//! with KMS before it leaves the machine. What is published is a bundle of
+//! ciphertexts, `secrets/bundle.json`, plus the PKI's public half in plaintext:
 //!
 //! ```json
 //! {"apiVersion": "kube-aws/v1", "kind": "SecretBundle", "kmsKeyARN": "arn:…",
 //!  "encryptionContext": {"kube-aws:cluster": "demo"},
-//!  "secrets": {"kubeadm/bootstrap-token": "<base64 KMS ciphertext>", "kubeadm/certificate-key": "…"}}
+//!  "secrets": {"kubeadm/bootstrap-token": "<base64 KMS ciphertext>", "pki/ca.key": "…", …},
+//!  "certificates": {"pki/ca.crt": "-----BEGIN CERTIFICATE-----…", "pki/sa.pub": "…", …}}
 //! ```
 //!
 //! Each ciphertext is bound to the encryption context
 //! `{"kube-aws:cluster": <cluster>, "kube-aws:secret": <entry name>}`, so a
 //! node role's `kms:Decrypt` can be narrowed to the entries it needs (workers:
-//! the bootstrap token and their pool's plugin secrets). Nodes decrypt with
-//! their role in `kube-aws-node-secrets` (src/render/templates/node-secrets.py).
+//! the bootstrap token and their pool's plugin secrets; controllers also the
+//! PKI keys). Nodes decrypt with their role in `kube-aws-node-secrets`
+//! (src/render/templates/node-secrets.py); `kube-aws kubeconfig` decrypts the
+//! CA key with the caller's own credentials.
 //!
 //! Secrets are stable across publishes: the previous bundle is reused for the
-//! kubeadm secrets (a new token would replace every node), and a plugin secret
-//! is re-encrypted only when its value changed (checked by decrypting the old one).
+//! bootstrap token (a new token would replace every node) and the PKI (which
+//! is never regenerated: a PKI that no longer decrypts is an error, and a new
+//! kmsKeyARN re-encrypts the same keys), and a plugin secret is re-encrypted
+//! only when its value changed (checked by decrypting the old one).
 
 use std::collections::BTreeMap;
 
@@ -27,7 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{sdk_error, AwsError, Clients};
 
-pub use crate::render::secrets::{BOOTSTRAP_TOKEN, CERTIFICATE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
+use crate::pki::{self, PrivatePem};
+pub use crate::render::secrets::{BOOTSTRAP_TOKEN, CONTEXT_CLUSTER, CONTEXT_SECRET};
 
 /// A plaintext secret. Its Debug never shows the value, so it cannot leak into
 /// logs or error messages by accident.
@@ -69,6 +76,9 @@ pub struct SecretBundle {
     pub encryption_context: BTreeMap<String, String>,
     /// name → base64 of the KMS ciphertext blob.
     pub secrets: BTreeMap<String, String>,
+    /// The cluster PKI's public half: entry name → PEM (never a private key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub certificates: BTreeMap<String, String>,
 }
 
 /// Random bytes from the operating system.
@@ -101,11 +111,6 @@ pub fn generate_bootstrap_token() -> Result<Secret, AwsError> {
         random_token_chars(6)?,
         random_token_chars(16)?
     )))
-}
-
-/// A kubeadm certificate key: 32 random bytes, hex (what `kubeadm certs certificate-key` prints).
-pub fn generate_certificate_key() -> Result<Secret, AwsError> {
-    Ok(Secret(hex::encode(random_bytes(32)?)))
 }
 
 /// KMS encrypts at most 4096 bytes; larger secrets are refused, naming them.
@@ -166,24 +171,18 @@ pub async fn build_bundle(
     previous: Option<&SecretBundle>,
     plugin_secrets: &[SecretValue],
 ) -> Result<SecretBundle, AwsError> {
-    let previous = previous.filter(|p| {
-        p.kms_key_arn == kms_key_arn && p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster)
-    });
-    let mut secrets = BTreeMap::new();
-    for (name, generate) in [
-        (
-            BOOTSTRAP_TOKEN,
-            generate_bootstrap_token as fn() -> Result<Secret, AwsError>,
-        ),
-        (CERTIFICATE_KEY, generate_certificate_key),
-    ] {
+    let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
+    let (mut secrets, certificates) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
+    let previous = ours.filter(|p| p.kms_key_arn == kms_key_arn);
+    {
+        let name = BOOTSTRAP_TOKEN;
         let reuse = match previous.and_then(|p| p.secrets.get(name)) {
             Some(old) => decrypt(clients, cluster, name, old).await.is_ok().then(|| old.clone()),
             None => None,
         };
         let ct = match reuse {
             Some(ct) => ct,
-            None => encrypt(clients, kms_key_arn, cluster, name, &generate()?).await?,
+            None => encrypt(clients, kms_key_arn, cluster, name, &generate_bootstrap_token()?).await?,
         };
         secrets.insert(name.to_string(), ct);
     }
@@ -216,7 +215,101 @@ pub async fn build_bundle(
         kms_key_arn: kms_key_arn.to_string(),
         encryption_context: BTreeMap::from([(CONTEXT_CLUSTER.to_string(), cluster.to_string())]),
         secrets,
+        certificates,
     })
+}
+
+/// The entry of the scheme before the cluster PKI (kubeadm's `--certificate-key`).
+const LEGACY_CERTIFICATE_KEY: &str = "kubeadm/certificate-key";
+
+/// The PKI entries of the bundle: `(key entry → ciphertext, public entry → PEM)`.
+/// Generated only when `previous` (this cluster's last bundle) has none; kept
+/// as they are under the same KMS key (after checking they still decrypt), and
+/// re-encrypted under a new one. A partial or undecryptable PKI is an error:
+/// regenerating the CAs would lock every node and user out.
+async fn bundle_pki(
+    clients: &Clients,
+    kms_key_arn: &str,
+    cluster: &str,
+    previous: Option<&SecretBundle>,
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), AwsError> {
+    let present: Vec<&str> = pki::KEY_ENTRIES
+        .iter()
+        .copied()
+        .filter(|k| previous.is_some_and(|p| p.secrets.contains_key(*k)))
+        .chain(
+            pki::PUBLIC_ENTRIES
+                .iter()
+                .copied()
+                .filter(|k| previous.is_some_and(|p| p.certificates.contains_key(*k))),
+        )
+        .collect();
+    let mut cts = BTreeMap::new();
+    // A bundle of the scheme before the PKI (kubeadm's own CAs on the first
+    // controller, joined with a certificate key): a new CA would not be the one
+    // its nodes trust, so replaced nodes could never join.
+    if present.is_empty() && previous.is_some_and(|p| p.secrets.contains_key(LEGACY_CERTIFICATE_KEY)) {
+        return Err(AwsError::WorkTree(format!(
+            "the published secret bundle has {LEGACY_CERTIFICATE_KEY:?} and no cluster PKI: this cluster was \
+             created before kube-aws held its CAs, and a new CA would lock its nodes out; recreate it \
+             (`kube-aws destroy --purge`, then `kube-aws up`)"
+        )));
+    }
+    let Some(prev) = previous.filter(|_| !present.is_empty()) else {
+        let fresh = pki::generate(cluster, time::OffsetDateTime::now_utc())
+            .map_err(|e| AwsError::WorkTree(format!("cannot create the cluster PKI: {e}")))?;
+        for (name, key) in &fresh.keys {
+            let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(key.expose())).await?;
+            cts.insert(name.clone(), ct);
+        }
+        return Ok((cts, fresh.public));
+    };
+    if present.len() != pki::KEY_ENTRIES.len() + pki::PUBLIC_ENTRIES.len() {
+        return Err(AwsError::WorkTree(format!(
+            "the published secret bundle holds only part of the cluster PKI ({}); kube-aws never regenerates \
+             a cluster's CAs: restore secrets/bundle.json from a backup (S3 versioning) before publishing again",
+            present.join(", ")
+        )));
+    }
+    for name in pki::KEY_ENTRIES {
+        let old = &prev.secrets[name];
+        let plain = decrypt(clients, cluster, name, old).await.map_err(|e| {
+            AwsError::WorkTree(format!(
+                "cannot decrypt the cluster PKI entry {name:?} ({e}); kube-aws never regenerates a cluster's CAs: \
+                 publish with AWS credentials allowed kms:Decrypt on {}",
+                prev.kms_key_arn
+            ))
+        })?;
+        let ct = if prev.kms_key_arn == kms_key_arn {
+            old.clone()
+        } else {
+            encrypt(clients, kms_key_arn, cluster, name, &plain).await?
+        };
+        cts.insert(name.to_string(), ct);
+    }
+    let public = pki::PUBLIC_ENTRIES
+        .iter()
+        .map(|k| (k.to_string(), prev.certificates[*k].clone()))
+        .collect();
+    Ok((cts, public))
+}
+
+/// The cluster CA as `kube-aws kubeconfig` needs it: the certificate (from the
+/// bundle, public) and its key, decrypted with the caller's own credentials.
+pub async fn cluster_ca(
+    clients: &Clients,
+    cluster: &str,
+    bundle: &SecretBundle,
+) -> Result<(String, PrivatePem), AwsError> {
+    let (Some(cert), Some(ct)) = (bundle.certificates.get(pki::CA_CERT), bundle.secrets.get(pki::CA_KEY)) else {
+        return Err(AwsError::WorkTree(format!(
+            "the published secret bundle has no cluster CA ({}): it was published by an older kube-aws; \
+             run `kube-aws update` first",
+            pki::CA_KEY
+        )));
+    };
+    let key = decrypt(clients, cluster, pki::CA_KEY, ct).await?;
+    Ok((cert.clone(), PrivatePem::new(key.expose())))
 }
 
 #[cfg(test)]
@@ -230,13 +323,6 @@ mod tests {
         let b = generate_bootstrap_token().unwrap();
         assert!(re.is_match(a.expose()), "{}", a.expose());
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn certificate_keys_are_64_hex() {
-        let k = generate_certificate_key().unwrap();
-        assert_eq!(k.expose().len(), 64);
-        assert!(k.expose().chars().all(|c| c.is_ascii_hexdigit()));
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod charts;
 mod deploy_args;
 mod destroy;
 mod init;
+mod kubeconfig;
 #[cfg(feature = "nodes")]
 mod nodes;
 mod plugins;
@@ -80,6 +81,8 @@ pub enum Command {
     #[cfg(feature = "nodes")]
     /// Print a node's published bootstrap report (secrets blanked), without a shell on it
     Logs(nodes::LogsArgs),
+    /// Merge a short-lived admin context into your kubeconfig (needs kms:Decrypt)
+    Kubeconfig(kubeconfig::KubeconfigArgs),
 }
 
 /// Runs the parsed command line.
@@ -105,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nodes(args) => nodes::run_nodes(&cli.global, args),
         #[cfg(feature = "nodes")]
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
+        Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
     }
 }
 

@@ -455,15 +455,13 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
 }
 
 /// The statements every node role gets, plus its scope's plugin statements.
-/// Nodes write nothing secret (the join data is the CA hash only), so they
-/// only ever decrypt, and only their own bundle entries.
+/// Nodes write nothing secret (locks and status reports), so they only ever
+/// decrypt, and only their own bundle entries: workers the bootstrap token and
+/// their plugin secrets, never a PKI key (the KMS encryption-context condition
+/// names each entry).
 fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
-    let mut read = vec![
-        obj(&format!("userdata/{}/*", g.role)),
-        obj("bootstrap/join.json"),
-        obj(BUNDLE_KEY),
-    ];
+    let mut read = vec![obj(&format!("userdata/{}/*", g.role)), obj(BUNDLE_KEY)];
     let mut write = vec![];
     if g.controller {
         read.push(obj("charts/*"));
@@ -537,6 +535,7 @@ fn sub_escape(stub: &str) -> String {
         .replace("${!AWS::Region}", "${AWS::Region}")
         .replace("${!ApiEndpoint}", "${ApiEndpoint}")
         .replace("${!SecretsVersion}", "${SecretsVersion}")
+        .replace("${!CACertHash}", "${CACertHash}")
 }
 
 /// Role, instance profile, launch template and auto scaling group of one node kind.
@@ -642,6 +641,7 @@ fn control_plane_stack(
         json!({
             "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
             "SecretsVersion": secrets_version_parameter(),
+            "CACertHash": ca_cert_hash_parameter(),
             "ControllerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ApiTargetGroupArn": {"Type": "String"},
@@ -730,6 +730,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
         json!({
             "SubnetIds": {"Type": "List<AWS::EC2::Subnet::Id>"},
             "SecretsVersion": secrets_version_parameter(),
+            "CACertHash": ca_cert_hash_parameter(),
             "WorkerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ImageId": ami_parameter(&pool.instance_type),
@@ -775,6 +776,16 @@ fn secrets_version_parameter() -> Value {
         "Description": "hash of this role's secret bundle entries: a changed secret replaces its nodes"})
 }
 
+/// The parameter carrying kubeadm's `caCertHashes` value for the cluster CA,
+/// which kube-aws generates at the first publish (src/pki.rs); the publisher
+/// passes it to the root stack, which hands it to every node stack.
+pub const CA_CERT_HASH: &str = "CACertHash";
+
+fn ca_cert_hash_parameter() -> Value {
+    json!({"Type": "String", "AllowedPattern": "^sha256:[0-9a-f]{64}$",
+        "Description": "sha256 of the cluster CA's SubjectPublicKeyInfo (kubeadm caCertHashes), set by kube-aws"})
+}
+
 /// Root metadata naming, per secrets version parameter, the bundle entries it
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
@@ -793,6 +804,7 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
         json!({"Type": "String", "Default": base,
             "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
     );
+    params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
     let mut covered = Map::new();
     let mut node_stack = |logical_id: &str, role: &str| -> Value {
         let key = secrets_version_key(logical_id);
@@ -814,7 +826,7 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
                            "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
-                           "SecretsVersion": version}}}),
+                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH}}}}),
     );
     for pool in &input.cluster.worker.node_pools {
         let id = format!("NodePool{}", camel(&pool.name));
@@ -824,7 +836,8 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
             json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
-                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version}}}),
+                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
+                               "CACertHash": {"Ref": CA_CERT_HASH}}}}),
         );
     }
     t.insert("Metadata".into(), json!({ SECRETS_METADATA: covered }));

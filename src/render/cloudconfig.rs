@@ -23,8 +23,6 @@ const NODE_SECRETS_PY: &str = include_str!("templates/node-secrets.py");
 const STUB_SH: &str = include_str!("templates/stub.sh");
 const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
-const UPLOAD_CERTS_SERVICE: &str = include_str!("templates/kube-aws-upload-certs.service");
-const UPLOAD_CERTS_TIMER: &str = include_str!("templates/kube-aws-upload-certs.timer");
 const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
 const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
@@ -429,7 +427,7 @@ fn unit_path(name: &str) -> String {
 }
 
 /// What only controllers carry: the addon plan, values, Tiller, manifests, the
-/// installer and its unit, the certificate re-upload timer, and the kubelet
+/// installer and its unit, and the kubelet
 /// serving-certificate approver and its timer.
 fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)>, RenderError> {
     let mut files = Vec::new();
@@ -460,8 +458,6 @@ fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)
         CSR_APPROVER.into(),
     ));
     for (name, unit) in [
-        ("kube-aws-upload-certs.service", UPLOAD_CERTS_SERVICE),
-        ("kube-aws-upload-certs.timer", UPLOAD_CERTS_TIMER),
         ("kube-aws-csr-approver.service", CSR_APPROVER_SERVICE),
         ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
     ] {
@@ -530,9 +526,10 @@ pub fn part_uri(ctx: &Ctx, part: &NodePart) -> String {
 }
 
 /// The user-data stub of a node part. `${AWS::StackName}`, `${AWS::Region}`,
-/// `${ApiEndpoint}` and `${SecretsVersion}` are left for CloudFormation's
-/// Fn::Sub. The secrets version is in the user data so that a changed secret
-/// replaces the nodes that use it.
+/// `${ApiEndpoint}`, `${SecretsVersion}` and `${CACertHash}` are left for
+/// CloudFormation's Fn::Sub. The secrets version is in the user data so that a
+/// changed secret replaces the nodes that use it; the CA hash (kubeadm's
+/// `caCertHashes`, of the CA kube-aws generated) is what nodes join with.
 pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
     let runtime = json!({
         "role": part.role,
@@ -542,6 +539,7 @@ pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
         "asgLogicalId": part.asg_logical_id,
         "apiEndpoint": "${ApiEndpoint}",
         "secretsVersion": "${SecretsVersion}",
+        "caCertHash": "${CACertHash}",
         "bucket": ctx.bucket,
         "keyPrefix": ctx.key_prefix,
         "s3Base": ctx.s3_base,

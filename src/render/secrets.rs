@@ -15,9 +15,8 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-/// The kubeadm secrets in the bundle (see `aws::secrets`).
+/// The kubeadm bootstrap token in the bundle (see `aws::secrets`).
 pub const BOOTSTRAP_TOKEN: &str = "kubeadm/bootstrap-token";
-pub const CERTIFICATE_KEY: &str = "kubeadm/certificate-key";
 /// The bundle, relative to the cluster's key prefix.
 pub const BUNDLE_KEY: &str = "secrets/bundle.json";
 /// The encryption context keys every ciphertext is bound to.
@@ -53,6 +52,19 @@ pub struct NodeSecrets {
     pub names: Vec<String>,
     /// Files to fill, in write order.
     pub files: Vec<SecretFile>,
+    /// Controllers: where the cluster PKI goes (`pki/X` → `<pki.dir>/X`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pki: Option<NodePki>,
+}
+
+/// The cluster PKI on a controller: its decrypted keys (entries of `names`,
+/// mode 0600) and the bundle's public `certificates` (0644), in kubeadm's
+/// certificate directory before `kubeadm init` or `join` (src/pki.rs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodePki {
+    pub dir: String,
+    pub keys: Vec<String>,
+    pub certificates: Vec<String>,
 }
 
 fn is_name_char(c: char) -> bool {
@@ -100,8 +112,9 @@ pub fn fill_format(path: &str) -> FillFormat {
     }
 }
 
-/// The secrets of one node role: its kubeadm secrets plus every plugin secret
-/// referenced in `files` (path, content), and which files to fill.
+/// The secrets of one node role: the bootstrap token (and, on controllers, the
+/// cluster PKI's keys) plus every plugin secret referenced in `files` (path,
+/// content), and which files to fill. Workers never get a PKI key.
 pub fn node_secrets<'a>(
     controller: bool,
     known: &[&str],
@@ -109,7 +122,7 @@ pub fn node_secrets<'a>(
 ) -> NodeSecrets {
     let mut names: BTreeSet<String> = BTreeSet::from([BOOTSTRAP_TOKEN.to_string()]);
     if controller {
-        names.insert(CERTIFICATE_KEY.to_string());
+        names.extend(crate::pki::KEY_ENTRIES.iter().map(|k| k.to_string()));
     }
     let mut out = Vec::new();
     for (path, content) in files {
@@ -125,6 +138,11 @@ pub fn node_secrets<'a>(
     NodeSecrets {
         names: names.into_iter().collect(),
         files: out,
+        pki: controller.then(|| NodePki {
+            dir: crate::pki::NODE_PKI_DIR.to_string(),
+            keys: crate::pki::KEY_ENTRIES.iter().map(|k| k.to_string()).collect(),
+            certificates: crate::pki::PUBLIC_ENTRIES.iter().map(|k| k.to_string()).collect(),
+        }),
     }
 }
 
@@ -175,11 +193,12 @@ mod tests {
     }
 
     #[test]
-    fn workers_get_the_token_and_controllers_the_certificate_key_too() {
+    fn workers_get_the_token_and_controllers_the_pki_keys_too() {
         let k = known();
         let w = node_secrets(false, &k, [("/etc/a.yaml", "a: 1")]);
         assert_eq!(w.names, vec![BOOTSTRAP_TOKEN]);
         assert!(w.files.is_empty());
+        assert!(w.pki.is_none(), "workers get no PKI");
         let c = node_secrets(
             true,
             &k,
@@ -193,7 +212,14 @@ mod tests {
                 ("/etc/plain", "nothing"),
             ],
         );
-        assert_eq!(c.names, vec![A, A_CTRL, B, BOOTSTRAP_TOKEN, CERTIFICATE_KEY]);
+        let mut want = vec![A, A_CTRL, B, BOOTSTRAP_TOKEN];
+        want.extend(crate::pki::KEY_ENTRIES);
+        want.sort();
+        assert_eq!(c.names, want);
+        let pki = c.pki.as_ref().expect("controllers get the PKI");
+        assert_eq!(pki.dir, "/etc/kubernetes/pki");
+        assert!(pki.keys.iter().all(|k| c.names.contains(k)));
+        assert!(pki.certificates.iter().all(|k| !k.ends_with(".key")));
         let formats: Vec<_> = c.files.iter().map(|f| (f.path.as_str(), f.format)).collect();
         assert_eq!(
             formats,

@@ -5,7 +5,10 @@
 //! - Certificates and kubeconfigs are made by the built kubeadm
 //!   (`kubeadm init phase certs all`, `init phase kubeconfig ...`), as on a
 //!   controller; the admin kubeconfig is kubeadm's admin.conf, bound to
-//!   cluster-admin as `kubeadm init` binds it.
+//!   cluster-admin as `kubeadm init` binds it. [`ControlPlane::start_api_with_pki`]
+//!   first places a test's own CAs and service-account key (kube-aws's
+//!   src/pki.rs) where kubeadm finds them, as kube-aws-node-secrets does on a
+//!   controller, so kubeadm signs every leaf certificate from them.
 //! - Every process listens on a free 127.0.0.1 port and lives in a temporary
 //!   directory; each is killed by its PID when its handle drops.
 //! - One control plane per test binary ([`shared`]), reused by its tests;
@@ -356,6 +359,24 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
     /// kwok with `nodes`, and waits until the nodes are Ready.
     pub fn start(bin: &Path, nodes: Vec<SimNode>) -> ControlPlane {
+        let cp = ControlPlane::start_api(bin, nodes, None);
+        let api_port = cp.api_port;
+        let kcm = cp.controller_manager_proc("kube-controller-manager", api_port, &[]);
+        cp.push(kcm.unwrap_or_else(|e| panic!("{e}")));
+        let sched = cp.scheduler_proc("kube-scheduler", api_port, &[]);
+        cp.push(sched.unwrap_or_else(|e| panic!("{e}")));
+        cp.start_kwok();
+        cp
+    }
+
+    /// etcd and kube-apiserver only, with `pki` (entry name `pki/X` → PEM, as
+    /// in the secret bundle) placed in kubeadm's certificate directory before
+    /// kubeadm makes the rest, and kubeadm's `kubeadm:cluster-admins` binding.
+    pub fn start_api_with_pki(bin: &Path, pki: &[(String, String)]) -> ControlPlane {
+        ControlPlane::start_api(bin, Vec::new(), Some(pki))
+    }
+
+    fn start_api(bin: &Path, nodes: Vec<SimNode>, given: Option<&[(String, String)]>) -> ControlPlane {
         let dir = tempfile::Builder::new().prefix("kube-aws-testbed").tempdir().unwrap();
         let version = run({
             let mut c = Command::new(bin.join("kubeadm"));
@@ -378,6 +399,14 @@ impl ControlPlane {
             procs: Mutex::new(Vec::new()),
             dir,
         };
+        if let Some(files) = given {
+            for (name, pem) in files {
+                let rel = name.strip_prefix("pki/").expect("PKI entries are named pki/...");
+                let path = cp.pki.join(rel);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, pem).unwrap();
+            }
+        }
         cp.make_pki();
         cp.start_etcd();
         let api = cp.apiserver_proc("kube-apiserver", api_port, &[], "/registry");
@@ -394,11 +423,6 @@ impl ControlPlane {
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let kcm = cp.controller_manager_proc("kube-controller-manager", api_port, &[]);
-        cp.push(kcm.unwrap_or_else(|e| panic!("{e}")));
-        let sched = cp.scheduler_proc("kube-scheduler", api_port, &[]);
-        cp.push(sched.unwrap_or_else(|e| panic!("{e}")));
-        cp.start_kwok();
         cp
     }
 

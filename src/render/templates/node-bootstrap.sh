@@ -2,17 +2,17 @@
 # kube-aws node bootstrap. Static: every value comes from the data files
 # /etc/kube-aws/{runtime,node,kubeadm}.json written by cloud-init.
 # First kube-aws-node-secrets decrypts this node's secrets from the published
-# bundle (KMS, with the node's role) and fills the plugin secrets into its files.
+# bundle (KMS, with the node's role) and fills the plugin secrets into its files;
+# on controllers it also places the cluster PKI kube-aws generated (the CAs and
+# the service-account key, src/pki.rs) in /etc/kubernetes/pki, so kubeadm signs
+# every leaf certificate from the same CAs on every controller.
 # The first controller (an S3 If-None-Match lock) runs `kubeadm init` with the
-# bundle's bootstrap token and certificate key, and publishes the CA certificate
-# hash (not a secret) to S3; other controllers and workers join with the token
-# and that hash. Each node then signals its auto scaling group's CreationPolicy.
+# bundle's bootstrap token; other controllers join with `controlPlane` (their
+# PKI is already in place: no certificate upload) and workers join, all with
+# the token and the CA certificate hash kube-aws computed (runtime.json
+# caCertHash). Each node then signals its auto scaling group's CreationPolicy.
 # The addon installer runs once per addon plan and secrets version: on the
 # first controller to come up with them, at create or after an update.
-#
-# `kube-aws-node-bootstrap upload-certs` (a timer on controllers) re-uploads the
-# control-plane certificates under the bundle's certificate key, which kubeadm
-# otherwise deletes after two hours, so controllers can join at any time.
 #
 # Failures: `set -E` makes the ERR trap reach into functions and subshells, so
 # every failing step signals FAILURE at once (not after the group's timeout),
@@ -28,7 +28,6 @@ KA=$R/etc/kube-aws
 SECRETS=$R/run/kube-aws/secrets
 WORK=$R/var/lib/kube-aws
 BIN=$R/opt/kube-aws/bin
-ADMIN=$R/etc/kubernetes/admin.conf
 mkdir -p "$WORK"
 jget() {
   python3 -c 'import json,sys
@@ -51,15 +50,20 @@ prefix=$(jget "$KA/runtime.json" keyPrefix)
 role=$(jget "$KA/node.json" role)
 
 # Writes the kubeadm config (0600: it holds the token): the rendered documents
-# plus what only exists at boot (API endpoint, installed version, secrets, CA hash).
+# plus what only exists at boot (API endpoint, installed version, token, CA hash).
+# Joins use the CA hash kube-aws computed from the CA it generated (runtime.json
+# caCertHash, a stack parameter) and wait up to 30 minutes for discovery, as
+# nodes boot together with the first controller's init (kubeadm's default is 5).
+# A joining controller gets `controlPlane: {}`: the shared CAs and
+# service-account key are already in /etc/kubernetes/pki (kube-aws-node-secrets),
+# so it needs no certificateKey.
 kubeadm_config() { # MODE OUT
-  (umask 077 && python3 - "$KA/kubeadm.json" "$KA/runtime.json" "$WORK/join.json" "$2" "$1" "$SECRETS" <<'PY'
+  (umask 077 && python3 - "$KA/kubeadm.json" "$KA/runtime.json" "$WORK/instance.json" "$2" "$1" "$SECRETS" <<'PY'
 import json, os, subprocess, sys
 docs = json.load(open(sys.argv[1]))["documents"]
 rt = json.load(open(sys.argv[2]))
-join = json.load(open(sys.argv[3])) if os.path.exists(sys.argv[3]) else None
 mode = sys.argv[5]
-instance_file = os.path.join(os.path.dirname(sys.argv[3]), "instance.json")
+instance_file = sys.argv[3]
 instance = json.load(open(instance_file)) if os.path.exists(instance_file) else {}
 def secret(name):
     return open(os.path.join(sys.argv[6], "kubeadm", name)).read().strip()
@@ -77,7 +81,6 @@ for d in docs:
         # Never expires: nodes of an auto scaling group join at any time.
         d["bootstrapTokens"] = [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
                                  "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
-        d["certificateKey"] = secret("certificate-key")
     if kind == "ClusterConfiguration":
         d["controlPlaneEndpoint"] = endpoint
         d["kubernetesVersion"] = version
@@ -90,25 +93,19 @@ for d in docs:
         if mode == "init":
             continue
         d["discovery"] = {"bootstrapToken": {"apiServerEndpoint": endpoint, "token": token,
-                                             "caCertHashes": [join["caCertHash"]]}}
+                                             "caCertHashes": [rt["caCertHash"]]}}
+        if d["apiVersion"].endswith("/v1beta4"):
+            d.setdefault("timeouts", {})["discovery"] = "30m0s"
+        else:
+            d["discovery"]["timeout"] = "30m0s"
         if mode == "control-plane":
-            d["controlPlane"] = {"certificateKey": secret("certificate-key")}
+            d["controlPlane"] = {}
     out.append(json.dumps(d))
 with open(sys.argv[4], "w") as f:
     f.write("\n---\n".join(out) + "\n")
 PY
   )
 }
-
-if [ "${1:-}" = upload-certs ]; then
-  # Only on a controller that is part of the control plane.
-  if [ "$role" != controller ] || [ ! -f "$ADMIN" ]; then exit 0; fi
-  # /run does not survive a restart: decrypt again (filling files again is a no-op).
-  "$BIN/kube-aws-node-secrets"
-  kubeadm_config init "$WORK/upload-certs.yaml"
-  KUBECONFIG=$ADMIN kubeadm init phase upload-certs --upload-certs --config "$WORK/upload-certs.yaml" >/dev/null
-  exit 0
-fi
 
 # The boot. Everything below runs under the ERR trap: whatever fails, in a
 # function or a subshell too, signals FAILURE and publishes the report.
@@ -283,53 +280,30 @@ while IFS= read -r unit; do
   [ -z "$unit" ] || systemctl enable --now -- "$unit"
 done <<<"$units"
 
-wait_join() {
-  for _ in $(seq 1 180); do
-    if aws --region "$region" s3 cp --only-show-errors "s3://$bucket/$prefix/bootstrap/join.json" "$WORK/join.json"; then
-      return 0
-    fi
-    sleep "${KUBE_AWS_JOIN_DELAY:-10}"
-  done
-  echo "kube-aws: no join data at s3://$bucket/$prefix/bootstrap/join.json after 30 minutes" >&2
-  return 1
-}
-
 if [ "$role" = controller ]; then
   step init-lock
   if take_lock init-lock; then
     step kubeadm-init
     kubeadm_config init "$WORK/kubeadm.yaml"
-    # kubeadm prints the join commands with the token and certificate key: keep
-    # them out of the boot log (cloud-init-output.log), in a private file.
-    if ! (umask 077 && kubeadm init --config "$WORK/kubeadm.yaml" --upload-certs >"$WORK/kubeadm-init.log" 2>&1); then
+    # kubeadm prints the join commands with the token: keep them out of the
+    # boot log (cloud-init-output.log), in a private file.
+    if ! (umask 077 && kubeadm init --config "$WORK/kubeadm.yaml" >"$WORK/kubeadm-init.log" 2>&1); then
       echo "kube-aws: kubeadm init failed; its output is in $WORK/kubeadm-init.log (it may show the bootstrap token)" >&2
       false
     fi
-    step publish-join
-    hash=$(openssl x509 -pubkey -in "$R/etc/kubernetes/pki/ca.crt" | openssl rsa -pubin -outform der 2>/dev/null |
-      sha256sum | cut -d' ' -f1)
-    python3 -c 'import json,sys
-json.dump({"caCertHash": "sha256:" + sys.argv[1]}, open(sys.argv[2], "w"))' "$hash" "$WORK/join.json"
-    aws --region "$region" s3 cp --only-show-errors --sse AES256 "$WORK/join.json" \
-      "s3://$bucket/$prefix/bootstrap/join.json"
   else
-    step wait-join
-    wait_join
     step kubeadm-join
     kubeadm_config control-plane "$WORK/kubeadm.yaml"
     kubeadm join --config "$WORK/kubeadm.yaml"
   fi
   signal SUCCESS
   step timers
-  systemctl enable --now kube-aws-upload-certs.timer
   # Approves kubelet serving certificates (serverTLSBootstrap) that match the
   # cluster's instances; see /opt/kube-aws/bin/kube-aws-csr-approver.
   systemctl enable --now kube-aws-csr-approver.timer
   step installer
   start_installer
 else
-  step wait-join
-  wait_join
   step kubeadm-join
   kubeadm_config worker "$WORK/kubeadm.yaml"
   kubeadm join --config "$WORK/kubeadm.yaml"

@@ -9,6 +9,10 @@
 # into the files that reference them (`node.json` secrets.files):
 #   yaml/json: inside string values, so the document stays well-formed whatever
 #              the value holds; text: verbatim.
+# On controllers (`node.json` secrets.pki) it also places the cluster PKI where
+# kubeadm looks for it: each decrypted key `pki/X` at <pki.dir>/X (0600) and each
+# public entry of the bundle's `certificates` at <pki.dir>/X (0644), before
+# `kubeadm init` or `join` (src/pki.rs).
 # Values are data here, never shell: the aws CLI gets argument lists, and no
 # plaintext is ever printed. Running it again is harmless (nothing is left to fill).
 #
@@ -76,6 +80,34 @@ def write_private(path, data, like=None):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def pki_path(directory, name):
+    """<directory>/X for the bundle entry `pki/X`; refuses anything that leaves the directory."""
+    rel = name[len("pki/"):] if name.startswith("pki/") else ""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") for p in parts):
+        fail("the PKI entry %r is not a plain path under pki/" % name)
+    return os.path.join(ROOT + directory, *parts)
+
+
+def place_pki(pki, bundle, store):
+    """Writes the cluster PKI into kubeadm's certificate directory."""
+    for name in pki.get("keys", []):
+        src = os.path.join(store, *name.split("/"))
+        if not os.path.exists(src):
+            fail("the PKI key %r was not decrypted; it must be among secrets.names" % name)
+        target = pki_path(pki["dir"], name)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        write_private(target, open(src, "rb").read())
+    certs = bundle.get("certificates", {})
+    for name in pki.get("certificates", []):
+        if name not in certs:
+            fail("the PKI certificate %r is not in the secret bundle; publish again with `kube-aws update`" % name)
+        target = pki_path(pki["dir"], name)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        write_private(target, certs[name].encode("utf-8"))
+        os.chmod(target, 0o644)
 
 
 def fill_string(pattern, plain, s):
@@ -182,6 +214,8 @@ def main():
             plain[name] = value.decode("utf-8")
 
     os.unlink(bundle_path)
+    if want.get("pki"):
+        place_pki(want["pki"], bundle, store)
     if plain:
         refs = sorted(plain, key=lambda r: (-len(r), r))
         pattern = re.compile("(?:%s)(?![A-Za-z0-9_-])" % "|".join(re.escape(r) for r in refs))
