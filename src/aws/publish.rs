@@ -131,19 +131,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// `DIR/NAME` → `DIR/<hex>/NAME`.
-pub fn content_addressed(rel: &str, hex: &str) -> String {
-    if let Some(role) = rel
-        .strip_prefix("userdata/")
-        .and_then(|r| r.strip_suffix(".cloud-config"))
-    {
-        return format!("userdata/{role}/{hex}.cloud-config");
-    }
-    match rel.rsplit_once('/') {
-        Some((dir, name)) => format!("{dir}/{hex}/{name}"),
-        None => format!("{hex}/{rel}"),
-    }
-}
+/// `DIR/NAME` → `DIR/<hex>/NAME`: one rule, render's (it names these keys too).
+pub use crate::render::plan::content_addressed;
 
 /// Reads every file under the rendered directory, by relative path with `/`.
 pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {

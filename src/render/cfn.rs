@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
-use super::plan::{camel, Plan};
+use super::plan::{camel, AddonBundle, Plan};
 use super::secrets::{BUNDLE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::NodePool;
@@ -16,6 +16,8 @@ use crate::plugin::NodeHooks;
 
 const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
 const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
+/// The control-plane stack's addon plan pointer (an SSM parameter).
+pub const PLAN_POINTER: &str = "AddonPlan";
 const DEFAULT_VPC_CIDR: &str = "10.0.0.0/16";
 const DEFAULT_AZ_COUNT: usize = 2;
 /// How long a node has to boot, join and signal.
@@ -263,6 +265,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let mut write = vec![];
     if g.controller {
         read.push(obj("charts/*"));
+        read.push(obj("addons/*"));
         write.push(obj("bootstrap/*"));
         write.push(obj("status/*"));
     }
@@ -276,6 +279,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
         // the cluster's instances; DescribeInstances has no resource-level scope.
         s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
             "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
+        s.extend(reconciler_statements(ctx));
     } else {
         // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
         s.push(
@@ -298,6 +302,31 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     }
     s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
     s
+}
+
+/// The addon reconciler reads exactly the plan pointer, and asks its own
+/// stack whether a wait condition still waits before signalling it.
+fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
+    let name = super::cloudconfig::plan_parameter_name(ctx);
+    vec![
+        json!({"Sid": "ReadAddonPlanPointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{name}")}}),
+        json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
+            "Action": ["cloudformation:DescribeStackResource"],
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
+    ]
+}
+
+/// The control-plane stack's pointer to the current addon bundle: its S3 URI
+/// and sha256, which the controllers' reconciler polls. Wait conditions
+/// depend on it, so a new plan's wait conditions exist only once it is live.
+fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle) -> Value {
+    let value = json!({"uri": format!("{}/{}", ctx.s3_base, bundle.key), "sha256": bundle.sha256});
+    json!({"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": super::cloudconfig::plan_parameter_name(ctx),
+        "Type": "String",
+        "Value": value.to_string(),
+        "Description": format!("kube-aws cluster {}: the addon plan the controllers install", ctx.cluster)}})
 }
 
 struct Group<'a> {
@@ -333,6 +362,34 @@ fn sub_escape(stub: &str) -> String {
         .replace("${!AWS::Region}", "${AWS::Region}")
         .replace("${!ApiEndpoint}", "${ApiEndpoint}")
         .replace("${!SecretsVersion}", "${SecretsVersion}")
+}
+
+/// The group's rolling update: one instance at a time, every other one in
+/// service, and the next only once the new one has signalled (its node is
+/// Ready). CloudFormation's UpdatePolicy attribute: MinInstancesInService
+/// "must be less than the MaxSize of the Auto Scaling group", and with
+/// WaitOnResourceSignals PauseTime is how long it waits for the batch's
+/// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
+/// For controllers (count 1, 3 or 5, MinSize = MaxSize = count) that is
+/// count - 1 in service: etcd keeps its quorum while one member is replaced.
+/// Controllers also suspend the processes that would replace or move an
+/// instance behind the update's back (AWS knowledge center,
+/// auto-scaling-group-rolling-updates: HealthCheck, ReplaceUnhealthy,
+/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate).
+fn rolling_update(g: &Group, initial: u32) -> Value {
+    let mut policy = json!({
+        "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
+        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true});
+    if g.controller {
+        policy["SuspendProcesses"] = json!([
+            "HealthCheck",
+            "ReplaceUnhealthy",
+            "AZRebalance",
+            "AlarmNotification",
+            "ScheduledActions"
+        ]);
+    }
+    json!({ "AutoScalingRollingUpdate": policy })
 }
 
 /// Role, instance profile, launch template and auto scaling group of one node kind.
@@ -393,9 +450,7 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
     }
     let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": props,
-        "UpdatePolicy": {"AutoScalingRollingUpdate": {
-            "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
-            "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true}},
+        "UpdatePolicy": rolling_update(g, initial),
     });
     if !g.extra_target_groups.is_empty() {
         asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
@@ -410,6 +465,7 @@ fn control_plane_stack(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
+    bundle: &AddonBundle,
     node: &NodeUserData,
 ) -> Result<Map<String, Value>, RenderError> {
     let c = &input.cluster.controller;
@@ -453,13 +509,14 @@ fn control_plane_stack(
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
     };
     node_group(input, ctx, &g, &node.stub, &mut r);
+    r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle));
     let ids: BTreeMap<&str, &str> = plan
         .releases
         .iter()
         .map(|e| (e.name.as_str(), e.wait_condition.as_str()))
         .collect();
     for e in &plan.releases {
-        let mut deps = vec![json!("ControllerGroup")];
+        let mut deps = vec![json!("ControllerGroup"), json!(PLAN_POINTER)];
         deps.extend(
             e.depends_on
                 .iter()
@@ -668,6 +725,7 @@ pub fn render_stacks(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
+    bundle: &AddonBundle,
     nodes: &BTreeMap<String, NodeUserData>,
 ) -> Result<Vec<(String, Value)>, RenderError> {
     let empty = NodeUserData::default();
@@ -677,7 +735,7 @@ pub fn render_stacks(
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),
-            control_plane_stack(input, ctx, plan, stub("controller"))?,
+            control_plane_stack(input, ctx, plan, bundle, stub("controller"))?,
         ),
     ];
     for pool in &input.cluster.worker.node_pools {

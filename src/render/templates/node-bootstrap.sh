@@ -7,8 +7,8 @@
 # bundle's bootstrap token and certificate key, and publishes the CA certificate
 # hash (not a secret) to S3; other controllers and workers join with the token
 # and that hash. Each node then signals its auto scaling group's CreationPolicy.
-# The addon installer runs once per addon plan and secrets version: on the
-# first controller to come up with them, at create or after an update.
+# The addon reconciler (a timer on controllers) installs each addon plan the
+# stack points at once per secrets version, on one controller.
 #
 # `kube-aws-node-bootstrap upload-certs` (a timer on controllers) re-uploads the
 # control-plane certificates under the bundle's certificate key, which kubeadm
@@ -222,15 +222,10 @@ take_lock() {
   fail_boot 1 "take_lock $1"
 }
 
-# Starts the addon installer if no controller has run this plan, with these
-# secrets, yet (a changed secret changes the values the charts get).
+# Starts the addon reconciler's timer: it reads the stack's plan pointer and
+# installs each plan once, under its own S3 lock (install-addons.sh).
 start_installer() {
-  local plan version
-  plan=$(sha256sum "$KA/addons/plan.json" | cut -d' ' -f1)
-  version=$(jget "$KA/runtime.json" secretsVersion)
-  if take_lock "installer-$plan${version:+-$version}"; then
-    systemctl enable --now --no-block kube-aws-addons.service
-  fi
+  systemctl enable --now kube-aws-addons.timer
 }
 
 # AL2023's amazon-ec2-net-utils makes systemd-networkd manage every ENI
