@@ -674,3 +674,78 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     // Every subnet (one per zone) is the group's: the group balances over the zones.
     assert_eq!(p["VPCZoneIdentifier"], serde_json::json!({"Ref": "SubnetIds"}));
 }
+
+/// What each kind of change does to the stacks, at template level: per
+/// stack, the resources whose definition changes. Printed (for
+/// docs/deploy.md's "Updating safely") and checked: only the changes that
+/// touch a node's user data or its group reach a launch template or group.
+#[test]
+fn what_each_kind_of_change_replaces() {
+    let base = full();
+    let a = rendered(&base);
+    type Change = Box<dyn Fn(&mut render::RenderInput)>;
+    let kinds: Vec<(&str, Change)> = vec![
+        (
+            "addon values",
+            Box::new(|i| i.addons[2].values_yaml.push_str("replicas: 3\n")),
+        ),
+        (
+            "chart version",
+            Box::new(|i| i.addons[1].chart_version = "9.9.9".into()),
+        ),
+        (
+            "plugin manifest",
+            Box::new(|i| i.plugins.cluster.manifests[0].content.push_str("# x\n")),
+        ),
+        (
+            "plugin node file (controller)",
+            Box::new(|i| i.plugins.controller.files[0].content.push_str("x\n")),
+        ),
+        (
+            "kubelet flag (pool general)",
+            Box::new(|i| {
+                let hooks = i.plugins.pools.get_mut("general").unwrap();
+                hooks.kubelet_flags.insert("max-pods".into(), "40".into());
+            }),
+        ),
+        ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
+    ];
+    let mut table = String::new();
+    for (kind, change) in &kinds {
+        let mut input = base.clone();
+        change(&mut input);
+        let b = rendered(&input);
+        let mut touched = Vec::new();
+        for (path, _) in a
+            .files
+            .iter()
+            .filter(|(p, _)| p.starts_with("stacks/") && *p != "stacks/root.json")
+        {
+            let (sa, sb) = (
+                serde_json::from_slice::<serde_json::Value>(a.get(path).unwrap()).unwrap(),
+                { serde_json::from_slice::<serde_json::Value>(b.get(path).unwrap()).unwrap() },
+            );
+            for id in changed_resources(&sa, &sb) {
+                let t = sb["Resources"].get(&id).unwrap_or(&sa["Resources"][&id])["Type"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches("AWS::")
+                    .to_string();
+                touched.push(format!(
+                    "{}/{id} ({t})",
+                    path.trim_start_matches("stacks/").trim_end_matches(".json")
+                ));
+            }
+        }
+        table.push_str(&format!("{kind}: {}\n", touched.join(", ")));
+        let rolls = touched
+            .iter()
+            .any(|t| t.contains("LaunchTemplate") || t.contains("AutoScalingGroup"));
+        let addon_only = ["addon values", "chart version", "plugin manifest"].contains(kind);
+        assert_eq!(rolls, !addon_only, "{kind}: {touched:?}");
+        if *kind == "controller count" {
+            assert!(!touched.iter().any(|t| t.contains("LaunchTemplate")), "{touched:?}");
+        }
+    }
+    println!("{table}");
+}

@@ -293,7 +293,31 @@ pub enum UpdatePlan {
         stack_id: String,
         /// Root parameters whose value changes (e.g. a node stack's secrets version).
         changed_parameters: Vec<String>,
+        /// Installed releases the new plan drops: the reconciler uninstalls them.
+        uninstalls: Vec<String>,
     },
+}
+
+use crate::render::plan::INSTALLED_RELEASES;
+
+/// The releases of the reconciler's record (`{"releases": [{"name"}]}`) that
+/// `addons` (the new plan) does not list, sorted. A missing or unreadable
+/// record means nothing is known to be installed.
+pub fn dropped_releases(installed: Option<&[u8]>, addons: &[ExpectedAddon]) -> Vec<String> {
+    let record: serde_json::Value = installed
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    let mut out: Vec<String> = record["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .filter(|n| !addons.iter().any(|a| a.release == *n))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `update`, first half: publish, compare, create a change set.
@@ -330,9 +354,17 @@ pub async fn plan_update(
         parameters: published.parameters.clone(),
         tags: stack_tags(cluster),
     };
+    let installed = publish::get_object(
+        clients,
+        &published.location.bucket,
+        &published.location.key(INSTALLED_RELEASES),
+    )
+    .await?;
+    let uninstalls = dropped_releases(installed.as_deref(), &published.addons);
     match stack::create_change_set(clients, &req).await? {
         None => Ok(UpdatePlan::NoChanges),
         Some(change_set) => Ok(UpdatePlan::Changes {
+            uninstalls,
             changed_parameters: published
                 .parameters
                 .iter()
@@ -421,6 +453,28 @@ async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropped_releases_are_the_installed_ones_the_plan_no_longer_lists() {
+        let plan = |names: &[&str]| -> Vec<ExpectedAddon> {
+            names
+                .iter()
+                .map(|n| ExpectedAddon {
+                    release: n.to_string(),
+                    wait_condition: None,
+                })
+                .collect()
+        };
+        let record = br#"{"plan": "abc", "releases": [{"name": "dex"}, {"name": "calico"}, {"name": "cert-manager"}]}"#;
+        assert_eq!(
+            dropped_releases(Some(record), &plan(&["calico", "metrics-server"])),
+            ["cert-manager", "dex"]
+        );
+        assert!(dropped_releases(Some(record), &plan(&["calico", "dex", "cert-manager"])).is_empty());
+        // Nothing recorded yet (the reconciler has not run), or a record that is not JSON.
+        assert!(dropped_releases(None, &plan(&[])).is_empty());
+        assert!(dropped_releases(Some(b"not json"), &plan(&[])).is_empty());
+    }
 
     #[test]
     fn chart_digests_are_found_anywhere_in_the_plan() {

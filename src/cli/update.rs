@@ -26,7 +26,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let artifacts = artifacts(&global.dir, &args.publish)?;
     runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
-        let (published, change_set, stack_id, changed_parameters) =
+        let (published, change_set, stack_id, changed_parameters, uninstalls) =
             match deploy::plan_update(&clients, cfg, &artifacts).await? {
                 UpdatePlan::NoChanges => {
                     println!("no changes: stack {:?} is up to date", cfg.cluster_name);
@@ -37,12 +37,19 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                     change_set,
                     stack_id,
                     changed_parameters,
-                } => (published, change_set, stack_id, changed_parameters),
+                    uninstalls,
+                } => (published, change_set, stack_id, changed_parameters, uninstalls),
             };
         println!("changes to stack {:?}:", cfg.cluster_name);
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {
             println!("parameters changed: {}", changed_parameters.join(", "));
+        }
+        if !uninstalls.is_empty() {
+            println!(
+                "releases to uninstall (installed, no longer in the plan): {}",
+                uninstalls.join(", ")
+            );
         }
         let go = match deploy::confirm("apply these changes?", args.yes) {
             Ok(go) => go,

@@ -445,7 +445,7 @@ fn unit_path(name: &str) -> String {
 fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
-        "installedURI": format!("{}/status/addons/installed.json", ctx.s3_base),
+        "installedURI": format!("{}/{}", ctx.s3_base, super::plan::INSTALLED_RELEASES),
     });
     let mut files = vec![
         (

@@ -345,6 +345,10 @@ spec:
     )
 }
 
+/// Where the controllers' reconciler records what it installed, relative to
+/// `s3URI/<cluster>/`: `update` reads it to list the releases a new plan drops.
+pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
+
 /// The addon bundle, relative to the rendered directory.
 pub const ADDON_BUNDLE: &str = "addons/bundle.json";
 
