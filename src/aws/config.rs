@@ -25,6 +25,8 @@ pub struct Clients {
     pub cfn: aws_sdk_cloudformation::Client,
     pub s3: aws_sdk_s3::Client,
     pub kms: aws_sdk_kms::Client,
+    /// Resolves the AMI public parameters (`up`, `update --refresh-ami`).
+    pub ssm: aws_sdk_ssm::Client,
     pub region: String,
     /// The S3 endpoint when one is set (moto, LocalStack); None for AWS itself.
     pub s3_endpoint: Option<String>,
@@ -92,6 +94,7 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
         cfn: aws_sdk_cloudformation::Client::new(&sdk),
         s3: aws_sdk_s3::Client::from_conf(s3_conf),
         kms: aws_sdk_kms::Client::new(&sdk),
+        ssm: aws_sdk_ssm::Client::new(&sdk),
         region,
         s3_endpoint,
     })

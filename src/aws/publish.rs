@@ -368,6 +368,32 @@ pub fn secrets_versions(
     Ok(out)
 }
 
+/// The AMI parameters the root template declares, each with the SSM public
+/// parameter it is resolved from (the root metadata `kube-aws:amis`). Pure.
+pub fn ami_sources(root_template: &str) -> Vec<(String, String)> {
+    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
+    t.pointer(&format!("/Metadata/{}", crate::render::cfn::AMI_METADATA))
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The nested stacks (root logical IDs) whose `ImageId` is the root parameter `param`.
+pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
+    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
+    t["Resources"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| r["Properties"]["Parameters"]["ImageId"]["Ref"] == param)
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     let want = chart

@@ -31,13 +31,26 @@ pub fn is_arm64(instance_type: &str) -> bool {
     letters.len() < family.len() && rest.len() < letters.len() && rest.starts_with('g')
 }
 
-fn ami_parameter(instance_type: &str) -> Value {
-    json!({
-        "Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-        "Default": if is_arm64(instance_type) { AMI_ARM } else { AMI_X86 },
-        "Description": "Amazon Linux 2023 AMI, from its SSM public parameter",
-    })
+/// A node stack's AMI: a concrete image ID the root passes down. The root's
+/// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
+/// at `up` and kept by later `update`s (src/aws/deploy.rs): a new Amazon
+/// Linux release never replaces nodes unless `update --refresh-ami` asks.
+fn ami_parameter() -> Value {
+    json!({"Type": "AWS::EC2::Image::Id", "Description": "Amazon Linux 2023 AMI, pinned by kube-aws"})
 }
+
+/// The root parameter carrying the pinned AMI of an instance type's architecture.
+fn ami_root_parameter(instance_type: &str) -> &'static str {
+    if is_arm64(instance_type) {
+        "ImageIdArm64"
+    } else {
+        "ImageIdX86"
+    }
+}
+
+/// Root metadata naming, per AMI parameter, the SSM public parameter the
+/// publisher resolves it from.
+pub const AMI_METADATA: &str = "kube-aws:amis";
 
 /// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
 pub fn iso_duration(secs: u64) -> String {
@@ -489,7 +502,7 @@ fn control_plane_stack(
             "ControllerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ApiTargetGroupArn": {"Type": "String"},
-            "ImageId": ami_parameter(&c.instance_type),
+            "ImageId": ami_parameter(),
         }),
     );
     let mut r = Map::new();
@@ -577,7 +590,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
             "SecretsVersion": secrets_version_parameter(),
             "WorkerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
-            "ImageId": ami_parameter(&pool.instance_type),
+            "ImageId": ami_parameter(),
         }),
     );
     let default_hooks = NodeHooks::default();
@@ -638,6 +651,27 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
         json!({"Type": "String", "Default": base,
             "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
     );
+    let mut amis = Map::new();
+    let mut ami = |instance_type: &str| -> Value {
+        let p = ami_root_parameter(instance_type);
+        let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
+        amis.insert(p.to_string(), json!(path));
+        json!({"Ref": p})
+    };
+    let controller_ami = ami(&input.cluster.controller.instance_type);
+    let pool_amis: Vec<Value> = input
+        .cluster
+        .worker
+        .node_pools
+        .iter()
+        .map(|p| ami(&p.instance_type))
+        .collect();
+    for (p, path) in &amis {
+        params.insert(
+            p.clone(),
+            json!({"Type": "String", "Description": format!("the pinned AMI, resolved from {} at up or update --refresh-ami", path.as_str().unwrap_or_default())}),
+        );
+    }
     let mut covered = Map::new();
     let mut node_stack = |logical_id: &str, role: &str| -> Value {
         let key = secrets_version_key(logical_id);
@@ -659,9 +693,9 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
                            "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
-                           "SecretsVersion": version}}}),
+                           "SecretsVersion": version, "ImageId": controller_ami}}}),
     );
-    for pool in &input.cluster.worker.node_pools {
+    for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
         let version = node_stack(&id, &format!("worker-{}", pool.name));
         r.insert(
@@ -669,10 +703,14 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
             json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
-                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version}}}),
+                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
+                               "ImageId": pool_ami}}}),
         );
     }
-    t.insert("Metadata".into(), json!({ SECRETS_METADATA: covered }));
+    t.insert(
+        "Metadata".into(),
+        json!({ SECRETS_METADATA: covered, AMI_METADATA: amis }),
+    );
     t.insert("Parameters".into(), Value::Object(params));
     t.insert("Resources".into(), Value::Object(r));
     t.insert(
