@@ -648,7 +648,7 @@ fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
 }
 
 /// The controllers keep etcd's quorum through an update: one at a time,
-/// count - 1 in service, each new one Ready (signalled) before the next, over
+/// count - 1 in service, each new one signalled (joined) before the next, over
 /// every subnet's zone.
 #[test]
 fn three_controllers_roll_one_at_a_time_over_every_zone() {

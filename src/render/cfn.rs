@@ -378,8 +378,8 @@ fn sub_escape(stub: &str) -> String {
 }
 
 /// The group's rolling update: one instance at a time, every other one in
-/// service, and the next only once the new one has signalled (its node is
-/// Ready). CloudFormation's UpdatePolicy attribute: MinInstancesInService
+/// service, and the next only once the new one has signalled (its kubeadm
+/// join is done). CloudFormation's UpdatePolicy attribute: MinInstancesInService
 /// "must be less than the MaxSize of the Auto Scaling group", and with
 /// WaitOnResourceSignals PauseTime is how long it waits for the batch's
 /// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
