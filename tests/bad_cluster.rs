@@ -230,3 +230,5 @@ fn no_cluster_file_is_exit_1_with_hint() {
         "{stderr}"
     );
 }
+bad!(even_controller_count, format!("{BASE}controller:\n  count: 2\n"));
+bad!(controller_count_above_five, format!("{BASE}controller:\n  count: 7\n"));

@@ -734,6 +734,42 @@ fn real_work_tree_up_status_update_destroy() {
     assert_eq!(group_size(&env, "NodePoolGeneral"), (2, 2, 2));
     assert_eq!(group_size(&env, "ControlPlane"), (1, 1, 1));
 
+    // The AMI was resolved at up and pinned: a concrete ID in the root's
+    // parameters, the one moto's SSM public parameter holds.
+    let ami = env
+        .aws(&[
+            "ssm",
+            "get-parameter",
+            "--name",
+            "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
+            "--query",
+            "Parameter.Value",
+            "--output",
+            "text",
+        ])
+        .trim()
+        .to_string();
+    assert!(ami.starts_with("ami-"), "{ami}");
+    let params = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
+    let pinned: Vec<&serde_json::Value> = params["Stacks"][0]["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ParameterKey"] == "ImageIdX86")
+        .collect();
+    assert_eq!(pinned.len(), 1, "{params}");
+    assert_eq!(pinned[0]["ParameterValue"], ami.as_str());
+
+    // update --refresh-ami with no newer AMI: says so, and changes nothing.
+    let refresh = env.kube_aws(dir, &["update", "--yes", "--refresh-ami"]);
+    assert!(refresh.status.success(), "{}", text(&refresh));
+    let out = String::from_utf8_lossy(&refresh.stdout).to_string();
+    assert!(
+        out.contains(&format!("no newer AMI: ImageIdX86 stays {ami}\n")),
+        "{out}"
+    );
+    assert!(out.contains("no changes: stack \"demo\" is up to date"), "{out}");
+
     // update with no changes: says so, exit 0, the stack untouched.
     let events_before = env.aws(&["cloudformation", "describe-stack-events", "--stack-name", CLUSTER]);
     let same = env.kube_aws(dir, &["update", "--yes"]);

@@ -1,13 +1,19 @@
-//! The addon installer (install-addons.sh, as rendered) run for real with bash
-//! and python3, with helm, kubectl, aws and curl replaced by recording fakes on
-//! PATH: no Kubernetes API server or AWS account can run here, so this is the
-//! one place fakes are right. The fakes map `s3://` to a directory.
+//! The addon reconciler (install-addons.sh, as rendered) run for real with
+//! bash and python3, with helm, kubectl, aws and curl replaced by recording
+//! fakes on PATH: the fakes map `s3://` to a directory, keep the plan pointer
+//! (the SSM parameter) and the S3 lock objects there, and answer
+//! DescribeStackResource from it. These are the recording fakes, not the
+//! control-plane test bed: the reconciler's AWS side (pointer, lock, bundle,
+//! DescribeStackResource, signals) has no stand-in in the test bed.
 //!
 //! Checked: install order, dependants skipped after a failure, the Tiller step
 //! in Helm v2 mode only, the CRD wait before dependants, signals and status
 //! files, sha256 and lock checks, secret values blanked out of status
-//! messages. Not covered: real helm/kubectl behaviour,
-//! IMDS, or whether CloudFormation accepts the signals (moto cannot).
+//! messages and filled into the bundle's values; a plan change installs only
+//! the changed releases, uninstalls dropped ones, signals only the new wait
+//! conditions, and a repeat is a no-op; a complete wait condition, or one a
+//! newer plan dropped, is never signalled. Not covered: real helm/kubectl
+//! behaviour, IMDS, or whether CloudFormation accepts the signals (moto cannot).
 
 mod common;
 mod render_fixtures;
@@ -22,35 +28,62 @@ use render_fixtures::*;
 const SECRET_REF: &str = "kube-aws-secret.dex.clientSecret";
 const SECRET_VALUE: &str = "s3cr3t: value with spaces";
 
-/// Rejects the first signal of each wait condition, as CloudFormation does
-/// while the wait condition does not exist yet.
+/// DescribeStackResource says "does not exist" the first time for each wait
+/// condition (CloudFormation creates it after the group, or after the
+/// pointer), then CREATE_IN_PROGRESS until it is signalled, then
+/// CREATE_COMPLETE; a state file `.wc/<ID>` overrides that.
 const FAKE_AWS: &str = r#"#!/bin/bash
 all="$*"
-[[ "$all" == *signal-resource* ]] || echo "aws $all" >>"$FAKE_LOG"
+echo "aws $all" >>"$FAKE_LOG"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --region|--content-type|--sse|--sse-kms-key-id) shift 2 ;;
+    --region|--content-type|--sse|--sse-kms-key-id|--query|--output) shift 2 ;;
     --only-show-errors) shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
 map() { case "$1" in s3://*) echo "$FAKE_S3/${1#s3://}" ;; *) echo "$1" ;; esac; }
+arg() { local i; for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[i]}" = "$1" ] && echo "${args[i + 1]}"; done; }
 if [ "${args[0]}" = s3 ] && [ "${args[1]}" = cp ]; then
   src=$(map "${args[2]}"); dst=$(map "${args[3]}")
   mkdir -p "$(dirname "$dst")"
   cp "$src" "$dst"
   exit $?
 fi
+if [ "${args[0]}" = s3api ] && [ "${args[1]}" = put-object ]; then
+  obj="$FAKE_S3/$(arg --bucket)/$(arg --key)"
+  mkdir -p "$(dirname "$obj")"
+  if ( set -o noclobber; : >"$obj" ) 2>/dev/null; then exit 0; fi
+  echo "An error occurred (PreconditionFailed) when calling the PutObject operation" >&2
+  exit 254
+fi
+if [ "${args[0]}" = ssm ] && [ "${args[1]}" = get-parameter ]; then
+  # After its first two reads (the reconciler's start), `.later` stands for a newer plan.
+  p="$FAKE_S3/.ssm$(arg --name)"
+  echo x >>"$p.reads"
+  if [ -e "$p.later" ] && [ "$(wc -l <"$p.reads")" -gt 2 ]; then p="$p.later"; fi
+  cat "$p"
+  exit $?
+fi
 if [ "${args[0]}" = cloudformation ]; then
-  marker="$FAKE_S3/.signalled-${args[5]}"
-  if [ ! -e "$marker" ]; then
-    touch "$marker"
-    echo "aws-rejected $all" >>"$FAKE_LOG"
-    exit 254
-  fi
-  echo "aws $all" >>"$FAKE_LOG"
-  exit 0
+  wc=$(arg --logical-resource-id)
+  mkdir -p "$FAKE_S3/.wc"
+  state="$FAKE_S3/.wc/$wc"
+  case "${args[1]}" in
+    describe-stack-resource)
+      if [ ! -e "$state" ]; then
+        echo CREATE_IN_PROGRESS >"$state"
+        echo "An error occurred (ValidationError): Resource $wc does not exist for stack $(arg --stack-name)" >&2
+        exit 254
+      fi
+      cat "$state"
+      [ "$(cat "$state")" != missing ] || { echo "Resource $wc does not exist for stack" >&2; exit 254; }
+      exit 0 ;;
+    signal-resource)
+      echo CREATE_COMPLETE >"$state"
+      exit 0 ;;
+  esac
 fi
 echo "fake aws: unsupported: $*" >&2
 exit 2
@@ -118,14 +151,18 @@ struct Run {
     stderr: String,
     /// (release, wait condition) in plan order, from the plan the run used.
     wait_conditions: Vec<(String, String)>,
-    _dir: tempfile::TempDir,
+    /// Keeps a one-run bed's files for the test.
+    _bed: Option<Bed>,
 }
 
 impl Run {
     fn helm_upgrades(&self) -> Vec<String> {
+        self.helm("upgrade --install ")
+    }
+    fn helm(&self, verb: &str) -> Vec<String> {
         self.log
             .iter()
-            .filter_map(|l| l.strip_prefix("helm upgrade --install "))
+            .filter_map(|l| l.strip_prefix(&format!("helm {verb}")))
             .map(|l| l.split(' ').next().unwrap().to_string())
             .collect()
     }
@@ -149,121 +186,137 @@ impl Run {
             })
             .collect()
     }
+    fn wait_condition(&self, release: &str) -> String {
+        self.wait_conditions
+            .iter()
+            .find(|(n, _)| n == release)
+            .map(|(_, w)| w.clone())
+            .unwrap_or_else(|| panic!("{release} is not in the plan"))
+    }
 }
 
-/// Publishes fake charts and a fake helm client, renders `input` with their
-/// digests, and runs the rendered installer. `tamper` may break a chart object.
-fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path)) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let (fakes, s3, build) = (root.join("fakes"), root.join("s3"), root.join("build"));
-    for (name, text) in [("aws", FAKE_AWS), ("curl", FAKE_CURL), ("kubectl", FAKE_KUBECTL)] {
-        write_exec(&fakes.join(name), text);
-    }
-    write_exec(&build.join("linux-amd64/helm"), FAKE_HELM);
-    let helm_tgz = root.join("helm.tgz");
-    tar_gz(&build, "linux-amd64", &helm_tgz);
-    input.helm_binary = HelmBinary {
-        version: "v0.0.0-fake".into(),
-        url: format!("file://{}", helm_tgz.display()),
-        sha256: sha(&helm_tgz),
-    };
-    // One archive per chart, with its crds/ files, published where the plan says.
-    let mut objects = Vec::new();
-    for a in &mut input.addons {
-        let chart_dir = build.join("charts").join(&a.release.name);
-        let c = chart_dir.join(&a.release.chart);
-        std::fs::create_dir_all(c.join("crds")).unwrap();
+/// One controller and its S3, SSM and stack, kept across plans.
+struct Bed {
+    dir: tempfile::TempDir,
+    /// The reconciler as rendered by the latest publish.
+    script: PathBuf,
+    wait_conditions: Vec<(String, String)>,
+    /// The controller's work directory (another name: another controller).
+    work: &'static str,
+}
+
+impl Bed {
+    fn new() -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for (name, text) in [("aws", FAKE_AWS), ("curl", FAKE_CURL), ("kubectl", FAKE_KUBECTL)] {
+            write_exec(&root.join("fakes").join(name), text);
+        }
+        write_exec(&root.join("build/linux-amd64/helm"), FAKE_HELM);
+        tar_gz(&root.join("build"), "linux-amd64", &root.join("helm.tgz"));
+        std::fs::create_dir_all(root.join("etc/addons")).unwrap();
+        // What kube-aws-node-secrets leaves on a controller.
+        std::fs::create_dir_all(root.join("secrets/kubeadm")).unwrap();
+        std::fs::write(root.join(format!("secrets/{SECRET_REF}")), SECRET_VALUE).unwrap();
+        std::fs::write(root.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
+        // The node program the reconciler blanks and fills secrets with, as the controller has it.
+        write_exec(
+            &root.join("node-bin/kube-aws-node-secrets"),
+            include_str!("../src/render/templates/node-secrets.py"),
+        );
         std::fs::write(
-            c.join("Chart.yaml"),
-            format!("name: {}\nversion: {}\n", a.release.chart, a.chart_version),
+            root.join("etc/runtime.json"),
+            r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1", "bucket": "kube-aws-test",
+                "keyPrefix": "clusters/full", "secretsVersion": "0123456789abcdef"}"#,
         )
         .unwrap();
-        for f in &a.crds {
-            std::fs::write(c.join("crds").join(f), "kind: CustomResourceDefinition\n").unwrap();
+        Bed {
+            dir,
+            script: PathBuf::new(),
+            wait_conditions: Vec::new(),
+            work: "work",
         }
-        let tgz = root.join(format!("{}.tgz", a.release.name));
-        tar_gz(&chart_dir, &a.release.chart, &tgz);
-        if a.digest.is_some() {
-            a.digest = Some(sha(&tgz));
-        }
-        objects.push((a.release.name.clone(), tgz));
     }
-    let rendered = render::render(&input).unwrap();
-    let plan: serde_json::Value = serde_json::from_slice(rendered.get("addons/plan.json").unwrap()).unwrap();
-    for (name, tgz) in &objects {
-        let e = plan["releases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == name.as_str())
-            .unwrap();
-        let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
-        std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
-        std::fs::copy(tgz, s3.join(key)).unwrap();
+
+    fn s3(&self) -> PathBuf {
+        self.dir.path().join("s3")
     }
-    tamper(&s3);
-    // The controller's layout: /etc/kube-aws/addons holds addons/* and manifests/.
-    let addons = root.join("etc/addons");
-    for (rel, bytes) in &rendered.files {
-        let dest = if let Some(r) = rel.strip_prefix("addons/") {
-            addons.join(r)
-        } else if rel.starts_with("manifests/") {
-            addons.join(rel)
-        } else {
-            continue;
+
+    /// What `kube-aws update` does for the addons: renders `input` (with fake
+    /// charts and helm client), publishes the charts and the addon bundle, and
+    /// sets the plan pointer to the control-plane stack's `AddonPlan` value.
+    /// `tamper` may break a chart object.
+    fn publish(&mut self, mut input: RenderInput, tamper: impl FnOnce(&Path)) {
+        let root = self.dir.path().to_path_buf();
+        let (s3, build) = (self.s3(), root.join("build"));
+        let helm_tgz = root.join("helm.tgz");
+        input.helm_binary = HelmBinary {
+            version: "v0.0.0-fake".into(),
+            url: format!("file://{}", helm_tgz.display()),
+            sha256: sha(&helm_tgz),
         };
-        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-        std::fs::write(&dest, bytes).unwrap();
-    }
-    std::fs::write(
-        root.join("etc/runtime.json"),
-        r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1"}"#,
-    )
-    .unwrap();
-    // What kube-aws-node-secrets leaves on a controller.
-    let secret_file = root.join(format!("secrets/{SECRET_REF}"));
-    std::fs::create_dir_all(root.join("secrets/kubeadm")).unwrap();
-    std::fs::write(&secret_file, SECRET_VALUE).unwrap();
-    std::fs::write(root.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
-    // The node script the installer blanks secrets with, as the controller has it.
-    let node_secrets = root.join("node-bin/kube-aws-node-secrets");
-    std::fs::create_dir_all(node_secrets.parent().unwrap()).unwrap();
-    std::fs::write(&node_secrets, include_str!("../src/render/templates/node-secrets.py")).unwrap();
-    std::fs::set_permissions(&node_secrets, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let script = addons.join("install-addons.sh");
-    let log = root.join("calls.log");
-    std::fs::write(&log, "").unwrap();
-    let path = format!("{}:{}", fakes.display(), std::env::var("PATH").unwrap_or_default());
-    let out = Command::new("bash")
-        .arg(&script)
-        .env("PATH", path)
-        .env("FAKE_LOG", &log)
-        .env("FAKE_S3", &s3)
-        .env("FAKE_HELM_FAIL", fail)
-        .env("KUBE_AWS_ADDON_DIR", &addons)
-        .env("KUBE_AWS_ETC", root.join("etc"))
-        .env("KUBE_AWS_WORK_DIR", root.join("work"))
-        .env("KUBE_AWS_BIN_DIR", root.join("bin"))
-        .env("KUBE_AWS_SECRETS_DIR", root.join("secrets"))
-        .env("KUBE_AWS_NODE_SECRETS", &node_secrets)
-        .env("FAKE_SECRET_FILE", &secret_file)
-        .env("KUBE_AWS_RETRY_DELAY", "0")
-        .env("KUBE_AWS_POLL_INTERVAL", "0")
-        .env("KUBE_AWS_SIGNAL_DELAY", "0")
-        .env("KUBECONFIG", root.join("kubeconfig"))
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        log: std::fs::read_to_string(&log)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect(),
-        s3,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        wait_conditions: plan["releases"]
+        // One archive per chart, with its crds/ files, published where the plan says.
+        let mut objects = Vec::new();
+        for a in &mut input.addons {
+            let chart_dir = build.join("charts").join(&a.release.name);
+            let c = chart_dir.join(&a.release.chart);
+            std::fs::create_dir_all(c.join("crds")).unwrap();
+            std::fs::write(
+                c.join("Chart.yaml"),
+                format!("name: {}\nversion: {}\n", a.release.chart, a.chart_version),
+            )
+            .unwrap();
+            for f in &a.crds {
+                std::fs::write(c.join("crds").join(f), "kind: CustomResourceDefinition\n").unwrap();
+            }
+            // Built once per bed: the same chart keeps its digest across plans.
+            let tgz = root.join(format!("{}.tgz", a.release.name));
+            if !tgz.exists() {
+                tar_gz(&chart_dir, &a.release.chart, &tgz);
+            }
+            if a.digest.is_some() {
+                a.digest = Some(sha(&tgz));
+            }
+            objects.push((a.release.name.clone(), tgz));
+        }
+        let rendered = render::render(&input).unwrap();
+        let plan: serde_json::Value = serde_json::from_slice(rendered.get("addons/plan.json").unwrap()).unwrap();
+        for (name, tgz) in &objects {
+            let e = plan["releases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name.as_str())
+                .unwrap();
+            let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
+            std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
+            std::fs::copy(tgz, s3.join(key)).unwrap();
+        }
+        tamper(&s3);
+        // The pointer, exactly as the control-plane stack sets it.
+        let stack: serde_json::Value =
+            serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
+        let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
+        let value = pointer["Value"].as_str().unwrap();
+        let target: serde_json::Value = serde_json::from_str(value).unwrap();
+        let bundle = rendered.get("addons/bundle.json").unwrap();
+        assert_eq!(target["sha256"], sha_bytes(bundle));
+        let key = target["uri"].as_str().unwrap().strip_prefix("s3://").unwrap();
+        std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
+        std::fs::write(s3.join(key), bundle).unwrap();
+        let param = s3.join(format!(".ssm{}", pointer["Name"].as_str().unwrap()));
+        std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+        std::fs::write(param, format!("{value}\n")).unwrap();
+        // The reconciler and where it looks, as the controller's cloud-config carries them.
+        let cc = rendered.text("userdata/controller.cloud-config").unwrap();
+        let reconciler = cloud_config_file(cc, "/etc/kube-aws/addons/reconciler.json");
+        std::fs::write(root.join("etc/addons/reconciler.json"), reconciler).unwrap();
+        self.script = root.join("bin-reconciler/install-addons.sh");
+        write_exec(
+            &self.script,
+            &cloud_config_file(cc, "/opt/kube-aws/bin/install-addons.sh"),
+        );
+        self.wait_conditions = plan["releases"]
             .as_array()
             .unwrap()
             .iter()
@@ -273,9 +326,83 @@ fn run_installer(mut input: RenderInput, fail: &str, tamper: impl FnOnce(&Path))
                     e["waitCondition"].as_str().unwrap().into(),
                 )
             })
-            .collect(),
-        _dir: dir,
+            .collect();
     }
+
+    /// One run of the reconciler (a tick of its timer); `fail` lists the
+    /// releases helm fails.
+    fn run(&self, fail: &str) -> Run {
+        let root = self.dir.path();
+        let log = root.join("calls.log");
+        std::fs::write(&log, "").unwrap();
+        let path = format!(
+            "{}:{}",
+            root.join("fakes").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("bash")
+            .arg(&self.script)
+            .env("PATH", path)
+            .env("FAKE_LOG", &log)
+            .env("FAKE_S3", self.s3())
+            .env("FAKE_HELM_FAIL", fail)
+            .env("KUBE_AWS_ETC", root.join("etc"))
+            .env("KUBE_AWS_WORK_DIR", root.join(self.work))
+            .env("KUBE_AWS_BIN_DIR", root.join("bin"))
+            .env("KUBE_AWS_SECRETS_DIR", root.join("secrets"))
+            .env("KUBE_AWS_NODE_SECRETS", root.join("node-bin/kube-aws-node-secrets"))
+            .env("FAKE_SECRET_FILE", root.join(format!("secrets/{SECRET_REF}")))
+            .env("KUBE_AWS_RETRY_DELAY", "0")
+            .env("KUBE_AWS_POLL_INTERVAL", "0")
+            .env("KUBE_AWS_SIGNAL_DELAY", "0")
+            .env("KUBECONFIG", root.join("kubeconfig"))
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            log: std::fs::read_to_string(&log)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect(),
+            s3: self.s3(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            wait_conditions: self.wait_conditions.clone(),
+            _bed: None,
+        }
+    }
+}
+
+fn sha_bytes(b: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(b))
+}
+
+/// A `write_files` entry's content in a rendered cloud-config.
+fn cloud_config_file(cloud_config: &str, path: &str) -> String {
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    let f = doc["write_files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str() == Some(path))
+        .unwrap_or_else(|| panic!("{path} is not in the cloud-config"));
+    let content = f["content"].as_str().unwrap();
+    if f["encoding"].as_str() == Some("b64") {
+        use base64::Engine;
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(content).unwrap()).unwrap()
+    } else {
+        content.to_string()
+    }
+}
+
+/// Publishes `input` to a fresh controller and runs the reconciler once.
+fn run_installer(input: RenderInput, fail: &str, tamper: impl FnOnce(&Path)) -> Run {
+    let mut bed = Bed::new();
+    bed.publish(input, tamper);
+    let mut run = bed.run(fail);
+    run._bed = Some(bed);
+    run
 }
 
 fn helm_v3(mut input: RenderInput) -> RenderInput {
@@ -332,8 +459,16 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
     signals.sort();
     assert_eq!(wcs.len(), 4);
     assert_eq!(signals, wcs);
-    let rejected = run.log.iter().filter(|l| l.starts_with("aws-rejected")).count();
-    assert_eq!(rejected, 4, "each signal was retried after a rejection");
+    // Each wait condition did not exist at first (CloudFormation creates it
+    // after the group): asked again, then signalled while it waited.
+    for (_, wc) in &run.wait_conditions {
+        let asked = run
+            .log
+            .iter()
+            .filter(|l| l.contains("describe-stack-resource") && l.contains(&format!("--logical-resource-id {wc} ")))
+            .count();
+        assert_eq!(asked, 2, "{wc}: {:#?}", run.log);
+    }
     assert!(run
         .log
         .iter()
@@ -455,4 +590,146 @@ fn no_charts_means_no_tiller_and_no_helm() {
         "{:#?}",
         run.log
     );
+}
+
+/// The plan after an update: metrics-server's values changed, dex dropped.
+fn changed_plan(mut input: RenderInput) -> RenderInput {
+    let ms = input
+        .addons
+        .iter_mut()
+        .find(|a| a.release.name == "metrics-server")
+        .unwrap();
+    ms.values_yaml.push_str("replicas: 3\n");
+    input.addons.retain(|a| a.release.name != "dex");
+    input
+}
+
+#[test]
+fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_does_nothing() {
+    let mut bed = Bed::new();
+    let first = helm_v3(full());
+    bed.publish(first.clone(), |_| {});
+    let one = bed.run("");
+    assert_eq!(one.code, 0, "{}\n{:#?}", one.stderr, one.log);
+    assert_eq!(one.helm_upgrades(), ["calico", "cert-manager", "metrics-server", "dex"]);
+    let installed: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            bed.s3()
+                .join("kube-aws-test/clusters/full/status/addons/installed.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let names: Vec<&str> = installed["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["calico", "cert-manager", "dex", "metrics-server"]);
+    // The bundle's values had the secret filled in; the published bundle keeps the reference.
+    let work = bed.dir.path().join("work/plans");
+    let plan_dir = std::fs::read_dir(&work).unwrap().next().unwrap().unwrap().path();
+    let dex = std::fs::read_to_string(plan_dir.join("values/dex.yaml")).unwrap();
+    assert!(dex.contains(SECRET_VALUE) && !dex.contains(SECRET_REF), "{dex}");
+
+    // The same plan again (the next tick of the timer): nothing.
+    let again = bed.run("");
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again.helm_upgrades().is_empty() && again.signals().is_empty(),
+        "{:#?}",
+        again.log
+    );
+
+    // A new plan: only metrics-server is installed and signalled; dex is uninstalled.
+    bed.publish(changed_plan(first.clone()), |_| {});
+    let two = bed.run("");
+    assert_eq!(two.code, 0, "{}\n{:#?}", two.stderr, two.log);
+    assert_eq!(two.helm_upgrades(), ["metrics-server"]);
+    assert_eq!(two.helm("uninstall "), ["dex"]);
+    assert!(
+        two.position("helm uninstall dex --namespace dex --wait").is_some(),
+        "{:#?}",
+        two.log
+    );
+    let signalled: Vec<String> = two.signals().into_iter().map(|(_, wc, _)| wc).collect();
+    assert_eq!(signalled, [two.wait_condition("metrics-server")]);
+    assert_eq!(
+        two.wait_condition("calico"),
+        one.wait_condition("calico"),
+        "unchanged entries keep their ID"
+    );
+    assert_ne!(
+        two.wait_condition("metrics-server"),
+        one.wait_condition("metrics-server")
+    );
+    // Only the new plan's new wait condition was looked up.
+    assert!(!two.log.iter().any(|l| l.contains("describe-stack-resource")
+        && l.contains(&format!("--logical-resource-id {} ", one.wait_condition("calico")))));
+    let three = bed.run("");
+    assert!(three.helm_upgrades().is_empty() && three.helm("uninstall ").is_empty() && three.signals().is_empty());
+
+    // Another controller, whose timer sees the plan after this one took its lock, does nothing.
+    bed.work = "work-other-controller";
+    let o = bed.run("");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.helm_upgrades().is_empty() && o.signals().is_empty(), "{:#?}", o.log);
+    assert!(o.stderr.contains("another controller's to install"), "{}", o.stderr);
+}
+
+#[test]
+fn complete_or_dropped_wait_conditions_are_never_signalled() {
+    let mut bed = Bed::new();
+    bed.publish(helm_v3(full()), |_| {});
+    let wcs = bed.wait_conditions.clone();
+    assert_eq!(wcs[3].0, "dex");
+    let state = bed.s3().join(".wc");
+    std::fs::create_dir_all(&state).unwrap();
+    // calico's wait condition is already complete; dex's is no longer in the
+    // stack, and a newer plan is live by the time it is asked.
+    std::fs::write(state.join(&wcs[0].1), "CREATE_COMPLETE").unwrap();
+    std::fs::write(state.join(&wcs[3].1), "missing").unwrap();
+    for (_, wc) in &wcs[1..3] {
+        std::fs::write(state.join(wc), "CREATE_IN_PROGRESS").unwrap();
+    }
+    let pointer = bed.s3().join(".ssm/kube-aws/full/addon-plan");
+    std::fs::write(
+        pointer.with_extension("later"),
+        r#"{"uri": "s3://kube-aws-test/clusters/full/addons/0/bundle.json", "sha256": "0"}"#,
+    )
+    .unwrap();
+    let run = bed.run("");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let signalled: Vec<String> = run.signals().into_iter().map(|(_, wc, _)| wc).collect();
+    assert_eq!(signalled.len(), 2, "{signalled:?}");
+    assert!(
+        !signalled.contains(&wcs[0].1) && !signalled.contains(&wcs[3].1),
+        "{signalled:?}"
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "{} (calico) is CREATE_COMPLETE: nothing waits for its signal",
+            wcs[0].1
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "{} (dex) is not in the stack and a newer plan is live: not signalled",
+            wcs[3].1
+        )),
+        "{}",
+        run.stderr
+    );
+    // Each was asked once, not retried for half an hour.
+    for wc in [&wcs[0].1, &wcs[3].1] {
+        let asked = run
+            .log
+            .iter()
+            .filter(|l| l.contains("describe-stack-resource") && l.contains(&format!("--logical-resource-id {wc} ")))
+            .count();
+        assert_eq!(asked, 1, "{wc}");
+    }
 }

@@ -203,8 +203,11 @@ fn hostile_values_stay_data_byte_exact() {
     assert_eq!(r.get("addons/values/dex.yaml").unwrap(), evil_no_newline.as_bytes());
     let files = written_files(r.text("userdata/controller.cloud-config").unwrap());
     let get = |p: &str| files.iter().find(|(path, _)| path == p).map(|(_, c)| c.as_str());
-    assert_eq!(get("/etc/kube-aws/addons/values/metrics-server.yaml"), Some(evil));
-    assert_eq!(get("/etc/kube-aws/addons/values/dex.yaml"), Some(evil_no_newline));
+    // Values reach the controller in the addon bundle (JSON), not its user data.
+    assert_eq!(get("/etc/kube-aws/addons/values/metrics-server.yaml"), None);
+    let bundle: serde_json::Value = serde_json::from_slice(r.get("addons/bundle.json").unwrap()).unwrap();
+    assert_eq!(bundle["files"]["values/metrics-server.yaml"], evil);
+    assert_eq!(bundle["files"]["values/dex.yaml"], evil_no_newline);
     assert_eq!(get("/etc/dex/$(id) `x` 'q'"), Some(evil_no_newline));
     let kubeadm: serde_json::Value = serde_json::from_str(get("/etc/kube-aws/kubeadm.json").unwrap()).unwrap();
     let args = &kubeadm["documents"][1]["apiServer"]["extraArgs"];
@@ -321,7 +324,8 @@ fn install_order_and_wait_conditions() {
         assert_eq!(wc["CreationPolicy"]["ResourceSignal"]["Count"], 1);
         let deps = wc["DependsOn"].as_array().unwrap();
         assert_eq!(deps[0], "ControllerGroup");
-        assert_eq!(deps.len(), 1 + e["dependsOn"].as_array().unwrap().len());
+        assert_eq!(deps[1], "AddonPlan");
+        assert_eq!(deps.len(), 2 + e["dependsOn"].as_array().unwrap().len());
     }
 }
 
@@ -437,9 +441,12 @@ fn each_role_decrypts_only_its_own_secrets() {
         .unwrap();
     assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 6);
     assert_eq!(node["secrets"]["pki"]["dir"], "/etc/kubernetes/pki");
+    // The values file is in the addon bundle: the reconciler fills it.
+    assert_eq!(node["secrets"]["files"], serde_json::json!([]));
+    let bundle: serde_json::Value = serde_json::from_slice(r.get("addons/bundle.json").unwrap()).unwrap();
     assert_eq!(
-        node["secrets"]["files"],
-        serde_json::json!([{"path": "/etc/kube-aws/addons/values/dex.yaml", "format": "yaml"}])
+        bundle["secretFiles"],
+        serde_json::json!([{"path": "values/dex.yaml", "format": "yaml"}])
     );
     // No node may encrypt: nothing a node writes is secret.
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
@@ -559,4 +566,200 @@ fn cli_render_writes_the_layout_and_is_repeatable() {
         plan,
         "same tree, same bytes"
     );
+}
+
+fn stack(r: &Rendered, name: &str) -> serde_json::Value {
+    serde_json::from_slice(r.get(&format!("stacks/{name}.json")).unwrap()).unwrap()
+}
+
+/// Resources of a stack whose definition differs between two renders (added,
+/// removed or changed), by logical ID.
+fn changed_resources(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    let (ra, rb) = (a["Resources"].as_object().unwrap(), b["Resources"].as_object().unwrap());
+    let mut ids: Vec<String> = ra
+        .keys()
+        .chain(rb.keys())
+        .filter(|k| ra.get(*k) != rb.get(*k))
+        .cloned()
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// The day-2 invariant at template level: an addon-only change (values, a
+/// chart version, a plugin manifest) leaves every launch template, auto
+/// scaling group, role and user data as it is; only the plan pointer and the
+/// changed releases' wait conditions differ. (tests/deploy_moto.rs shows the
+/// same through a change set.)
+#[test]
+fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
+    let before = full();
+    let a = rendered(&before);
+    let mut after = before.clone();
+    after.addons[2].values_yaml.push_str("replicas: 3\n");
+    after.addons[1].chart_version = "9.9.9".into();
+    after.plugins.cluster.manifests[0].content.push_str("# changed\n");
+    let b = rendered(&after);
+    let wc = |r: &Rendered, i: usize| -> String {
+        let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
+        plan["releases"][i]["waitCondition"].as_str().unwrap().to_string()
+    };
+    let (cp_a, cp_b) = (stack(&a, "control-plane"), stack(&b, "control-plane"));
+    // Only the pointer and wait conditions differ (a kept wait condition may
+    // list a dependency's new ID, which CloudFormation does not update it for).
+    for id in changed_resources(&cp_a, &cp_b) {
+        let t = cp_b["Resources"].get(&id).unwrap_or(&cp_a["Resources"][&id])["Type"].clone();
+        assert!(
+            id == "AddonPlan" || t == "AWS::CloudFormation::WaitCondition",
+            "{id} ({t}) changed"
+        );
+    }
+    assert_ne!(cp_a["Resources"]["AddonPlan"], cp_b["Resources"]["AddonPlan"]);
+    // The new wait conditions are exactly the changed releases'.
+    let ids = |cp: &serde_json::Value| -> std::collections::BTreeSet<String> {
+        cp["Resources"].as_object().unwrap().keys().cloned().collect()
+    };
+    let added: Vec<String> = ids(&cp_b).difference(&ids(&cp_a)).cloned().collect();
+    let mut want = Vec::new();
+    for name in [&before.addons[1].release.name, &before.addons[2].release.name] {
+        let plan: serde_json::Value = serde_json::from_slice(a.get("addons/plan.json").unwrap()).unwrap();
+        let i = plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|e| e["name"] == name.as_str())
+            .unwrap();
+        assert_ne!(wc(&a, i), wc(&b, i));
+        want.push(wc(&b, i));
+    }
+    want.sort();
+    assert_eq!(added, want);
+    for (path, bytes) in &a.files {
+        if path.starts_with("userdata/") || (path.starts_with("stacks/") && path != "stacks/control-plane.json") {
+            assert_eq!(b.get(path), Some(bytes.as_slice()), "{path} changed");
+        }
+    }
+    // The releases that did not change keep their wait condition: nothing waits for them.
+    let unchanged = |r: &Rendered| -> Vec<String> {
+        let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
+        plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["name"] != before.addons[1].release.name.as_str()
+                    && e["name"] != before.addons[2].release.name.as_str()
+            })
+            .map(|e| e["waitCondition"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(unchanged(&a), unchanged(&b));
+    // Each wait condition depends on the pointer: it exists only once the controllers can see its plan.
+    let any_wc = wc(&b, 0);
+    let deps = &cp_b["Resources"][any_wc.as_str()]["DependsOn"];
+    assert!(deps.as_array().unwrap().iter().any(|d| d == "AddonPlan"), "{deps}");
+}
+
+/// The controllers keep etcd's quorum through an update: one at a time,
+/// count - 1 in service, each new one signalled (joined) before the next, over
+/// every subnet's zone.
+#[test]
+fn three_controllers_roll_one_at_a_time_over_every_zone() {
+    let mut input = full();
+    input.cluster.controller.count = 3;
+    let cp = stack(&rendered(&input), "control-plane");
+    let g = &cp["Resources"]["ControllerGroup"];
+    let policy = &g["UpdatePolicy"]["AutoScalingRollingUpdate"];
+    assert_eq!(policy["MaxBatchSize"], "1");
+    assert_eq!(policy["MinInstancesInService"], "2");
+    assert_eq!(policy["WaitOnResourceSignals"], true);
+    assert!(policy["PauseTime"].as_str().unwrap().starts_with("PT"));
+    assert!(policy["SuspendProcesses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "AZRebalance"));
+    assert_eq!(g["CreationPolicy"]["ResourceSignal"]["Count"], 3);
+    let p = &g["Properties"];
+    assert_eq!((p["MinSize"].as_str(), p["MaxSize"].as_str()), (Some("3"), Some("3")));
+    // MinInstancesInService must stay below MaxSize (CloudFormation's rule).
+    assert!(policy["MinInstancesInService"].as_str().unwrap() < p["MaxSize"].as_str().unwrap());
+    // Every subnet (one per zone) is the group's: the group balances over the zones.
+    assert_eq!(p["VPCZoneIdentifier"], serde_json::json!({"Ref": "SubnetIds"}));
+}
+
+/// What each kind of change does to the stacks, at template level: per
+/// stack, the resources whose definition changes. Printed (for
+/// docs/deploy.md's "Updating safely") and checked: only the changes that
+/// touch a node's user data or its group reach a launch template or group.
+#[test]
+fn what_each_kind_of_change_replaces() {
+    let base = full();
+    let a = rendered(&base);
+    type Change = Box<dyn Fn(&mut render::RenderInput)>;
+    let kinds: Vec<(&str, Change)> = vec![
+        (
+            "addon values",
+            Box::new(|i| i.addons[2].values_yaml.push_str("replicas: 3\n")),
+        ),
+        (
+            "chart version",
+            Box::new(|i| i.addons[1].chart_version = "9.9.9".into()),
+        ),
+        (
+            "plugin manifest",
+            Box::new(|i| i.plugins.cluster.manifests[0].content.push_str("# x\n")),
+        ),
+        (
+            "plugin node file (controller)",
+            Box::new(|i| i.plugins.controller.files[0].content.push_str("x\n")),
+        ),
+        (
+            "kubelet flag (pool general)",
+            Box::new(|i| {
+                let hooks = i.plugins.pools.get_mut("general").unwrap();
+                hooks.kubelet_flags.insert("max-pods".into(), "40".into());
+            }),
+        ),
+        ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
+    ];
+    let mut table = String::new();
+    for (kind, change) in &kinds {
+        let mut input = base.clone();
+        change(&mut input);
+        let b = rendered(&input);
+        let mut touched = Vec::new();
+        for (path, _) in a
+            .files
+            .iter()
+            .filter(|(p, _)| p.starts_with("stacks/") && *p != "stacks/root.json")
+        {
+            let (sa, sb) = (
+                serde_json::from_slice::<serde_json::Value>(a.get(path).unwrap()).unwrap(),
+                { serde_json::from_slice::<serde_json::Value>(b.get(path).unwrap()).unwrap() },
+            );
+            for id in changed_resources(&sa, &sb) {
+                let t = sb["Resources"].get(&id).unwrap_or(&sa["Resources"][&id])["Type"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches("AWS::")
+                    .to_string();
+                touched.push(format!(
+                    "{}/{id} ({t})",
+                    path.trim_start_matches("stacks/").trim_end_matches(".json")
+                ));
+            }
+        }
+        table.push_str(&format!("{kind}: {}\n", touched.join(", ")));
+        let rolls = touched
+            .iter()
+            .any(|t| t.contains("LaunchTemplate") || t.contains("AutoScalingGroup"));
+        let addon_only = ["addon values", "chart version", "plugin manifest"].contains(kind);
+        assert_eq!(rolls, !addon_only, "{kind}: {touched:?}");
+        if *kind == "controller count" {
+            assert!(!touched.iter().any(|t| t.contains("LaunchTemplate")), "{touched:?}");
+        }
+    }
+    println!("{table}");
 }

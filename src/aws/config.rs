@@ -27,6 +27,8 @@ pub struct Clients {
     pub kms: aws_sdk_kms::Client,
     #[cfg(feature = "nodes")]
     pub ec2: aws_sdk_ec2::Client,
+    /// Resolves the AMI public parameters (`up`, `update --refresh-ami`).
+    pub ssm: aws_sdk_ssm::Client,
     pub region: String,
     /// The S3 endpoint when one is set (moto, LocalStack); None for AWS itself.
     pub s3_endpoint: Option<String>,
@@ -96,6 +98,7 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
         kms: aws_sdk_kms::Client::new(&sdk),
         #[cfg(feature = "nodes")]
         ec2: aws_sdk_ec2::Client::new(&sdk),
+        ssm: aws_sdk_ssm::Client::new(&sdk),
         region,
         s3_endpoint,
     })

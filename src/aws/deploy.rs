@@ -14,7 +14,7 @@ use super::secrets::SecretValue;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
 use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
-use super::{AwsError, Clients};
+use super::{sdk_error, AwsError, Clients};
 use crate::config::ClusterConfig;
 
 /// The rendered directory inside a work tree.
@@ -90,6 +90,81 @@ pub struct WaitOptions {
     pub timeout: Option<Duration>,
 }
 
+/// One pinned AMI: the root parameter, its value before (None at `up`, or
+/// when the live stack predates pinning) and now, and the node stacks using it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PinnedAmi {
+    pub parameter: String,
+    pub before: Option<String>,
+    pub after: String,
+    pub stacks: Vec<String>,
+}
+
+impl PinnedAmi {
+    /// "ControlPlane, NodePoolGeneral: instances replaced (AMI ami-a → ami-b)", or None when unchanged.
+    pub fn describe_change(&self) -> Option<String> {
+        let before = self.before.as_deref()?;
+        (before != self.after).then(|| {
+            format!(
+                "{}: instances replaced, one at a time (AMI {before} → {})",
+                self.stacks.join(", "),
+                self.after
+            )
+        })
+    }
+}
+
+/// The AMI a root parameter gets: the live stack's while it has one and no
+/// refresh is asked for, else what `resolve` finds in the SSM public
+/// parameter (only called when needed).
+pub async fn pin_amis<F, Fut>(
+    published: &mut Published,
+    live: Option<&StackInfo>,
+    refresh: bool,
+    resolve: F,
+) -> Result<Vec<PinnedAmi>, AwsError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, AwsError>>,
+{
+    let mut out = Vec::new();
+    for (param, source) in publish::ami_sources(&published.root_template_body) {
+        let before = live
+            .and_then(|l| l.parameters.iter().find(|(k, _)| *k == param))
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty());
+        let after = match (&before, refresh) {
+            (Some(v), false) => v.clone(),
+            _ => resolve(source.clone()).await?,
+        };
+        published.parameters.retain(|(k, _)| *k != param);
+        published.parameters.push((param.clone(), after.clone()));
+        out.push(PinnedAmi {
+            stacks: publish::stacks_using(&published.root_template_body, &param),
+            parameter: param,
+            before,
+            after,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads an SSM public parameter (the Amazon Linux 2023 AMI ID).
+pub async fn resolve_ami(clients: &Clients, name: String) -> Result<String, AwsError> {
+    let out = clients
+        .ssm
+        .get_parameter()
+        .name(&name)
+        .send()
+        .await
+        .map_err(|e| sdk_error("ssm:GetParameter", e))?;
+    out.parameter()
+        .and_then(|p| p.value())
+        .filter(|v| v.starts_with("ami-"))
+        .map(str::to_string)
+        .ok_or_else(|| AwsError::WorkTree(format!("the SSM parameter {name:?} holds no AMI ID")))
+}
+
 /// Publishes the artifacts.
 pub async fn publish_artifacts(
     clients: &Clients,
@@ -124,7 +199,8 @@ pub async fn up(
         }
         return Err(AwsError::StackExists { stack: name.clone() });
     }
-    let published = publish_artifacts(clients, cluster, artifacts).await?;
+    let mut published = publish_artifacts(clients, cluster, artifacts).await?;
+    pin_amis(&mut published, None, false, |n| resolve_ami(clients, n)).await?;
     clear_runtime_state(clients, &Location::new(cluster)?).await?;
     let req = StackRequest {
         name: name.clone(),
@@ -293,7 +369,31 @@ pub enum UpdatePlan {
         stack_id: String,
         /// Root parameters whose value changes (e.g. a node stack's secrets version).
         changed_parameters: Vec<String>,
+        /// Installed releases the new plan drops: the reconciler uninstalls them.
+        uninstalls: Vec<String>,
     },
+}
+
+use crate::render::plan::INSTALLED_RELEASES;
+
+/// The releases of the reconciler's record (`{"releases": [{"name"}]}`) that
+/// `addons` (the new plan) does not list, sorted. A missing or unreadable
+/// record means nothing is known to be installed.
+pub fn dropped_releases(installed: Option<&[u8]>, addons: &[ExpectedAddon]) -> Vec<String> {
+    let record: serde_json::Value = installed
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    let mut out: Vec<String> = record["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .filter(|n| !addons.iter().any(|a| a.release == *n))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `update`, first half: publish, compare, create a change set.
@@ -301,7 +401,8 @@ pub async fn plan_update(
     clients: &Clients,
     cluster: &ClusterConfig,
     artifacts: &ArtifactsOptions,
-) -> Result<UpdatePlan, AwsError> {
+    refresh_ami: bool,
+) -> Result<(UpdatePlan, Vec<PinnedAmi>), AwsError> {
     let name = &cluster.cluster_name;
     let live = stack::describe_stack(clients, name)
         .await?
@@ -312,7 +413,8 @@ pub async fn plan_update(
             live.status
         )));
     }
-    let published = publish_artifacts(clients, cluster, artifacts).await?;
+    let mut published = publish_artifacts(clients, cluster, artifacts).await?;
+    let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
     // nothing changed anywhere below it. (Moto lists every resource of any
     // change set as "Add", so this check is also what makes "no changes" visible there.)
@@ -322,7 +424,7 @@ pub async fn plan_update(
         .iter()
         .all(|p| live.parameters.iter().any(|l| l == p));
     if same_params && template.is_some_and(|t| stack::same_template(&t, &published.root_template_body)) {
-        return Ok(UpdatePlan::NoChanges);
+        return Ok((UpdatePlan::NoChanges, amis));
     }
     let req = StackRequest {
         name: name.clone(),
@@ -330,9 +432,17 @@ pub async fn plan_update(
         parameters: published.parameters.clone(),
         tags: stack_tags(cluster),
     };
-    match stack::create_change_set(clients, &req).await? {
-        None => Ok(UpdatePlan::NoChanges),
-        Some(change_set) => Ok(UpdatePlan::Changes {
+    let installed = publish::get_object(
+        clients,
+        &published.location.bucket,
+        &published.location.key(INSTALLED_RELEASES),
+    )
+    .await?;
+    let uninstalls = dropped_releases(installed.as_deref(), &published.addons);
+    let plan = match stack::create_change_set(clients, &req).await? {
+        None => UpdatePlan::NoChanges,
+        Some(change_set) => UpdatePlan::Changes {
+            uninstalls,
             changed_parameters: published
                 .parameters
                 .iter()
@@ -342,8 +452,9 @@ pub async fn plan_update(
             published: Box::new(published),
             change_set,
             stack_id: live.stack_id,
-        }),
-    }
+        },
+    };
+    Ok((plan, amis))
 }
 
 /// Asks a yes/no question on the terminal. Without a terminal and without
@@ -421,6 +532,116 @@ async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn published(root: &str) -> Published {
+        Published {
+            location: Location {
+                bucket: "b".into(),
+                prefix: "p".into(),
+            },
+            root_template_url: String::new(),
+            root_template_body: root.into(),
+            parameters: vec![("ArtifactBaseURL".into(), "u".into())],
+            objects: vec![],
+            addons: vec![],
+        }
+    }
+
+    fn live(params: &[(&str, &str)]) -> StackInfo {
+        StackInfo {
+            name: "demo".into(),
+            stack_id: "id".into(),
+            status: "CREATE_COMPLETE".into(),
+            reason: None,
+            outputs: vec![],
+            parameters: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    const ROOT: &str = r#"{"Metadata": {"kube-aws:amis": {"ImageIdX86": "/aws/service/x86"}},
+        "Resources": {"ControlPlane": {"Properties": {"Parameters": {"ImageId": {"Ref": "ImageIdX86"}}}},
+                      "Network": {"Properties": {}}}}"#;
+
+    #[test]
+    fn amis_are_resolved_at_up_kept_by_updates_and_refreshed_on_request() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let asked = std::cell::Cell::new(0);
+        let resolve = |name: String| {
+            asked.set(asked.get() + 1);
+            async move {
+                assert_eq!(name, "/aws/service/x86");
+                Ok::<_, AwsError>("ami-new".to_string())
+            }
+        };
+        // up: resolved.
+        let mut p = published(ROOT);
+        let got = rt.block_on(pin_amis(&mut p, None, false, resolve)).unwrap();
+        assert_eq!(got[0].after, "ami-new");
+        assert_eq!(got[0].stacks, ["ControlPlane"]);
+        assert!(p.parameters.contains(&("ImageIdX86".into(), "ami-new".into())));
+        assert_eq!(asked.get(), 1);
+        // update: the live value, SSM not even asked.
+        let mut p = published(ROOT);
+        let got = rt
+            .block_on(pin_amis(
+                &mut p,
+                Some(&live(&[("ImageIdX86", "ami-old")])),
+                false,
+                resolve,
+            ))
+            .unwrap();
+        assert_eq!((got[0].after.as_str(), asked.get()), ("ami-old", 1));
+        assert_eq!(got[0].describe_change(), None);
+        assert!(p.parameters.contains(&("ImageIdX86".into(), "ami-old".into())));
+        // update --refresh-ami: a newer one, and which stacks roll for it.
+        let mut p = published(ROOT);
+        let got = rt
+            .block_on(pin_amis(
+                &mut p,
+                Some(&live(&[("ImageIdX86", "ami-old")])),
+                true,
+                resolve,
+            ))
+            .unwrap();
+        assert_eq!(
+            got[0].describe_change().as_deref(),
+            Some("ControlPlane: instances replaced, one at a time (AMI ami-old → ami-new)")
+        );
+        // --refresh-ami with nothing newer: no change to describe.
+        let mut p = published(ROOT);
+        let got = rt
+            .block_on(pin_amis(
+                &mut p,
+                Some(&live(&[("ImageIdX86", "ami-new")])),
+                true,
+                resolve,
+            ))
+            .unwrap();
+        assert_eq!(got[0].describe_change(), None);
+        assert_eq!(got[0].before.as_deref(), Some("ami-new"));
+    }
+
+    #[test]
+    fn dropped_releases_are_the_installed_ones_the_plan_no_longer_lists() {
+        let plan = |names: &[&str]| -> Vec<ExpectedAddon> {
+            names
+                .iter()
+                .map(|n| ExpectedAddon {
+                    release: n.to_string(),
+                    wait_condition: None,
+                })
+                .collect()
+        };
+        let record = br#"{"plan": "abc", "releases": [{"name": "dex"}, {"name": "calico"}, {"name": "cert-manager"}]}"#;
+        assert_eq!(
+            dropped_releases(Some(record), &plan(&["calico", "metrics-server"])),
+            ["cert-manager", "dex"]
+        );
+        assert!(dropped_releases(Some(record), &plan(&["calico", "dex", "cert-manager"])).is_empty());
+        // Nothing recorded yet (the reconciler has not run), or a record that is not JSON.
+        assert!(dropped_releases(None, &plan(&[])).is_empty());
+        assert!(dropped_releases(Some(b"not json"), &plan(&[])).is_empty());
+    }
 
     #[test]
     fn chart_digests_are_found_anywhere_in_the_plan() {

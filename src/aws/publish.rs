@@ -132,19 +132,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// `DIR/NAME` → `DIR/<hex>/NAME`.
-pub fn content_addressed(rel: &str, hex: &str) -> String {
-    if let Some(role) = rel
-        .strip_prefix("userdata/")
-        .and_then(|r| r.strip_suffix(".cloud-config"))
-    {
-        return format!("userdata/{role}/{hex}.cloud-config");
-    }
-    match rel.rsplit_once('/') {
-        Some((dir, name)) => format!("{dir}/{hex}/{name}"),
-        None => format!("{hex}/{rel}"),
-    }
-}
+/// `DIR/NAME` → `DIR/<hex>/NAME`: one rule, render's (it names these keys too).
+pub use crate::render::plan::content_addressed;
 
 /// Reads every file under the rendered directory, by relative path with `/`.
 pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {
@@ -388,6 +377,32 @@ pub fn secrets_versions(
         out.push((param.clone(), hex::encode(h.finalize())[..16].to_string()));
     }
     Ok(out)
+}
+
+/// The AMI parameters the root template declares, each with the SSM public
+/// parameter it is resolved from (the root metadata `kube-aws:amis`). Pure.
+pub fn ami_sources(root_template: &str) -> Vec<(String, String)> {
+    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
+    t.pointer(&format!("/Metadata/{}", crate::render::cfn::AMI_METADATA))
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The nested stacks (root logical IDs) whose `ImageId` is the root parameter `param`.
+pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
+    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
+    t["Resources"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| r["Properties"]["Parameters"]["ImageId"]["Ref"] == param)
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 /// Checks a chart tarball against its digest and returns its artifact.

@@ -18,6 +18,10 @@ pub struct UpdateArgs {
     /// Apply without asking (required when standard input is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Resolve the Amazon Linux 2023 AMI again (it is pinned at `up`): a newer
+    /// one replaces the nodes, one at a time
+    #[arg(long)]
+    pub refresh_ami: bool,
 }
 
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
@@ -26,23 +30,38 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let artifacts = artifacts(&global.dir, &args.publish)?;
     runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
-        let (published, change_set, stack_id, changed_parameters) =
-            match deploy::plan_update(&clients, cfg, &artifacts).await? {
-                UpdatePlan::NoChanges => {
-                    println!("no changes: stack {:?} is up to date", cfg.cluster_name);
-                    return Ok(());
-                }
-                UpdatePlan::Changes {
-                    published,
-                    change_set,
-                    stack_id,
-                    changed_parameters,
-                } => (published, change_set, stack_id, changed_parameters),
-            };
+        let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;
+        if args.refresh_ami {
+            for a in amis.iter().filter(|a| a.before.as_deref() == Some(a.after.as_str())) {
+                println!("no newer AMI: {} stays {}", a.parameter, a.after);
+            }
+        }
+        let (published, change_set, stack_id, changed_parameters, uninstalls) = match plan {
+            UpdatePlan::NoChanges => {
+                println!("no changes: stack {:?} is up to date", cfg.cluster_name);
+                return Ok(());
+            }
+            UpdatePlan::Changes {
+                published,
+                change_set,
+                stack_id,
+                changed_parameters,
+                uninstalls,
+            } => (published, change_set, stack_id, changed_parameters, uninstalls),
+        };
         println!("changes to stack {:?}:", cfg.cluster_name);
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {
             println!("parameters changed: {}", changed_parameters.join(", "));
+        }
+        for line in amis.iter().filter_map(|a| a.describe_change()) {
+            println!("{line}");
+        }
+        if !uninstalls.is_empty() {
+            println!(
+                "releases to uninstall (installed, no longer in the plan): {}",
+                uninstalls.join(", ")
+            );
         }
         let go = match deploy::confirm("apply these changes?", args.yes) {
             Ok(go) => go,

@@ -160,7 +160,8 @@ impl Default for NodeAccess {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Controller {
-    /// Number of controller nodes.
+    /// Number of controller nodes: 1, 3 or 5 (etcd keeps quorum with an odd
+    /// count; they spread over the subnets' zones and are replaced one at a time).
     #[serde(default = "one")]
     pub count: u32,
     /// EC2 instance type.

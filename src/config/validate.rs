@@ -391,8 +391,8 @@ impl Validator<'_> {
     }
 
     fn nodes(&mut self, cfg: &ClusterConfig) {
-        if cfg.controller.count == 0 {
-            self.err("controller.count", "0 controllers cannot run a cluster (use 1 or more)");
+        if let Some(message) = controller_count_error(cfg.controller.count) {
+            self.err("controller.count", message);
         }
         if cfg.controller.root_volume_size < 8 {
             self.err(
@@ -762,6 +762,39 @@ pub fn normalize_constraint(c: &str) -> String {
         i += 1;
     }
     parts.join(", ")
+}
+
+/// The controller counts etcd keeps quorum with: an odd number, at most 5
+/// (etcd's FAQ: an even member count adds no failure tolerance, and more than
+/// five members slows every write; https://etcd.io/docs/v3.5/faq/).
+pub const CONTROLLER_COUNTS: [u32; 3] = [1, 3, 5];
+
+/// Why `count` controllers cannot be, naming the nearest counts that can.
+pub fn controller_count_error(count: u32) -> Option<String> {
+    if CONTROLLER_COUNTS.contains(&count) {
+        return None;
+    }
+    let near: Vec<String> = CONTROLLER_COUNTS
+        .iter()
+        .filter(|c| c.abs_diff(count) <= 1 || (count > 5 && **c == 5))
+        .map(|c| c.to_string())
+        .collect();
+    let near = if near.is_empty() {
+        "1".to_string()
+    } else {
+        near.join(" or ")
+    };
+    Some(if count == 0 {
+        "0 controllers cannot run a cluster; use 1, 3 or 5".to_string()
+    } else if count.is_multiple_of(2) {
+        format!(
+            "{count} controllers: etcd needs an odd count to keep quorum ({count} members tolerate no more \
+             failures than {}); use {near}",
+            count - 1
+        )
+    } else {
+        format!("{count} controllers: at most 5 (every etcd member slows down writes); use {near}")
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
-use super::plan::{camel, Plan};
+use super::plan::{camel, AddonBundle, Plan};
 use super::secrets::{BUNDLE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::{cidr_network, parse_cidr, NatGateways, NodePool, DEFAULT_VPC_CIDR};
@@ -16,6 +16,8 @@ use crate::plugin::NodeHooks;
 
 const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
 const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
+/// The control-plane stack's addon plan pointer (an SSM parameter).
+pub const PLAN_POINTER: &str = "AddonPlan";
 const DEFAULT_AZ_COUNT: usize = 2;
 /// The AWS managed policy for SSM Session Manager on every node role.
 pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
@@ -30,13 +32,26 @@ pub fn is_arm64(instance_type: &str) -> bool {
     letters.len() < family.len() && rest.len() < letters.len() && rest.starts_with('g')
 }
 
-fn ami_parameter(instance_type: &str) -> Value {
-    json!({
-        "Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-        "Default": if is_arm64(instance_type) { AMI_ARM } else { AMI_X86 },
-        "Description": "Amazon Linux 2023 AMI, from its SSM public parameter",
-    })
+/// A node stack's AMI: a concrete image ID the root passes down. The root's
+/// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
+/// at `up` and kept by later `update`s (src/aws/deploy.rs): a new Amazon
+/// Linux release never replaces nodes unless `update --refresh-ami` asks.
+fn ami_parameter() -> Value {
+    json!({"Type": "AWS::EC2::Image::Id", "Description": "Amazon Linux 2023 AMI, pinned by kube-aws"})
 }
+
+/// The root parameter carrying the pinned AMI of an instance type's architecture.
+fn ami_root_parameter(instance_type: &str) -> &'static str {
+    if is_arm64(instance_type) {
+        "ImageIdArm64"
+    } else {
+        "ImageIdX86"
+    }
+}
+
+/// Root metadata naming, per AMI parameter, the SSM public parameter the
+/// publisher resolves it from.
+pub const AMI_METADATA: &str = "kube-aws:amis";
 
 /// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
 pub fn iso_duration(secs: u64) -> String {
@@ -465,6 +480,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let mut write = vec![];
     if g.controller {
         read.push(obj("charts/*"));
+        read.push(obj("addons/*"));
         write.push(obj("bootstrap/*"));
         write.push(obj("status/*"));
     }
@@ -478,6 +494,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
         // the cluster's instances; DescribeInstances has no resource-level scope.
         s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
             "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
+        s.extend(reconciler_statements(ctx));
     } else {
         // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
         s.push(
@@ -500,6 +517,31 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     }
     s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
     s
+}
+
+/// The addon reconciler reads exactly the plan pointer, and asks its own
+/// stack whether a wait condition still waits before signalling it.
+fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
+    let name = super::cloudconfig::plan_parameter_name(ctx);
+    vec![
+        json!({"Sid": "ReadAddonPlanPointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{name}")}}),
+        json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
+            "Action": ["cloudformation:DescribeStackResource"],
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
+    ]
+}
+
+/// The control-plane stack's pointer to the current addon bundle: its S3 URI
+/// and sha256, which the controllers' reconciler polls. Wait conditions
+/// depend on it, so a new plan's wait conditions exist only once it is live.
+fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle) -> Value {
+    let value = json!({"uri": format!("{}/{}", ctx.s3_base, bundle.key), "sha256": bundle.sha256});
+    json!({"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": super::cloudconfig::plan_parameter_name(ctx),
+        "Type": "String",
+        "Value": value.to_string(),
+        "Description": format!("kube-aws cluster {}: the addon plan the controllers install", ctx.cluster)}})
 }
 
 struct Group<'a> {
@@ -536,6 +578,34 @@ fn sub_escape(stub: &str) -> String {
         .replace("${!ApiEndpoint}", "${ApiEndpoint}")
         .replace("${!SecretsVersion}", "${SecretsVersion}")
         .replace("${!CACertHash}", "${CACertHash}")
+}
+
+/// The group's rolling update: one instance at a time, every other one in
+/// service, and the next only once the new one has signalled (its kubeadm
+/// join is done). CloudFormation's UpdatePolicy attribute: MinInstancesInService
+/// "must be less than the MaxSize of the Auto Scaling group", and with
+/// WaitOnResourceSignals PauseTime is how long it waits for the batch's
+/// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
+/// For controllers (count 1, 3 or 5, MinSize = MaxSize = count) that is
+/// count - 1 in service: etcd keeps its quorum while one member is replaced.
+/// Controllers also suspend the processes that would replace or move an
+/// instance behind the update's back (AWS knowledge center,
+/// auto-scaling-group-rolling-updates: HealthCheck, ReplaceUnhealthy,
+/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate).
+fn rolling_update(g: &Group, initial: u32) -> Value {
+    let mut policy = json!({
+        "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
+        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true});
+    if g.controller {
+        policy["SuspendProcesses"] = json!([
+            "HealthCheck",
+            "ReplaceUnhealthy",
+            "AZRebalance",
+            "AlarmNotification",
+            "ScheduledActions"
+        ]);
+    }
+    json!({ "AutoScalingRollingUpdate": policy })
 }
 
 /// Role, instance profile, launch template and auto scaling group of one node kind.
@@ -604,9 +674,7 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
     }
     let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": props,
-        "UpdatePolicy": {"AutoScalingRollingUpdate": {
-            "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
-            "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true}},
+        "UpdatePolicy": rolling_update(g, initial),
     });
     if !g.extra_target_groups.is_empty() {
         asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
@@ -621,6 +689,7 @@ fn control_plane_stack(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
+    bundle: &AddonBundle,
     node: &NodeUserData,
 ) -> Result<Map<String, Value>, RenderError> {
     let c = &input.cluster.controller;
@@ -645,7 +714,7 @@ fn control_plane_stack(
             "ControllerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
             "ApiTargetGroupArn": {"Type": "String"},
-            "ImageId": ami_parameter(&c.instance_type),
+            "ImageId": ami_parameter(),
         }),
     );
     let mut r = Map::new();
@@ -665,13 +734,14 @@ fn control_plane_stack(
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
     };
     node_group(input, ctx, &g, &node.stub, &mut r);
+    r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle));
     let ids: BTreeMap<&str, &str> = plan
         .releases
         .iter()
         .map(|e| (e.name.as_str(), e.wait_condition.as_str()))
         .collect();
     for e in &plan.releases {
-        let mut deps = vec![json!("ControllerGroup")];
+        let mut deps = vec![json!("ControllerGroup"), json!(PLAN_POINTER)];
         deps.extend(
             e.depends_on
                 .iter()
@@ -733,7 +803,7 @@ fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserDa
             "CACertHash": ca_cert_hash_parameter(),
             "WorkerSecurityGroupId": {"Type": "AWS::EC2::SecurityGroup::Id"},
             "ApiEndpoint": {"Type": "String", "Description": "DNS name of the API load balancer"},
-            "ImageId": ami_parameter(&pool.instance_type),
+            "ImageId": ami_parameter(),
         }),
     );
     let default_hooks = NodeHooks::default();
@@ -805,6 +875,27 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
             "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
+    let mut amis = Map::new();
+    let mut ami = |instance_type: &str| -> Value {
+        let p = ami_root_parameter(instance_type);
+        let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
+        amis.insert(p.to_string(), json!(path));
+        json!({"Ref": p})
+    };
+    let controller_ami = ami(&input.cluster.controller.instance_type);
+    let pool_amis: Vec<Value> = input
+        .cluster
+        .worker
+        .node_pools
+        .iter()
+        .map(|p| ami(&p.instance_type))
+        .collect();
+    for (p, path) in &amis {
+        params.insert(
+            p.clone(),
+            json!({"Type": "String", "Description": format!("the pinned AMI, resolved from {} at up or update --refresh-ami", path.as_str().unwrap_or_default())}),
+        );
+    }
     let mut covered = Map::new();
     let mut node_stack = |logical_id: &str, role: &str| -> Value {
         let key = secrets_version_key(logical_id);
@@ -826,9 +917,9 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
                            "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
-                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH}}}}),
+                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": controller_ami}}}),
     );
-    for pool in &input.cluster.worker.node_pools {
+    for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
         let version = node_stack(&id, &format!("worker-{}", pool.name));
         r.insert(
@@ -837,10 +928,13 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
                                "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
-                               "CACertHash": {"Ref": CA_CERT_HASH}}}}),
+                               "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": pool_ami}}}),
         );
     }
-    t.insert("Metadata".into(), json!({ SECRETS_METADATA: covered }));
+    t.insert(
+        "Metadata".into(),
+        json!({ SECRETS_METADATA: covered, AMI_METADATA: amis }),
+    );
     t.insert("Parameters".into(), Value::Object(params));
     t.insert("Resources".into(), Value::Object(r));
     t.insert(
@@ -893,6 +987,7 @@ pub fn render_stacks(
     input: &RenderInput,
     ctx: &Ctx,
     plan: &Plan,
+    bundle: &AddonBundle,
     nodes: &BTreeMap<String, NodeUserData>,
 ) -> Result<Vec<(String, Value)>, RenderError> {
     let empty = NodeUserData::default();
@@ -902,7 +997,7 @@ pub fn render_stacks(
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),
-            control_plane_stack(input, ctx, plan, stub("controller"))?,
+            control_plane_stack(input, ctx, plan, bundle, stub("controller"))?,
         ),
     ];
     for pool in &input.cluster.worker.node_pools {

@@ -9,10 +9,10 @@ use std::sync::OnceLock;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::plan::sha256_hex;
+use super::plan::{sha256_hex, AddonBundle};
 use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
-use super::{Ctx, RenderError, RenderInput, Rendered};
+use super::{Ctx, RenderError, RenderInput};
 use crate::config::{Taint, TaintEffect};
 use crate::plugin::NodeHooks;
 
@@ -23,6 +23,7 @@ const NODE_SECRETS_PY: &str = include_str!("templates/node-secrets.py");
 const STUB_SH: &str = include_str!("templates/stub.sh");
 const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
+const ADDONS_TIMER: &str = include_str!("templates/kube-aws-addons.timer");
 const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
 const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
@@ -293,6 +294,7 @@ fn render_node(
     ctx: &Ctx,
     spec: &NodeSpec,
     addons: &[(String, String, String)],
+    extra_secrets: &[String],
 ) -> Result<(String, NodeSecrets), RenderError> {
     let mut files: Vec<FileEntry> = Vec::new();
     let mut paths: BTreeMap<String, String> = BTreeMap::new();
@@ -328,7 +330,13 @@ fn render_node(
     let scanned = std::iter::once((KUBEADM_JSON, kubeadm.as_str()))
         .chain(addons.iter().map(|(p, _, c)| (p.as_str(), c.as_str())))
         .chain(hooks.files.iter().map(|f| (f.path.as_str(), f.content.as_str())));
-    let secrets = node_secrets(spec.pool.is_none(), &known, scanned);
+    let mut secrets = node_secrets(spec.pool.is_none(), &known, scanned);
+    // Secrets the addon bundle references: decrypted at boot, filled in by the reconciler.
+    if !extra_secrets.is_empty() {
+        let mut names: std::collections::BTreeSet<String> = secrets.names.drain(..).collect();
+        names.extend(extra_secrets.iter().cloned());
+        secrets.names = names.into_iter().collect();
+    }
     let node = json!({
         "role": if spec.pool.is_some() { "worker" } else { "controller" },
         "pool": spec.pool,
@@ -426,49 +434,53 @@ fn unit_path(name: &str) -> String {
     format!("/etc/systemd/system/{name}")
 }
 
-/// What only controllers carry: the addon plan, values, Tiller, manifests, the
-/// installer and its unit, and the kubelet
-/// serving-certificate approver and its timer.
-fn controller_addon_files(out: &Rendered) -> Result<Vec<(String, String, String)>, RenderError> {
-    let mut files = Vec::new();
-    for (rel, bytes) in &out.files {
-        let (path, mode) = if rel == "addons/install-addons.sh" {
-            ("/opt/kube-aws/bin/install-addons.sh".to_string(), "0755")
-        } else if let Some(rest) = rel.strip_prefix("addons/") {
-            (format!("{NODE_ADDON_DIR}/{rest}"), "0600")
-        } else if rel.starts_with("manifests/") {
-            (format!("{NODE_ADDON_DIR}/{rel}"), "0600")
-        } else {
-            continue;
-        };
-        let text = String::from_utf8(bytes.clone()).map_err(|_| RenderError::Template {
-            name: rel.clone(),
-            message: "is not UTF-8".into(),
-        })?;
-        files.push((path, mode.to_string(), text));
-    }
-    files.push((
-        "/etc/systemd/system/kube-aws-addons.service".into(),
-        "0644".into(),
-        ADDONS_UNIT.into(),
-    ));
-    files.push((
-        "/opt/kube-aws/bin/kube-aws-csr-approver".into(),
-        "0755".into(),
-        CSR_APPROVER.into(),
-    ));
+/// What only controllers carry: the addon reconciler (the installer, its
+/// service and timer, and where to find the current plan) and the kubelet
+/// serving-certificate approver and its timer. No addon plan, values or manifest: those come from the addon bundle
+/// the control-plane stack's `AddonPlan` parameter names, so an addon change
+/// leaves the controllers' user data as it is.
+fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
+    let reconciler = json!({
+        "planParameter": plan_parameter_name(ctx),
+        "installedURI": format!("{}/{}", ctx.s3_base, super::plan::INSTALLED_RELEASES),
+    });
+    let mut files = vec![
+        (
+            "/opt/kube-aws/bin/install-addons.sh".to_string(),
+            "0755".to_string(),
+            super::INSTALL_ADDONS_SH.to_string(),
+        ),
+        (RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler)),
+        (
+            "/opt/kube-aws/bin/kube-aws-csr-approver".into(),
+            "0755".into(),
+            CSR_APPROVER.into(),
+        ),
+    ];
     for (name, unit) in [
+        ("kube-aws-addons.service", ADDONS_UNIT),
+        ("kube-aws-addons.timer", ADDONS_TIMER),
         ("kube-aws-csr-approver.service", CSR_APPROVER_SERVICE),
         ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));
     }
-    Ok(files)
+    files
+}
+
+/// Where the reconciler reads the name of the plan pointer and of the record
+/// of what it installed.
+pub const RECONCILER_JSON: &str = "/etc/kube-aws/addons/reconciler.json";
+
+/// The SSM parameter (control-plane stack, `AddonPlan`) holding the current
+/// addon bundle's S3 URI and sha256.
+pub fn plan_parameter_name(ctx: &Ctx) -> String {
+    format!("/kube-aws/{}/addon-plan", ctx.cluster)
 }
 
 /// Renders the controller's and each pool's full cloud-config. `out` already
 /// holds the addon artifacts the controller carries.
-pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Vec<NodePart>, RenderError> {
+pub fn render_nodes(input: &RenderInput, ctx: &Ctx, bundle: &AddonBundle) -> Result<Vec<NodePart>, RenderError> {
     let mut parts = Vec::new();
     let default_hooks = NodeHooks::default();
     let p = &input.plugins;
@@ -486,7 +498,7 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
         taints,
         hooks: &p.controller,
     };
-    let (text, secrets) = render_node(input, ctx, &spec, &controller_addon_files(out)?)?;
+    let (text, secrets) = render_node(input, ctx, &spec, &controller_addon_files(ctx), &bundle.secret_names)?;
     parts.push(NodePart {
         role: "controller".into(),
         secrets,
@@ -507,7 +519,7 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, out: &Rendered) -> Result<Ve
             taints,
             hooks,
         };
-        let (text, secrets) = render_node(input, ctx, &spec, &[])?;
+        let (text, secrets) = render_node(input, ctx, &spec, &[], &[])?;
         parts.push(NodePart {
             role,
             secrets,

@@ -206,8 +206,13 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
         out.put(format!("manifests/{}/{}", m.plugin, m.name), m.content.as_bytes())?;
     }
 
+    // The addon bundle the controllers' reconciler installs, named by the
+    // control-plane stack's plan pointer: no addon file is in a node's user data.
+    let bundle = plan::addon_bundle(input, &out)?;
+    out.put(plan::ADDON_BUNDLE.into(), bundle.text.clone())?;
+
     // Nodes: full cloud-configs, then the stubs that fetch them.
-    let parts = cloudconfig::render_nodes(input, &ctx, &out)?;
+    let parts = cloudconfig::render_nodes(input, &ctx, &bundle)?;
     let mut nodes = BTreeMap::new();
     for part in &parts {
         out.put(
@@ -236,7 +241,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
 
     // Stacks.
     check_no_secrets_in_stacks(input)?;
-    for (name, template) in cfn::render_stacks(input, &ctx, &plan, &nodes)? {
+    for (name, template) in cfn::render_stacks(input, &ctx, &plan, &bundle, &nodes)? {
         let mut text = serde_json::to_string_pretty(&template).map_err(|e| RenderError::Template {
             name: name.clone(),
             message: e.to_string(),

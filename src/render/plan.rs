@@ -344,3 +344,102 @@ spec:
 "#
     )
 }
+
+/// Where the controllers' reconciler records what it installed, relative to
+/// `s3URI/<cluster>/`: `update` reads it to list the releases a new plan drops.
+pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
+
+/// The addon bundle, relative to the rendered directory.
+pub const ADDON_BUNDLE: &str = "addons/bundle.json";
+
+/// What the controllers' reconciler installs, in one content-addressed
+/// object: the plan, the values, Tiller's manifest and the plugin manifests,
+/// by their path in the addon directory. It is published to
+/// `addons/<sha256>/bundle.json` (the publisher's content-addressed key) and
+/// the control-plane stack's `AddonPlan` parameter names that key and hash,
+/// so an addon change reaches the controllers without touching their user
+/// data.
+#[derive(Debug, Clone)]
+pub struct AddonBundle {
+    pub text: String,
+    pub sha256: String,
+    /// The bundle's key relative to `s3URI/<cluster>/`.
+    pub key: String,
+    /// The secret bundle entries its files reference: the controller decrypts them.
+    pub secret_names: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BundleDoc<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    /// Path in the addon directory -> content.
+    files: BTreeMap<&'a str, &'a str>,
+    /// The files holding secret references, which the reconciler fills in
+    /// from the secrets the controller decrypted at boot.
+    secret_files: Vec<super::secrets::SecretFile>,
+}
+
+/// Builds the addon bundle from the addon artifacts already in `out`.
+pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonBundle, RenderError> {
+    let mut files = BTreeMap::new();
+    for (rel, bytes) in &out.files {
+        let name = if rel.starts_with("manifests/") {
+            rel.as_str()
+        } else {
+            match rel.strip_prefix("addons/") {
+                Some(r) if r != "install-addons.sh" => r,
+                _ => continue,
+            }
+        };
+        let text = std::str::from_utf8(bytes).map_err(|_| RenderError::Template {
+            name: rel.clone(),
+            message: "is not UTF-8".into(),
+        })?;
+        files.insert(name, text);
+    }
+    let known = super::secrets::longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    let scanned = super::secrets::node_secrets(false, &known, files.iter().map(|(k, v)| (*k, *v)));
+    let secret_names = scanned
+        .names
+        .into_iter()
+        .filter(|n| known.contains(&n.as_str()))
+        .collect();
+    let doc = BundleDoc {
+        api_version: "kube-aws/v1",
+        kind: "AddonBundle",
+        files,
+        secret_files: scanned.files,
+    };
+    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| RenderError::Template {
+        name: ADDON_BUNDLE.into(),
+        message: e.to_string(),
+    })?;
+    text.push('\n');
+    let sha256 = sha256_hex(text.as_bytes());
+    Ok(AddonBundle {
+        key: content_addressed(ADDON_BUNDLE, &sha256),
+        sha256,
+        text,
+        secret_names,
+    })
+}
+
+/// The key a rendered file `DIR/NAME` is published under, relative to
+/// `s3URI/<cluster>/`: `DIR/<sha256>/NAME`; a cloud-config
+/// `userdata/ROLE.cloud-config` goes to `userdata/ROLE/<sha256>.cloud-config`.
+/// The publisher (src/aws/publish.rs) uploads under it; render names it in
+/// the stub and in the addon plan pointer.
+pub fn content_addressed(rel: &str, hex: &str) -> String {
+    if let Some(role) = rel
+        .strip_prefix("userdata/")
+        .and_then(|r| r.strip_suffix(".cloud-config"))
+    {
+        return format!("userdata/{role}/{hex}.cloud-config");
+    }
+    match rel.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/{hex}/{name}"),
+        None => format!("{hex}/{rel}"),
+    }
+}

@@ -1,25 +1,34 @@
 #!/bin/bash
-# kube-aws addon installer, run by kube-aws-addons.service on the first
-# controller to come up with a given plan and secrets version. Static: everything it knows comes from the addon plan
-# (plan.json), the values files beside it and /etc/kube-aws/runtime.json, read
-# with python3 (part of Amazon Linux 2023). No value is ever spliced into code.
+# kube-aws addon reconciler, run by kube-aws-addons.service from its timer on
+# every controller (each minute and at boot). It reads the control-plane
+# stack's plan pointer (the SSM parameter named in reconciler.json: the addon
+# bundle's S3 URI and sha256) and, once per plan and secrets version, under
+# an S3 lock so that one controller does it, installs that plan. Static:
+# everything it knows comes from the bundle (plan.json, the values files,
+# manifests), reconciler.json and /etc/kube-aws/runtime.json, read with
+# python3 (part of Amazon Linux 2023). No value is ever spliced into code.
 #
-# Steps: wait for /readyz; Helm v2 mode: install Tiller and wait for it; install
-# the pinned helm client (sha256 checked); then per release, in plan order
-# (bootstrap addons first, then dependency order): fetch the chart from S3 and
-# check its sha256, `helm upgrade --install --wait`, wait for its CRDs to be
-# Established; write a status object to S3 and signal the release's wait
-# condition. A failed release's dependants are skipped, with the reason.
+# Steps: fetch the bundle, check its sha256, unpack it and fill in the secrets
+# it references; wait for /readyz; Helm v2 mode: install Tiller and wait for
+# it; install the pinned helm client (sha256 checked); then per release, in
+# plan order (bootstrap addons first, then dependency order): a release whose
+# wait condition is the one installed last time (same chart, digest, values,
+# namespace: the ID is their hash) is left alone and not signalled; the others
+# fetch the chart from S3 and check its sha256, `helm upgrade --install
+# --wait`, wait for its CRDs to be Established, write a status object to S3 and
+# signal the release's wait condition. A failed release's dependants are
+# skipped, with the reason. Releases of the last installed plan that this plan
+# no longer lists are uninstalled. What was installed is recorded in S3
+# (installedURI) for the next plan, whichever controller installs it.
 set -uo pipefail
 
-ADDONS=${KUBE_AWS_ADDON_DIR:-/etc/kube-aws/addons}
 ETC=${KUBE_AWS_ETC:-/etc/kube-aws}
 WORK=${KUBE_AWS_WORK_DIR:-/var/lib/kube-aws/addons}
 BIN=${KUBE_AWS_BIN_DIR:-/usr/local/bin}
 SECRETS=${KUBE_AWS_SECRETS_DIR:-/run/kube-aws/secrets}
 # Blanks secrets out of messages (the rule the bootstrap's failure report uses too).
 NODE_SECRETS=${KUBE_AWS_NODE_SECRETS:-/opt/kube-aws/bin/kube-aws-node-secrets}
-PLAN=$ADDONS/plan.json
+RECONCILER=${KUBE_AWS_RECONCILER:-$ETC/addons/reconciler.json}
 RUNTIME=$ETC/runtime.json
 export KUBECONFIG=${KUBECONFIG:-/etc/kubernetes/admin.conf}
 mkdir -p "$WORK"
@@ -66,10 +75,91 @@ release_names() {
 for r in json.load(open(sys.argv[1]))["releases"]: print(r["name"])' "$PLAN"
 }
 
-cluster=$(q "$PLAN" cluster)
-region=$(q "$PLAN" region)
-status_uri=$(q "$PLAN" statusURI)
+region=$(q "$RUNTIME" region)
 stack=$(q "$RUNTIME" stackName)
+bucket=$(q "$RUNTIME" bucket)
+prefix=$(q "$RUNTIME" keyPrefix)
+secrets_version=$(q "$RUNTIME" secretsVersion)
+plan_parameter=$(q "$RECONCILER" planParameter)
+installed_uri=$(q "$RECONCILER" installedURI)
+
+# pointer FIELD: the plan pointer's uri or sha256, as the stack has it now.
+pointer() {
+  local v
+  v=$(aws --region "$region" ssm get-parameter --name "$plan_parameter" --query Parameter.Value --output text) || return 1
+  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$v" "$1"
+}
+
+# take_lock NAME: 0 when this node created bootstrap/NAME, 1 when another node
+# did, 2 when S3 gave another answer (the timer tries again).
+take_lock() {
+  local err
+  if err=$(aws --region "$region" s3api put-object --bucket "$bucket" --key "$prefix/bootstrap/$1" \
+    --if-none-match '*' 2>&1 >/dev/null); then
+    return 0
+  fi
+  case "$err" in *PreconditionFailed* | *ConditionalRequestConflict*) return 1 ;; esac
+  log "cannot take the lock s3://$bucket/$prefix/bootstrap/$1: $err"
+  return 2
+}
+
+plan_sha=$(pointer sha256) || { log "cannot read the plan pointer $plan_parameter"; exit 1; }
+plan_uri=$(pointer uri) || exit 1
+run_id=$plan_sha${secrets_version:+-$secrets_version}
+# A plan this controller installed, or saw another controller take, is done.
+[ -e "$WORK/done-$run_id" ] && exit 0
+
+# Unpacks the bundle into its own directory and fills in its secret references
+# with the values kube-aws-node-secrets decrypted at boot, by that program's
+# own fill rule (the module is loaded, not copied).
+ADDONS=$WORK/plans/$plan_sha
+unpack_bundle() {
+  rm -rf "$ADDONS" && mkdir -p "$ADDONS" || return 1
+  aws --region "$region" s3 cp --only-show-errors "$plan_uri" "$ADDONS/.bundle.json" || return 1
+  echo "$plan_sha  $ADDONS/.bundle.json" | sha256sum -c --quiet - || { log "$plan_uri does not match its sha256"; return 1; }
+  python3 - "$ADDONS" "$NODE_SECRETS" "$SECRETS" <<'PY'
+import importlib.machinery, importlib.util, json, os, re, sys
+out, tool, store = sys.argv[1:4]
+bundle = json.load(open(os.path.join(out, ".bundle.json")))
+for rel, text in bundle["files"].items():
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        sys.exit("kube-aws-addons: bundle path %r is not a plain relative path" % rel)
+    path = os.path.join(out, *parts)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+files = bundle.get("secretFiles", [])
+if files:
+    loader = importlib.machinery.SourceFileLoader("kube_aws_node_secrets", tool)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    m = importlib.util.module_from_spec(spec)
+    loader.exec_module(m)
+    plain = {}
+    for name in os.listdir(store):
+        if name.startswith(m.PREFIX):
+            plain[name] = open(os.path.join(store, name), encoding="utf-8").read()
+    if plain:
+        refs = sorted(plain, key=lambda r: (-len(r), r))
+        pattern = re.compile("(?:%s)(?![A-Za-z0-9_-])" % "|".join(re.escape(r) for r in refs))
+        for f in files:
+            m.fill(os.path.join(out, *f["path"].split("/")), f["format"], pattern, plain)
+PY
+}
+if ! unpack_bundle; then
+  log "cannot unpack the addon bundle $plan_uri"
+  exit 1
+fi
+take_lock "installer-$run_id"
+case $? in
+  0) ;;
+  1) log "plan $plan_sha is another controller's to install"; touch "$WORK/done-$run_id"; exit 0 ;;
+  *) exit 1 ;;
+esac
+PLAN=$ADDONS/plan.json
+cluster=$(q "$PLAN" cluster)
+status_uri=$(q "$PLAN" statusURI)
 attempts=$(q "$PLAN" retries attempts)
 delay=${KUBE_AWS_RETRY_DELAY:-$(q "$PLAN" retries delaySeconds)}
 poll=${KUBE_AWS_POLL_INTERVAL:-5}
@@ -111,20 +201,53 @@ PY
     "$WORK/status-$1.json" "${status_uri}$1.json" || log "cannot write the status of $1"
 }
 
+# wc_state WC: the wait condition's status in the stack (CREATE_IN_PROGRESS
+# while it waits), "missing" when the stack has no such resource, "error"
+# when CloudFormation did not answer.
+wc_state() {
+  local out
+  if out=$(aws --region "$region" cloudformation describe-stack-resource --stack-name "$stack" \
+    --logical-resource-id "$1" --query StackResourceDetail.ResourceStatus --output text 2>&1); then
+    echo "$out"
+    return
+  fi
+  case "$out" in *"does not exist"*) echo missing ;; *) echo error ;; esac
+}
+
 # signal NAME SUCCESS|FAILURE: signals the release's wait condition, in the
-# background: CloudFormation creates wait conditions only once the controller
-# group is complete, which can be after a fast release is done, so the signal
-# is retried until the wait condition exists (30 minutes by default).
+# background, while it waits. CloudFormation creates a wait condition only
+# once the controller group is complete (at create) or the plan pointer is
+# updated (after an update), which can be after a fast release is done: a
+# missing wait condition is waited for (30 minutes by default) unless the
+# pointer has moved on to a newer plan, whose template no longer has it. A
+# wait condition that no longer waits (complete, failed, deleted) is never
+# signalled: DescribeStackResource says so first.
 signal_attempts=${KUBE_AWS_SIGNAL_ATTEMPTS:-120}
 signal_delay=${KUBE_AWS_SIGNAL_DELAY:-15}
 signal() {
-  local wc
+  local wc st
   [ "${R[name]:-}" = "$1" ] || load_release "$1"
   wc=${R[waitCondition]}
   (
     for ((i = 1; i <= signal_attempts; i++)); do
-      aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
-        --logical-resource-id "$wc" --unique-id "$1" --status "$2" && exit 0
+      st=$(wc_state "$wc")
+      case "$st" in
+        CREATE_IN_PROGRESS)
+          aws --region "$region" cloudformation signal-resource --stack-name "$stack" \
+            --logical-resource-id "$wc" --unique-id "$1" --status "$2" && exit 0
+          ;;
+        missing)
+          if [ "$(pointer sha256)" != "$plan_sha" ]; then
+            log "$wc ($1) is not in the stack and a newer plan is live: not signalled"
+            exit 0
+          fi
+          ;;
+        error) ;;
+        *)
+          log "$wc ($1) is $st: nothing waits for its signal"
+          exit 0
+          ;;
+      esac
       sleep "$signal_delay"
     done
     log "cannot signal $wc for $1"
@@ -290,20 +413,80 @@ install_release() { # NAME
   return 1
 }
 
-log "waiting for the apiserver's /readyz"
+# The last installed plan's releases (name, namespace, wait condition):
+# unchanged ones are left alone, dropped ones uninstalled.
+declare -A installed_wc installed_ns
+load_installed() {
+  local name ns wc
+  aws --region "$region" s3 cp --only-show-errors "$installed_uri" "$WORK/installed.json" 2>/dev/null ||
+    echo '{"releases": []}' >"$WORK/installed.json"
+  while IFS=$'\t' read -r name ns wc; do
+    [ -n "$name" ] || continue
+    installed_ns[$name]=$ns
+    installed_wc[$name]=$wc
+  done < <(python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1])).get("releases", []):
+    print("\t".join(str(r.get(k, "")).replace("\t", " ") for k in ("name", "namespace", "waitCondition")))' "$WORK/installed.json")
+}
+
+# record: writes what is installed now for the next plan: the ready releases
+# (a failed one is installed again by the next plan) and the dropped ones that
+# could not be uninstalled (`kept`, tried again by the next plan).
+kept=()
+record() {
+  local name args=("${kept[@]}")
+  for name in "${!state[@]}"; do
+    [ "${state[$name]}" = ready ] || continue
+    load_release "$name"
+    args+=("$name" "${R[namespace]}" "${R[waitCondition]}")
+  done
+  python3 - "$WORK/installed.json" "$plan_sha" "${args[@]}" <<'PY'
+import json, sys
+out, sha, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+rel = [{"name": rest[i], "namespace": rest[i + 1], "waitCondition": rest[i + 2]} for i in range(0, len(rest), 3)]
+json.dump({"plan": sha, "releases": sorted(rel, key=lambda r: r["name"])}, open(out, "w"), indent=2)
+PY
+  retry aws --region "$region" s3 cp --only-show-errors --content-type application/json \
+    "$WORK/installed.json" "$installed_uri" || log "cannot record the installed releases"
+}
+
+uninstall() { # NAME NAMESPACE
+  if [ "$helm_major" = 2 ]; then
+    retry "$HELM" delete --purge "$1" --tiller-namespace "$tiller_ns" >"$WORK/helm-$1.log" 2>&1
+  else
+    retry "$HELM" uninstall "$1" --namespace "$2" --wait >"$WORK/helm-$1.log" 2>&1
+  fi
+}
+
+load_installed
+mapfile -t names < <(release_names)
+declare -A in_plan
+for name in "${names[@]}"; do in_plan[$name]=1; done
+dropped=()
+for name in "${!installed_wc[@]}"; do
+  [ -n "${in_plan[$name]:-}" ] || dropped+=("$name")
+done
+
+log "plan $plan_sha: waiting for the apiserver's /readyz"
 wait_readyz || fail_all "the apiserver did not answer /readyz within $(q "$PLAN" readyzTimeoutSeconds)s"
 if [ "$(q "$PLAN" helm tiller install)" = true ]; then
   log "installing Tiller in namespace $tiller_ns"
   install_tiller || fail_all "Tiller did not roll out in namespace $tiller_ns"
 fi
-if [ -n "$(release_names)" ]; then
+if [ ${#names[@]} -gt 0 ] || [ ${#dropped[@]} -gt 0 ]; then
   install_helm || fail_all "cannot install the helm client from $(q "$PLAN" helm binary url)"
 fi
 
 # Commands in the loop may read stdin, so the list is read up front.
-mapfile -t names < <(release_names)
 for name in "${names[@]}"; do
   load_release "$name"
+  if [ "${installed_wc[$name]:-}" = "${R[waitCondition]}" ]; then
+    # Installed by an earlier plan exactly as this one has it; its wait
+    # condition is complete, so nothing waits for a signal.
+    state[$name]=ready
+    log "$name: unchanged"
+    continue
+  fi
   blocked=""
   deps=()
   [ -n "${R[dependsOn]}" ] && mapfile -t deps <<<"${R[dependsOn]}"
@@ -336,6 +519,18 @@ for name in "${names[@]}"; do
 done
 apply_manifests
 
-log "done: $ok_count ready, $bad_count failed or skipped; waiting for the signals"
+# Releases the plan dropped, after the rest is in (a replacement may take over first).
+for name in "${dropped[@]}"; do
+  if uninstall "$name" "${installed_ns[$name]}"; then
+    log "$name: uninstalled (dropped from the plan)"
+  else
+    log "$name: could not be uninstalled; see $WORK/helm-$name.log"
+    kept+=("$name" "${installed_ns[$name]}" "${installed_wc[$name]}")
+  fi
+done
+record
+touch "$WORK/done-$run_id"
+
+log "done: $ok_count ready, $bad_count failed or skipped, ${#dropped[@]} dropped; waiting for the signals"
 wait
 [ "$bad_count" -eq 0 ]

@@ -11,8 +11,8 @@
 # PKI is already in place: no certificate upload) and workers join, all with
 # the token and the CA certificate hash kube-aws computed (runtime.json
 # caCertHash). Each node then signals its auto scaling group's CreationPolicy.
-# The addon installer runs once per addon plan and secrets version: on the
-# first controller to come up with them, at create or after an update.
+# The addon reconciler (a timer on controllers) installs each addon plan the
+# stack points at once per secrets version, on one controller.
 #
 # Failures: `set -E` makes the ERR trap reach into functions and subshells, so
 # every failing step signals FAILURE at once (not after the group's timeout),
@@ -219,15 +219,10 @@ take_lock() {
   fail_boot 1 "take_lock $1"
 }
 
-# Starts the addon installer if no controller has run this plan, with these
-# secrets, yet (a changed secret changes the values the charts get).
+# Starts the addon reconciler's timer: it reads the stack's plan pointer and
+# installs each plan once, under its own S3 lock (install-addons.sh).
 start_installer() {
-  local plan version
-  plan=$(sha256sum "$KA/addons/plan.json" | cut -d' ' -f1)
-  version=$(jget "$KA/runtime.json" secretsVersion)
-  if take_lock "installer-$plan${version:+-$version}"; then
-    systemctl enable --now --no-block kube-aws-addons.service
-  fi
+  systemctl enable --now kube-aws-addons.timer
 }
 
 # AL2023's amazon-ec2-net-utils makes systemd-networkd manage every ENI
