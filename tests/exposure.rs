@@ -364,7 +364,12 @@ fn ssm_on_every_node_role_by_default_and_ssh_only_when_asked() {
         let text = role.to_string();
         // No Session Manager grant. (The controller keeps `ssm:GetParameter` on
         // its own addon-plan pointer: that is the addon reconciler's, not access.)
-        for grant in ["AmazonSSM", "ssmmessages:", "ec2messages:", "ssm:UpdateInstanceInformation"] {
+        for grant in [
+            "AmazonSSM",
+            "ssmmessages:",
+            "ec2messages:",
+            "ssm:UpdateInstanceInformation",
+        ] {
             assert!(!text.contains(grant), "{stack}: {grant} in {text}");
         }
     }

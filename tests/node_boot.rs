@@ -842,3 +842,49 @@ fn kubeconfig_mints_a_certificate_and_merges_a_context() {
     assert!(t.contains("kms:Decrypt"), "{t}");
     assert_eq!(read(env.home.path(), ".kube/config"), before, "nothing written");
 }
+
+/// A cluster published before kube-aws held the PKI (its bundle has kubeadm's
+/// certificate key and no CA): its nodes trust a CA kube-aws does not have, so
+/// `up` refuses rather than publish a new one, names the fix, and creates no stack.
+#[test]
+fn a_bundle_from_before_the_pki_is_refused_not_given_a_new_ca() {
+    let (env, tree) = published_env();
+    let dir = tree.path();
+    let kms = read(dir, "cluster.yaml")
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("kmsKeyARN:")
+                .map(|v| v.trim().trim_matches('"').to_string())
+        })
+        .expect("kmsKeyARN in the work tree");
+    let legacy = serde_json::json!({
+        "apiVersion": "kube-aws/v1",
+        "kind": "SecretBundle",
+        "kmsKeyARN": kms,
+        "encryptionContext": {"kube-aws:cluster": CLUSTER},
+        "secrets": {"kubeadm/bootstrap-token": "AQID", "kubeadm/certificate-key": "AQID"},
+    });
+    let body = dir.join("legacy.json");
+    std::fs::write(&body, legacy.to_string()).unwrap();
+    env.aws(&[
+        "s3",
+        "cp",
+        body.to_str().unwrap(),
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+    ]);
+    let up = env.kube_aws(dir, &["up"]);
+    assert_ne!(up.status.code(), Some(0), "{}", text(&up));
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(err.contains("created before kube-aws held its CAs"), "{}", text(&up));
+    assert!(err.contains("destroy --purge"), "{}", text(&up));
+    let stacks = env.aws(&[
+        "cloudformation",
+        "list-stacks",
+        "--query",
+        "StackSummaries[].StackName",
+        "--output",
+        "text",
+    ]);
+    assert!(!stacks.contains(CLUSTER), "a stack was created: {stacks}");
+}
