@@ -121,12 +121,6 @@ fn work_tree(env: &Env, dir: &Path, kms: &str, bucket: &str, vpc_tag: &str) -> S
     digest
 }
 
-fn create_key(env: &Env) -> String {
-    env.aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string()
-}
-
 /// Every object under the cluster's prefix: key → bytes.
 fn objects(env: &Env, bucket: &str) -> Vec<(String, Vec<u8>)> {
     let dir = tempfile::tempdir().unwrap();
@@ -217,7 +211,7 @@ fn stack_status(env: &Env) -> Option<String> {
 fn up_status_update_destroy_against_moto() {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
     let chart_digest = work_tree(&env, dir, &kms, BUCKET, "1");
@@ -471,7 +465,7 @@ fn write_tmp(content: &str) -> PathBuf {
 #[test]
 fn faults_have_clear_messages_and_exit_codes() {
     let env = Env::new();
-    let kms = create_key(&env);
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
 
@@ -602,7 +596,7 @@ fn real_cluster_yaml(kms: &str, count: u32) -> String {
 fn real_work_tree_up_status_update_destroy() {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
     write(&dir.join("cluster.yaml"), &real_cluster_yaml(&kms, 1));
@@ -885,7 +879,7 @@ fn create_waiter_function(env: &Env) -> String {
 fn waiting_stack_env() -> (Env, tempfile::TempDir) {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
+    let kms = env.create_kms_key();
     let function = create_waiter_function(&env);
     let tree = tempfile::tempdir().unwrap();
     waiter_tree(&env, tree.path(), &kms, &function);
@@ -1436,7 +1430,7 @@ fn kube_aws_on_tty(env: &Env, dir: &Path, args: &[&str], typed: &str) -> (Option
 fn update_and_destroy_ask_on_a_terminal() {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = create_key(&env);
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
     work_tree(&env, dir, &kms, BUCKET, "1");

@@ -80,10 +80,7 @@ fn ec2_instances(env: &Env) -> Vec<(String, String, String, String)> {
 fn nodes_and_logs_read_moto_instances_and_s3_reports() {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env
-        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string();
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
     // aws-vpc-cni's chart is on the internet, out of reach here.

@@ -49,10 +49,7 @@ use common::MotoEnv as Env;
 fn published_env() -> (Env, tempfile::TempDir) {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env
-        .aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
-        .trim()
-        .to_string();
+    let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     work_tree(tree.path(), &kms);
     (env, tree)

@@ -222,6 +222,13 @@ impl MotoEnv {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// A new moto KMS key's ARN.
+    pub fn create_kms_key(&self) -> String {
+        self.aws(&["kms", "create-key", "--query", "KeyMetadata.Arn", "--output", "text"])
+            .trim()
+            .to_string()
+    }
+
     pub fn aws_json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
         a.extend(["--output", "json"]);
