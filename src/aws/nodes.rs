@@ -146,6 +146,59 @@ pub fn find<'a>(cluster: &str, nodes: &'a [NodeInfo], query: &str) -> Result<&'a
 }
 
 /// Every instance carrying the cluster tag, in any state EC2 still lists.
+/// The `kube-aws nodes` table: a header, one row per node, columns padded
+/// to their widest cell, `-` for an empty one.
+pub fn table(nodes: &[NodeInfo]) -> String {
+    let header = [
+        "INSTANCE",
+        "ROLE",
+        "POOL",
+        "ZONE",
+        "PRIVATE DNS NAME",
+        "STATE",
+        "BOOTSTRAP",
+    ];
+    let rows: Vec<[String; 7]> = nodes
+        .iter()
+        .map(|n| {
+            let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
+            [
+                n.instance_id.clone(),
+                dash(&n.role),
+                dash(n.pool.as_deref().unwrap_or("")),
+                dash(&n.zone),
+                dash(&n.private_dns_name),
+                dash(&n.state),
+                n.bootstrap.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in &rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
 #[cfg(feature = "nodes")]
 async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
     let tag = crate::render::cfn::cluster_tag_key(cluster);
@@ -276,6 +329,21 @@ mod tests {
         );
         assert_eq!(rows[3].private_dns_name, "ip-i-9.us-west-2.compute.internal");
         assert!(rows[1].report.is_some() && rows[0].report.is_none());
+    }
+
+    #[test]
+    fn the_table_pads_every_column_but_the_last_and_dashes_empty_cells() {
+        let rows = join("demo", &[instance("i-1", "demo-controller", "running")], &[]);
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        assert!(lines[0].starts_with("INSTANCE  ROLE        POOL  "), "{t}");
+        assert!(lines[0].ends_with("STATE    BOOTSTRAP"), "{t}");
+        // The controller has no pool: a dash, padded like the header's POOL.
+        assert!(lines[1].starts_with("i-1       controller  -     "), "{t}");
+        assert!(lines[1].ends_with(NO_FAILURE), "{t}");
+        let cols = |l: &str| l.find("STATE").or_else(|| l.find("running"));
+        assert_eq!(cols(lines[0]), cols(lines[1]), "columns line up:\n{t}");
     }
 
     #[test]

@@ -45,51 +45,7 @@ pub fn run_nodes(global: &GlobalOptions, args: NodesArgs) -> anyhow::Result<()> 
         );
         return Ok(());
     }
-    let header = [
-        "INSTANCE",
-        "ROLE",
-        "POOL",
-        "ZONE",
-        "PRIVATE DNS NAME",
-        "STATE",
-        "BOOTSTRAP",
-    ];
-    let rows: Vec<[String; 7]> = list
-        .iter()
-        .map(|n| {
-            let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
-            [
-                n.instance_id.clone(),
-                dash(&n.role),
-                dash(n.pool.as_deref().unwrap_or("")),
-                dash(&n.zone),
-                dash(&n.private_dns_name),
-                dash(&n.state),
-                n.bootstrap.clone(),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        println!("{s}");
-    };
-    line(header.to_vec());
-    for r in &rows {
-        line(r.iter().map(String::as_str).collect());
-    }
+    print!("{}", nodes::table(&list));
     Ok(())
 }
 
