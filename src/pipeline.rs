@@ -143,7 +143,18 @@ fn addon_input(release: &Release, p: &PreparedRelease) -> AddonInput {
             .cloned()
             .unwrap_or_else(|| p.locked.source.clone()),
         values_yaml: p.values_yaml.clone(),
-        crds: p.chart.as_ref().map(|c| c.crds.clone()).unwrap_or_default(),
+        // The chart lists them from its root (`crds/x.yaml`); the plan and the
+        // installer name them within crds/ (`x.yaml`).
+        crds: p
+            .chart
+            .as_ref()
+            .map(|c| {
+                c.crds
+                    .iter()
+                    .map(|f| f.strip_prefix("crds/").unwrap_or(f).to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

@@ -13,13 +13,14 @@
 
 mod common;
 
+use common::charts::{lock_to_shared_charts, shared_charts, shared_entry};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::LazyLock;
 
 use base64::Engine;
-use kube_aws::chart::lock::source_ref;
 use kube_aws::chart::ChartCache;
 use kube_aws::pipeline::{prepare, PrepareOptions, Prepared};
 use regex::Regex;
@@ -47,28 +48,6 @@ const PARAMS: &[(&str, &str)] = &[
 ];
 
 const REGION: &str = "eu-central-1";
-
-fn shared_charts() -> PathBuf {
-    let data = std::env::var_os("KUBE_AWS_SHARED_DATA").map(PathBuf::from).unwrap_or_else(|| {
-        panic!("KUBE_AWS_SHARED_DATA is not set: point it at the shared data (its charts/ holds the real upstream charts); this test does not skip")
-    });
-    let charts = data.join("charts");
-    assert!(
-        charts.join("index.yaml").is_file(),
-        "{}: no index.yaml, so no real charts to check (KUBE_AWS_SHARED_DATA={})",
-        charts.display(),
-        data.display()
-    );
-    charts
-}
-
-/// The shared charts' index entry for `chart` at `version`.
-fn shared_entry<'a>(index: &'a serde_yaml::Value, chart: &str, version: &str) -> Option<&'a serde_yaml::Value> {
-    index["entries"][chart]
-        .as_sequence()?
-        .iter()
-        .find(|e| e["version"].as_str() == Some(version))
-}
 
 /// One rendered Kubernetes object.
 struct Object {
@@ -120,48 +99,10 @@ struct Checked {
 fn render_all(charts: &Path, cluster_yaml: &str) -> Checked {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wt");
-    std::fs::create_dir_all(dir.join("charts-index")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("cluster.yaml"), cluster_yaml).unwrap();
-    let index: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(charts.join("index.yaml")).unwrap()).unwrap();
-
-    // The test lock: each release's shared chart, whose digest the cache holds.
-    let releases = kube_aws::pipeline::load_releases(&dir).unwrap_or_else(|e| panic!("{e}"));
     let cache = ChartCache::new(tmp.path().join("cache"));
-    let mut entries: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let mut archives = BTreeMap::new();
-    for r in &releases.releases {
-        let version = r.version.as_deref().unwrap();
-        let e = shared_entry(&index, &r.chart, version)
-            .unwrap_or_else(|| panic!("{} {version} is not in {}", r.chart, charts.display()));
-        let file = e["urls"][0].as_str().unwrap();
-        let bytes = std::fs::read(charts.join(file)).unwrap();
-        let (hex, path) = cache.store(&bytes).unwrap();
-        assert_eq!(
-            Some(hex.as_str()),
-            e["digest"].as_str(),
-            "{file}: digest differs from its index"
-        );
-        archives.insert(r.name.clone(), path);
-        entries.entry(r.chart.clone()).or_default().push(json!({
-            "apiVersion": e["apiVersion"].as_str().unwrap(),
-            "name": r.chart,
-            "version": version,
-            "digest": hex,
-            "created": "2026-11-30T00:00:00Z",
-            "urls": [format!("https://shared-data.invalid/{file}")],
-            "annotations": {
-                "kube-aws.io/source": source_ref(&r.source),
-                "kube-aws.io/release": r.name,
-            },
-        }));
-    }
-    let lock = json!({"apiVersion": "v1", "entries": entries});
-    std::fs::write(
-        dir.join("charts-index/index.yaml"),
-        serde_yaml::to_string(&lock).unwrap(),
-    )
-    .unwrap();
+    let archives = lock_to_shared_charts(&dir, &cache, charts);
 
     let prepared = prepare(&PrepareOptions {
         dir: dir.clone(),

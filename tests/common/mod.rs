@@ -243,4 +243,5 @@ impl MotoEnv {
         cmd.output().unwrap()
     }
 }
+pub mod charts;
 pub mod testbed;

@@ -243,8 +243,12 @@ impl SimNode {
             .labels
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            // What every kubelet registers its node with (kubelet's
+            // initialNode: hostname, os, arch), which charts select on.
             .chain([
                 ("kubernetes.io/hostname".to_string(), serde_json::json!(self.name)),
+                ("kubernetes.io/os".to_string(), serde_json::json!("linux")),
+                ("kubernetes.io/arch".to_string(), serde_json::json!("amd64")),
                 ("type".to_string(), serde_json::json!("kwok")),
             ])
             .collect();

@@ -1,0 +1,376 @@
+//! The addon reconciler, as rendered, run against the real control plane of
+//! the test bed (etcd, kube-apiserver, controller manager, scheduler, and kwok
+//! simulating a controller and two pools) with the real helm v3 client and
+//! the real kubectl built by scripts/install-testbed.sh, and the real upstream
+//! charts of `$KUBE_AWS_SHARED_DATA/charts` rendered with the built-in
+//! plugins' values. S3 and SSM are moto, through the real aws CLI: the
+//! bundle, the charts, the plan pointer, the lock objects and the status
+//! objects are real objects there.
+//!
+//! Not covered, and why:
+//! - CloudFormation signals: moto ignores WaitConditions, so `aws
+//!   cloudformation` calls go to a recording stand-in (a wrapper in front of
+//!   the real aws CLI) that answers DescribeStackResource and records
+//!   SignalResource; everything else reaches moto unchanged.
+//! - Images and containers: kwok runs no container; its stages mark each
+//!   scheduled pod Running and Ready. So `helm --wait` here proves the objects
+//!   are accepted, scheduled onto nodes with the right labels and taints, and
+//!   rolled out, not that the images start.
+//! - The helm client download: the reconciler installs the test bed's helm
+//!   (built from source at the version nodes pin) from a local tarball, whose
+//!   sha256 the plan carries in place of the upstream tarball's.
+//! - Helm v2 (Tiller cannot run on simulated nodes): tests/installer.rs keeps
+//!   that path under recording fakes.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::charts::{lock_to_shared_charts, shared_charts};
+use common::testbed::{self, ControlPlane, NODES_CLUSTER_YAML};
+use common::MotoEnv;
+use kube_aws::chart::ChartCache;
+use kube_aws::pipeline::{prepare, PrepareOptions};
+use kube_aws::render::{self, HelmBinary};
+use serde_json::Value;
+
+const BUCKET: &str = "kube-aws-testbed";
+const PREFIX: &str = "clusters/testbed";
+
+/// In front of the real aws CLI (moto): records every call; answers
+/// `cloudformation describe-stack-resource` (CREATE_IN_PROGRESS until
+/// signalled, then CREATE_COMPLETE) and records `signal-resource`.
+const AWS_WRAPPER: &str = r#"#!/bin/bash
+echo "aws $*" >>"$FAKE_LOG"
+args=("$@")
+is_cfn=false; op=""; wc=""; status=""
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    cloudformation) is_cfn=true; op=${args[i + 1]} ;;
+    --logical-resource-id) wc=${args[i + 1]} ;;
+    --status) status=${args[i + 1]} ;;
+  esac
+done
+if $is_cfn; then
+  mkdir -p "$FAKE_STATE/wc"
+  case "$op" in
+    describe-stack-resource)
+      if [ -e "$FAKE_STATE/wc/$wc" ]; then echo CREATE_COMPLETE; else echo CREATE_IN_PROGRESS; fi
+      exit 0 ;;
+    signal-resource)
+      echo "$status" >"$FAKE_STATE/wc/$wc"
+      exit 0 ;;
+  esac
+  echo "aws wrapper: unsupported cloudformation call: $*" >&2
+  exit 2
+fi
+exec "$REAL_AWS" "$@"
+"#;
+
+fn write_exec(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn sha(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A `write_files` entry's content in a rendered cloud-config.
+fn cloud_config_file(cloud_config: &str, path: &str) -> String {
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
+    let f = doc["write_files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str() == Some(path))
+        .unwrap_or_else(|| panic!("{path} is not in the cloud-config"));
+    let content = f["content"].as_str().unwrap();
+    if f["encoding"].as_str() == Some("b64") {
+        use base64::Engine;
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(content).unwrap()).unwrap()
+    } else {
+        content.to_string()
+    }
+}
+
+/// One controller's file system, its moto account, and the plan it was given.
+struct Bed {
+    dir: tempfile::TempDir,
+    env: MotoEnv,
+    cp: std::sync::Arc<ControlPlane>,
+    /// (release, namespace, wait condition) in plan order.
+    releases: Vec<(String, String, String)>,
+    plan: Value,
+}
+
+impl Bed {
+    fn new(cp: std::sync::Arc<ControlPlane>) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let env = MotoEnv::new();
+        env.aws(&[
+            "s3api",
+            "create-bucket",
+            "--bucket",
+            BUCKET,
+            "--create-bucket-configuration",
+            "LocationConstraint=us-west-2",
+        ]);
+        write_exec(&root.join("wrap/aws"), AWS_WRAPPER);
+        // The helm client tarball the plan pins: the test bed's helm.
+        let build = root.join("build/linux-amd64");
+        std::fs::create_dir_all(&build).unwrap();
+        std::fs::copy(cp.bin.join("helm"), build.join("helm")).unwrap();
+        let st = Command::new("tar")
+            .arg("-czf")
+            .arg(root.join("helm.tgz"))
+            .arg("-C")
+            .arg(root.join("build"))
+            .arg("linux-amd64")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        for d in ["etc/addons", "secrets", "work", "bin"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(
+            root.join("etc/runtime.json"),
+            serde_json::json!({
+                "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
+                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef",
+            })
+            .to_string(),
+        )
+        .unwrap();
+        write_exec(
+            &root.join("node-bin/kube-aws-node-secrets"),
+            include_str!("../src/render/templates/node-secrets.py"),
+        );
+        Bed {
+            dir,
+            env,
+            cp,
+            releases: Vec::new(),
+            plan: Value::Null,
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// What `kube-aws up` does for the addons, with the work tree `plugins`
+    /// (a cluster.yaml `plugins:` block) over the test bed's cluster: the
+    /// pipeline pins the shared charts, render writes the plan, and the
+    /// charts, the bundle and the pointer go to moto.
+    fn publish(&mut self, plugins: &str) {
+        let wt = self.path("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        let cluster_yaml = format!(
+            "{}\nkubernetesVersion: \"{}\"\n{plugins}",
+            NODES_CLUSTER_YAML.replace("s3://kube-aws-testbed", &format!("s3://{BUCKET}/clusters")),
+            self.cp.version.trim_start_matches('v')
+        );
+        std::fs::write(wt.join("cluster.yaml"), cluster_yaml).unwrap();
+        let cache = ChartCache::new(self.path("cache"));
+        let archives = lock_to_shared_charts(&wt, &cache, &shared_charts());
+        let mut prepared = prepare(&PrepareOptions {
+            dir: wt,
+            cache_dir: cache.root().to_path_buf(),
+            require_charts: true,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let helm_tgz = std::fs::read(self.path("helm.tgz")).unwrap();
+        prepared.input.helm_binary = HelmBinary {
+            version: "v3.16.3".into(),
+            url: format!("file://{}", self.path("helm.tgz").display()),
+            sha256: sha(&helm_tgz),
+        };
+        let rendered = render::render(&prepared.input).unwrap_or_else(|e| panic!("{e}"));
+        let plan: Value = serde_json::from_slice(rendered.get("addons/plan.json").unwrap()).unwrap();
+        let up = |key: &str, file: &Path| {
+            self.env.aws(&[
+                "s3",
+                "cp",
+                "--only-show-errors",
+                &file.display().to_string(),
+                &format!("s3://{key}"),
+            ]);
+        };
+        for e in plan["releases"].as_array().unwrap() {
+            let name = e["name"].as_str().unwrap();
+            let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
+            up(key, &archives[name]);
+        }
+        let stack: Value = serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
+        let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
+        let value = pointer["Value"].as_str().unwrap();
+        let target: Value = serde_json::from_str(value).unwrap();
+        let bundle = rendered.get("addons/bundle.json").unwrap();
+        assert_eq!(target["sha256"], sha(bundle));
+        std::fs::write(self.path("bundle.json"), bundle).unwrap();
+        up(
+            target["uri"].as_str().unwrap().strip_prefix("s3://").unwrap(),
+            &self.path("bundle.json"),
+        );
+        self.env.aws(&[
+            "ssm",
+            "put-parameter",
+            "--overwrite",
+            "--type",
+            "String",
+            "--name",
+            pointer["Name"].as_str().unwrap(),
+            "--value",
+            value,
+        ]);
+        let cc = rendered.text("userdata/controller.cloud-config").unwrap();
+        std::fs::write(
+            self.path("etc/addons/reconciler.json"),
+            cloud_config_file(cc, "/etc/kube-aws/addons/reconciler.json"),
+        )
+        .unwrap();
+        write_exec(
+            &self.path("reconciler/install-addons.sh"),
+            &cloud_config_file(cc, "/opt/kube-aws/bin/install-addons.sh"),
+        );
+        self.releases = plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().into(),
+                    e["namespace"].as_str().unwrap().into(),
+                    e["waitCondition"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        self.plan = plan;
+    }
+
+    /// One tick of the reconciler's timer, on this controller.
+    fn reconcile(&self) -> Run {
+        let log = self.path("calls.log");
+        std::fs::write(&log, "").unwrap();
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.path("reconciler/install-addons.sh"));
+        self.env.apply(&mut cmd);
+        let path = format!(
+            "{}:{}:{}",
+            self.path("wrap").display(),
+            self.cp.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let real_aws = common::tool("aws");
+        let out = cmd
+            .env("PATH", path)
+            .env("REAL_AWS", real_aws)
+            .env("FAKE_LOG", &log)
+            .env("FAKE_STATE", self.path("state"))
+            .env("KUBE_AWS_ETC", self.path("etc"))
+            .env("KUBE_AWS_WORK_DIR", self.path("work"))
+            .env("KUBE_AWS_BIN_DIR", self.path("bin"))
+            .env("KUBE_AWS_SECRETS_DIR", self.path("secrets"))
+            .env("KUBE_AWS_NODE_SECRETS", self.path("node-bin/kube-aws-node-secrets"))
+            .env("KUBE_AWS_RETRY_DELAY", "1")
+            .env("KUBE_AWS_POLL_INTERVAL", "1")
+            .env("KUBE_AWS_SIGNAL_DELAY", "0")
+            .env("KUBECONFIG", &self.cp.kubeconfig)
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            calls: std::fs::read_to_string(&log).unwrap(),
+        }
+    }
+
+    /// A status object the reconciler wrote to moto's S3.
+    fn status(&self, release: &str) -> Value {
+        let out = self.path(&format!("status-{release}.json"));
+        self.env.aws(&[
+            "s3",
+            "cp",
+            "--only-show-errors",
+            &format!("s3://{BUCKET}/{PREFIX}/status/addons/{release}.json"),
+            &out.display().to_string(),
+        ]);
+        serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+    }
+
+    /// The wait conditions signalled, with their status.
+    fn signalled(&self, wc: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(&format!("state/wc/{wc}")))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+}
+
+struct Run {
+    code: i32,
+    stderr: String,
+    calls: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\nstderr:\n{}\ncalls:\n{}",
+            self.code, self.stderr, self.calls
+        )
+    }
+}
+
+/// The built-ins whose charts the shared data holds and that run on kwok nodes.
+const BUILT_INS: &str = "plugins:
+  aws-vpc-cni: {enabled: true}
+  aws-cloud-controller-manager: {enabled: true}
+  metrics-server: {enabled: true}
+  descheduler: {enabled: true}
+  aws-ebs-csi-driver: {enabled: true}
+  cluster-autoscaler: {enabled: true}
+  cluster-dump: {enabled: true}
+  external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
+  dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
+";
+
+#[test]
+fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
+    let Some(cp) = testbed::shared("the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane") else {
+        return;
+    };
+    let mut bed = Bed::new(cp.clone());
+    bed.publish(BUILT_INS);
+    let run = bed.reconcile();
+    for (name, _, _) in &bed.releases {
+        eprintln!("{name}: {}", bed.status(name));
+    }
+    assert_eq!(run.code, 0, "{run}");
+    assert!(bed.releases.len() >= 4, "{:?}", bed.releases);
+    for (name, ns, wc) in &bed.releases {
+        let s = bed.status(name);
+        assert_eq!(s["phase"], "ready", "{name}: {s}\n{run}");
+        assert_eq!(bed.signalled(wc).as_deref(), Some("SUCCESS"), "{name}");
+        // helm's own record of the release, from the API server.
+        let list = cp
+            .kubectl(&[
+                "get",
+                "secrets",
+                "-n",
+                ns,
+                "-l",
+                &format!("owner=helm,name={name},status=deployed"),
+                "-o",
+                "name",
+            ])
+            .unwrap();
+        assert!(!list.trim().is_empty(), "{name}: no deployed helm release in {ns}");
+    }
+}
