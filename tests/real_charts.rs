@@ -16,7 +16,7 @@ mod common;
 use common::charts::{lock_to_shared_charts, shared_charts, shared_entry};
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::LazyLock;
 
