@@ -477,6 +477,17 @@ def leave(node, etcd, run, clock):
             except Exception as e:
                 problems.append(str(e))
     ok, message = True, "no etcd on this node"
+    if os.path.exists(host(ETCD_MANIFEST)) and int(settings.get("controllerCount", 1)) == 1:
+        # The only controller is going (an AMI refresh, a node-file change):
+        # a last snapshot now makes its replacement's restore lose nothing.
+        try:
+            code, report = backup_once(node, run, clock, force=True)
+            if report is not None:
+                node.put_json(BACKUP_STATUS, report)
+            if code != 0:
+                problems.append("last snapshot: %s" % (report or {}).get("message", "failed"))
+        except Exception as e:
+            problems.append("last snapshot: %s" % e)
     if os.path.exists(host(ETCD_MANIFEST)):
         endpoints = [local_endpoint(self_ip)]
         try:
@@ -604,8 +615,9 @@ def upload_snapshot(aws, path, bucket, key, kms, clock, attempts=UPLOAD_ATTEMPTS
     return last
 
 
-def backup_once(node, run, clock, host_snapshot=None):
-    """One timer tick. Returns (exit code, status object or None)."""
+def backup_once(node, run, clock, host_snapshot=None, force=False):
+    """One timer tick (or, `force`, a snapshot whether one is due or not).
+    Returns (exit code, status object or None)."""
     s = node.settings()
     status = json.loads(etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
     if not is_leader(status):
@@ -614,7 +626,7 @@ def backup_once(node, run, clock, host_snapshot=None):
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
     snaps = snapshots(listing, prefix)
     now = clock.now()
-    if not backup_due(snaps, now, int(s["intervalSeconds"])):
+    if not force and not backup_due(snaps, now, int(s["intervalSeconds"])):
         return 0, None
     instance = node.instance()
     key = snapshot_key(prefix, now, instance.get("nodeName") or instance.get("instanceId", ""))

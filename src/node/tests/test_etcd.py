@@ -284,6 +284,35 @@ class Leaving(WithFiles):
         self.assertEqual(report["step"], "etcd-member-remove")
         self.assertIn("request timed out", problems[0])
 
+    def test_the_only_controller_takes_a_last_snapshot_before_it_goes(self):
+        self.etcd_running()
+        single = dict(SETTINGS, controllerCount=1)
+        snap = etcd.host(etcd.SNAPSHOT_PATH)
+        os.makedirs(os.path.dirname(snap))
+        aws = self.aws()
+        aws.answers[("ssm", "get-parameter")] = settings_answer(single)
+        aws.answers[("s3api", "list-objects-v2")] = {"Contents": []}
+        ran = []
+
+        def run(argv):
+            ran.append(argv)
+            if "ps" in argv:
+                return "c0ffee\n"
+            if "status" in argv:
+                return json.dumps([{"Status": {"header": {"member_id": 11}, "leader": 11}}])
+            if "save" in argv:
+                with open(snap, "wb") as f:
+                    f.write(b"s")
+            return ""
+        fake = FakeEtcd([member(11, "10.0.1.5")])
+        code, msg, problems = etcd.leave(node(aws), fake, run, FakeClock())
+        self.assertEqual((code, problems), (0, []))
+        self.assertEqual(len(aws.ops("s3", "cp")), 1)
+        self.assertIn("last etcd member stays", msg)
+        put = [c for c in aws.ops("s3api", "put-object") if "p/demo/status/etcd/backup.json" in c]
+        self.assertEqual(len(put), 1)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+
     def test_a_controller_not_terminating_only_watches(self):
         aws = self.aws()
         fake = FakeEtcd([member(11, "10.0.1.5")])
