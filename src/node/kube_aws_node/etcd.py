@@ -329,6 +329,27 @@ class EtcdGateway(object):
         return self.call([endpoint], "/v3/maintenance/status", {})
 
 
+class LazyEtcd(object):
+    """Makes the client on first use, so that a missing certificate is one
+    more failed attempt of a removal (reported, the action still completed),
+    not a crash before the lifecycle action is completed."""
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.client = None
+
+    def _c(self):
+        if self.client is None:
+            self.client = self.factory()
+        return self.client
+
+    def member_list(self, endpoints):
+        return self._c().member_list(endpoints)
+
+    def member_remove(self, endpoints, member_id):
+        return self._c().member_remove(endpoints, member_id)
+
+
 def local_endpoint(ip="127.0.0.1"):
     return "https://%s:%d" % (ip, CLIENT_PORT)
 
@@ -531,7 +552,7 @@ def watch(node, etcd_factory, run, clock, max_ticks=None):
         except Exception as e:
             print("kube-aws: IMDS: %s" % e, file=sys.stderr)
         if state == "Terminated":
-            code, message, problems = leave(node, etcd_factory(), run, clock)
+            code, message, problems = leave(node, LazyEtcd(etcd_factory), run, clock)
             print("kube-aws: leaving: %s%s" % (message, "; " + "; ".join(problems) if problems else ""))
             return code
         now = clock.now()
@@ -554,7 +575,7 @@ def lifecycle_main(argv, aws, imds=imds_get, etcd_factory=EtcdGateway, run=run_c
     if what == "watch":
         return watch(node, etcd_factory, run, clock)
     if what == "leave":
-        code, message, problems = leave(node, etcd_factory(), run, clock)
+        code, message, problems = leave(node, LazyEtcd(etcd_factory), run, clock)
         print(message)
         for p in problems:
             print("kube-aws: %s" % p, file=sys.stderr)
@@ -682,7 +703,12 @@ def api_answers(endpoint, attempts=6, pause=10, clock=None, opener=None):
     """Whether anything answers HTTPS on the API endpoint (any HTTP status
     counts: an answer is an API server)."""
     clock = clock or Clock()
-    ctx = ssl.create_default_context(cafile="/etc/kubernetes/pki/ca.crt") if opener is None else None
+    ctx = None
+    if opener is None:
+        # Only whether something answers matters here (no data is sent): the
+        # cluster CA when it is in place, else any certificate.
+        ca = host("/etc/kubernetes/pki/ca.crt")
+        ctx = ssl.create_default_context(cafile=ca) if os.path.exists(ca) else ssl._create_unverified_context()
     for i in range(attempts):
         try:
             req = urllib.request.Request("https://%s:6443/readyz" % endpoint)

@@ -313,6 +313,18 @@ class Leaving(WithFiles):
         self.assertEqual(len(put), 1)
         self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
 
+    def test_no_etcd_client_certificate_still_completes_the_action(self):
+        self.etcd_running()
+        aws = self.aws()
+
+        def no_cert():
+            raise FileNotFoundError("/etc/kubernetes/pki/etcd/healthcheck-client.crt")
+        with Quiet():
+            code = etcd.watch(node(aws, state="Terminated"), no_cert, lambda a: "", FakeClock(), max_ticks=1)
+        self.assertEqual(code, 1)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+        self.assertEqual(len(aws.ops("s3api", "put-object")), 1)
+
     def test_a_controller_not_terminating_only_watches(self):
         aws = self.aws()
         fake = FakeEtcd([member(11, "10.0.1.5")])
