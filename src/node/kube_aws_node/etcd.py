@@ -292,9 +292,12 @@ def failure_report(instance, runtime, step, message, now, command=""):
 
 class EtcdGateway(object):
     """etcd's v3 JSON gateway (gRPC-gateway: POST /v3/cluster/member/list,
-    /v3/cluster/member/remove, /v3/maintenance/status) over TLS with the
-    etcd CA and a client certificate it signed. Python's ssl does the TLS;
-    no etcdctl is needed on the host."""
+    /v3/cluster/member/remove, /v3/maintenance/status; "[CLIENT-URL]/v3/*"
+    from etcd 3.5, etcd docs "Why gRPC gateway"; uint64s are decimal strings)
+    over TLS with the etcd CA and a client certificate it signed. Python's ssl
+    does the TLS: no etcdctl is needed on the host, so a controller that has
+    not joined yet can use it too. Checked against a real etcd 3.6 in
+    tests/test_etcd_real.py."""
 
     def __init__(self, ca=CA, cert=CLIENT_CERT, key=CLIENT_KEY, timeout=5, opener=None):
         self.timeout = timeout
@@ -305,28 +308,30 @@ class EtcdGateway(object):
             self.ctx.load_cert_chain(cert, key)
 
     def call(self, endpoints, path, body):
+        """The first endpoint's answer that comes: (endpoint, parsed JSON)."""
         last = None
         for ep in endpoints:
             req = urllib.request.Request(ep.rstrip("/") + path, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
             try:
                 if self.opener is not None:
-                    return self.opener(req)
+                    return ep, self.opener(req)
                 with urllib.request.urlopen(req, timeout=self.timeout, context=self.ctx) as r:
-                    return json.loads(r.read().decode() or "{}")
+                    return ep, json.loads(r.read().decode() or "{}")
             except (urllib.error.URLError, OSError, ValueError) as e:
                 last = "%s: %s" % (ep, e)
         raise RuntimeError("no etcd endpoint answered (%s)" % (last or "none given"))
 
     def member_list(self, endpoints):
-        return self.call(endpoints, "/v3/cluster/member/list", {}).get("members") or []
+        return self.call(endpoints, "/v3/cluster/member/list", {})[1].get("members") or []
 
     def member_remove(self, endpoints, member_id):
-        # uint64 as a decimal string, as the gateway writes them.
-        self.call(endpoints, "/v3/cluster/member/remove", {"ID": str(as_id(member_id))})
+        """Removes a member (uint64 as a decimal string, as the gateway
+        writes them); returns the endpoint that did it."""
+        return self.call(endpoints, "/v3/cluster/member/remove", {"ID": str(as_id(member_id))})[0]
 
     def status(self, endpoint):
-        return self.call([endpoint], "/v3/maintenance/status", {})
+        return self.call([endpoint], "/v3/maintenance/status", {})[1]
 
 
 class LazyEtcd(object):
@@ -453,8 +458,8 @@ def remove_member_through_peer(etcd, self_ip, endpoints, clock, deadline):
             if not peers:
                 return True, "the last etcd member stays (a cluster cannot remove its only member)"
             # Through a peer: the leaving member is the one going away.
-            etcd.member_remove(peers, own["ID"])
-            return True, "removed etcd member %s (%s) through %s" % (own.get("name", ""), own["ID"], peers[0])
+            via = etcd.member_remove(peers, own["ID"]) or peers[0]
+            return True, "removed etcd member %s (%s) through %s" % (own.get("name", ""), own["ID"], via)
         except Exception as e:
             last = str(e)
         if clock.now() >= deadline:
