@@ -730,38 +730,46 @@ def api_answers(endpoint, attempts=6, pause=10, clock=None, opener=None):
     return False
 
 
-def etcd_restore_main(argv, aws, imds=imds_get, run=run_command, clock=None, answers=None):
-    """`etcd-restore [--took-init-lock]`: prints the decision as JSON
-    ({"action": "init"|"join"|"restore"|"fail", ...}); on restore, downloads
-    the newest snapshot and restores it into /var/lib/etcd, then prints
-    {"action": "restored", ...}: bootstrap then runs `kubeadm init` with
-    `--ignore-preflight-errors=DirAvailable--var-lib-etcd`. Exit 1 on fail."""
+def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command, clock=None, answers=None,
+                      say=print):
+    """The restore decision, and on `restore` the restore itself, for the
+    bootstrap of a controller (after the PKI, the packages and containerd,
+    before kubeadm). Returns the final plan: {"action": "init" | "join" |
+    "fail" | "restored", "reason" or "key"}. On "restored", bootstrap runs
+    `kubeadm init` with `--ignore-preflight-errors=DirAvailable--var-lib-etcd`
+    on the restored data; on "fail" it fails the boot with the reason."""
     clock = clock or Clock()
     node = Node(aws, imds)
-    took = "--took-init-lock" in argv
     s = node.settings()
     bucket, prefix = s["bucket"], s["backupPrefix"]
-    up = took or (answers(node.runtime.get("apiEndpoint", "")) if answers else
-                  api_answers(node.runtime.get("apiEndpoint", ""), clock=clock))
-    snaps = [] if took or up else snapshots(
+    up = took_init_lock or (answers(node.runtime.get("apiEndpoint", "")) if answers else
+                            api_answers(node.runtime.get("apiEndpoint", ""), clock=clock))
+    snaps = [] if took_init_lock or up else snapshots(
         node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}, prefix)
-    plan = restore_decision(took, up, int(s.get("controllerCount", 1)), snaps)
-    print(json.dumps(plan))
-    if plan["action"] == FAIL:
-        return 1
+    plan = restore_decision(took_init_lock, up, int(s.get("controllerCount", 1)), snaps)
+    say(json.dumps(plan))
     if plan["action"] != RESTORE:
-        return 0
+        return plan
     version = read_json(host(NODE_JSON), {}).get("kubernetesVersion", "")
     image = etcd_image(run(["kubeadm", "config", "images", "list", "--kubernetes-version", version]))
     if not image:
-        print(json.dumps({"action": FAIL, "reason": "kubeadm lists no etcd image"}))
-        return 1
+        failed = {"action": FAIL, "reason": "kubeadm lists no etcd image for %s" % version}
+        say(json.dumps(failed))
+        return failed
     node.aws(["s3", "cp", "--only-show-errors", "s3://%s/%s" % (bucket, plan["key"]), host(RESTORE_PATH)])
     instance = node.instance()
-    for argv_ in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip()):
-        run(argv_)
+    for argv in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip()):
+        run(argv)
     os.unlink(host(RESTORE_PATH))
     node.put_json("status/etcd/restore.json", {"key": plan["key"], "instanceId": instance["instanceId"],
                                               "restoredAt": int(clock.now())})
-    print(json.dumps({"action": "restored", "key": plan["key"]}))
-    return 0
+    done = {"action": "restored", "key": plan["key"]}
+    say(json.dumps(done))
+    return done
+
+
+def etcd_restore_main(argv, aws, imds=imds_get, run=run_command, clock=None, answers=None):
+    """`etcd-restore [--took-init-lock]`: prints the decision as JSON, then,
+    after a restore, {"action": "restored", "key": ...}. Exit 1 on fail."""
+    plan = restore_if_needed(aws, "--took-init-lock" in argv, imds, run, clock, answers)
+    return 1 if plan["action"] == FAIL else 0

@@ -530,6 +530,20 @@ class Restore(WithFiles):
         self.assertIn("s3://b/p/demo/etcd/20261201T010000Z-a.db", aws.ops("s3", "cp")[0])
         self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[0])
 
+    def test_no_snapshot_fails_the_boot_with_the_reason(self):
+        aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1)),
+                       ("s3api", "list-objects-v2"): {}})
+        with Quiet() as q:
+            code = etcd.etcd_restore_main([], aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
+                                          answers=lambda e: False)
+        self.assertEqual(code, 1)
+        lines = q.out.getvalue().splitlines()
+        self.assertEqual(len(lines), 1)
+        self.assertEqual(json.loads(lines[0])["action"], "fail")
+        plan = etcd.restore_if_needed(aws, False, imds(), lambda a: "", FakeClock(), lambda e: False,
+                                      say=lambda line: None)
+        self.assertIn("no etcd snapshot", plan["reason"])
+
     def test_an_answering_api_or_a_new_cluster_touches_no_snapshot(self):
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1))})
         for argv, answers, want in (([], lambda e: True, "join"), (["--took-init-lock"], lambda e: False, "init")):
