@@ -232,3 +232,22 @@ fn no_cluster_file_is_exit_1_with_hint() {
 }
 bad!(even_controller_count, format!("{BASE}controller:\n  count: 2\n"));
 bad!(controller_count_above_five, format!("{BASE}controller:\n  count: 7\n"));
+bad!(
+    bad_backup_interval,
+    format!("{BASE}etcd:\n  backup:\n    interval: hourly\n")
+);
+bad!(
+    backup_interval_too_short,
+    format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: 0\n")
+);
+bad!(bad_ami_id, format!("{BASE}ami: ami-XYZ\n"));
+bad!(
+    one_ami_for_two_architectures,
+    format!(
+        "{BASE}ami: ami-0123456789abcdef0\nworker:\n  nodePools:\n    - name: arm\n      instanceType: m7g.large\n"
+    )
+);
+bad!(
+    bad_ami_per_architecture,
+    format!("{BASE}ami:\n  x86_64: ami-0123456789abcdef0\n  arm64: ami-1\n")
+);

@@ -448,13 +448,23 @@ fn each_role_decrypts_only_its_own_secrets() {
         bundle["secretFiles"],
         serde_json::json!([{"path": "values/dex.yaml", "format": "yaml"}])
     );
-    // No node may encrypt: nothing a node writes is secret.
+    // No node may encrypt, except S3 on the controllers' behalf for the etcd
+    // snapshots (SSE-KMS): every other thing a node writes is not secret.
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
         let text = String::from_utf8_lossy(bytes);
-        assert!(
-            !text.contains("\"kms:Encrypt\"") && !text.contains("kms:GenerateDataKey"),
-            "{path}"
-        );
+        assert!(!text.contains("\"kms:Encrypt\""), "{path}");
+        let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        for res in t["Resources"].as_object().unwrap().values() {
+            for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
+                for st in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+                    if st.to_string().contains("kms:GenerateDataKey") {
+                        assert_eq!(st["Sid"], "EncryptEtcdSnapshots", "{path}: {st}");
+                        assert!(st["Condition"]["StringEquals"]["kms:ViaService"].is_string(), "{st}");
+                        assert!(path.ends_with("control-plane.json"), "{path}");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -687,6 +697,126 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     assert!(policy["MinInstancesInService"].as_str().unwrap() < p["MaxSize"].as_str().unwrap());
     // Every subnet (one per zone) is the group's: the group balances over the zones.
     assert_eq!(p["VPCZoneIdentifier"], serde_json::json!({"Ref": "SubnetIds"}));
+    // Three zones by default with 3 controllers (1+1+1: losing one zone keeps
+    // quorum), each node subnet in its own zone, all of them in SubnetIds.
+    let mut default_zones = input.clone();
+    default_zones.cluster.network.availability_zones.clear();
+    let r = rendered(&default_zones);
+    let net = stack(&r, "network");
+    let zones: Vec<&serde_json::Value> = (0..3)
+        .map(|i| &net["Resources"][format!("Subnet{i}")]["Properties"]["AvailabilityZone"])
+        .collect();
+    for (i, z) in zones.iter().enumerate() {
+        assert_eq!(z["Fn::Select"][0], i, "{z}");
+    }
+    assert!(net["Resources"].get("Subnet3").is_none());
+    assert_eq!(
+        net["Outputs"]["SubnetIds"]["Value"]["Fn::Join"][1]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // One controller keeps the two default zones.
+    let mut one = default_zones.clone();
+    one.cluster.controller.count = 1;
+    assert!(stack(&rendered(&one), "network")["Resources"].get("Subnet2").is_none());
+    // Explicit zones win: 3 controllers on 2 listed zones split 2+1 (documented).
+    let mut two = input.clone();
+    two.cluster.network.availability_zones = vec!["us-west-2a".into(), "us-west-2b".into()];
+    assert!(stack(&rendered(&two), "network")["Resources"].get("Subnet2").is_none());
+
+    // The termination hook: the leaving controller removes its etcd member,
+    // and the group goes on after 300 s whatever happens.
+    let hook = &cp["Resources"]["ControllerTerminationHook"];
+    assert_eq!(hook["Type"], "AWS::AutoScaling::LifecycleHook");
+    let h = &hook["Properties"];
+    assert_eq!(h["AutoScalingGroupName"], serde_json::json!({"Ref": "ControllerGroup"}));
+    assert_eq!(h["LifecycleTransition"], "autoscaling:EC2_INSTANCE_TERMINATING");
+    assert_eq!(h["DefaultResult"], "CONTINUE");
+    assert_eq!(h["HeartbeatTimeout"], 300);
+    assert_eq!(h["LifecycleHookName"], "kube-aws-etcd-member");
+    // Completing it is allowed on its own group only.
+    let policy = &cp["Resources"]["ControllerLifecyclePolicy"]["Properties"];
+    assert_eq!(policy["Roles"], serde_json::json!([{"Ref": "ControllerRole"}]));
+    let complete = policy["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Action"] == serde_json::json!(["autoscaling:CompleteLifecycleAction"]))
+        .unwrap();
+    assert!(complete["Resource"]["Fn::Sub"]
+        .as_str()
+        .unwrap()
+        .ends_with(":autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"));
+}
+
+/// Backups: the controllers may write, list and delete objects under
+/// `etcd/` of the cluster's prefix and nothing else there, encrypt them with
+/// the cluster's key through S3 only, and read their settings parameter,
+/// which holds the interval, retention and count (not the user data).
+#[test]
+fn etcd_backups_are_scoped_to_their_prefix_and_key() {
+    let mut input = full();
+    input.cluster.etcd.backup.interval = "2h".into();
+    input.cluster.etcd.backup.retention = 12;
+    let r = rendered(&input);
+    let cp = stack(&r, "control-plane");
+    let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let sid = |id: &str| {
+        statements
+            .iter()
+            .find(|s| s["Sid"] == id)
+            .unwrap_or_else(|| panic!("no {id}"))
+    };
+    let settings: serde_json::Value =
+        serde_json::from_str(cp["Resources"]["EtcdSettings"]["Properties"]["Value"].as_str().unwrap()).unwrap();
+    let prefix = settings["backupPrefix"].as_str().unwrap();
+    assert!(prefix.ends_with("/etcd/"), "{prefix}");
+    assert_eq!(settings["intervalSeconds"], 7200);
+    assert_eq!(settings["retention"], 12);
+    assert_eq!(settings["controllerCount"], input.cluster.controller.count);
+    let bucket = settings["bucket"].as_str().unwrap();
+    assert_eq!(
+        sid("WriteEtcdSnapshots")["Resource"],
+        serde_json::json!([format!("arn:aws:s3:::{bucket}/{prefix}*")])
+    );
+    assert_eq!(
+        sid("ListEtcdSnapshots")["Condition"]["StringLike"]["s3:prefix"],
+        serde_json::json!([format!("{prefix}*")])
+    );
+    let kms = sid("EncryptEtcdSnapshots");
+    assert_eq!(kms["Resource"], input.cluster.kms_key_arn.clone().unwrap().as_str());
+    assert_eq!(kms["Action"], serde_json::json!(["kms:GenerateDataKey", "kms:Decrypt"]));
+    assert!(kms["Condition"]["StringEquals"]["kms:ViaService"]
+        .as_str()
+        .unwrap()
+        .starts_with("s3."));
+    assert!(sid("ReadEtcdSettings")["Resource"]["Fn::Sub"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("parameter/kube-aws/{}/etcd", input.cluster.cluster_name)));
+    // The controllers carry the units (enabled at boot) and only the parameter's name.
+    let cc = std::str::from_utf8(r.get("userdata/controller.cloud-config").unwrap()).unwrap();
+    for unit in [
+        "kube-aws-etcd-backup.timer",
+        "kube-aws-etcd-backup.service",
+        "kube-aws-lifecycle.service",
+    ] {
+        assert!(cc.contains(&format!("/etc/systemd/system/{unit}")), "{unit}");
+    }
+    assert!(cc.contains("/etc/kube-aws/etcd.json"));
+    assert!(!cc.contains("7200"), "the interval is in the user data");
+    // Workers get none of it.
+    for (path, bytes) in &r.files {
+        if path.starts_with("userdata/worker-") && path.ends_with(".cloud-config") {
+            let w = std::str::from_utf8(bytes).unwrap();
+            assert!(!w.contains("kube-aws-lifecycle") && !w.contains("etcd.json"), "{path}");
+        }
+    }
 }
 
 /// What each kind of change does to the stacks, at template level: per
@@ -723,6 +853,13 @@ fn what_each_kind_of_change_replaces() {
             }),
         ),
         ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
+        (
+            "etcd backup interval and retention",
+            Box::new(|i| {
+                i.cluster.etcd.backup.interval = "30m".into();
+                i.cluster.etcd.backup.retention = 48;
+            }),
+        ),
     ];
     let mut table = String::new();
     for (kind, change) in &kinds {
@@ -755,10 +892,21 @@ fn what_each_kind_of_change_replaces() {
         let rolls = touched
             .iter()
             .any(|t| t.contains("LaunchTemplate") || t.contains("AutoScalingGroup"));
-        let addon_only = ["addon values", "chart version", "plugin manifest"].contains(kind);
-        assert_eq!(rolls, !addon_only, "{kind}: {touched:?}");
+        let no_node_change = [
+            "addon values",
+            "chart version",
+            "plugin manifest",
+            "etcd backup interval and retention",
+        ]
+        .contains(kind);
+        assert_eq!(rolls, !no_node_change, "{kind}: {touched:?}");
         if *kind == "controller count" {
             assert!(!touched.iter().any(|t| t.contains("LaunchTemplate")), "{touched:?}");
+            // The settings parameter carries the count (the restore decision), not the user data.
+            assert!(touched.iter().any(|t| t.contains("EtcdSettings")), "{touched:?}");
+        }
+        if kind.starts_with("etcd backup") {
+            assert_eq!(touched, ["control-plane/EtcdSettings (SSM::Parameter)"]);
         }
     }
     println!("{table}");

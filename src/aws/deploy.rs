@@ -98,15 +98,18 @@ pub struct PinnedAmi {
     pub before: Option<String>,
     pub after: String,
     pub stacks: Vec<String>,
+    /// The image is cluster.yaml's `ami`, not the SSM public parameter's.
+    pub explicit: bool,
 }
 
 impl PinnedAmi {
     /// "ControlPlane, NodePoolGeneral: instances replaced (AMI ami-a → ami-b)", or None when unchanged.
     pub fn describe_change(&self) -> Option<String> {
         let before = self.before.as_deref()?;
+        let why = if self.explicit { ", set in cluster.yaml ami" } else { "" };
         (before != self.after).then(|| {
             format!(
-                "{}: instances replaced, one at a time (AMI {before} → {})",
+                "{}: instances replaced, one at a time (AMI {before} → {}{why})",
                 self.stacks.join(", "),
                 self.after
             )
@@ -133,7 +136,11 @@ where
             .and_then(|l| l.parameters.iter().find(|(k, _)| *k == param))
             .map(|(_, v)| v.clone())
             .filter(|v| !v.is_empty());
+        // An explicit image (cluster.yaml `ami`, rendered into the metadata
+        // as it is) wins over the pinned one and is never resolved.
+        let explicit = crate::config::is_ami_id(&source);
         let after = match (&before, refresh) {
+            _ if explicit => source.clone(),
             (Some(v), false) => v.clone(),
             _ => resolve(source.clone()).await?,
         };
@@ -144,6 +151,7 @@ where
             parameter: param,
             before,
             after,
+            explicit,
         });
     }
     Ok(out)
@@ -619,6 +627,47 @@ mod tests {
             .unwrap();
         assert_eq!(got[0].describe_change(), None);
         assert_eq!(got[0].before.as_deref(), Some("ami-new"));
+    }
+
+    #[test]
+    fn an_explicit_ami_overrides_the_pinned_one_and_says_why_groups_roll() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let resolve =
+            |name: String| async move { Err::<String, _>(AwsError::WorkTree(format!("{name} must not be resolved"))) };
+        let root = ROOT.replace("/aws/service/x86", "ami-0123456789abcdef0");
+        for refresh in [false, true] {
+            let mut p = published(&root);
+            let got = rt
+                .block_on(pin_amis(
+                    &mut p,
+                    Some(&live(&[("ImageIdX86", "ami-old")])),
+                    refresh,
+                    resolve,
+                ))
+                .unwrap();
+            assert!(got[0].explicit);
+            assert_eq!(
+                got[0].describe_change().as_deref(),
+                Some(
+                    "ControlPlane: instances replaced, one at a time \
+                     (AMI ami-old → ami-0123456789abcdef0, set in cluster.yaml ami)"
+                )
+            );
+            assert!(p
+                .parameters
+                .contains(&("ImageIdX86".into(), "ami-0123456789abcdef0".into())));
+        }
+        // The same image again: nothing rolls.
+        let mut p = published(&root);
+        let got = rt
+            .block_on(pin_amis(
+                &mut p,
+                Some(&live(&[("ImageIdX86", "ami-0123456789abcdef0")])),
+                false,
+                resolve,
+            ))
+            .unwrap();
+        assert_eq!(got[0].describe_change(), None);
     }
 
     #[test]

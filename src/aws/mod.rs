@@ -7,6 +7,7 @@
 //! Every error is an [`AwsError`]; its [`ErrorKind`] is what `main` turns into an
 //! exit code.
 
+pub mod backups;
 pub mod config;
 pub mod deploy;
 pub mod kubeconfig;

@@ -1,6 +1,7 @@
 //! The command line: global options, one small file per command. Commands
 //! parse flags into an options struct, call the library, and print.
 
+mod backups;
 mod charts;
 mod deploy_args;
 mod destroy;
@@ -83,6 +84,8 @@ pub enum Command {
     Logs(nodes::LogsArgs),
     /// Merge a short-lived admin context into your kubeconfig (needs kms:Decrypt)
     Kubeconfig(kubeconfig::KubeconfigArgs),
+    /// List the etcd snapshots in S3 (key, size, time) and the last backup run
+    Backups(backups::BackupsArgs),
 }
 
 /// Runs the parsed command line.
@@ -109,6 +112,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         #[cfg(feature = "nodes")]
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
+        Command::Backups(args) => backups::run(&cli.global, args),
     }
 }
 

@@ -32,7 +32,13 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;
         if args.refresh_ami {
-            for a in amis.iter().filter(|a| a.before.as_deref() == Some(a.after.as_str())) {
+            for a in amis.iter().filter(|a| a.explicit) {
+                println!("{} is set in cluster.yaml (ami): not refreshed", a.parameter);
+            }
+            for a in amis
+                .iter()
+                .filter(|a| !a.explicit && a.before.as_deref() == Some(a.after.as_str()))
+            {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }

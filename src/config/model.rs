@@ -36,6 +36,16 @@ pub struct ClusterConfig {
     /// The control plane.
     #[serde(default)]
     pub controller: Controller,
+    /// The controllers' etcd: snapshots to S3.
+    #[serde(default)]
+    pub etcd: Etcd,
+    /// An explicit AMI instead of the pinned Amazon Linux 2023 one: an image ID
+    /// (`ami-…`) for every node, or one per architecture
+    /// (`{x86_64: ami-…, arm64: ami-…}`; an architecture left out keeps the
+    /// pinned image). A changed value replaces the groups using it, one
+    /// instance at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami: Option<AmiSetting>,
     /// Worker node pools.
     #[serde(default)]
     pub worker: Worker,
@@ -64,7 +74,11 @@ pub struct Network {
     /// CIDR of a new VPC (default 10.0.0.0/16). Not allowed with vpcId.
     #[serde(rename = "vpcCIDR", default, skip_serializing_if = "Option::is_none")]
     pub vpc_cidr: Option<String>,
-    /// Availability zones for the new VPC's subnets (default: the region's first two).
+    /// Availability zones for the new VPC's subnets, one node subnet each
+    /// (default: the region's first two, or first three with 3 or 5
+    /// controllers, so that losing one zone keeps etcd's quorum). The
+    /// controllers spread over them: 3 controllers on 2 zones split 2+1, and
+    /// losing the zone with 2 loses quorum.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub availability_zones: Vec<String>,
     /// An existing VPC to use instead of creating one.
@@ -200,6 +214,97 @@ fn default_instance_type() -> String {
 }
 fn default_root_volume() -> u32 {
     30
+}
+
+/// Graviton instance families (`m7g`, `c6gn`, `t4g`) need the arm64 AMI.
+pub fn is_arm64(instance_type: &str) -> bool {
+    let family = instance_type.split('.').next().unwrap_or("");
+    let letters = family.trim_start_matches(|c: char| c.is_ascii_lowercase());
+    let rest = letters.trim_start_matches(|c: char| c.is_ascii_digit());
+    letters.len() < family.len() && rest.len() < letters.len() && rest.starts_with('g')
+}
+
+impl ClusterConfig {
+    /// The instance types of every node group: the controllers', then each pool's.
+    pub fn instance_types(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.controller.instance_type.as_str())
+            .chain(self.worker.node_pools.iter().map(|p| p.instance_type.as_str()))
+    }
+
+    /// The explicit AMI for an instance type's architecture, if cluster.yaml gives one.
+    pub fn explicit_ami(&self, instance_type: &str) -> Option<&str> {
+        match self.ami.as_ref()? {
+            AmiSetting::Id(id) => Some(id),
+            AmiSetting::PerArchitecture(p) => {
+                if is_arm64(instance_type) {
+                    p.arm64.as_deref()
+                } else {
+                    p.x86_64.as_deref()
+                }
+            }
+        }
+    }
+}
+
+/// An explicit AMI: one image for every node, or one per architecture.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(untagged)]
+pub enum AmiSetting {
+    /// One image ID for every node (all of them x86_64, or all arm64).
+    Id(String),
+    /// Per architecture.
+    PerArchitecture(AmiPerArchitecture),
+}
+
+/// An image ID per architecture.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AmiPerArchitecture {
+    /// The image of x86_64 instance types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x86_64: Option<String>,
+    /// The image of Graviton (arm64) instance types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm64: Option<String>,
+}
+
+/// etcd on the controllers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Etcd {
+    /// Snapshots of etcd to `s3URI/<clusterName>/etcd/`, written by the etcd
+    /// leader, SSE-KMS with kmsKeyARN.
+    #[serde(default)]
+    pub backup: EtcdBackup,
+}
+
+/// How often etcd is snapshotted, and how many snapshots are kept.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdBackup {
+    /// Time between snapshots, e.g. `1h` (default), `30m`, `6h`: 5m to 24h.
+    /// Also the most data a restore can lose.
+    #[serde(default = "default_backup_interval")]
+    pub interval: String,
+    /// How many snapshots are kept; the oldest beyond it are deleted (1 to 1000, default 24).
+    #[serde(default = "default_backup_retention")]
+    pub retention: u32,
+}
+
+impl Default for EtcdBackup {
+    fn default() -> Self {
+        EtcdBackup {
+            interval: default_backup_interval(),
+            retention: default_backup_retention(),
+        }
+    }
+}
+
+fn default_backup_interval() -> String {
+    "1h".into()
+}
+fn default_backup_retention() -> u32 {
+    24
 }
 
 /// Worker settings.

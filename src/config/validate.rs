@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::model::{ChartSpec, ClusterConfig};
+use super::model::{is_arm64, AmiSetting, ChartSpec, ClusterConfig};
 use crate::located::{Located, SourceMap};
 
 static DNS_LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$").unwrap());
@@ -119,6 +119,7 @@ pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -
     v.network(cfg);
     v.access(cfg);
     v.nodes(cfg);
+    v.etcd_and_ami(cfg);
     v.helm(cfg);
     v.charts(dir, &cfg.charts);
     v.errors
@@ -466,6 +467,55 @@ impl Validator<'_> {
         }
     }
 
+    fn etcd_and_ami(&mut self, cfg: &ClusterConfig) {
+        let b = &cfg.etcd.backup;
+        match humantime::parse_duration(b.interval.trim()) {
+            Err(e) => self.err(
+                "etcd.backup.interval",
+                format!("{:?} is not a duration ({e}); use for example \"1h\" or \"30m\"", b.interval),
+            ),
+            Ok(d) if !(BACKUP_INTERVAL_MIN..=BACKUP_INTERVAL_MAX).contains(&d) => self.err(
+                "etcd.backup.interval",
+                format!("{:?} is outside 5m to 24h (a snapshot every few minutes loads etcd; a day is the longest data-loss window kube-aws lets you choose)", b.interval),
+            ),
+            Ok(_) => {}
+        }
+        if !(1..=1000).contains(&b.retention) {
+            self.err(
+                "etcd.backup.retention",
+                format!("{} snapshots: keep between 1 and 1000", b.retention),
+            );
+        }
+        let check = |v: &mut Self, path: &str, id: &str| {
+            if !is_ami_id(id) {
+                v.err(
+                    path,
+                    format!("{id:?} is not an AMI ID (ami- and 8 or 17 hex digits, e.g. \"ami-0123456789abcdef0\")"),
+                );
+            }
+        };
+        match &cfg.ami {
+            None => {}
+            Some(AmiSetting::Id(id)) => {
+                check(self, "ami", id);
+                let arm = cfg.instance_types().filter(|t| is_arm64(t)).count();
+                if arm > 0 && arm < cfg.instance_types().count() {
+                    self.err(
+                        "ami",
+                        format!("{id:?} is one image, but the nodes mix x86_64 and arm64 instance types; give one per architecture: ami: {{x86_64: ami-…, arm64: ami-…}}"),
+                    );
+                }
+            }
+            Some(AmiSetting::PerArchitecture(p)) => {
+                for (key, id) in [("x86_64", &p.x86_64), ("arm64", &p.arm64)] {
+                    if let Some(id) = id {
+                        check(self, &format!("ami.{key}"), id);
+                    }
+                }
+            }
+        }
+    }
+
     fn helm(&mut self, cfg: &ClusterConfig) {
         if cfg.helm.version != 2 && cfg.helm.version != 3 {
             self.err(
@@ -762,6 +812,17 @@ pub fn normalize_constraint(c: &str) -> String {
         i += 1;
     }
     parts.join(", ")
+}
+
+/// The shortest and longest etcd backup intervals (`etcd.backup.interval`).
+pub const BACKUP_INTERVAL_MIN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+pub const BACKUP_INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// An EC2 image ID: `ami-` and 8 (older) or 17 lowercase hex digits.
+pub fn is_ami_id(s: &str) -> bool {
+    s.strip_prefix("ami-").is_some_and(|h| {
+        (h.len() == 8 || h.len() == 17) && h.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
 }
 
 /// The controller counts etcd keeps quorum with: an odd number, at most 5

@@ -18,19 +18,26 @@ const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-de
 const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
 /// The control-plane stack's addon plan pointer (an SSM parameter).
 pub const PLAN_POINTER: &str = "AddonPlan";
-const DEFAULT_AZ_COUNT: usize = 2;
+/// How many zones a new VPC without `network.availabilityZones` spans: the
+/// region's first two, or its first three with 3 or 5 controllers. etcd keeps
+/// quorum while a majority of members is up: 3 controllers on 2 zones split
+/// 2+1, and losing the zone holding 2 loses quorum; on 3 zones (1+1+1, or
+/// 2+2+1 for 5) losing any one zone keeps a majority. Regions with two zones
+/// (us-west-1 for most accounts) must list them in availabilityZones: a third
+/// `Fn::GetAZs` index does not exist there and the network stack fails.
+pub fn default_zone_count(controllers: u32) -> usize {
+    if controllers >= 3 {
+        3
+    } else {
+        2
+    }
+}
 /// The AWS managed policy for SSM Session Manager on every node role.
 pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
 /// How long a node has to boot, join and signal.
 const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
 
-/// Graviton instance families (`m7g`, `c6gn`, `t4g`) need the arm64 AMI.
-pub fn is_arm64(instance_type: &str) -> bool {
-    let family = instance_type.split('.').next().unwrap_or("");
-    let letters = family.trim_start_matches(|c: char| c.is_ascii_lowercase());
-    let rest = letters.trim_start_matches(|c: char| c.is_ascii_digit());
-    letters.len() < family.len() && rest.len() < letters.len() && rest.starts_with('g')
-}
+pub use crate::config::is_arm64;
 
 /// A node stack's AMI: a concrete image ID the root passes down. The root's
 /// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
@@ -49,8 +56,16 @@ fn ami_root_parameter(instance_type: &str) -> &'static str {
     }
 }
 
+fn ami_description(source: &str) -> String {
+    if source.starts_with("ami-") {
+        "the AMI set in cluster.yaml (ami)".to_string()
+    } else {
+        format!("the pinned AMI, resolved from {source} at up or update --refresh-ami")
+    }
+}
+
 /// Root metadata naming, per AMI parameter, the SSM public parameter the
-/// publisher resolves it from.
+/// publisher resolves it from, or the explicit image ID (`ami-…`) cluster.yaml gives.
 pub const AMI_METADATA: &str = "kube-aws:amis";
 
 /// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
@@ -140,7 +155,7 @@ fn new_vpc_subnets(
 ) -> Result<NewSubnets, RenderError> {
     let net = &input.cluster.network;
     let zones = if net.availability_zones.is_empty() {
-        DEFAULT_AZ_COUNT
+        default_zone_count(input.cluster.controller.count)
     } else {
         net.availability_zones.len()
     };
@@ -495,6 +510,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
         s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
             "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
         s.extend(reconciler_statements(ctx));
+        s.extend(etcd_statements(input, ctx));
     } else {
         // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
         s.push(
@@ -530,6 +546,115 @@ fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
             "Action": ["cloudformation:DescribeStackResource"],
             "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
     ]
+}
+
+/// The name of the controller group's termination lifecycle hook; the
+/// controllers' `kube-aws-node lifecycle` completes it by this name.
+pub const ETCD_LIFECYCLE_HOOK: &str = "kube-aws-etcd-member";
+/// How long a leaving controller may take to remove its etcd member before
+/// the group goes on without it (the hook's heartbeat timeout, seconds).
+pub const ETCD_LIFECYCLE_TIMEOUT: u32 = 300;
+/// The control-plane stack's etcd settings parameter (backups, controller count).
+pub const ETCD_SETTINGS: &str = "EtcdSettings";
+/// Where the controllers' etcd snapshots go, under the cluster's prefix.
+pub const ETCD_BACKUP_DIR: &str = "etcd";
+
+/// The SSM parameter holding the controllers' etcd settings.
+pub fn etcd_parameter_name(ctx: &Ctx) -> String {
+    format!("/kube-aws/{}/etcd", ctx.cluster)
+}
+
+/// A leaving controller removes its own etcd member first: the group's
+/// termination lifecycle hook holds the instance in Terminating:Wait until the
+/// node (watching IMDS `autoscaling/target-lifecycle-state`, "Retrieve the
+/// target lifecycle state through instance metadata", EC2 Auto Scaling user
+/// guide) completes the action, or HeartbeatTimeout passes; DefaultResult
+/// CONTINUE, so a node that cannot answer never holds the group. A separate
+/// resource rather than the group's LifecycleHookSpecificationList, so that a
+/// stack delete removes the hook before the group and does not wait on it.
+/// CompleteLifecycleAction takes the autoScalingGroup resource type
+/// (`arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/${Name}`,
+/// Service Authorization Reference, Amazon EC2 Auto Scaling): the grant is
+/// its own group's only, in a policy of its own since the role cannot name
+/// the group it is an input of. DescribeAutoScalingInstances (the node finds
+/// its group's name) has no resource-level scope.
+fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
+    r.insert(
+        "ControllerTerminationHook".into(),
+        json!({"Type": "AWS::AutoScaling::LifecycleHook", "Properties": {
+            "AutoScalingGroupName": {"Ref": "ControllerGroup"},
+            "LifecycleHookName": ETCD_LIFECYCLE_HOOK,
+            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            "HeartbeatTimeout": ETCD_LIFECYCLE_TIMEOUT,
+            "DefaultResult": "CONTINUE"}}),
+    );
+    r.insert(
+        "ControllerLifecyclePolicy".into(),
+        json!({"Type": "AWS::IAM::Policy", "Properties": {
+            "PolicyName": format!("kube-aws-{}-controller-lifecycle", ctx.cluster),
+            "Roles": [{"Ref": "ControllerRole"}],
+            "PolicyDocument": {"Version": "2012-10-17", "Statement": [
+                {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow",
+                 "Action": ["autoscaling:CompleteLifecycleAction"],
+                 "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}},
+                {"Sid": "FindOwnGroup", "Effect": "Allow",
+                 "Action": ["autoscaling:DescribeAutoScalingInstances"], "Resource": "*"}]}}}),
+    );
+}
+
+/// The controllers' etcd settings, as an SSM parameter the stack manages
+/// rather than user data: a changed backup interval, retention or controller
+/// count updates the parameter and replaces no controller.
+fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, RenderError> {
+    let b = &input.cluster.etcd.backup;
+    let interval = humantime::parse_duration(b.interval.trim()).map_err(|e| RenderError::Network {
+        message: format!("etcd.backup.interval {:?}: {e}", b.interval),
+    })?;
+    let value = json!({
+        "bucket": ctx.bucket,
+        "backupPrefix": format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix),
+        "intervalSeconds": interval.as_secs(),
+        "retention": b.retention,
+        "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
+        "controllerCount": input.cluster.controller.count,
+        "lifecycleHook": ETCD_LIFECYCLE_HOOK,
+        "lifecycleTimeoutSeconds": ETCD_LIFECYCLE_TIMEOUT,
+    });
+    Ok(json!({"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": etcd_parameter_name(ctx),
+        "Type": "String",
+        "Value": value.to_string(),
+        "Description": format!("kube-aws cluster {}: etcd backups and membership", ctx.cluster)}}))
+}
+
+/// What the controllers' etcd tools may do: read their settings; write, list
+/// and delete snapshots under `etcd/` only; encrypt them with the cluster's
+/// key (SSE-KMS: S3 asks KMS for a data key in the caller's name, and for
+/// Decrypt on multipart uploads and on the download of a restore; the
+/// encryption context S3 passes is the object's ARN, or the bucket's with S3
+/// Bucket Keys, "Using server-side encryption with AWS KMS keys", Amazon S3
+/// user guide).
+fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
+    let dir = format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix);
+    let objects = format!("arn:aws:s3:::{}/{dir}*", ctx.bucket);
+    let mut s = vec![
+        json!({"Sid": "ReadEtcdSettings", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}", etcd_parameter_name(ctx))}}),
+        json!({"Sid": "WriteEtcdSnapshots", "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Resource": [objects]}),
+        json!({"Sid": "ListEtcdSnapshots", "Effect": "Allow", "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
+            "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
+    ];
+    if let Some(k) = &input.cluster.kms_key_arn {
+        s.push(json!({"Sid": "EncryptEtcdSnapshots", "Effect": "Allow",
+            "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": k,
+            "Condition": {
+                "StringEquals": {"kms:ViaService": format!("s3.{}.amazonaws.com", ctx.region)},
+                "StringLike": {"kms:EncryptionContext:aws:s3:arn": [objects, format!("arn:aws:s3:::{}", ctx.bucket)]}}}));
+    }
+    s
 }
 
 /// The control-plane stack's pointer to the current addon bundle: its S3 URI
@@ -734,6 +859,8 @@ fn control_plane_stack(
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
     };
     node_group(input, ctx, &g, &node.stub, &mut r);
+    etcd_membership(ctx, &mut r);
+    r.insert(ETCD_SETTINGS.into(), etcd_settings(input, ctx)?);
     r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle));
     let ids: BTreeMap<&str, &str> = plan
         .releases
@@ -876,10 +1003,14 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
     let mut amis = Map::new();
+    // Each AMI parameter's source: the SSM public parameter, or the image
+    // cluster.yaml's `ami` names for that architecture (the publisher passes
+    // an explicit image as it is, see src/aws/deploy.rs pin_amis).
     let mut ami = |instance_type: &str| -> Value {
         let p = ami_root_parameter(instance_type);
         let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
-        amis.insert(p.to_string(), json!(path));
+        let source = input.cluster.explicit_ami(instance_type).unwrap_or(path);
+        amis.insert(p.to_string(), json!(source));
         json!({"Ref": p})
     };
     let controller_ami = ami(&input.cluster.controller.instance_type);
@@ -893,7 +1024,7 @@ fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserD
     for (p, path) in &amis {
         params.insert(
             p.clone(),
-            json!({"Type": "String", "Description": format!("the pinned AMI, resolved from {} at up or update --refresh-ami", path.as_str().unwrap_or_default())}),
+            json!({"Type": "String", "Description": ami_description(path.as_str().unwrap_or_default())}),
         );
     }
     let mut covered = Map::new();

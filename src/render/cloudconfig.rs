@@ -27,6 +27,15 @@ const ADDONS_TIMER: &str = include_str!("templates/kube-aws-addons.timer");
 const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
 const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
+const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.service");
+const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.timer");
+const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
+/// The controllers' etcd units, enabled (`--now`) with the plugin units, before
+/// kubeadm: each waits for etcd itself (the backup service's
+/// ConditionPathExists, the lifecycle watcher's checks).
+pub const ETCD_UNITS: &[&str] = &["kube-aws-etcd-backup.timer", "kube-aws-lifecycle.service"];
+/// Where the controllers' etcd tools read the name of their settings parameter.
+pub const ETCD_JSON: &str = "/etc/kube-aws/etcd.json";
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
@@ -345,7 +354,9 @@ fn render_node(
         "kubernetesVersion": ctx.k8s_version,
         "kubernetesPackages": kubernetes_packages(ctx),
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
-        "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str()).collect::<Vec<_>>(),
+        "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
+            .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
+            .collect::<Vec<_>>(),
         "secrets": secrets,
     });
     let ours: Vec<(&str, &str, String)> = vec![
@@ -462,9 +473,19 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
         ("kube-aws-addons.timer", ADDONS_TIMER),
         ("kube-aws-csr-approver.service", CSR_APPROVER_SERVICE),
         ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
+        ("kube-aws-etcd-backup.service", ETCD_BACKUP_SERVICE),
+        ("kube-aws-etcd-backup.timer", ETCD_BACKUP_TIMER),
+        ("kube-aws-lifecycle.service", LIFECYCLE_SERVICE),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));
     }
+    // Only names: the settings themselves (backup interval, retention,
+    // controller count) are in the parameter, so changing them replaces no controller.
+    let etcd = json!({
+        "settingsParameter": super::cfn::etcd_parameter_name(ctx),
+        "lifecycleHook": super::cfn::ETCD_LIFECYCLE_HOOK,
+    });
+    files.push((ETCD_JSON.into(), "0644".into(), pretty(&etcd)));
     files
 }
 

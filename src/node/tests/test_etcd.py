@@ -1,0 +1,559 @@
+"""Unit tests of kube_aws_node.etcd: the pure decisions, and the drivers
+under recording fakes (aws, etcd, command runner, clock, IMDS). Nothing here
+talks to AWS or etcd. Python 3.9, standard library only.
+
+    python3 -m unittest discover src/node/tests -p 'test_etcd*.py'
+"""
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout, redirect_stderr
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from kube_aws_node import etcd  # noqa: E402
+
+
+def member(mid, ip, name=None, started=True):
+    m = {"ID": mid, "name": name or "ip-%s" % ip.replace(".", "-"), "peerURLs": ["https://%s:2380" % ip]}
+    if started:
+        m["clientURLs"] = ["https://%s:2379" % ip]
+    return m
+
+
+START = etcd.parse_time("2026-12-01T03:00:00Z")
+
+
+class FakeClock(object):
+    def __init__(self, t=START):
+        self.t = t
+        self.slept = []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.t += s
+
+
+class FakeEtcd(object):
+    """Members by endpoint reachability; records every call."""
+
+    def __init__(self, members, down=(), remove_fails=0):
+        self.members = list(members)
+        self.down = set(down)
+        self.remove_fails = remove_fails
+        self.calls = []
+
+    def _up(self, endpoints):
+        up = [e for e in endpoints if e not in self.down]
+        if not up:
+            raise RuntimeError("no etcd endpoint answered")
+        return up
+
+    def member_list(self, endpoints):
+        self.calls.append(("list", list(endpoints)))
+        self._up(endpoints)
+        return [dict(m) for m in self.members]
+
+    def member_remove(self, endpoints, mid):
+        up = self._up(endpoints)
+        self.calls.append(("remove", list(endpoints), mid))
+        if self.remove_fails:
+            self.remove_fails -= 1
+            raise RuntimeError("etcdserver: request timed out")
+        self.members = [m for m in self.members if etcd.as_id(m["ID"]) != etcd.as_id(mid)]
+        return up[0]
+
+
+class FakeAws(object):
+    """Answers by the first two arguments; records every call."""
+
+    def __init__(self, answers=None, failing=()):
+        self.answers = answers or {}
+        self.failing = dict(failing)  # (service, op) -> times it fails
+        self.calls = []
+
+    def __call__(self, args):
+        self.calls.append(list(args))
+        key = tuple(args[:2])
+        if self.failing.get(key, 0):
+            self.failing[key] -= 1
+            raise RuntimeError("An error occurred (SlowDown) when calling %s" % args[1])
+        a = self.answers.get(key)
+        return a(args) if callable(a) else a
+
+    def ops(self, service, op):
+        return [c for c in self.calls if c[:2] == [service, op]]
+
+
+SETTINGS = {"bucket": "b", "backupPrefix": "p/demo/etcd/", "intervalSeconds": 3600, "retention": 3,
+            "kmsKeyARN": "arn:aws:kms:us-west-2:111122223333:key/k", "controllerCount": 3,
+            "lifecycleHook": "kube-aws-etcd-member", "lifecycleTimeoutSeconds": 300}
+RUNTIME = {"cluster": "demo", "bucket": "b", "keyPrefix": "p/demo", "stackName": "demo-ControlPlane-1",
+           "asgLogicalId": "ControllerGroup", "apiEndpoint": "api.example"}
+
+
+def settings_answer(settings):
+    return lambda args: {"Parameter": {"Value": json.dumps(settings)}}
+
+
+def imds(ip="10.0.1.5", state="InService"):
+    items = {"instance-id": "i-0abc", "local-hostname": "ip-10-0-1-5.ec2.internal", "local-ipv4": ip,
+             "autoscaling/target-lifecycle-state": state}
+    return lambda path: items.get(path)
+
+
+def controllers(*ips):
+    return lambda args: {"Reservations": [{"Instances": [{"PrivateIpAddress": ip} for ip in ips]}]}
+
+
+def node(aws, ip="10.0.1.5", state="InService"):
+    return etcd.Node(aws, imds(ip, state), runtime=dict(RUNTIME),
+                     etcd_json={"settingsParameter": "/kube-aws/demo/etcd", "lifecycleHook": "kube-aws-etcd-member"})
+
+
+class Quiet(object):
+    def __enter__(self):
+        self.out, self.err = io.StringIO(), io.StringIO()
+        self._a, self._b = redirect_stdout(self.out), redirect_stderr(self.err)
+        self._a.__enter__()
+        self._b.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._b.__exit__(*exc)
+        self._a.__exit__(*exc)
+
+
+class WithFiles(unittest.TestCase):
+    """Points the module's node paths into a temporary root."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        self.saved_root = etcd.ROOT
+        etcd.ROOT = self.root
+        self.write(etcd.RUNTIME_JSON, json.dumps(RUNTIME))
+        self.write(etcd.ETCD_JSON, json.dumps({"settingsParameter": "/kube-aws/demo/etcd",
+                                               "lifecycleHook": "kube-aws-etcd-member"}))
+
+    def tearDown(self):
+        etcd.ROOT = self.saved_root
+        self.tmp.cleanup()
+
+    def write(self, path, text):
+        full = etcd.host(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as f:
+            f.write(text)
+
+    def etcd_running(self):
+        self.write(etcd.ETCD_MANIFEST, "kind: Pod\n")
+
+
+class StaleMembers(unittest.TestCase):
+    MEMBERS = [member(1, "10.0.1.5"), member(2, "10.0.2.6"), member("3", "10.0.3.7")]
+
+    def test_members_on_no_controllers_address_are_stale(self):
+        got = etcd.stale_candidates(self.MEMBERS, ["10.0.1.5", "10.0.2.6", "10.0.3.9"], "10.0.1.5")
+        self.assertEqual([m["ID"] for m in got], ["3"])
+
+    def test_an_untrustworthy_view_of_ec2_removes_nobody(self):
+        self.assertEqual(etcd.stale_candidates(self.MEMBERS, [], "10.0.1.5"), [])
+        # The list does not even hold this node: EC2 answered something else.
+        self.assertEqual(etcd.stale_candidates(self.MEMBERS, ["10.9.9.9"], "10.0.1.5"), [])
+
+    def test_a_member_added_but_not_started_is_judged_by_its_peer_url(self):
+        joining = member(4, "10.0.3.9", name="", started=False)
+        got = etcd.stale_candidates(self.MEMBERS + [joining], ["10.0.1.5", "10.0.2.6", "10.0.3.9"], "10.0.1.5")
+        self.assertEqual([m["ID"] for m in got], ["3"])
+
+    def test_only_members_stale_on_two_looks_go_and_never_a_majority(self):
+        first = etcd.stale_candidates(self.MEMBERS, ["10.0.1.5", "10.0.2.6"], "10.0.1.5")
+        second = etcd.stale_candidates(self.MEMBERS, ["10.0.1.5", "10.0.2.6"], "10.0.1.5")
+        self.assertEqual([m["ID"] for m in etcd.confirmed_stale([], second)], [])
+        self.assertEqual([m["ID"] for m in etcd.confirmed_stale(first, second)], ["3"])
+        five = [member(i, "10.0.%d.5" % i) for i in range(1, 6)]
+        stale = etcd.stale_candidates(five, ["10.0.1.5"], "10.0.1.5")
+        self.assertEqual(len(stale), 4)
+        self.assertEqual(len(etcd.removable(stale, five)), 2)
+        self.assertEqual(etcd.removable(stale[:1], five[:1]), [])
+
+    def test_prune_removes_on_the_second_look_through_the_local_member(self):
+        fake = FakeEtcd(self.MEMBERS)
+        aws = FakeAws({("ec2", "describe-instances"): controllers("10.0.1.5", "10.0.2.6")})
+        n = node(aws)
+        cands, removed = etcd.prune_once(n, fake, [])
+        self.assertEqual((len(cands), removed), (1, []))
+        cands, removed = etcd.prune_once(n, fake, cands)
+        self.assertEqual([m["ID"] for m in removed], ["3"])
+        self.assertEqual(fake.calls[-1], ("remove", ["https://10.0.1.5:2379"], "3"))
+        self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [1, 2])
+        # The filter names the controllers of this cluster, pending or running.
+        f = aws.ops("ec2", "describe-instances")[0]
+        self.assertIn("Name=tag:Name,Values=demo-controller", f)
+        self.assertIn("Name=instance-state-name,Values=pending,running", f)
+
+
+class MemberRemoval(unittest.TestCase):
+    def test_the_own_member_is_removed_through_a_peer(self):
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")])
+        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["https://10.0.1.5:2379"], FakeClock(), 0)
+        self.assertTrue(ok, msg)
+        remove = [c for c in fake.calls if c[0] == "remove"]
+        self.assertEqual(len(remove), 1)
+        self.assertEqual(remove[0][2], 11)
+        self.assertNotIn("https://10.0.1.5:2379", remove[0][1])
+        self.assertEqual(remove[0][1], ["https://10.0.2.6:2379", "https://10.0.3.7:2379"])
+
+    def test_a_dead_local_member_is_found_through_the_other_controllers(self):
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], down={"https://10.0.1.5:2379"})
+        ok, msg = etcd.remove_member_through_peer(
+            fake, "10.0.1.5", ["https://10.0.1.5:2379", "https://10.0.2.6:2379"], FakeClock(), 0)
+        self.assertTrue(ok, msg)
+        self.assertEqual([etcd.as_id(m["ID"]) for m in fake.members], [12])
+
+    def test_nothing_to_remove_and_the_last_member_stays(self):
+        fake = FakeEtcd([member(12, "10.0.2.6")])
+        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
+        self.assertTrue(ok)
+        self.assertIn("nothing to remove", msg)
+        fake = FakeEtcd([member(11, "10.0.1.5")])
+        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
+        self.assertTrue(ok)
+        self.assertIn("last etcd member stays", msg)
+        self.assertFalse([c for c in fake.calls if c[0] == "remove"])
+
+    def test_a_removal_failing_until_the_deadline_gives_up_with_the_reason(self):
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], remove_fails=1000)
+        clock = FakeClock()
+        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["e"], clock, clock.now() + 60)
+        self.assertFalse(ok)
+        self.assertIn("request timed out", msg)
+        self.assertGreaterEqual(clock.t, START + 60)
+        self.assertEqual(len([c for c in fake.calls if c[0] == "remove"]), 13)
+
+
+class Leaving(WithFiles):
+    def aws(self, **failing):
+        return FakeAws({
+            ("ssm", "get-parameter"): settings_answer(SETTINGS),
+            ("ec2", "describe-instances"): controllers("10.0.1.5", "10.0.2.6", "10.0.3.7"),
+            ("autoscaling", "describe-auto-scaling-instances"):
+                {"AutoScalingInstances": [{"AutoScalingGroupName": "demo-ControllerGroup-XYZ"}]},
+        }, failing)
+
+    def test_terminated_removes_the_member_and_completes_the_action(self):
+        self.etcd_running()
+        aws = self.aws()
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")])
+        ran = []
+        with Quiet():
+            code = etcd.watch(node(aws, state="Terminated"), lambda: fake, ran.append, FakeClock(), max_ticks=3)
+        self.assertEqual(code, 0)
+        self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [12, 13])
+        done = aws.ops("autoscaling", "complete-lifecycle-action")
+        self.assertEqual(len(done), 1)
+        for pair in (["--lifecycle-hook-name", "kube-aws-etcd-member"],
+                     ["--auto-scaling-group-name", "demo-ControllerGroup-XYZ"],
+                     ["--lifecycle-action-result", "CONTINUE"], ["--instance-id", "i-0abc"]):
+            i = done[0].index(pair[0])
+            self.assertEqual(done[0][i:i + 2], pair)
+        self.assertFalse(aws.ops("s3api", "put-object"), "no report when all went well")
+
+    def test_a_failed_removal_still_completes_and_is_reported(self):
+        self.etcd_running()
+        aws = self.aws()
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], remove_fails=1000)
+        clock = FakeClock()
+        with Quiet():
+            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+        self.assertEqual(code, 1)
+        # Within the hook's heartbeat timeout (300 s), a minute left for the completion.
+        self.assertLessEqual(clock.t - START, 245)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+        put = aws.ops("s3api", "put-object")
+        self.assertEqual(len(put), 1)
+        self.assertIn("p/demo/status/nodes/i-0abc.json", put[0])
+        report = etcd.failure_report({"instanceId": "i-0abc"}, RUNTIME, "etcd-member-remove", problems[0], 0)
+        self.assertEqual(report["step"], "etcd-member-remove")
+        self.assertIn("request timed out", problems[0])
+
+    def test_the_only_controller_takes_a_last_snapshot_before_it_goes(self):
+        self.etcd_running()
+        single = dict(SETTINGS, controllerCount=1)
+        snap = etcd.host(etcd.SNAPSHOT_PATH)
+        os.makedirs(os.path.dirname(snap))
+        aws = self.aws()
+        aws.answers[("ssm", "get-parameter")] = settings_answer(single)
+        aws.answers[("s3api", "list-objects-v2")] = {"Contents": []}
+        ran = []
+
+        def run(argv):
+            ran.append(argv)
+            if "ps" in argv:
+                return "c0ffee\n"
+            if "status" in argv:
+                return json.dumps([{"Status": {"header": {"member_id": 11}, "leader": 11}}])
+            if "save" in argv:
+                with open(snap, "wb") as f:
+                    f.write(b"s")
+            return ""
+        fake = FakeEtcd([member(11, "10.0.1.5")])
+        code, msg, problems = etcd.leave(node(aws), fake, run, FakeClock())
+        self.assertEqual((code, problems), (0, []))
+        self.assertEqual(len(aws.ops("s3", "cp")), 1)
+        self.assertIn("last etcd member stays", msg)
+        put = [c for c in aws.ops("s3api", "put-object") if "p/demo/status/etcd/backup.json" in c]
+        self.assertEqual(len(put), 1)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+
+    def test_no_etcd_client_certificate_still_completes_the_action(self):
+        self.etcd_running()
+        aws = self.aws()
+
+        def no_cert():
+            raise FileNotFoundError("/etc/kubernetes/pki/etcd/healthcheck-client.crt")
+        with Quiet():
+            code = etcd.watch(node(aws, state="Terminated"), no_cert, lambda a: "", FakeClock(), max_ticks=1)
+        self.assertEqual(code, 1)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+        self.assertEqual(len(aws.ops("s3api", "put-object")), 1)
+
+    def test_a_controller_not_terminating_only_watches(self):
+        aws = self.aws()
+        fake = FakeEtcd([member(11, "10.0.1.5")])
+        with Quiet():
+            etcd.watch(node(aws), lambda: fake, lambda a: "", FakeClock(), max_ticks=2)
+        self.assertFalse(aws.ops("autoscaling", "complete-lifecycle-action"))
+        self.assertFalse([c for c in fake.calls if c[0] == "remove"])
+
+
+class Leader(unittest.TestCase):
+    def test_etcdctl_and_gateway_status_shapes(self):
+        leader = [{"Endpoint": "https://127.0.0.1:2379",
+                   "Status": {"header": {"cluster_id": 1, "member_id": 10276657743932975437},
+                              "leader": 10276657743932975437, "version": "3.6.5"}}]
+        follower = [{"Endpoint": "x", "Status": {"header": {"member_id": 5}, "leader": 7}}]
+        gateway = {"header": {"member_id": "10276657743932975437"}, "leader": "10276657743932975437"}
+        self.assertTrue(etcd.is_leader(leader))
+        self.assertFalse(etcd.is_leader(follower))
+        self.assertTrue(etcd.is_leader(gateway))
+        # No leader (an election under way) and nonsense: nobody writes.
+        self.assertFalse(etcd.is_leader({"header": {"member_id": "0"}, "leader": "0"}))
+        self.assertFalse(etcd.is_leader([]))
+        self.assertFalse(etcd.is_leader({"header": {}}))
+
+
+def listing(*items):
+    return {"Contents": [{"Key": k, "Size": s, "LastModified": t} for k, s, t in items]}
+
+
+class Snapshots(unittest.TestCase):
+    PREFIX = "p/demo/etcd/"
+
+    def test_listing_due_and_retention(self):
+        got = etcd.snapshots(listing(
+            (self.PREFIX + "20261201T010000Z-a.db", 10, "2026-12-01T01:00:00+00:00"),
+            (self.PREFIX + "20261201T000000Z-a.db", 9, "2026-12-01T00:00:00.000Z"),
+            (self.PREFIX + "notes.txt", 1, "2026-12-01T02:00:00Z"),
+            (self.PREFIX + "old/x.db", 1, "2026-12-01T02:00:00Z"),
+        ), self.PREFIX)
+        self.assertEqual([s["size"] for s in got], [9, 10])
+        newest = got[-1]["time"]
+        self.assertFalse(etcd.backup_due(got, newest + 1800, 3600))
+        self.assertTrue(etcd.backup_due(got, newest + 3590, 3600))
+        self.assertTrue(etcd.backup_due([], 0, 3600))
+        self.assertEqual(etcd.retention_victims(got, 1), [self.PREFIX + "20261201T000000Z-a.db"])
+        self.assertEqual(etcd.retention_victims(got, 2), [])
+
+    def test_keys_sort_by_time(self):
+        a = etcd.snapshot_key(self.PREFIX, 1764558000, "ip-10-0-1-5.ec2.internal")
+        b = etcd.snapshot_key(self.PREFIX, 1764561600, "ip-10-0-1-5.ec2.internal")
+        self.assertTrue(a.startswith(self.PREFIX) and a.endswith(".db"))
+        self.assertLess(a, b)
+        self.assertNotIn("/", a[len(self.PREFIX):])
+
+
+class Backup(WithFiles):
+    def setUp(self):
+        WithFiles.setUp(self)
+        self.snap = os.path.join(self.root, "snapshot.db")
+
+    def runner(self, leader=True):
+        calls = []
+
+        def run(argv):
+            calls.append(list(argv))
+            if argv[3:4] == ["ps"]:
+                return "c0ffee\n"
+            if "status" in argv:
+                me = 7 if leader else 8
+                return json.dumps([{"Endpoint": "e", "Status": {"header": {"member_id": me}, "leader": 7}}])
+            if "save" in argv:
+                with open(self.snap, "wb") as f:
+                    f.write(b"x" * 123)
+            return ""
+        return run, calls
+
+    def aws(self, existing, **failing):
+        return FakeAws({("ssm", "get-parameter"): settings_answer(SETTINGS),
+                        ("s3api", "list-objects-v2"): listing(*existing)}, failing)
+
+    OLD = [("p/demo/etcd/2026110%dT000000Z-a.db" % i, 5, "2026-11-0%dT00:00:00Z" % i) for i in (1, 2, 3)]
+
+    def test_only_the_leader_writes(self):
+        run, calls = self.runner(leader=False)
+        aws = self.aws(self.OLD)
+        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        self.assertEqual((code, report), (0, None))
+        self.assertFalse([c for c in calls if "save" in c])
+        self.assertFalse(aws.ops("s3", "cp"))
+
+    def test_the_leader_snapshots_encrypts_and_keeps_the_newest_n(self):
+        run, calls = self.runner()
+        aws = self.aws(self.OLD)
+        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        self.assertEqual(code, 0)
+        self.assertEqual((report["phase"], report["size"]), ("ok", 123))
+        save = [c for c in calls if "save" in c][0]
+        self.assertEqual(save[:5], ["crictl", "--runtime-endpoint", etcd.CRI, "exec", "c0ffee"])
+        self.assertIn("/etc/kubernetes/pki/etcd/healthcheck-client.crt", save)
+        cp = aws.ops("s3", "cp")[0]
+        self.assertTrue(cp[4].startswith("s3://b/p/demo/etcd/") and cp[4].endswith(".db"), cp)
+        self.assertEqual(cp[-4:], ["--sse", "aws:kms", "--sse-kms-key-id", SETTINGS["kmsKeyARN"]])
+        # Retention 3: of the 3 old and the new one, the oldest goes.
+        deleted = [c[c.index("--key") + 1] for c in aws.ops("s3api", "delete-object")]
+        self.assertEqual(deleted, ["p/demo/etcd/20261101T000000Z-a.db"])
+        self.assertFalse(os.path.exists(self.snap), "the local snapshot is left behind")
+
+    def test_not_due_writes_nothing(self):
+        run, calls = self.runner()
+        clock = FakeClock(etcd.parse_time("2026-11-03T00:30:00Z"))
+        code, report = etcd.backup_once(node(self.aws(self.OLD)), run, clock, self.snap)
+        self.assertEqual((code, report), (0, None))
+        self.assertFalse([c for c in calls if "save" in c])
+
+    def test_a_failed_upload_is_retried_then_reported(self):
+        run, _ = self.runner()
+        aws = self.aws(self.OLD)
+        aws.failing = {("s3", "cp"): 3}
+        clock = FakeClock()
+        code, report = etcd.backup_once(node(aws), run, clock, self.snap)
+        self.assertEqual(code, 1)
+        self.assertEqual(len(aws.ops("s3", "cp")), etcd.UPLOAD_ATTEMPTS)
+        self.assertEqual(clock.slept, [10, 20])
+        self.assertEqual(report["phase"], "failed")
+        self.assertIn("SlowDown", report["message"])
+        self.assertFalse(aws.ops("s3api", "delete-object"), "retention ran after a failed upload")
+        # The main entry point writes the report where `kube-aws backups` reads it.
+        aws2 = self.aws(self.OLD)
+        aws2.failing = {("s3", "cp"): 3}
+        saved = etcd.backup_once
+        try:
+            etcd.backup_once = lambda n, r, c: saved(n, r, c, self.snap)
+            with Quiet():
+                code = etcd.etcd_backup_main([], aws2, imds=imds(), run=run, clock=FakeClock())
+        finally:
+            etcd.backup_once = saved
+        self.assertEqual(code, 1)
+        put = aws2.ops("s3api", "put-object")
+        self.assertEqual(len(put), 1)
+        self.assertIn("p/demo/status/etcd/backup.json", put[0])
+
+    def test_a_retry_that_succeeds_is_not_a_failure(self):
+        run, _ = self.runner()
+        aws = self.aws(self.OLD)
+        aws.failing = {("s3", "cp"): 1}
+        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        self.assertEqual((code, report["phase"]), (0, "ok"))
+
+
+class Restore(WithFiles):
+    SNAPS = [{"key": "p/demo/etcd/a.db", "size": 1, "time": 1.0}, {"key": "p/demo/etcd/b.db", "size": 1, "time": 2.0}]
+
+    def test_decisions(self):
+        d = etcd.restore_decision
+        self.assertEqual(d(True, False, 1, self.SNAPS)["action"], "init")
+        self.assertEqual(d(False, True, 1, self.SNAPS)["action"], "join")
+        r = d(False, False, 1, self.SNAPS)
+        self.assertEqual((r["action"], r["key"]), ("restore", "p/demo/etcd/b.db"))
+        self.assertEqual(d(False, False, 1, [])["action"], "fail")
+        self.assertIn("no etcd snapshot", d(False, False, 1, [])["reason"])
+        # Several controllers: never a one-member restore beside the others.
+        self.assertEqual(d(False, False, 3, self.SNAPS)["action"], "join")
+
+    def test_restore_commands_use_the_kubeadm_etcd_image_and_the_node_name(self):
+        image = etcd.etcd_image("registry.k8s.io/kube-apiserver:v1.35.4\nregistry.k8s.io/etcd:3.6.5-0\n"
+                                "registry.k8s.io/coredns/coredns:v1.12.1\n")
+        self.assertEqual(image, "registry.k8s.io/etcd:3.6.5-0")
+        cmds = etcd.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
+                                     "10.0.1.5")
+        self.assertEqual(cmds[0], ["ctr", "-n", "k8s.io", "images", "pull", image])
+        restore = cmds[1]
+        i = restore.index("etcdutl")
+        self.assertEqual(restore[i:i + 4], ["etcdutl", "snapshot", "restore", "/var/lib/kube-aws/etcd-restore.db"])
+        self.assertIn("ip-10-0-1-5.ec2.internal=https://10.0.1.5:2380", restore)
+        self.assertEqual(restore[restore.index("--data-dir") + 1], "/var/lib/etcd")
+
+    def test_a_replaced_single_controller_restores_the_newest_snapshot(self):
+        self.write(etcd.NODE_JSON, json.dumps({"kubernetesVersion": "1.35.4"}))
+        os.makedirs(etcd.host("/var/lib/kube-aws"))
+        single = dict(SETTINGS, controllerCount=1)
+
+        def cp(args):
+            with open(args[-1], "w") as f:
+                f.write("snapshot")
+        aws = FakeAws({("ssm", "get-parameter"): settings_answer(single),
+                       ("s3api", "list-objects-v2"): listing(
+                           ("p/demo/etcd/20261201T000000Z-a.db", 5, "2026-12-01T00:00:00Z"),
+                           ("p/demo/etcd/20261201T010000Z-a.db", 5, "2026-12-01T01:00:00Z")),
+                       ("s3", "cp"): cp})
+        ran = []
+
+        def run(argv):
+            ran.append(argv)
+            return "registry.k8s.io/etcd:3.6.5-0\n" if argv[:3] == ["kubeadm", "config", "images"] else ""
+        with Quiet() as q:
+            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=FakeClock(), answers=lambda e: False)
+        self.assertEqual(code, 0)
+        lines = [json.loads(l) for l in q.out.getvalue().splitlines()]
+        self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
+        self.assertEqual(lines[1]["key"], "p/demo/etcd/20261201T010000Z-a.db")
+        self.assertEqual(ran[0], ["kubeadm", "config", "images", "list", "--kubernetes-version", "1.35.4"])
+        self.assertEqual([a[:4] for a in ran[1:]], [["ctr", "-n", "k8s.io", "images"], ["ctr", "-n", "k8s.io", "run"]])
+        self.assertIn("s3://b/p/demo/etcd/20261201T010000Z-a.db", aws.ops("s3", "cp")[0])
+        self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[0])
+
+    def test_no_snapshot_fails_the_boot_with_the_reason(self):
+        aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1)),
+                       ("s3api", "list-objects-v2"): {}})
+        with Quiet() as q:
+            code = etcd.etcd_restore_main([], aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
+                                          answers=lambda e: False)
+        self.assertEqual(code, 1)
+        lines = q.out.getvalue().splitlines()
+        self.assertEqual(len(lines), 1)
+        self.assertEqual(json.loads(lines[0])["action"], "fail")
+        plan = etcd.restore_if_needed(aws, False, imds(), lambda a: "", FakeClock(), lambda e: False,
+                                      say=lambda line: None)
+        self.assertIn("no etcd snapshot", plan["reason"])
+
+    def test_an_answering_api_or_a_new_cluster_touches_no_snapshot(self):
+        aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1))})
+        for argv, answers, want in (([], lambda e: True, "join"), (["--took-init-lock"], lambda e: False, "init")):
+            with Quiet() as q:
+                code = etcd.etcd_restore_main(argv, aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
+                                              answers=answers)
+            self.assertEqual((code, json.loads(q.out.getvalue())["action"]), (0, want))
+        self.assertFalse(aws.ops("s3api", "list-objects-v2"))
+        self.assertFalse(aws.ops("s3", "cp"))
+
+
+if __name__ == "__main__":
+    unittest.main()

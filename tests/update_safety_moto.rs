@@ -1,0 +1,221 @@
+//! Updating safely, against moto server: a real work tree with 3 controllers
+//! goes `up`; the control plane's live template has the rolling update that
+//! keeps etcd's quorum and the termination lifecycle hook, and moto's
+//! controller group spans three subnets in three zones. `kube-aws backups` lists the snapshots a
+//! controller wrote (real S3 objects, SSE-KMS, where the node writes them)
+//! newest first, in text and JSON, with the last run's status. An explicit
+//! `ami:` in cluster.yaml replaces the pinned AMI, and the preview says which
+//! groups roll and why; a changed backup interval changes the settings
+//! parameter only.
+//!
+//! Not covered here: moto has no CloudFormation model for
+//! AWS::AutoScaling::LifecycleHook (it skips the resource), so the hook is
+//! checked in the live template, not as a moto lifecycle hook; moto puts
+//! every instance of a group in its first subnet, so the spread of the
+//! instances themselves is AWS's zone balancing, not shown here; instances do
+//! not boot, so no node writes a snapshot (the test puts the objects where
+//! `kube-aws-node etcd-backup` puts them; src/node/tests/test_etcd.py covers
+//! the node side); moto's change sets name only the nested stacks.
+
+mod common;
+
+use std::path::Path;
+
+use common::output_text as text;
+use common::MotoEnv as Env;
+use serde_json::Value;
+
+const BUCKET: &str = "kube-aws-safety";
+const CLUSTER: &str = "demo";
+
+fn cluster_yaml(kms: &str, extra: &str) -> String {
+    // aws-vpc-cni's chart is on the internet, out of reach here.
+    format!(
+        "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+         controller:\n  count: 3\n\
+         worker:\n  nodePools:\n    - name: general\n      count: 1\n\
+         plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n{extra}"
+    )
+}
+
+fn nested(env: &Env, logical: &str) -> String {
+    let r = env.aws_json(&["cloudformation", "describe-stack-resources", "--stack-name", CLUSTER]);
+    r["StackResources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["LogicalResourceId"] == logical)
+        .and_then(|x| x["PhysicalResourceId"].as_str())
+        .unwrap_or_else(|| panic!("no {logical}: {r}"))
+        .to_string()
+}
+
+fn put(env: &Env, dir: &Path, key: &str, body: &[u8], kms: &str) {
+    let f = dir.join("object");
+    std::fs::write(&f, body).unwrap();
+    env.aws(&[
+        "s3",
+        "cp",
+        f.to_str().unwrap(),
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/{key}"),
+        "--sse",
+        "aws:kms",
+        "--sse-kms-key-id",
+        kms,
+    ]);
+}
+
+#[test]
+fn three_controllers_spread_roll_and_back_up() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&kms, "")).unwrap();
+
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    // The live control-plane template: one at a time, quorum kept, the hook.
+    let cp = nested(&env, "ControlPlane");
+    let t = env.aws_json(&["cloudformation", "get-template", "--stack-name", &cp]);
+    let body: Value = match &t["TemplateBody"] {
+        Value::String(s) => serde_json::from_str(s).unwrap(),
+        v => v.clone(),
+    };
+    let g = &body["Resources"]["ControllerGroup"];
+    let policy = &g["UpdatePolicy"]["AutoScalingRollingUpdate"];
+    assert_eq!(policy["MaxBatchSize"], "1");
+    assert_eq!(policy["MinInstancesInService"], "2");
+    assert_eq!(policy["WaitOnResourceSignals"], true);
+    let hook = &body["Resources"]["ControllerTerminationHook"]["Properties"];
+    assert_eq!(hook["LifecycleTransition"], "autoscaling:EC2_INSTANCE_TERMINATING");
+    assert_eq!(hook["DefaultResult"], "CONTINUE");
+
+    // moto's group: three subnets in three zones, and its three instances one per zone.
+    let groups = env.aws_json(&["autoscaling", "describe-auto-scaling-groups"]);
+    let controller = groups["AutoScalingGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["MaxSize"] == 3)
+        .unwrap_or_else(|| panic!("no group of 3: {groups}"));
+    let subnets: Vec<&str> = controller["VPCZoneIdentifier"].as_str().unwrap().split(',').collect();
+    assert_eq!(subnets.len(), 3, "{controller}");
+    let mut args = vec!["ec2", "describe-subnets", "--subnet-ids"];
+    args.extend(subnets.iter().copied());
+    let s = env.aws_json(&args);
+    let mut zones: Vec<&str> = s["Subnets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["AvailabilityZone"].as_str().unwrap())
+        .collect();
+    zones.sort();
+    zones.dedup();
+    assert_eq!(zones.len(), 3, "{s}");
+    assert_eq!(controller["Instances"].as_array().unwrap().len(), 3, "{controller}");
+    // (moto launches every instance into the first subnet; EC2 Auto Scaling
+    // balances a group's instances over the zones of its subnets, "Auto
+    // Scaling group Availability Zone distribution", so AWS places them 1+1+1.)
+
+    // backups: none yet, said plainly.
+    let none = env.kube_aws(dir, &["backups"]);
+    assert!(none.status.success(), "{}", text(&none));
+    assert!(
+        text(&none).starts_with(&format!("no etcd snapshots in s3://{BUCKET}/clusters/{CLUSTER}/etcd/")),
+        "{}",
+        text(&none)
+    );
+    // Two snapshots where the node writes them, and its status object.
+    put(&env, dir, "etcd/20261201T000000Z-ip-10-0-0-5.db", &[0u8; 2048], &kms);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    put(&env, dir, "etcd/20261201T010000Z-ip-10-0-0-5.db", &[0u8; 4096], &kms);
+    put(
+        &env,
+        dir,
+        "status/etcd/backup.json",
+        br#"{"phase": "failed", "message": "An error occurred (SlowDown)", "updatedAt": 1}"#,
+        &kms,
+    );
+    let out = env.kube_aws(dir, &["backups", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed: Vec<(&str, i64)> = j["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["key"].as_str().unwrap(), s["size"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("clusters/demo/etcd/20261201T010000Z-ip-10-0-0-5.db", 4096),
+            ("clusters/demo/etcd/20261201T000000Z-ip-10-0-0-5.db", 2048)
+        ]
+    );
+    assert!(j["snapshots"][0]["time"].as_str().unwrap().ends_with('Z'), "{j}");
+    assert_eq!(j["last_run"]["phase"], "failed");
+    let t = env.kube_aws(dir, &["backups"]);
+    assert!(text(&t).contains("4.0 KiB"), "{}", text(&t));
+    assert!(
+        text(&t).contains("last backup run: failed: An error occurred (SlowDown)"),
+        "{}",
+        text(&t)
+    );
+
+    // A changed backup interval: only the control plane's settings change.
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        cluster_yaml(&kms, "etcd:\n  backup:\n    interval: 30m\n    retention: 48\n"),
+    )
+    .unwrap();
+    let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    let out = String::from_utf8_lossy(&upd.stdout).to_string();
+    assert!(
+        out.contains("modified (1):\n  ~ ControlPlane (AWS::CloudFormation::Stack)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("instances replaced"), "{out}");
+    let p = env.aws_json(&["ssm", "get-parameter", "--name", "/kube-aws/demo/etcd"]);
+    let settings: Value = serde_json::from_str(p["Parameter"]["Value"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (settings["intervalSeconds"].as_i64(), settings["retention"].as_i64()),
+        (Some(1800), Some(48))
+    );
+
+    // An explicit AMI: every group rolls, and the preview says why.
+    let pinned = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
+    let before = pinned["Stacks"][0]["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ParameterKey"] == "ImageIdX86")
+        .map(|p| p["ParameterValue"].as_str().unwrap().to_string())
+        .unwrap();
+    let explicit = "ami-0123456789abcdef0";
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        cluster_yaml(
+            &kms,
+            &format!("etcd:\n  backup:\n    interval: 30m\n    retention: 48\nami: {explicit}\n"),
+        ),
+    )
+    .unwrap();
+    let upd = env.kube_aws(dir, &["update", "--yes", "--refresh-ami"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    let out = String::from_utf8_lossy(&upd.stdout).to_string();
+    assert!(
+        out.contains(&format!(
+            "ControlPlane, NodePoolGeneral: instances replaced, one at a time (AMI {before} → {explicit}, set in cluster.yaml ami)"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("ImageIdX86 is set in cluster.yaml (ami): not refreshed"),
+        "{out}"
+    );
+    assert!(out.contains("parameters changed: ImageIdX86"), "{out}");
+}
