@@ -5,7 +5,7 @@
 //!
 //! Secrets from the work tree to the node: `kube-aws up` renders a
 //! work tree whose plugin has a `secret: true` parameter and publishes the KMS
-//! bundle to moto; then the rendered node script `kube-aws-node-secrets` runs
+//! bundle to moto; then the rendered node program's `kube-aws-node secrets` runs
 //! with python3 and the real aws CLI against the same moto, on the files each
 //! role's cloud-config writes (extracted into a temporary root), as a node does
 //! at boot.
@@ -124,7 +124,8 @@ fn node(dir: &Path, role: &str) -> tempfile::TempDir {
 fn run_node_script(env: &Env, root: &Path) -> Output {
     let mut cmd = Command::new("python3");
     env.apply(&mut cmd);
-    cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-secrets"))
+    cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node"))
+        .arg("secrets")
         .env("KUBE_AWS_ROOT", root);
     cmd.output().unwrap()
 }
@@ -788,39 +789,10 @@ fn kubeconfig_mints_a_certificate_and_merges_a_context() {
 
     // A CA key under a KMS key the caller cannot use (another region's: KMS
     // answers AccessDenied, as for a key policy that leaves the caller out).
-    let foreign = env
-        .aws(&[
-            "kms",
-            "create-key",
-            "--region",
-            "eu-west-1",
-            "--query",
-            "KeyMetadata.Arn",
-            "--output",
-            "text",
-        ])
-        .trim()
-        .to_string();
-    let plain = tree.path().join("plain");
-    std::fs::write(&plain, "not the real key").unwrap();
-    let ct = env.aws(&[
-        "kms",
-        "encrypt",
-        "--region",
-        "eu-west-1",
-        "--key-id",
-        &foreign,
-        "--plaintext",
-        &format!("fileb://{}", plain.display()),
-        "--encryption-context",
-        &format!(r#"{{"kube-aws:cluster":"{CLUSTER}","kube-aws:secret":"pki/ca.key"}}"#),
-        "--query",
-        "CiphertextBlob",
-        "--output",
-        "text",
-    ]);
+    let foreign = env.create_kms_key_in("eu-west-1");
+    let ct = env.encrypt_entry("eu-west-1", &foreign, CLUSTER, "pki/ca.key", b"not the real key");
     let mut b = bundle.clone();
-    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct.trim().to_string());
+    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct);
     let swapped = tree.path().join("bundle.json");
     std::fs::write(&swapped, b.to_string()).unwrap();
     env.aws(&[
