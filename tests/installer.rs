@@ -7,7 +7,8 @@
 //! control-plane test bed: the reconciler's AWS side (pointer, lock, bundle,
 //! DescribeStackResource, signals) has no stand-in in the test bed.
 //!
-//! Checked: install order, dependants skipped after a failure, the Tiller step
+//! Checked: install order (independent releases side by side, up to the
+//! plan's concurrency, log lines whole and named), dependants skipped after a failure, the Tiller step
 //! in Helm v2 mode only, the CRD wait before dependants, signals and status
 //! files, sha256 and lock checks, secret values blanked out of status
 //! messages and filled into the bundle's values; a plan change installs only
@@ -112,6 +113,12 @@ exit 0
 
 const FAKE_HELM: &str = r#"#!/bin/bash
 echo "helm $*" >>"$FAKE_LOG"
+if [ "$1" = upgrade ] && [ -n "${FAKE_HELM_SLEEP:-}" ]; then
+  # A release that takes a while, marked where it starts and ends.
+  echo "helm-start $3" >>"$FAKE_LOG"
+  sleep "$FAKE_HELM_SLEEP"
+  echo "helm-end $3" >>"$FAKE_LOG"
+fi
 if [ "$1" = upgrade ]; then
   case ",${FAKE_HELM_FAIL:-}," in
     *",$3,"*)
@@ -311,6 +318,10 @@ impl Bed {
     /// One run of the reconciler (a tick of its timer) on the controller
     /// `self.work`; `fail` lists the releases helm fails.
     fn run(&self, fail: &str) -> Run {
+        self.run_with(fail, &[])
+    }
+
+    fn run_with(&self, fail: &str, env: &[(&str, &str)]) -> Run {
         let root = self.dir.path();
         let node = root.join(self.work);
         // The controller's files: its cloud-config's (the node program,
@@ -346,6 +357,7 @@ impl Bed {
             .env("KUBE_AWS_POLL_INTERVAL", "0")
             .env("KUBE_AWS_SIGNAL_DELAY", "0")
             .env("KUBECONFIG", root.join("kubeconfig"))
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         Run {
@@ -719,5 +731,43 @@ fn complete_or_dropped_wait_conditions_are_never_signalled() {
             })
             .count();
         assert_eq!(asked, 1, "{wc}");
+    }
+}
+
+#[test]
+fn independent_releases_install_side_by_side_with_whole_log_lines() {
+    let mut bed = Bed::new();
+    bed.publish(helm_v3(full()), |_| {});
+    let run = bed.run_with("", &[("FAKE_HELM_SLEEP", "1")]);
+    assert_eq!(run.code, 0, "{}\n{:#?}", run.stderr, run.log);
+    let at = |what: &str| {
+        run.position(what)
+            .unwrap_or_else(|| panic!("no {what}: {:#?}", run.log))
+    };
+    // metrics-server and dex depend on cert-manager only: both start once it
+    // is done, and each starts before the other ends (the plan's concurrency is 4).
+    let cm_end = at("helm-end cert-manager");
+    let (ms, dex) = (at("helm-start metrics-server"), at("helm-start dex"));
+    assert!(cm_end < ms && cm_end < dex, "{:#?}", run.log);
+    assert!(
+        ms < at("helm-end dex") && dex < at("helm-end metrics-server"),
+        "{:#?}",
+        run.log
+    );
+    // The bootstrap addon goes alone, first.
+    assert!(at("helm-end calico") < at("helm-start cert-manager"));
+    // Every log line is whole and says which release it is about.
+    let line = regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ kube-aws-addons: ").unwrap();
+    for l in run.stderr.lines() {
+        assert!(line.is_match(l), "not a whole log line: {l:?}\n{}", run.stderr);
+    }
+    for name in ["calico", "cert-manager", "metrics-server", "dex"] {
+        assert!(
+            run.stderr.contains(&format!("kube-aws-addons: {name}: installing\n"))
+                && run.stderr.contains(&format!("kube-aws-addons: {name}: ready\n")),
+            "{name}: {}",
+            run.stderr
+        );
+        assert_eq!(run.status(name)["phase"], "ready");
     }
 }

@@ -22,7 +22,6 @@ const STUB_SH: &str = include_str!("templates/stub.sh");
 const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
 const ADDONS_TIMER: &str = include_str!("templates/kube-aws-addons.timer");
-const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
 const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
@@ -428,23 +427,17 @@ fn unit_path(name: &str) -> String {
 }
 
 /// What only controllers carry: the addon reconciler's service and timer
-/// (`kube-aws-node reconcile`) and where to find the current plan) and the kubelet
-/// serving-certificate approver and its timer. No addon plan, values or manifest: those come from the addon bundle
-/// the control-plane stack's `AddonPlan` parameter names, so an addon change
+/// (`kube-aws-node reconcile`) and where it finds the current plan, and the
+/// kubelet serving-certificate approver's (`kube-aws-node csr-approver`). No
+/// addon plan, values or manifest: those come from the addon bundle the
+/// control-plane stack's `AddonPlan` parameter names, so an addon change
 /// leaves the controllers' user data as it is.
 fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
         "installedURI": format!("{}/{}", ctx.s3_base, super::plan::INSTALLED_RELEASES),
     });
-    let mut files = vec![
-        (RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler)),
-        (
-            "/opt/kube-aws/bin/kube-aws-csr-approver".into(),
-            "0755".into(),
-            CSR_APPROVER.into(),
-        ),
-    ];
+    let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [
         ("kube-aws-addons.service", ADDONS_UNIT),
         ("kube-aws-addons.timer", ADDONS_TIMER),

@@ -18,6 +18,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("cfn.py", include_str!("../node/kube_aws_node/cfn.py")),
     ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
+    ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),

@@ -17,6 +17,7 @@ COMMANDS = {
     "bootstrap": ("bootstrap", "run", False),
     "secrets": ("secrets", "run", False),
     "reconcile": ("reconcile", "run", False),
+    "csr-approver": ("csr_approver", "main", False),
 }
 
 
