@@ -147,7 +147,10 @@ class Boot(object):
 
     def fail(self, code, command):
         self.say("step %s failed (exit %d): %s" % (self.step_name, code, self.blank(command)))
-        self.report(code, command)
+        try:
+            self.report(code, command)
+        except Exception as e:  # noqa: BLE001 - the FAILURE signal matters more than the report
+            self.say("cannot write the failure report: %s" % e.__class__.__name__)
         self.signal("FAILURE")
         return code or 1
 
@@ -277,6 +280,9 @@ class Boot(object):
     def wait_node_ready(self):
         """Returns once this node's Node object is Ready; StepFailed with the reason after the timeout."""
         self.step("node-ready")
+        # A kubelet's credentials may read its own Node object (the Node
+        # authorizer: "Kubelets are limited to reading their own Node objects",
+        # https://kubernetes.io/docs/reference/access-authn-authz/node/).
         conf = paths.ADMIN_CONF if self.role == "controller" else paths.KUBELET_CONF
         args = ["kubectl", "--kubeconfig", paths.path(conf), "get", "node", self.node_name, "-o", "json"]
         limit = paths.knob("NODE_READY_TIMEOUT", 900)

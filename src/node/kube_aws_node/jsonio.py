@@ -4,7 +4,6 @@ Invariant: a file that is missing or not JSON raises JsonError naming the
 file; a value is never guessed or half-read. Writes are atomic.
 """
 import json
-import os
 
 from . import fsutil
 

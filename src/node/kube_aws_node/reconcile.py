@@ -110,7 +110,10 @@ class Reconciler(object):
             except OSError:
                 message = "(the message could not be blanked of secrets)"
         path = os.path.join(self.work, "status-%s.json" % name)
-        old = jsonio.read(path, default={})
+        try:
+            old = jsonio.read(path, default={})
+        except jsonio.JsonError:
+            old = {}
         now = now_iso()
         jsonio.write(path, {"cluster": self.cluster, "release": name, "phase": phase,
                             "message": message[-8000:], "startedAt": old.get("startedAt", now),

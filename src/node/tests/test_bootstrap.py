@@ -1,7 +1,7 @@
 """bootstrap: the Node Ready decision, and the node program's entry points."""
 import unittest
 
-from helpers import REPO  # noqa: F401
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import cli
 from kube_aws_node.bootstrap import MAC, NODE_NAME, node_ready
 

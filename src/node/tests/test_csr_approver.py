@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from helpers import REPO  # noqa: F401 - sets sys.path
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import csr_approver as approver
 
 NAME = "ip-10-0-1-23.eu-west-1.compute.internal"

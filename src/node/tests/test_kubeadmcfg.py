@@ -1,7 +1,7 @@
 """kubeadmcfg.documents: what each mode gets."""
 import unittest
 
-from helpers import REPO  # noqa: F401
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node.kubeadmcfg import documents
 
 DOCS = [

@@ -1,7 +1,7 @@
 """locks: S3 conditional-write locks, stale ones broken, held ones waited for."""
 import unittest
 
-from helpers import REPO  # noqa: F401
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import locks
 from kube_aws_node.awscall import AwsError
 

@@ -7,7 +7,7 @@ import threading
 import time
 import unittest
 
-from helpers import REPO  # noqa: F401
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node.console import Console
 from kube_aws_node.reconcile import Reconciler
 

@@ -1,7 +1,7 @@
 """schedule.decide: the reconciler's pure scheduling decision."""
 import unittest
 
-from helpers import REPO  # noqa: F401 - sets sys.path
+import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node.schedule import Release, decide
 
 CNI = Release("cni", (), True)
