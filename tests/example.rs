@@ -95,8 +95,14 @@ fn example_validates_renders_and_passes_every_validator() {
         );
     }
 
-    let scripts = files_under(&rendered, ".sh");
-    assert!(!scripts.is_empty());
+    // The only shell left on a node: the user-data stub's script (the rest is
+    // the Python node program, tested by tests/node_program.rs).
+    let stub_root = tmp.path().join("stub-files");
+    for stub in files_under(&rendered.join("userdata"), ".stub") {
+        common::write_cloud_config_files(&std::fs::read_to_string(&stub).unwrap(), &stub_root);
+    }
+    let scripts = [stub_root.join("opt/kube-aws/bin/kube-aws-stub")];
+    assert!(scripts[0].is_file());
     let out = Command::new("shellcheck")
         .args(["-S", "warning"])
         .args(&scripts)

@@ -1,12 +1,14 @@
-//! The addon reconciler (install-addons.sh, as rendered) run for real with
-//! bash and python3, with helm, kubectl, aws and curl replaced by recording
+//! The addon reconciler (`kube-aws-node reconcile`, the node program as the
+//! controller's cloud-config ships it) run for real with python3, with helm,
+//! kubectl, aws and curl replaced by recording
 //! fakes on PATH: the fakes map `s3://` to a directory, keep the plan pointer
 //! (the SSM parameter) and the S3 lock objects there, and answer
 //! DescribeStackResource from it. These are the recording fakes, not the
 //! control-plane test bed: the reconciler's AWS side (pointer, lock, bundle,
 //! DescribeStackResource, signals) has no stand-in in the test bed.
 //!
-//! Checked: install order, dependants skipped after a failure, the Tiller step
+//! Checked: install order (independent releases side by side, up to the
+//! plan's concurrency, log lines whole and named), dependants skipped after a failure, the Tiller step
 //! in Helm v2 mode only, the CRD wait before dependants, signals and status
 //! files, sha256 and lock checks, secret values blanked out of status
 //! messages and filled into the bundle's values; a plan change installs only
@@ -59,11 +61,12 @@ if [ "${args[0]}" = s3api ] && [ "${args[1]}" = put-object ]; then
   exit 254
 fi
 if [ "${args[0]}" = ssm ] && [ "${args[1]}" = get-parameter ]; then
-  # After its first two reads (the reconciler's start), `.later` stands for a newer plan.
+  # After its first read (the reconciler's start), `.later` stands for a newer plan.
   p="$FAKE_S3/.ssm$(arg --name)"
   echo x >>"$p.reads"
-  if [ -e "$p.later" ] && [ "$(wc -l <"$p.reads")" -gt 2 ]; then p="$p.later"; fi
-  cat "$p"
+  if [ -e "$p.later" ] && [ "$(wc -l <"$p.reads")" -gt 1 ]; then p="$p.later"; fi
+  [ -e "$p" ] || exit 254
+  python3 -c 'import json, sys; print(json.dumps({"Parameter": {"Value": open(sys.argv[1]).read().strip()}}))' "$p"
   exit $?
 fi
 if [ "${args[0]}" = cloudformation ]; then
@@ -77,8 +80,8 @@ if [ "${args[0]}" = cloudformation ]; then
         echo "An error occurred (ValidationError): Resource $wc does not exist for stack $(arg --stack-name)" >&2
         exit 254
       fi
-      cat "$state"
       [ "$(cat "$state")" != missing ] || { echo "Resource $wc does not exist for stack" >&2; exit 254; }
+      printf '{"StackResourceDetail": {"ResourceStatus": "%s"}}\n' "$(cat "$state")"
       exit 0 ;;
     signal-resource)
       echo CREATE_COMPLETE >"$state"
@@ -110,6 +113,12 @@ exit 0
 
 const FAKE_HELM: &str = r#"#!/bin/bash
 echo "helm $*" >>"$FAKE_LOG"
+if [ "$1" = upgrade ] && [ -n "${FAKE_HELM_SLEEP:-}" ]; then
+  # A release that takes a while, marked where it starts and ends.
+  echo "helm-start $3" >>"$FAKE_LOG"
+  sleep "$FAKE_HELM_SLEEP"
+  echo "helm-end $3" >>"$FAKE_LOG"
+fi
 if [ "$1" = upgrade ]; then
   case ",${FAKE_HELM_FAIL:-}," in
     *",$3,"*)
@@ -195,13 +204,13 @@ impl Run {
     }
 }
 
-/// One controller and its S3, SSM and stack, kept across plans.
+/// Controllers and their S3, SSM and stack, kept across plans.
 struct Bed {
     dir: tempfile::TempDir,
-    /// The reconciler as rendered by the latest publish.
-    script: PathBuf,
+    /// The controller's cloud-config as rendered by the latest publish.
+    cloud_config: String,
     wait_conditions: Vec<(String, String)>,
-    /// The controller's work directory (another name: another controller).
+    /// The controller's root (KUBE_AWS_ROOT; another name: another controller).
     work: &'static str,
 }
 
@@ -214,27 +223,11 @@ impl Bed {
         }
         write_exec(&root.join("build/linux-amd64/helm"), FAKE_HELM);
         tar_gz(&root.join("build"), "linux-amd64", &root.join("helm.tgz"));
-        std::fs::create_dir_all(root.join("etc/addons")).unwrap();
-        // What kube-aws-node-secrets leaves on a controller.
-        std::fs::create_dir_all(root.join("secrets/kubeadm")).unwrap();
-        std::fs::write(root.join(format!("secrets/{SECRET_REF}")), SECRET_VALUE).unwrap();
-        std::fs::write(root.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
-        // The node program the reconciler blanks and fills secrets with, as the controller has it.
-        write_exec(
-            &root.join("node-bin/kube-aws-node-secrets"),
-            include_str!("../src/render/templates/node-secrets.py"),
-        );
-        std::fs::write(
-            root.join("etc/runtime.json"),
-            r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1", "bucket": "kube-aws-test",
-                "keyPrefix": "clusters/full", "secretsVersion": "0123456789abcdef"}"#,
-        )
-        .unwrap();
         Bed {
             dir,
-            script: PathBuf::new(),
+            cloud_config: String::new(),
             wait_conditions: Vec::new(),
-            work: "work",
+            work: "controller-1",
         }
     }
 
@@ -308,14 +301,7 @@ impl Bed {
         std::fs::create_dir_all(param.parent().unwrap()).unwrap();
         std::fs::write(param, format!("{value}\n")).unwrap();
         // The reconciler and where it looks, as the controller's cloud-config carries them.
-        let cc = rendered.text("userdata/controller.cloud-config").unwrap();
-        let reconciler = cloud_config_file(cc, "/etc/kube-aws/addons/reconciler.json");
-        std::fs::write(root.join("etc/addons/reconciler.json"), reconciler).unwrap();
-        self.script = root.join("bin-reconciler/install-addons.sh");
-        write_exec(
-            &self.script,
-            &cloud_config_file(cc, "/opt/kube-aws/bin/install-addons.sh"),
-        );
+        self.cloud_config = rendered.text("userdata/controller.cloud-config").unwrap().to_string();
         self.wait_conditions = plan["releases"]
             .as_array()
             .unwrap()
@@ -329,10 +315,28 @@ impl Bed {
             .collect();
     }
 
-    /// One run of the reconciler (a tick of its timer); `fail` lists the
-    /// releases helm fails.
+    /// One run of the reconciler (a tick of its timer) on the controller
+    /// `self.work`; `fail` lists the releases helm fails.
     fn run(&self, fail: &str) -> Run {
+        self.run_with(fail, &[])
+    }
+
+    fn run_with(&self, fail: &str, env: &[(&str, &str)]) -> Run {
         let root = self.dir.path();
+        let node = root.join(self.work);
+        // The controller's files: its cloud-config's (the node program,
+        // reconciler.json), runtime.json, and what `kube-aws-node secrets` left.
+        common::write_cloud_config_files(&self.cloud_config, &node);
+        std::fs::write(
+            node.join("etc/kube-aws/runtime.json"),
+            r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1", "bucket": "kube-aws-test",
+                "keyPrefix": "clusters/full", "secretsVersion": "0123456789abcdef"}"#,
+        )
+        .unwrap();
+        let secrets = node.join("run/kube-aws/secrets");
+        std::fs::create_dir_all(secrets.join("kubeadm")).unwrap();
+        std::fs::write(secrets.join(SECRET_REF), SECRET_VALUE).unwrap();
+        std::fs::write(secrets.join("kubeadm/bootstrap-token"), "abcdef.0123456789abcdef").unwrap();
         let log = root.join("calls.log");
         std::fs::write(&log, "").unwrap();
         let path = format!(
@@ -340,22 +344,20 @@ impl Bed {
             root.join("fakes").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = Command::new("bash")
-            .arg(&self.script)
+        let out = Command::new("python3")
+            .arg(node.join("opt/kube-aws/bin/kube-aws-node"))
+            .arg("reconcile")
             .env("PATH", path)
             .env("FAKE_LOG", &log)
             .env("FAKE_S3", self.s3())
             .env("FAKE_HELM_FAIL", fail)
-            .env("KUBE_AWS_ETC", root.join("etc"))
-            .env("KUBE_AWS_WORK_DIR", root.join(self.work))
-            .env("KUBE_AWS_BIN_DIR", root.join("bin"))
-            .env("KUBE_AWS_SECRETS_DIR", root.join("secrets"))
-            .env("KUBE_AWS_NODE_SECRETS", root.join("node-bin/kube-aws-node-secrets"))
-            .env("FAKE_SECRET_FILE", root.join(format!("secrets/{SECRET_REF}")))
+            .env("KUBE_AWS_ROOT", &node)
+            .env("FAKE_SECRET_FILE", secrets.join(SECRET_REF))
             .env("KUBE_AWS_RETRY_DELAY", "0")
             .env("KUBE_AWS_POLL_INTERVAL", "0")
             .env("KUBE_AWS_SIGNAL_DELAY", "0")
             .env("KUBECONFIG", root.join("kubeconfig"))
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         Run {
@@ -378,24 +380,6 @@ fn sha_bytes(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-/// A `write_files` entry's content in a rendered cloud-config.
-fn cloud_config_file(cloud_config: &str, path: &str) -> String {
-    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
-    let f = doc["write_files"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|f| f["path"].as_str() == Some(path))
-        .unwrap_or_else(|| panic!("{path} is not in the cloud-config"));
-    let content = f["content"].as_str().unwrap();
-    if f["encoding"].as_str() == Some("b64") {
-        use base64::Engine;
-        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(content).unwrap()).unwrap()
-    } else {
-        content.to_string()
-    }
-}
-
 /// Publishes `input` to a fresh controller and runs the reconciler once.
 fn run_installer(input: RenderInput, fail: &str, tamper: impl FnOnce(&Path)) -> Run {
     let mut bed = Bed::new();
@@ -403,6 +387,16 @@ fn run_installer(input: RenderInput, fail: &str, tamper: impl FnOnce(&Path)) -> 
     let mut run = bed.run(fail);
     run._bed = Some(bed);
     run
+}
+
+/// The full fixture's releases in a dependency order: calico (bootstrap),
+/// cert-manager, then metrics-server and dex (both depend on cert-manager
+/// only, so they install side by side, in either order).
+fn assert_full_order(upgrades: &[String]) {
+    assert_eq!(upgrades[..2], ["calico", "cert-manager"], "{upgrades:?}");
+    let mut rest = upgrades[2..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["dex", "metrics-server"], "{upgrades:?}");
 }
 
 fn helm_v3(mut input: RenderInput) -> RenderInput {
@@ -414,7 +408,7 @@ fn helm_v3(mut input: RenderInput) -> RenderInput {
 fn helm_v2_installs_tiller_then_everything_in_order() {
     let run = run_installer(full(), "", |_| {});
     assert_eq!(run.code, 0, "stderr:\n{}\nlog:\n{}", run.stderr, run.log.join("\n"));
-    assert_eq!(run.helm_upgrades(), ["calico", "cert-manager", "metrics-server", "dex"]);
+    assert_full_order(&run.helm_upgrades());
 
     let tiller = run.position("kubectl apply -f").expect("tiller applied");
     assert!(run.log[tiller].ends_with("/tiller.yaml"));
@@ -465,7 +459,10 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
         let asked = run
             .log
             .iter()
-            .filter(|l| l.contains("describe-stack-resource") && l.contains(&format!("--logical-resource-id {wc} ")))
+            .filter(|l| {
+                l.contains("describe-stack-resource")
+                    && format!("{l} ").contains(&format!("--logical-resource-id {wc} "))
+            })
             .count();
         assert_eq!(asked, 2, "{wc}: {:#?}", run.log);
     }
@@ -611,7 +608,7 @@ fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
     bed.publish(first.clone(), |_| {});
     let one = bed.run("");
     assert_eq!(one.code, 0, "{}\n{:#?}", one.stderr, one.log);
-    assert_eq!(one.helm_upgrades(), ["calico", "cert-manager", "metrics-server", "dex"]);
+    assert_full_order(&one.helm_upgrades());
     let installed: serde_json::Value = serde_json::from_slice(
         &std::fs::read(
             bed.s3()
@@ -628,7 +625,7 @@ fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
         .collect();
     assert_eq!(names, ["calico", "cert-manager", "dex", "metrics-server"]);
     // The bundle's values had the secret filled in; the published bundle keeps the reference.
-    let work = bed.dir.path().join("work/plans");
+    let work = bed.dir.path().join("controller-1/var/lib/kube-aws/addons/plans");
     let plan_dir = std::fs::read_dir(&work).unwrap().next().unwrap().unwrap().path();
     let dex = std::fs::read_to_string(plan_dir.join("values/dex.yaml")).unwrap();
     assert!(dex.contains(SECRET_VALUE) && !dex.contains(SECRET_REF), "{dex}");
@@ -666,12 +663,12 @@ fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
     );
     // Only the new plan's new wait condition was looked up.
     assert!(!two.log.iter().any(|l| l.contains("describe-stack-resource")
-        && l.contains(&format!("--logical-resource-id {} ", one.wait_condition("calico")))));
+        && format!("{l} ").contains(&format!("--logical-resource-id {} ", one.wait_condition("calico")))));
     let three = bed.run("");
     assert!(three.helm_upgrades().is_empty() && three.helm("uninstall ").is_empty() && three.signals().is_empty());
 
     // Another controller, whose timer sees the plan after this one took its lock, does nothing.
-    bed.work = "work-other-controller";
+    bed.work = "controller-2";
     let o = bed.run("");
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.helm_upgrades().is_empty() && o.signals().is_empty(), "{:#?}", o.log);
@@ -728,8 +725,49 @@ fn complete_or_dropped_wait_conditions_are_never_signalled() {
         let asked = run
             .log
             .iter()
-            .filter(|l| l.contains("describe-stack-resource") && l.contains(&format!("--logical-resource-id {wc} ")))
+            .filter(|l| {
+                l.contains("describe-stack-resource")
+                    && format!("{l} ").contains(&format!("--logical-resource-id {wc} "))
+            })
             .count();
         assert_eq!(asked, 1, "{wc}");
+    }
+}
+
+#[test]
+fn independent_releases_install_side_by_side_with_whole_log_lines() {
+    let mut bed = Bed::new();
+    bed.publish(helm_v3(full()), |_| {});
+    let run = bed.run_with("", &[("FAKE_HELM_SLEEP", "1")]);
+    assert_eq!(run.code, 0, "{}\n{:#?}", run.stderr, run.log);
+    let at = |what: &str| {
+        run.position(what)
+            .unwrap_or_else(|| panic!("no {what}: {:#?}", run.log))
+    };
+    // metrics-server and dex depend on cert-manager only: both start once it
+    // is done, and each starts before the other ends (the plan's concurrency is 4).
+    let cm_end = at("helm-end cert-manager");
+    let (ms, dex) = (at("helm-start metrics-server"), at("helm-start dex"));
+    assert!(cm_end < ms && cm_end < dex, "{:#?}", run.log);
+    assert!(
+        ms < at("helm-end dex") && dex < at("helm-end metrics-server"),
+        "{:#?}",
+        run.log
+    );
+    // The bootstrap addon goes alone, first.
+    assert!(at("helm-end calico") < at("helm-start cert-manager"));
+    // Every log line is whole and says which release it is about.
+    let line = regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ kube-aws-addons: ").unwrap();
+    for l in run.stderr.lines() {
+        assert!(line.is_match(l), "not a whole log line: {l:?}\n{}", run.stderr);
+    }
+    for name in ["calico", "cert-manager", "metrics-server", "dex"] {
+        assert!(
+            run.stderr.contains(&format!("kube-aws-addons: {name}: installing\n"))
+                && run.stderr.contains(&format!("kube-aws-addons: {name}: ready\n")),
+            "{name}: {}",
+            run.stderr
+        );
+        assert_eq!(run.status(name)["phase"], "ready");
     }
 }

@@ -57,7 +57,9 @@ if $is_cfn; then
   mkdir -p "$FAKE_STATE/wc"
   case "$op" in
     describe-stack-resource)
-      if [ -e "$FAKE_STATE/wc/$wc" ]; then echo CREATE_COMPLETE; else echo CREATE_IN_PROGRESS; fi
+      state=CREATE_IN_PROGRESS
+      [ -e "$FAKE_STATE/wc/$wc" ] && state=CREATE_COMPLETE
+      printf '{"StackResourceDetail": {"LogicalResourceId": "%s", "ResourceStatus": "%s"}}\n' "$wc" "$state"
       exit 0 ;;
     signal-resource)
       echo "$status" >"$FAKE_STATE/wc/$wc"
@@ -80,24 +82,6 @@ fn sha(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// A `write_files` entry's content in a rendered cloud-config.
-fn cloud_config_file(cloud_config: &str, path: &str) -> String {
-    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
-    let f = doc["write_files"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|f| f["path"].as_str() == Some(path))
-        .unwrap_or_else(|| panic!("{path} is not in the cloud-config"));
-    let content = f["content"].as_str().unwrap();
-    if f["encoding"].as_str() == Some("b64") {
-        use base64::Engine;
-        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(content).unwrap()).unwrap()
-    } else {
-        content.to_string()
-    }
-}
-
 /// One controller's file system, its moto account, and the plan it was given.
 struct Bed {
     dir: tempfile::TempDir,
@@ -106,6 +90,8 @@ struct Bed {
     /// (release, namespace, wait condition) in plan order.
     releases: Vec<(String, String, String)>,
     plan: Value,
+    /// The controller's cloud-config, as the latest publish rendered it.
+    cloud_config: String,
 }
 
 impl Bed {
@@ -135,28 +121,13 @@ impl Bed {
             .status()
             .unwrap();
         assert!(st.success());
-        for d in ["etc/addons", "secrets", "work", "bin"] {
-            std::fs::create_dir_all(root.join(d)).unwrap();
-        }
-        std::fs::write(
-            root.join("etc/runtime.json"),
-            serde_json::json!({
-                "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
-                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef",
-            })
-            .to_string(),
-        )
-        .unwrap();
-        write_exec(
-            &root.join("node-bin/kube-aws-node-secrets"),
-            include_str!("../src/render/templates/node-secrets.py"),
-        );
         Bed {
             dir,
             env,
             cp,
             releases: Vec::new(),
             plan: Value::Null,
+            cloud_config: String::new(),
         }
     }
 
@@ -229,16 +200,7 @@ impl Bed {
             "--value",
             value,
         ]);
-        let cc = rendered.text("userdata/controller.cloud-config").unwrap();
-        std::fs::write(
-            self.path("etc/addons/reconciler.json"),
-            cloud_config_file(cc, "/etc/kube-aws/addons/reconciler.json"),
-        )
-        .unwrap();
-        write_exec(
-            &self.path("reconciler/install-addons.sh"),
-            &cloud_config_file(cc, "/opt/kube-aws/bin/install-addons.sh"),
-        );
+        self.cloud_config = rendered.text("userdata/controller.cloud-config").unwrap().to_string();
         self.releases = plan["releases"]
             .as_array()
             .unwrap()
@@ -256,10 +218,24 @@ impl Bed {
 
     /// One tick of the reconciler's timer, on this controller.
     fn reconcile(&self) -> Run {
+        // The controller's files: its cloud-config's (the node program,
+        // reconciler.json) and runtime.json, under KUBE_AWS_ROOT.
+        let node = self.path("node");
+        common::write_cloud_config_files(&self.cloud_config, &node);
+        std::fs::write(
+            node.join("etc/kube-aws/runtime.json"),
+            serde_json::json!({
+                "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
+                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef",
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(node.join("run/kube-aws/secrets")).unwrap();
         let log = self.path("calls.log");
         std::fs::write(&log, "").unwrap();
-        let mut cmd = Command::new("bash");
-        cmd.arg(self.path("reconciler/install-addons.sh"));
+        let mut cmd = Command::new("python3");
+        cmd.arg(node.join("opt/kube-aws/bin/kube-aws-node")).arg("reconcile");
         self.env.apply(&mut cmd);
         let path = format!(
             "{}:{}:{}",
@@ -267,17 +243,12 @@ impl Bed {
             self.cp.bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let real_aws = common::tool("aws");
         let out = cmd
             .env("PATH", path)
-            .env("REAL_AWS", real_aws)
+            .env("REAL_AWS", common::tool("aws"))
             .env("FAKE_LOG", &log)
             .env("FAKE_STATE", self.path("state"))
-            .env("KUBE_AWS_ETC", self.path("etc"))
-            .env("KUBE_AWS_WORK_DIR", self.path("work"))
-            .env("KUBE_AWS_BIN_DIR", self.path("bin"))
-            .env("KUBE_AWS_SECRETS_DIR", self.path("secrets"))
-            .env("KUBE_AWS_NODE_SECRETS", self.path("node-bin/kube-aws-node-secrets"))
+            .env("KUBE_AWS_ROOT", &node)
             .env("KUBE_AWS_RETRY_DELAY", "1")
             .env("KUBE_AWS_POLL_INTERVAL", "1")
             .env("KUBE_AWS_SIGNAL_DELAY", "0")

@@ -5,7 +5,7 @@
 //!
 //! Secrets from the work tree to the node: `kube-aws up` renders a
 //! work tree whose plugin has a `secret: true` parameter and publishes the KMS
-//! bundle to moto; then the rendered node script `kube-aws-node-secrets` runs
+//! bundle to moto; then the rendered node program's `kube-aws-node secrets` runs
 //! with python3 and the real aws CLI against the same moto, on the files each
 //! role's cloud-config writes (extracted into a temporary root), as a node does
 //! at boot.
@@ -124,7 +124,8 @@ fn node(dir: &Path, role: &str) -> tempfile::TempDir {
 fn run_node_script(env: &Env, root: &Path) -> Output {
     let mut cmd = Command::new("python3");
     env.apply(&mut cmd);
-    cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-secrets"))
+    cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node"))
+        .arg("secrets")
         .env("KUBE_AWS_ROOT", root);
     cmd.output().unwrap()
 }
@@ -628,26 +629,13 @@ fn launch_template_user_data(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// The kubelet serving-certificate approver's decision (a pure function of the
-/// CSR, its decoded request and the cluster's running instances), through
-/// python3's unittest: tests/support/test_csr_approver.py makes requests with
-/// the real openssl and checks what is approved and what stays pending.
+/// The kubelet serving-certificate approver (`kube-aws-node csr-approver`):
+/// its decision is a pure function of the CSR, its decoded request and the
+/// cluster's running instances, unit-tested with requests the real openssl
+/// makes (src/node/tests/test_csr_approver.py, run by tests/node_program.rs).
+/// Here: the controller carries its service and timer, workers do not.
 #[test]
-fn the_csr_approver_approves_only_a_nodes_own_instance_names() {
-    let o = Command::new("python3")
-        .args(["-m", "unittest", "-v", "tests/support/test_csr_approver.py"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{}", text(&o));
-    let ran: usize = regex::Regex::new(r"Ran (\d+) tests")
-        .unwrap()
-        .captures(&err)
-        .and_then(|c| c[1].parse().ok())
-        .unwrap_or(0);
-    assert!(ran >= 10, "{err}");
-    // The controller carries it, with its timer; workers do not.
+fn the_csr_approver_runs_on_controllers_only() {
     let env = Env::new();
     let tree = tempfile::tempdir().unwrap();
     work_tree(tree.path(), "arn:aws:kms:us-west-2:111122223333:key/none");
@@ -656,12 +644,23 @@ fn the_csr_approver_approves_only_a_nodes_own_instance_names() {
     let c = node(tree.path(), "controller");
     let w = node(tree.path(), "worker-general");
     assert_eq!(
-        read(c.path(), "opt/kube-aws/bin/kube-aws-csr-approver"),
-        include_str!("../src/render/templates/csr-approver.py")
+        read(c.path(), "opt/kube-aws/lib/kube_aws_node/csr_approver.py"),
+        include_str!("../src/node/kube_aws_node/csr_approver.py")
     );
-    assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-csr-approver"), 0o755);
+    assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-node"), 0o755);
+    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.service")
+        .contains("ExecStart=/opt/kube-aws/bin/kube-aws-node csr-approver\n"));
     assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.timer").contains("OnUnitActiveSec"));
-    assert!(!w.path().join("opt/kube-aws/bin/kube-aws-csr-approver").exists());
+    assert!(!w.path().join("etc/systemd/system/kube-aws-csr-approver.timer").exists());
+    // The program's dispatch knows it.
+    let o = Command::new("python3")
+        .arg(c.path().join("opt/kube-aws/bin/kube-aws-node"))
+        .arg("csr-approver")
+        .arg("--bad")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("usage: kube-aws-node csr-approver"), "{}", text(&o));
 }
 
 /// The root stack's ApiEndpoint output, as moto reports it.
@@ -788,39 +787,10 @@ fn kubeconfig_mints_a_certificate_and_merges_a_context() {
 
     // A CA key under a KMS key the caller cannot use (another region's: KMS
     // answers AccessDenied, as for a key policy that leaves the caller out).
-    let foreign = env
-        .aws(&[
-            "kms",
-            "create-key",
-            "--region",
-            "eu-west-1",
-            "--query",
-            "KeyMetadata.Arn",
-            "--output",
-            "text",
-        ])
-        .trim()
-        .to_string();
-    let plain = tree.path().join("plain");
-    std::fs::write(&plain, "not the real key").unwrap();
-    let ct = env.aws(&[
-        "kms",
-        "encrypt",
-        "--region",
-        "eu-west-1",
-        "--key-id",
-        &foreign,
-        "--plaintext",
-        &format!("fileb://{}", plain.display()),
-        "--encryption-context",
-        &format!(r#"{{"kube-aws:cluster":"{CLUSTER}","kube-aws:secret":"pki/ca.key"}}"#),
-        "--query",
-        "CiphertextBlob",
-        "--output",
-        "text",
-    ]);
+    let foreign = env.create_kms_key_in("eu-west-1");
+    let ct = env.encrypt_entry("eu-west-1", &foreign, CLUSTER, "pki/ca.key", b"not the real key");
     let mut b = bundle.clone();
-    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct.trim().to_string());
+    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct);
     let swapped = tree.path().join("bundle.json");
     std::fs::write(&swapped, b.to_string()).unwrap();
     env.aws(&[

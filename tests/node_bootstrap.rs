@@ -1,11 +1,13 @@
-//! The node bootstrap script (`kube-aws-node-bootstrap`, as rendered) run for
-//! real with bash, python3 and sha256sum, on the files a role's
-//! cloud-config writes (extracted under a temporary root). S3 is real: the
-//! aws CLI against moto, shared by the nodes of one test, so they see each
-//! other's locks (conditional writes). kubeadm, systemctl,
-//! containerd, modprobe, sysctl, curl (IMDS) and the secrets script are
-//! recording fakes, as is CloudFormation's SignalResource: no EC2 instance,
-//! kubelet or signalable auto scaling group exists here.
+//! The node bootstrap (`kube-aws-node bootstrap`, the node program as the
+//! cloud-config ships it) run for real with python3, on the files a role's
+//! cloud-config writes (extracted under a temporary root). S3 and KMS are
+//! real: the aws CLI against moto, shared by the nodes of one test, so they
+//! see each other's locks (conditional writes), and each node decrypts a
+//! secret bundle the test encrypts with moto's KMS. kubeadm, kubectl,
+//! systemctl, containerd, modprobe, sysctl and curl (IMDS) are recording
+//! fakes, as is CloudFormation's SignalResource: no EC2 instance, kubelet,
+//! API server or signalable auto scaling group exists here (tests/testbed.rs
+//! runs the real control plane).
 //!
 //! Checked: the first controller inits with the bundle's token (no expiry), no
 //! certificate key and no upload, and publishes nothing to join with; later
@@ -14,7 +16,11 @@
 //! `CACertHash` stack parameter), waiting up to 30 minutes for discovery; the
 //! installer starts once per addon plan and secrets version (again after an
 //! update changes either); a failed join, a failed init or a lock S3 will not
-//! grant (a missing bucket) signals FAILURE instead of guessing.
+//! grant (a missing bucket) signals FAILURE instead of guessing. Joining
+//! controllers take the S3 join lock one at a time and release it; a stale
+//! one is broken, a held one waited for, then FAILURE; each node signals
+//! SUCCESS only once its own Node object is Ready, FAILURE with the reason
+//! after the timeout.
 //! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
 //! runs the secrets script, which places the PKI, against moto; tests/testbed.rs
 //! runs the real kubeadm over a kube-aws PKI).
@@ -35,10 +41,18 @@ const TOKEN: &str = "abcdef.0123456789abcdef";
 const CA_HASH: &str = "sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
 /// The real aws CLI (against moto), recorded. Only SignalResource stops here:
-/// no stack with an auto scaling group to signal exists on moto.
+/// no stack with an auto scaling group to signal exists on moto; and with
+/// FAKE_PUT_FAIL, a conditional PutObject gets S3's NoSuchBucket answer (an
+/// answer that is neither "created" nor "held"), while the rest of S3 works.
 const RECORDING_AWS: &str = r#"#!/bin/bash
 echo "aws $*" >>"$FAKE_LOG"
 case "$*" in *"cloudformation signal-resource"*) exit 0 ;; esac
+case "$*" in *"s3api put-object"*"--if-none-match"*)
+  if [ -n "${FAKE_PUT_FAIL:-}" ]; then
+    echo "An error occurred (NoSuchBucket) when calling the PutObject operation: The specified bucket does not exist" >&2
+    exit 254
+  fi ;;
+esac
 exec "$REAL_AWS" "$@"
 "#;
 
@@ -59,7 +73,12 @@ case "$1 $2" in
   "join --config")
     [ -z "${FAKE_JOIN_FAIL:-}" ] || { echo "error: couldn't validate the identity of the API Server" >&2; exit 1; }
     cp "$3" "$FAKE_OUT/join.yaml"
-    grep -q controlPlane "$3" && : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
+    # The join lock is held while a controller joins.
+    if grep -q controlPlane "$3"; then
+      echo "join lock: $(aws s3api head-object --bucket "$FAKE_BUCKET" --key clusters/full/bootstrap/join-lock \
+        >/dev/null 2>&1 && echo held || echo free)" >>"$FAKE_LOG"
+      : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf"
+    fi ;;
 esac
 exit 0
 "#;
@@ -84,14 +103,14 @@ echo "dnf $*" >>"$FAKE_LOG"
 
 const FAKE_CONTAINERD: &str = "#!/bin/bash\necho \"containerd $*\" >>\"$FAKE_LOG\"\necho 'SystemdCgroup = false'\n";
 
-/// Writes the bootstrap token where the real script would, as it would;
-/// `blank` is the real script's.
-const FAKE_SECRETS: &str = r#"#!/bin/bash
-if [ "${1:-}" = blank ]; then exec python3 "$REAL_NODE_SECRETS" "$@"; fi
-echo "kube-aws-node-secrets" >>"$FAKE_LOG"
-d="$KUBE_AWS_ROOT/run/kube-aws/secrets/kubeadm"
-mkdir -p "$d"
-printf '%s' "$FAKE_TOKEN" >"$d/bootstrap-token"
+/// The node's own Node object: Ready, unless FAKE_NOT_READY names the reason.
+const FAKE_KUBECTL: &str = r#"#!/bin/bash
+echo "kubectl $*" >>"$FAKE_LOG"
+if [ -n "${FAKE_NOT_READY:-}" ]; then
+  echo '{"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "'"$FAKE_NOT_READY"'"}]}}'
+else
+  echo '{"status": {"conditions": [{"type": "Ready", "status": "True"}]}}'
+fi
 "#;
 
 fn write_exec(path: &Path, text: &str) {
@@ -136,6 +155,64 @@ impl Boot {
     }
 }
 
+/// The secret bundle `kube-aws up` publishes, for every role of `rendered`:
+/// each entry a node.json names, encrypted with moto's KMS under its
+/// encryption context (the bootstrap token is TOKEN), and the PKI's public
+/// half.
+fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered, dir: &Path) {
+    use base64::Engine;
+    let key = moto.create_kms_key_in("eu-west-1");
+    let mut names = std::collections::BTreeSet::new();
+    let mut certificates = serde_json::Map::new();
+    for role in ["controller", "worker-general"] {
+        let files = dir.join(format!("cc-{role}"));
+        common::write_cloud_config_files(rendered.text(&format!("userdata/{role}.cloud-config")).unwrap(), &files);
+        let node: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(files.join("etc/kube-aws/node.json")).unwrap()).unwrap();
+        for n in node["secrets"]["names"].as_array().unwrap() {
+            names.insert(n.as_str().unwrap().to_string());
+        }
+        for c in node["secrets"]["pki"]["certificates"].as_array().into_iter().flatten() {
+            certificates.insert(
+                c.as_str().unwrap().into(),
+                "-----BEGIN CERTIFICATE-----
+"
+                .into(),
+            );
+        }
+    }
+    let mut secrets = serde_json::Map::new();
+    for name in &names {
+        let value = if name == "kubeadm/bootstrap-token" {
+            TOKEN.to_string()
+        } else {
+            format!("value of {name}")
+        };
+        let ct = moto.encrypt_entry("eu-west-1", &key, "full", name, value.as_bytes());
+        // Checked: it is base64 (the bundle's encoding).
+        base64::engine::general_purpose::STANDARD.decode(&ct).unwrap();
+        secrets.insert(name.clone(), ct.into());
+    }
+    let bundle = serde_json::json!({
+        "apiVersion": "kube-aws/v1",
+        "kind": "SecretBundle",
+        "kmsKeyARN": key,
+        "encryptionContext": {"kube-aws:cluster": "full"},
+        "secrets": secrets,
+        "certificates": certificates,
+    });
+    let path = dir.join("bundle.json");
+    std::fs::write(&path, bundle.to_string()).unwrap();
+    moto.aws(&[
+        "s3",
+        "cp",
+        path.to_str().unwrap(),
+        &format!("s3://{BUCKET}/clusters/full/secrets/bundle.json"),
+        "--region",
+        "eu-west-1",
+    ]);
+}
+
 impl Cluster {
     fn new() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
@@ -150,12 +227,14 @@ impl Cluster {
             ("sysctl", FAKE_LOGGER),
             ("networkctl", FAKE_LOGGER),
             ("dnf", FAKE_DNF),
+            ("kubectl", FAKE_KUBECTL),
         ] {
             write_exec(&fakes.join(name), text);
         }
         let rendered = kube_aws::render::render(&full()).unwrap();
         let moto = common::MotoEnv::new();
         moto.aws(&["s3", "mb", &format!("s3://{BUCKET}"), "--region", "eu-west-1"]);
+        publish_secrets(&moto, &rendered, dir.path());
         Cluster {
             moto,
             dir,
@@ -181,9 +260,6 @@ impl Cluster {
             .replace("${SecretsVersion}", &self.secrets_version)
             .replace("${CACertHash}", CA_HASH);
         common::write_cloud_config_files(&stub, &root);
-        let real = root.join("opt/kube-aws/bin/kube-aws-node-secrets");
-        std::fs::rename(&real, root.join("opt/kube-aws/bin/real-node-secrets")).unwrap();
-        write_exec(&real, FAKE_SECRETS);
         root
     }
 
@@ -197,15 +273,18 @@ impl Cluster {
             self.dir.path().join("fakes").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let mut cmd = Command::new("bash");
+        let mut cmd = Command::new("python3");
         self.moto.apply(&mut cmd);
-        cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node-bootstrap"))
+        cmd.arg(root.join("opt/kube-aws/bin/kube-aws-node"))
+            .arg("bootstrap")
             .args(args)
             .env("PATH", path)
             .env("REAL_AWS", common::tool("aws"))
             .env("KUBE_AWS_ROOT", root)
             .env("KUBE_AWS_RETRY_DELAY", "0")
-            .env("REAL_NODE_SECRETS", root.join("opt/kube-aws/bin/real-node-secrets"))
+            .env("KUBE_AWS_POLL_INTERVAL", "0")
+            .env("KUBE_AWS_JOIN_LOCK_POLL", "0")
+            .env("FAKE_BUCKET", BUCKET)
             .env("FAKE_LOG", &log)
             .env("FAKE_OUT", &out)
             .env("FAKE_TOKEN", TOKEN);
@@ -309,7 +388,19 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         std::fs::metadata(&init_log).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    assert!(a.log.iter().position(|l| l.contains(SUCCESS)) < a.log.iter().position(|l| l.contains(INSTALLER)));
+    // The reconciler's timer starts before the signal: it installs the CNI,
+    // without which the node never becomes Ready; SUCCESS follows Ready.
+    let ready = a
+        .log
+        .iter()
+        .position(|l| l.starts_with("kubectl") && l.contains(&format!("get node {HOSTNAME} -o json")));
+    assert!(a.log.iter().position(|l| l.contains(INSTALLER)) < ready, "{:#?}", a.log);
+    assert!(ready < a.log.iter().position(|l| l.contains(SUCCESS)), "{:#?}", a.log);
+    assert!(
+        a.ran("kubectl --kubeconfig") && a.ran("/etc/kubernetes/admin.conf get node"),
+        "{:#?}",
+        a.log
+    );
 
     // A second controller of the same plan joins the control plane; the installer already ran.
     let second = c.node("controller");
@@ -334,10 +425,13 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         1,
         "a joining node gets no init documents"
     );
-    // Every controller runs the reconciler's timer, after its own signal; the
+    // Every controller runs the reconciler's timer, before its own signal; the
     // reconciler decides per plan which one installs (tests/installer.rs).
     assert!(b.ran(SUCCESS) && b.ran(INSTALLER));
-    assert!(b.log.iter().position(|l| l.contains(SUCCESS)) < b.log.iter().position(|l| l.contains(INSTALLER)));
+    assert!(b.log.iter().position(|l| l.contains(INSTALLER)) < b.log.iter().position(|l| l.contains(SUCCESS)));
+    // It joined under the join lock, and released it.
+    assert!(b.ran("join lock: held"), "{:#?}", b.log);
+    assert!(c.object("bootstrap/join-lock").is_none(), "the join lock is released");
 
     // A worker joins as a worker: no certificate key, no timer, no installer.
     let w = c.node("worker-general");
@@ -349,6 +443,9 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(jc.get("controlPlane").is_none(), "{jc}");
     assert_eq!(jc["nodeRegistration"]["name"], HOSTNAME);
     assert!(wb.ran(SUCCESS) && !wb.ran(INSTALLER) && !wb.ran("upload-certs"));
+    // A worker asks for its own Node with the kubelet's credentials.
+    assert!(wb.ran("/etc/kubernetes/kubelet.conf get node"), "{:#?}", wb.log);
+    assert!(!wb.ran("join-lock"), "workers take no join lock: {:#?}", wb.log);
 }
 
 #[test]
@@ -383,18 +480,8 @@ fn a_failed_init_signals_failure_and_points_at_its_private_log() {
 fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
     let mut c = Cluster::new();
     let n = c.node("controller");
-    // A bucket that is not there: S3 answers, but not with PreconditionFailed.
-    let rt = n.join("etc/kube-aws/runtime.json");
-    let text = std::fs::read_to_string(&rt).unwrap();
-    std::fs::write(
-        &rt,
-        text.replace(
-            &format!("\"bucket\":\"{BUCKET}\""),
-            "\"bucket\":\"no-such-bucket-here\"",
-        ),
-    )
-    .unwrap();
-    let b = c.boot(&n, &[], &[]);
+    // S3 answers the conditional write, but not with PreconditionFailed.
+    let b = c.boot(&n, &[], &[("FAKE_PUT_FAIL", "1")]);
     assert!(!b.ok);
     assert!(
         b.stderr.contains("cannot take the lock") && b.stderr.contains("NoSuchBucket"),
@@ -403,7 +490,9 @@ fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
     );
     assert!(b.ran("--status FAILURE"));
     assert!(!b.ran("kubeadm init") && !b.ran("kubeadm join"), "{:#?}", b.log);
-    assert_eq!(b.log.iter().filter(|l| l.contains("s3api put-object")).count(), 5);
+    // NoSuchBucket is an answer retrying cannot change: asked once.
+    assert_eq!(b.log.iter().filter(|l| l.contains("s3api put-object")).count(), 1);
+    assert_eq!(report(&c)["step"], "init-lock");
 }
 
 /// The failure report a node published, read back from moto.
@@ -470,4 +559,69 @@ fn a_failed_package_install_and_a_bad_node_name_are_reported_with_their_step() {
     assert_eq!(r["step"], "metadata", "{r:#}");
     assert!(r["log"].as_str().unwrap().contains("is not a DNS name"), "{r:#}");
     assert!(!b.ran("dnf install"), "{:#?}", b.log);
+}
+
+#[test]
+fn a_held_join_lock_is_waited_for_then_fails_and_a_stale_one_is_broken() {
+    let mut c = Cluster::new();
+    let first = c.node("controller");
+    assert!(c.boot(&first, &[], &[]).ok);
+    // Another controller is joining: its lock is fresh.
+    let lock = c.dir.path().join("lock.json");
+    std::fs::write(&lock, "{}").unwrap();
+    c.moto.aws(&[
+        "s3",
+        "cp",
+        lock.to_str().unwrap(),
+        &format!("s3://{BUCKET}/clusters/full/bootstrap/join-lock"),
+        "--region",
+        "eu-west-1",
+    ]);
+    let second = c.node("controller");
+    let b = c.boot(&second, &[], &[("KUBE_AWS_JOIN_LOCK_WAIT", "0")]);
+    assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
+    assert!(!b.ran("kubeadm join"), "{:#?}", b.log);
+    assert!(b.stderr.contains("is still held by another node"), "{}", b.stderr);
+    assert_eq!(report(&c)["step"], "join-lock");
+    assert!(
+        c.object("bootstrap/join-lock").is_some(),
+        "another node's lock is left alone"
+    );
+    // Left by a node that died: older than the stale timeout, it is removed and taken.
+    let third = c.node("controller");
+    let b = c.boot(&third, &[], &[("KUBE_AWS_JOIN_LOCK_STALE", "0")]);
+    assert!(b.ok, "{}\n{:#?}", b.stderr, b.log);
+    assert!(b.stderr.contains("stale after 0s): removing it"), "{}", b.stderr);
+    assert!(b.ran("kubeadm join") && b.ran("join lock: held") && b.ran(SUCCESS));
+    assert!(c.object("bootstrap/join-lock").is_none());
+}
+
+#[test]
+fn a_node_that_never_becomes_ready_signals_failure_with_the_reason() {
+    let mut c = Cluster::new();
+    let ctl = c.node("controller");
+    assert!(c.boot(&ctl, &[], &[]).ok);
+    let w = c.node("worker-general");
+    let b = c.boot(
+        &w,
+        &[],
+        &[
+            ("KUBE_AWS_NODE_READY_TIMEOUT", "0"),
+            (
+                "FAKE_NOT_READY",
+                "container runtime network not ready: cni plugin not initialized",
+            ),
+        ],
+    );
+    assert!(!b.ok, "{:#?}", b.log);
+    assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
+    let r = report(&c);
+    assert_eq!(r["step"], "node-ready", "{r:#}");
+    let log = r["log"].as_str().unwrap();
+    assert!(
+        log.contains(&format!(
+            "node {HOSTNAME} is not Ready after 0s: KubeletNotReady: container runtime network not ready"
+        )),
+        "{log}"
+    );
 }

@@ -59,7 +59,6 @@ fn layout_is_the_documented_one() {
         "addons/plan.json",
         "addons/values/cert-manager.yaml",
         "addons/values/dex.yaml",
-        "addons/install-addons.sh",
         "addons/tiller.yaml",
         "manifests/dex/rbac.yaml",
     ] {
@@ -118,11 +117,11 @@ fn validate_all(r: &Rendered) -> [usize; 4] {
         assert!(ok && text.contains("Valid"), "cloud-init schema {f}:\n{text}");
     }
 
+    // The only shell left: the user-data stub's script (the node program is
+    // Python, checked by tests/node_program.rs).
     let mut scripts = files("addons/", ".sh");
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/render/templates");
-    for s in ["node-bootstrap.sh", "stub.sh"] {
-        scripts.push(templates.join(s).display().to_string());
-    }
+    scripts.push(templates.join("stub.sh").display().to_string());
     let (ok, text) = run(Command::new("shellcheck").args(["-S", "warning"]).args(&scripts));
     assert!(ok, "shellcheck:\n{text}");
 
@@ -141,14 +140,14 @@ fn validate_all(r: &Rendered) -> [usize; 4] {
 fn validators_accept_minimal() {
     let counts = validate_all(&rendered(&minimal()));
     eprintln!("minimal: templates, cloud-configs+stubs, scripts, manifests = {counts:?}");
-    assert_eq!(counts, [4, 4, 3, 0]);
+    assert_eq!(counts, [4, 4, 1, 0]);
 }
 
 #[test]
 fn validators_accept_full() {
     let counts = validate_all(&rendered(&full()));
     eprintln!("full: templates, cloud-configs+stubs, scripts, manifests = {counts:?}");
-    assert_eq!(counts, [5, 6, 3, 2]);
+    assert_eq!(counts, [5, 6, 1, 2]);
 }
 
 #[test]
@@ -218,7 +217,7 @@ fn hostile_values_stay_data_byte_exact() {
     // Scripts and commands carry none of it.
     let markers = ["pwned", "curl evil", "whoami", "reboot", "rm -rf /)"];
     for (path, content) in &files {
-        if path.ends_with(".sh") || path.contains("/bin/") {
+        if path.ends_with(".sh") || path.contains("/bin/") || path.contains("/lib/") {
             for m in markers {
                 assert!(!content.contains(m), "{m:?} reached script {path}");
             }
@@ -227,7 +226,7 @@ fn hostile_values_stay_data_byte_exact() {
     let doc: serde_yaml::Value = serde_yaml::from_str(r.text("userdata/controller.cloud-config").unwrap()).unwrap();
     assert_eq!(
         serde_yaml::to_string(&doc["runcmd"]).unwrap().trim(),
-        "- - /opt/kube-aws/bin/kube-aws-node-bootstrap"
+        "- - /opt/kube-aws/bin/kube-aws-node\n  - bootstrap"
     );
     for (path, bytes) in &r.files {
         let text = String::from_utf8_lossy(bytes);
@@ -814,7 +813,12 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     for (path, bytes) in &r.files {
         if path.starts_with("userdata/worker-") && path.ends_with(".cloud-config") {
             let w = std::str::from_utf8(bytes).unwrap();
-            assert!(!w.contains("kube-aws-lifecycle") && !w.contains("etcd.json"), "{path}");
+            // (The node program every node carries names them; the files are not there.)
+            assert!(
+                !w.contains("path: \"/etc/systemd/system/kube-aws-lifecycle")
+                    && !w.contains("path: \"/etc/kube-aws/etcd.json\""),
+                "{path}"
+            );
         }
     }
 }

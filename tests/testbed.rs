@@ -3,7 +3,7 @@
 //! - the built kubeadm accepts every kubeadm document a node hands it
 //!   (`kubeadm config validate`): the example and the every-hook fixture, the
 //!   controller (init and control-plane join) and each pool (worker join),
-//!   each completed at boot by the node bootstrap script's own code;
+//!   each completed by the node program's own code (kubeadmcfg.py);
 //! - the real kube-apiserver, kube-controller-manager and kube-scheduler start
 //!   with the flags plugins contribute (the example's OIDC flags, the
 //!   every-hook fixture's flags), and a misspelt plugin flag makes the
@@ -98,16 +98,21 @@ fn fixture_cloud_configs(input: &kube_aws::render::RenderInput) -> CloudConfigs 
     )
 }
 
-/// The python program of the node bootstrap script's `kubeadm_config`, which
-/// completes the rendered documents at boot (endpoint, version, token, CA hash).
-fn kubeadm_config_program(cloud_config: &str) -> String {
-    let root = tempfile::tempdir().unwrap();
-    common::write_cloud_config_files(cloud_config, root.path());
-    let script = std::fs::read_to_string(root.path().join("opt/kube-aws/bin/kube-aws-node-bootstrap")).unwrap();
-    let start = script.find("<<'PY'\n").expect("kubeadm_config's python heredoc") + "<<'PY'\n".len();
-    let end = start + script[start..].find("\nPY\n").expect("the heredoc's end");
-    script[start..end].to_string()
-}
+/// Drives the node program's own kubeadm config code (kubeadmcfg.py, from the
+/// cloud-config's files), which completes the rendered documents at boot
+/// (endpoint, version, token, CA hash), with the built kubeadm's version.
+const KUBEADM_CONFIG_DRIVER: &str = r#"
+import json, subprocess, sys
+lib, docs_file, runtime_file, out, mode, token_file = sys.argv[1:7]
+sys.path.insert(0, lib)
+from kube_aws_node import kubeadmcfg
+docs = json.load(open(docs_file))["documents"]
+rt = json.load(open(runtime_file))
+version = subprocess.check_output(["kubeadm", "version", "-o", "short"], universal_newlines=True).strip()
+token = open(token_file).read().strip()
+with open(out, "w") as f:
+    f.write(kubeadmcfg.text(kubeadmcfg.documents(docs, rt, "", mode, token, version)))
+"#;
 
 /// The kubeadm configuration a node of `cloud_config` passes to kubeadm in
 /// `mode` (init, control-plane, worker), made by the node's own code with the
@@ -115,6 +120,7 @@ fn kubeadm_config_program(cloud_config: &str) -> String {
 fn node_kubeadm_config(bin: &Path, cloud_config: &str, mode: &str, out: &Path) -> Result<(), String> {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
+    common::write_cloud_config_files(cloud_config, &t.join("node"));
     std::fs::write(t.join("kubeadm.json"), kubeadm_json(cloud_config).to_string()).unwrap();
     let hash = format!("sha256:{}", "ab".repeat(32));
     std::fs::write(
@@ -122,17 +128,16 @@ fn node_kubeadm_config(bin: &Path, cloud_config: &str, mode: &str, out: &Path) -
         format!(r#"{{"apiEndpoint": "api.testbed.internal", "caCertHash": "{hash}"}}"#),
     )
     .unwrap();
-    std::fs::create_dir_all(t.join("secrets/kubeadm")).unwrap();
-    std::fs::write(t.join("secrets/kubeadm/bootstrap-token"), "abcdef.0123456789abcdef\n").unwrap();
+    std::fs::write(t.join("bootstrap-token"), "abcdef.0123456789abcdef\n").unwrap();
     let mut c = Command::new("python3");
     c.arg("-c")
-        .arg(kubeadm_config_program(cloud_config))
+        .arg(KUBEADM_CONFIG_DRIVER)
+        .arg(t.join("node/opt/kube-aws/lib"))
         .arg(t.join("kubeadm.json"))
         .arg(t.join("runtime.json"))
-        .arg(t.join("instance.json"))
         .arg(out)
         .arg(mode)
-        .arg(t.join("secrets"))
+        .arg(t.join("bootstrap-token"))
         .env(
             "PATH",
             format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()),

@@ -38,7 +38,7 @@ pub struct NodeInfo {
 }
 
 /// What `bootstrap` says of a node without a report: nodes publish one only
-/// when a bootstrap step fails (src/render/templates/node-bootstrap.sh).
+/// when a bootstrap step fails (src/node/kube_aws_node/bootstrap.py).
 pub const NO_FAILURE: &str = "no failure reported";
 
 /// One instance as EC2 describes it.

@@ -15,8 +15,8 @@
 //! `{"kube-aws:cluster": <cluster>, "kube-aws:secret": <entry name>}`, so a
 //! node role's `kms:Decrypt` can be narrowed to the entries it needs (workers:
 //! the bootstrap token and their pool's plugin secrets; controllers also the
-//! PKI keys). Nodes decrypt with their role in `kube-aws-node-secrets`
-//! (src/render/templates/node-secrets.py); `kube-aws kubeconfig` decrypts the
+//! PKI keys). Nodes decrypt with their role in `kube-aws-node secrets`
+//! (src/node/kube_aws_node/secrets.py); `kube-aws kubeconfig` decrypts the
 //! CA key with the caller's own credentials.
 //!
 //! Secrets are stable across publishes: the previous bundle is reused for the

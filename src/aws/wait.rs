@@ -78,7 +78,7 @@ pub struct AddonReport {
 }
 
 /// The failure report a node publishes at `s3URI/<cluster>/status/nodes/<instance-id>.json`
-/// when a step of its bootstrap fails (src/render/templates/node-bootstrap.sh).
+/// when a step of its bootstrap fails (src/node/kube_aws_node/bootstrap.py).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeReport {

@@ -18,13 +18,10 @@ use crate::plugin::NodeHooks;
 
 const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
 const STUB_TEMPLATE: &str = include_str!("templates/stub.cloud-config.tera");
-const NODE_BOOTSTRAP_SH: &str = include_str!("templates/node-bootstrap.sh");
-const NODE_SECRETS_PY: &str = include_str!("templates/node-secrets.py");
 const STUB_SH: &str = include_str!("templates/stub.sh");
 const KUBEADM_JSON: &str = "/etc/kube-aws/kubeadm.json";
 const ADDONS_UNIT: &str = include_str!("templates/kube-aws-addons.service");
 const ADDONS_TIMER: &str = include_str!("templates/kube-aws-addons.timer");
-const CSR_APPROVER: &str = include_str!("templates/csr-approver.py");
 const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver.service");
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
 const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.service");
@@ -369,18 +366,13 @@ fn render_node(
             "0644",
             UDEV_POLICY_ROUTES_MASK.into(),
         ),
-        (
-            "/opt/kube-aws/bin/kube-aws-node-bootstrap",
-            "0755",
-            NODE_BOOTSTRAP_SH.into(),
-        ),
-        (
-            "/opt/kube-aws/bin/kube-aws-node-secrets",
-            "0755",
-            NODE_SECRETS_PY.into(),
-        ),
     ];
-    for (path, mode, content) in &ours {
+    let program = super::node_program::files();
+    let ours = ours
+        .iter()
+        .map(|(p, m, c)| (*p, *m, c.as_str()))
+        .chain(program.iter().map(|(p, m, c)| (p.as_str(), *m, *c)));
+    for (path, mode, content) in ours {
         claim(path, "kube-aws")?;
         files.push(entry(path, mode, "root:root", content));
     }
@@ -445,29 +437,18 @@ fn unit_path(name: &str) -> String {
     format!("/etc/systemd/system/{name}")
 }
 
-/// What only controllers carry: the addon reconciler (the installer, its
-/// service and timer, and where to find the current plan) and the kubelet
-/// serving-certificate approver and its timer. No addon plan, values or manifest: those come from the addon bundle
-/// the control-plane stack's `AddonPlan` parameter names, so an addon change
+/// What only controllers carry: the addon reconciler's service and timer
+/// (`kube-aws-node reconcile`) and where it finds the current plan, and the
+/// kubelet serving-certificate approver's (`kube-aws-node csr-approver`). No
+/// addon plan, values or manifest: those come from the addon bundle the
+/// control-plane stack's `AddonPlan` parameter names, so an addon change
 /// leaves the controllers' user data as it is.
 fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
         "installedURI": format!("{}/{}", ctx.s3_base, super::plan::INSTALLED_RELEASES),
     });
-    let mut files = vec![
-        (
-            "/opt/kube-aws/bin/install-addons.sh".to_string(),
-            "0755".to_string(),
-            super::INSTALL_ADDONS_SH.to_string(),
-        ),
-        (RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler)),
-        (
-            "/opt/kube-aws/bin/kube-aws-csr-approver".into(),
-            "0755".into(),
-            CSR_APPROVER.into(),
-        ),
-    ];
+    let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [
         ("kube-aws-addons.service", ADDONS_UNIT),
         ("kube-aws-addons.timer", ADDONS_TIMER),

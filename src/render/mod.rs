@@ -1,12 +1,13 @@
 //! The render stage: pure functions from the resolved model (`RenderInput`) to
 //! the artifacts AWS and the nodes run: CloudFormation stacks, user-data stubs
-//! and cloud-configs, the addon plan with its values, the installer script and
-//! plugin manifests. `render` does no I/O; `write_rendered` swaps a whole output
+//! and cloud-configs (with the node program), the addon plan with its values
+//! and plugin manifests. `render` does no I/O; `write_rendered` swaps a whole output
 //! directory in atomically. The layout is documented in docs/rendered-layout.md.
 
 pub mod cfn;
 pub mod cloudconfig;
 pub mod input;
+pub mod node_program;
 pub mod plan;
 pub mod secrets;
 pub mod summary;
@@ -17,9 +18,6 @@ use std::path::{Path, PathBuf};
 
 pub use input::{AddonInput, HelmBinary, RenderInput};
 pub use summary::{summarize, Summary};
-
-/// The static installer, shipped as-is to the controller.
-pub const INSTALL_ADDONS_SH: &str = include_str!("templates/install-addons.sh");
 
 /// EC2 refuses user-data over 16 KiB; we keep the stub well under it.
 pub const STUB_LIMIT: usize = 4096;
@@ -180,7 +178,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
     let mut out = Rendered::default();
     let plan = plan::build_plan(input, &ctx)?;
 
-    // Addons: plan, values, installer, Tiller, manifests.
+    // Addons: plan, values, Tiller, manifests.
     let mut plan_json = serde_json::to_string_pretty(&plan).map_err(|e| RenderError::Template {
         name: "addons/plan.json".into(),
         message: e.to_string(),
@@ -193,7 +191,6 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
             a.values_yaml.as_bytes(),
         )?;
     }
-    out.put("addons/install-addons.sh".into(), INSTALL_ADDONS_SH)?;
     if plan.helm.tiller.install {
         let t = &input.cluster.helm.tiller;
         out.put(

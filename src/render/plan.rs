@@ -1,6 +1,7 @@
 //! The addon plan: every release in install order (bootstrap addons first, then
 //! dependency order), with what the installer needs to fetch, check, install,
-//! report and signal. It is the only input of `install-addons.sh`.
+//! report and signal. It is the only input of the reconciler (`kube-aws-node
+//! reconcile`, src/node/kube_aws_node/reconcile.py).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,6 +19,8 @@ pub const RETRY_DELAY_SECONDS: u64 = 10;
 /// How long the installer waits for `/readyz`, then for a Ready node.
 pub const READYZ_TIMEOUT_SECONDS: u64 = 900;
 pub const NODE_READY_TIMEOUT_SECONDS: u64 = 1800;
+/// Releases the reconciler installs at once (each once its dependencies are ready).
+pub const CONCURRENCY: u32 = 4;
 /// Slack added per release to the wait condition timeout: chart fetch, CRD wait, status writes.
 const PER_RELEASE_SLACK_SECONDS: u64 = 180;
 /// CloudFormation's longest CreationPolicy timeout.
@@ -39,6 +42,9 @@ pub struct Plan {
     pub retries: Retries,
     pub readyz_timeout_seconds: u64,
     pub node_ready_timeout_seconds: u64,
+    /// How many releases the reconciler installs at once, each as soon as its
+    /// dependencies are ready.
+    pub concurrency: u32,
     /// Plugin manifests, relative to the addon directory, applied after the bootstrap addons.
     pub manifests: Vec<String>,
     pub releases: Vec<PlanRelease>,
@@ -255,6 +261,7 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         },
         readyz_timeout_seconds: READYZ_TIMEOUT_SECONDS,
         node_ready_timeout_seconds: NODE_READY_TIMEOUT_SECONDS,
+        concurrency: CONCURRENCY,
         manifests: input
             .plugins
             .cluster
@@ -389,8 +396,8 @@ pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonB
             rel.as_str()
         } else {
             match rel.strip_prefix("addons/") {
-                Some(r) if r != "install-addons.sh" => r,
-                _ => continue,
+                Some(r) => r,
+                None => continue,
             }
         };
         let text = std::str::from_utf8(bytes).map_err(|_| RenderError::Template {

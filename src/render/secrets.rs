@@ -1,13 +1,15 @@
 //! Where secret references land. Templates only ever see a reference
 //! (`kube-aws-secret.<plugin>.<param>[.<scope>]`); the value reaches a node as a
-//! KMS ciphertext in the published bundle, and the node's
-//! `kube-aws-node-secrets` script decrypts it with its role and fills it into
+//! KMS ciphertext in the published bundle, and the node
+//! program's `kube-aws-node secrets` (src/node/kube_aws_node/secrets.py)
+//! decrypts it with its role and fills it into
 //! the files that hold the reference. This module finds those files, tells the
 //! node how to fill each one (`yaml`/`json`: inside string values, so the
 //! document stays well-formed whatever the value; `text`: verbatim), and names
 //! the secrets each role may decrypt, which its IAM policy is narrowed to.
 //!
-//! The matching rule is shared with the node script and must stay identical:
+//! The matching rule is shared with the node program and must stay identical
+//! (one table of vectors, tests/fixtures/secret-refs.json, checks both):
 //! at each occurrence of the prefix, the longest known reference wins, and it
 //! must not run on into a name character (`[A-Za-z0-9_-]`).
 
@@ -158,38 +160,34 @@ mod tests {
         longest_first([A, A_CTRL, B])
     }
 
+    /// The rule against the table the node program's tests check too
+    /// (tests/fixtures/secret-refs.json; src/node/tests/test_secrets.py).
     #[test]
-    fn the_longest_reference_wins() {
-        let k = known();
+    fn the_shared_reference_vectors() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/secret-refs.json");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let known: Vec<&str> = doc["known"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
         assert_eq!(
-            find_references("x: kube-aws-secret.dex.pw.controller\n", &k),
-            BTreeSet::from([A_CTRL])
+            known.iter().copied().collect::<BTreeSet<_>>(),
+            BTreeSet::from([A, A_CTRL, B])
         );
-        assert_eq!(find_references("x: kube-aws-secret.dex.pw2", &k), BTreeSet::from([B]));
-        assert_eq!(find_references("x: kube-aws-secret.dex.pw", &k), BTreeSet::from([A]));
-    }
-
-    #[test]
-    fn a_reference_must_not_run_on_into_a_name() {
-        let k = known();
-        assert!(find_references("kube-aws-secret.dex.pwX kube-aws-secret.dex.pw_2", &k).is_empty());
-        // A trailing dot that starts no known scope still ends the reference.
-        assert_eq!(find_references("pw=kube-aws-secret.dex.pw.", &k), BTreeSet::from([A]));
-        assert_eq!(
-            find_references("kube-aws-secret.dex.pw.controllerX", &k),
-            BTreeSet::from([A])
-        );
-        // Embedded in a URL.
-        assert_eq!(
-            find_references("postgres://u:kube-aws-secret.dex.pw2@db/x", &k),
-            BTreeSet::from([B])
-        );
-    }
-
-    #[test]
-    fn unknown_references_are_not_secrets() {
-        assert!(find_references("kube-aws-secret.other.thing", &known()).is_empty());
-        assert!(find_references("no references here", &known()).is_empty());
+        let k = longest_first(known);
+        let vectors = doc["vectors"].as_array().unwrap();
+        assert!(vectors.len() >= 10);
+        for v in vectors {
+            let want: BTreeSet<&str> = v["found"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect();
+            assert_eq!(find_references(v["text"].as_str().unwrap(), &k), want, "{}", v["name"]);
+        }
     }
 
     #[test]

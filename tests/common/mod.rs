@@ -238,6 +238,48 @@ impl MotoEnv {
             .to_string()
     }
 
+    /// A new moto KMS key's ARN, in `region`.
+    pub fn create_kms_key_in(&self, region: &str) -> String {
+        self.aws(&[
+            "kms",
+            "create-key",
+            "--region",
+            region,
+            "--query",
+            "KeyMetadata.Arn",
+            "--output",
+            "text",
+        ])
+        .trim()
+        .to_string()
+    }
+
+    /// `plaintext` encrypted as a secret bundle entry is: under `key` (in
+    /// `region`), bound to {kube-aws:cluster, kube-aws:secret}; base64.
+    pub fn encrypt_entry(&self, region: &str, key: &str, cluster: &str, name: &str, plaintext: &[u8]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, plaintext).unwrap();
+        self.aws(&[
+            "kms",
+            "encrypt",
+            "--region",
+            region,
+            "--key-id",
+            key,
+            "--plaintext",
+            &format!("fileb://{}", plain.display()),
+            "--encryption-context",
+            &format!(r#"{{"kube-aws:cluster":"{cluster}","kube-aws:secret":"{name}"}}"#),
+            "--query",
+            "CiphertextBlob",
+            "--output",
+            "text",
+        ])
+        .trim()
+        .to_string()
+    }
+
     pub fn aws_json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
         a.extend(["--output", "json"]);

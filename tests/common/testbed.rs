@@ -7,7 +7,7 @@
 //!   controller; the admin kubeconfig is kubeadm's admin.conf, bound to
 //!   cluster-admin as `kubeadm init` binds it. [`ControlPlane::start_api_with_pki`]
 //!   first places a test's own CAs and service-account key (kube-aws's
-//!   src/pki.rs) where kubeadm finds them, as kube-aws-node-secrets does on a
+//!   src/pki.rs) where kubeadm finds them, as `kube-aws-node secrets` does on a
 //!   controller, so kubeadm signs every leaf certificate from them.
 //! - Every process listens on a free 127.0.0.1 port and lives in a temporary
 //!   directory; each is killed by its PID when its handle drops.

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Applies the full cloud-config named in runtime.json: download, verify, run.
+# Applies the full cloud-config named in runtime.json: download, verify, run
+# the node program (`kube-aws-node bootstrap`, which signals from then on).
 set -Eeuo pipefail
 rt=/etc/kube-aws/runtime.json
 get() { python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$rt" "$1"; }
@@ -22,4 +23,4 @@ mv "$dst.part" "$dst"
 for m in write_files yum_add_repo package_update_upgrade_install; do
   cloud-init --file "$dst" single --name "$m" --frequency always
 done
-exec /opt/kube-aws/bin/kube-aws-node-bootstrap
+exec /opt/kube-aws/bin/kube-aws-node bootstrap

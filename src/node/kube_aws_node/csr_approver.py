@@ -1,32 +1,35 @@
-#!/usr/bin/env python3
-# kube-aws kubelet serving-certificate approver, run by kube-aws-csr-approver.timer
-# on controllers. Static: the cluster and region come from /etc/kube-aws/runtime.json.
-#
-# Kubelets run with `serverTLSBootstrap: true`, so each asks for a serving
-# certificate with a CertificateSigningRequest of signerName
-# kubernetes.io/kubelet-serving, which nothing in Kubernetes approves
-# (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation:
-# "the built-in approver doesn't approve serving certificates ... for security
-# reasons"). This program approves a pending request only when
-#   - the requester is `system:node:<name>` (in group system:nodes), and the
-#     request's subject is the same node (CN system:node:<name>, O system:nodes);
-#   - <name> is the private DNS name of a running EC2 instance tagged
-#     kubernetes.io/cluster/<cluster> (ec2:DescribeInstances);
-#   - every subject alternative name is that instance's: its private DNS name
-#     or one of its private IPs (its public DNS name or IP when it has one: the
-#     kubelet lists every address the node reports);
-#   - its usages are a kubelet serving certificate's.
-# Anything else stays pending, and the reason is logged (journalctl -u
-# kube-aws-csr-approver). Only the Python 3.9 standard library, kubectl,
-# openssl and the aws CLI are used; values are passed as argument lists.
+"""`kube-aws-node csr-approver`: the kubelet serving-certificate approver, run
+by kube-aws-csr-approver.timer on controllers. The cluster and region come
+from /etc/kube-aws/runtime.json.
+
+Kubelets run with `serverTLSBootstrap: true`, so each asks for a serving
+certificate with a CertificateSigningRequest of signerName
+kubernetes.io/kubelet-serving, which nothing in Kubernetes approves
+(https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation:
+"the built-in approver doesn't approve serving certificates ... for security
+reasons"). This program approves a pending request only when
+  - the requester is `system:node:<name>` (in group system:nodes), and the
+    request's subject is the same node (CN system:node:<name>, O system:nodes);
+  - <name> is the private DNS name of a running EC2 instance tagged
+    kubernetes.io/cluster/<cluster> (ec2:DescribeInstances);
+  - every subject alternative name is that instance's: its private DNS name
+    or one of its private IPs (its public DNS name or IP when it has one: the
+    kubelet lists every address the node reports);
+  - its usages are a kubelet serving certificate's.
+Anything else stays pending, and the reason is logged (journalctl -u
+kube-aws-csr-approver). Only kubectl, openssl and the aws CLI (awscall.py)
+are run, with argument lists.
+
+Invariant: `decide` is pure; a request is approved only when every rule
+above holds, and anything unreadable stays pending.
+"""
 import base64
 import json
-import os
 import re
 import subprocess
-import sys
 
-ROOT = os.environ.get("KUBE_AWS_ROOT", "")
+from . import jsonio, paths
+from .awscall import Aws, AwsError
 SIGNER = "kubernetes.io/kubelet-serving"
 # What a kubelet asks for (kubelet certificate manager: server auth, digital
 # signature, and key encipherment for RSA keys).
@@ -148,21 +151,15 @@ def pending(csrs):
         yield c
 
 
-def main():
-    rt = json.load(open(ROOT + "/etc/kube-aws/runtime.json"))
-    kubeconfig = ROOT + "/etc/kubernetes/admin.conf"
-    kubectl = ["kubectl", "--kubeconfig", kubeconfig]
+def approve_pending(aws, cluster):
+    kubectl = ["kubectl", "--kubeconfig", paths.path(paths.ADMIN_CONF)]
     csrs = json.loads(run(kubectl + ["get", "csr", "-o", "json"]))["items"]
     todo = list(pending(csrs))
     if not todo:
         return
-    answer = json.loads(
-        run([
-            "aws", "--region", rt["region"], "ec2", "describe-instances", "--output", "json",
-            "--filters", "Name=tag-key,Values=kubernetes.io/cluster/" + rt["cluster"],
-            "Name=instance-state-name,Values=running",
-        ])
-    )
+    answer = aws(["ec2", "describe-instances",
+                  "--filters", "Name=tag-key,Values=kubernetes.io/cluster/" + cluster,
+                  "Name=instance-state-name,Values=running"]) or {}
     instances = instances_from(answer.get("Reservations", []))
     for c in todo:
         name = c["metadata"]["name"]
@@ -179,9 +176,17 @@ def main():
             log("%s: left pending: %s" % (name, reason))
 
 
-if __name__ == "__main__":
+def main(argv):
+    if argv:
+        log("usage: kube-aws-node csr-approver")
+        return 2
     try:
-        main()
+        rt = jsonio.read(paths.etc("runtime.json"))
+        approve_pending(Aws(rt["region"]), rt["cluster"])
     except subprocess.CalledProcessError as e:
         log("%s failed: %s" % (e.cmd[0], e.stderr.decode("utf-8", "replace").strip()))
-        sys.exit(1)
+        return 1
+    except (AwsError, jsonio.JsonError) as e:
+        log(str(e))
+        return 1
+    return 0

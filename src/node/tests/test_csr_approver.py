@@ -1,20 +1,14 @@
 """Unit tests of the kubelet serving-certificate approver's decision
-(src/render/templates/csr-approver.py), run by tests/node_boot.rs with
-`python3 -m unittest`. Requests are made by the real openssl, as a kubelet's."""
+(src/node/kube_aws_node/csr_approver.py). Requests are made by the real
+openssl, as a kubelet's."""
 import base64
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-_path = os.path.join(HERE, "..", "..", "src", "render", "templates", "csr-approver.py")
-_loader = importlib.machinery.SourceFileLoader("csr_approver", _path)
-_spec = importlib.util.spec_from_loader("csr_approver", _loader)
-approver = importlib.util.module_from_spec(_spec)
-_loader.exec_module(approver)
+import helpers  # noqa: F401 - puts the package on sys.path
+from kube_aws_node import csr_approver as approver
 
 NAME = "ip-10-0-1-23.eu-west-1.compute.internal"
 OTHER = "ip-10-0-2-50.eu-west-1.compute.internal"

@@ -1,0 +1,87 @@
+"""The one AWS call helper: the aws CLI (AL2023 ships awscli v2) with an
+argument list, one retry policy, JSON out.
+
+Invariant: `Aws(region)(args)` returns the parsed JSON answer, or None when
+the CLI printed nothing; it raises AwsError whose message is the CLI's last
+stderr line (passed through `scrub`), never its stdout (which may hold a
+plaintext) and never an argument. Answers retrying cannot change are not
+retried.
+"""
+import json
+import re
+import subprocess
+import time
+
+from . import paths
+from .retry import retry
+
+# Answers that retrying cannot change.
+FINAL = (
+    "AccessDenied",
+    "InvalidCiphertext",
+    "IncorrectKey",
+    "NotFound",
+    "NoSuchKey",
+    "NoSuchBucket",
+    "Disabled",
+    "PreconditionFailed",
+    "ConditionalRequestConflict",
+    "ValidationError",
+    "does not exist",
+)
+
+_CODE = re.compile(r"An error occurred \(([A-Za-z0-9.]+)\)")
+
+
+class AwsError(Exception):
+    def __init__(self, message, code=""):
+        Exception.__init__(self, message)
+        self.message = message
+        self.code = code
+
+    def final(self):
+        return any(f in self.message for f in FINAL)
+
+
+class Aws(object):
+    def __init__(self, region, attempts=5, delay=None, scrub=None, runner=subprocess.run, sleep=time.sleep):
+        self.region = region
+        self.attempts = attempts
+        self.delay = delay
+        self.scrub = scrub
+        self.runner = runner
+        self.sleep = sleep
+
+    def once(self, args):
+        p = self.runner(
+            ["aws", "--region", self.region, "--output", "json"] + list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            universal_newlines=True,
+        )
+        if p.returncode != 0:
+            lines = [l for l in (p.stderr or "").strip().splitlines() if l.strip()]
+            err = lines[-1].strip() if lines else "exit %d" % p.returncode
+            if self.scrub is not None:
+                err = self.scrub(err)
+            m = _CODE.search(err)
+            raise AwsError(err[:2000], m.group(1) if m else "")
+        out = (p.stdout or "").strip()
+        if not out:
+            return None
+        try:
+            return json.loads(out)
+        except ValueError:
+            # `s3 cp` and friends print text; callers of those want no value.
+            return None
+
+    def __call__(self, args, attempts=None):
+        delay = self.delay if self.delay is not None else paths.knob("RETRY_DELAY", 2)
+        return retry(
+            lambda: self.once(args),
+            attempts if attempts is not None else self.attempts,
+            delay,
+            final=lambda e: isinstance(e, AwsError) and e.final(),
+            sleep=self.sleep,
+        )

@@ -1,0 +1,339 @@
+"""`kube-aws-node bootstrap`: a node's boot, run by cloud-init (through the
+user-data stub) once the full cloud-config's files are in place. Every value
+comes from the data files /etc/kube-aws/{runtime,node,kubeadm}.json.
+
+Steps: metadata (IMDS: instance id, private DNS name as node name, MAC),
+network (systemd-networkd manages the primary ENI only), secrets (secrets.py:
+decrypt, place the cluster PKI on controllers, fill plugin files), packages
+(the Kubernetes packages at the exact patch), kernel, containerd, plugin
+units; then the first controller (the S3 init lock, If-None-Match) runs
+`kubeadm init` with the bundle's token; other controllers join the control
+plane one at a time (the S3 join lock, released after the join, broken when
+stale), workers join. Controllers then start the CSR approver's and the addon
+reconciler's timers (the reconciler installs the CNI, without which no node
+is Ready). Each node signals its auto scaling group's CreationPolicy only
+once its own Node object is Ready (`kubectl get node NAME` with admin.conf on
+controllers, the kubelet's kubeconfig on workers), or FAILURE with the
+reason after a timeout.
+
+Invariant: whatever step fails signals FAILURE at once (not after the
+group's timeout) and publishes a report (node, role, step, command, the last
+lines of this boot's log with every decrypted secret blanked) to
+s3://<bucket>/<prefix>/status/nodes/<instance-id>.json, which
+`kube-aws status` prints; kubeadm's own output (it shows the token) never
+reaches the boot log.
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+from . import cfn, fsutil, jsonio, kubeadmcfg, locks, paths, secrets
+from .awscall import Aws, AwsError
+from .console import Console
+
+IMDS = "http://169.254.169.254/latest"
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+
+
+class StepFailed(Exception):
+    def __init__(self, code, command, message=""):
+        Exception.__init__(self, message or command)
+        self.code = code
+        self.command = command
+        self.message = message
+
+
+def node_ready(node):
+    """(ready, reason) of a Node object as `kubectl get node -o json` prints it."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") == "True":
+                return True, ""
+            return False, "%s: %s" % (c.get("reason", ""), c.get("message", ""))
+    return False, "no Ready condition yet"
+
+
+class Boot(object):
+    def __init__(self):
+        self.rt = jsonio.read(paths.etc("runtime.json"))
+        self.node = jsonio.read(paths.etc("node.json"))
+        self.role = self.node["role"]
+        self.work = paths.path(paths.WORK)
+        os.makedirs(self.work, exist_ok=True)
+        self.log_path = os.path.join(self.work, "bootstrap.log")
+        self.say = Console("kube-aws", tee=self.log_path, timestamps=False)
+        self.store = secrets.store_dir()
+        self.aws = Aws(self.rt["region"], scrub=self.blank)
+        self.step_name = "start"
+        self.instance_id = ""
+        self.node_name = ""
+
+    def blank(self, text):
+        try:
+            return secrets.blank(text, self.store)
+        except OSError:
+            return "(could not be blanked of secrets, so it is left out)"
+
+    def step(self, name):
+        self.step_name = name
+        self.say("step " + name)
+
+    def sh(self, args, capture=False, private_out=None):
+        """Runs a command; its output goes to the console and the boot log, or to the
+        private file `private_out` (0600); with `capture`, stdout is returned."""
+        command = " ".join(args)
+        try:
+            if private_out is not None:
+                fd = os.open(private_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+                out = ""
+            elif capture:
+                p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   universal_newlines=True, errors="replace")
+                self.say.raw(p.stderr)
+                out = p.stdout
+            else:
+                p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, universal_newlines=True, errors="replace")
+                for line in p.stdout:
+                    self.say.raw(line)
+                p.wait()
+                out = ""
+        except OSError as e:
+            self.say("%s: %s" % (args[0], e.strerror))
+            raise StepFailed(127, command)
+        if p.returncode != 0:
+            raise StepFailed(p.returncode, command)
+        return out
+
+    # --- signals and the failure report ------------------------------------
+    def unique_id(self):
+        return self.instance_id or os.uname()[1]
+
+    def signal(self, status):
+        cfn.signal(self.aws, self.rt["stackName"], self.rt["asgLogicalId"], self.unique_id(), status)
+
+    def report(self, code, command):
+        """The failure report, blanked of every secret this node decrypted. Best effort."""
+        lines = paths.knob("REPORT_LINES", 60)
+        try:
+            with open(self.log_path, errors="replace") as f:
+                log = "".join(f.readlines()[-lines:])
+        except OSError:
+            log = ""
+        out = os.path.join(self.work, "failure.json")
+        jsonio.write(out, {
+            "instanceId": self.unique_id(),
+            "nodeName": self.node_name,
+            "role": self.rt.get("role", self.role),
+            "stack": self.rt.get("stackName", ""),
+            "asgLogicalId": self.rt.get("asgLogicalId", ""),
+            "step": self.step_name,
+            "exitCode": code,
+            "command": self.blank(command).strip(),
+            "log": self.blank(log),
+            "timestamp": int(time.time()),
+        }, mode=0o600)
+        try:
+            self.aws(["s3", "cp", "--only-show-errors", "--sse", "AES256", "--content-type", "application/json",
+                      out, "s3://%s/%s/status/nodes/%s.json" % (self.rt["bucket"], self.rt["keyPrefix"],
+                                                                self.unique_id())])
+        except AwsError as e:
+            self.say("cannot publish the failure report: %s" % e)
+
+    def fail(self, code, command):
+        self.say("step %s failed (exit %d): %s" % (self.step_name, code, self.blank(command)))
+        try:
+            self.report(code, command)
+        except Exception as e:  # noqa: BLE001 - the FAILURE signal matters more than the report
+            self.say("cannot write the failure report: %s" % e.__class__.__name__)
+        self.signal("FAILURE")
+        return code or 1
+
+    # --- steps --------------------------------------------------------------
+    def imds(self, token, what):
+        return self.sh(["curl", "-fsS", "-H", "X-aws-ec2-metadata-token: " + token, IMDS + "/meta-data/" + what],
+                       capture=True).strip()
+
+    def metadata(self):
+        self.step("metadata")
+        token = self.sh(["curl", "-fsS", "-X", "PUT", "-H", "X-aws-ec2-metadata-token-ttl-seconds: 300",
+                         IMDS + "/api/token"], capture=True).strip()
+        self.instance_id = self.imds(token, "instance-id")
+        # The node's name is its private DNS name, as EC2 (and the cloud
+        # controller manager) knows it; kubeadm gets it as data, in its config.
+        name = self.imds(token, "local-hostname").lower()
+        mac = self.imds(token, "mac").lower()
+        if not NODE_NAME.fullmatch(name):
+            raise StepFailed(1, "IMDS local-hostname",
+                             "IMDS local-hostname %r is not a DNS name Kubernetes accepts as a node name" % name)
+        if not MAC.fullmatch(mac):
+            raise StepFailed(1, "IMDS mac", "IMDS mac %r is not a MAC address" % mac)
+        self.node_name = name
+        self.mac = mac
+        jsonio.write(os.path.join(self.work, "instance.json"),
+                     {"instanceId": self.instance_id, "nodeName": name, "mac": mac})
+
+    def network(self):
+        # AL2023's amazon-ec2-net-utils makes systemd-networkd manage every ENI
+        # (80-ec2.network), which races the VPC CNI on the ENIs it attaches. As
+        # the EKS AMI does (awslabs/amazon-eks-ami nodeadm
+        # internal/system/networking.go), match that network to the primary ENI
+        # only; the udev rule for hot-plugged ENIs is masked by the empty
+        # /etc/udev/rules.d/99-vpc-policy-routes.rules cloud-init writes.
+        self.step("network")
+        fsutil.write_atomic(
+            paths.path("/etc/systemd/network/80-ec2.network.d/10-kube-aws-primary-eni-only.conf"),
+            ("# kube-aws: systemd-networkd manages the primary ENI only; the VPC CNI owns the others.\n"
+             "[Match]\nPermanentMACAddress=%s\n" % self.mac).encode("utf-8"), mode=0o644)
+        self.sh(["networkctl", "reload"])
+
+    def host(self):
+        self.step("secrets")
+        try:
+            secrets.decrypt_all(self.aws, self.rt, self.node)
+        except secrets.SecretsError as e:
+            raise StepFailed(1, "kube-aws-node secrets", str(e))
+        # The Kubernetes packages, pinned to the exact patch (node.json). The
+        # repository excludes them so no later `dnf upgrade` moves them.
+        self.step("packages")
+        self.sh(["dnf", "install", "-y", "--disableexcludes=kubernetes"] + list(self.node["kubernetesPackages"]))
+        self.step("kernel")
+        self.sh(["modprobe", "overlay"])
+        self.sh(["modprobe", "br_netfilter"])
+        self.sh(["sysctl", "--system"], capture=True)
+        self.step("containerd")
+        config = self.sh(["containerd", "config", "default"], capture=True)
+        fsutil.write_atomic(paths.path("/etc/containerd/config.toml"),
+                            config.replace("SystemdCgroup = false", "SystemdCgroup = true").encode("utf-8"),
+                            mode=0o644)
+        self.sh(["systemctl", "daemon-reload"])
+        self.sh(["systemctl", "enable", "--now", "containerd"])
+        self.sh(["systemctl", "enable", "kubelet"])
+        self.step("plugin-units")
+        for unit in self.node.get("enableUnits", []):
+            # `--`: a unit name is never read as an option.
+            self.sh(["systemctl", "enable", "--now", "--", unit])
+
+    def kubeadm_config(self, mode):
+        version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
+        with open(os.path.join(self.store, "kubeadm", "bootstrap-token")) as f:
+            token = f.read().strip()
+        docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
+        path = os.path.join(self.work, "kubeadm.yaml")
+        fsutil.write_atomic(path, kubeadmcfg.text(
+            kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version)).encode("utf-8"))
+        return path
+
+    def lock_key(self, name):
+        return "%s/bootstrap/%s" % (self.rt["keyPrefix"], name)
+
+    def join_control_plane(self):
+        # Two `kubeadm join --control-plane` at once race on etcd membership:
+        # one joins at a time, under the join lock.
+        self.step("join-lock")
+        key = self.lock_key("join-lock")
+        try:
+            locks.acquire(self.aws, self.rt["bucket"], key, self.unique_id(),
+                          wait_seconds=paths.knob("JOIN_LOCK_WAIT", 1800),
+                          stale_seconds=paths.knob("JOIN_LOCK_STALE", 1800),
+                          poll_seconds=paths.knob("JOIN_LOCK_POLL", 10), log=self.say)
+        except locks.LockError as e:
+            raise StepFailed(1, "take the join lock", str(e))
+        try:
+            self.step("kubeadm-join")
+            self.sh(["kubeadm", "join", "--config", self.kubeadm_config("control-plane")])
+        finally:
+            try:
+                locks.release(self.aws, self.rt["bucket"], key)
+            except AwsError as e:
+                self.say("cannot release the join lock (it goes stale): %s" % e)
+
+    def kubeadm(self):
+        if self.role != "controller":
+            self.step("kubeadm-join")
+            self.sh(["kubeadm", "join", "--config", self.kubeadm_config("worker")])
+            return
+        self.step("init-lock")
+        try:
+            first = locks.take(self.aws, self.rt["bucket"], self.lock_key("init-lock"), self.unique_id())
+        except locks.LockError as e:
+            raise StepFailed(1, "take the init lock", str(e))
+        if not first:
+            self.join_control_plane()
+            return
+        self.step("kubeadm-init")
+        config = self.kubeadm_config("init")
+        # kubeadm prints the join commands with the token: keep them out of the
+        # boot log (cloud-init-output.log), in a private file.
+        init_log = os.path.join(self.work, "kubeadm-init.log")
+        try:
+            self.sh(["kubeadm", "init", "--config", config], private_out=init_log)
+        except StepFailed as e:
+            self.say("kubeadm init failed; its output is in %s (it may show the bootstrap token)" % init_log)
+            raise e
+
+    def wait_node_ready(self):
+        """Returns once this node's Node object is Ready; StepFailed with the reason after the timeout."""
+        self.step("node-ready")
+        # A kubelet's credentials may read its own Node object (the Node
+        # authorizer: "Kubelets are limited to reading their own Node objects",
+        # https://kubernetes.io/docs/reference/access-authn-authz/node/).
+        conf = paths.ADMIN_CONF if self.role == "controller" else paths.KUBELET_CONF
+        args = ["kubectl", "--kubeconfig", paths.path(conf), "get", "node", self.node_name, "-o", "json"]
+        limit = paths.knob("NODE_READY_TIMEOUT", 900)
+        end = time.time() + limit
+        reason = ""
+        while True:
+            p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, errors="replace")
+            if p.returncode == 0:
+                try:
+                    ready, reason = node_ready(json.loads(p.stdout))
+                except ValueError:
+                    ready, reason = False, "kubectl printed no JSON"
+                if ready:
+                    self.say("node %s is Ready" % self.node_name)
+                    return
+            else:
+                reason = (p.stderr.strip().splitlines() or ["kubectl exited %d" % p.returncode])[-1]
+            if time.time() >= end:
+                raise StepFailed(1, " ".join(args), "node %s is not Ready after %ss: %s" % (self.node_name, limit,
+                                                                                           reason))
+            time.sleep(paths.knob("POLL_INTERVAL", 5))
+
+    def boot(self):
+        try:
+            self.metadata()
+            self.network()
+            self.host()
+            self.kubeadm()
+            if self.role == "controller":
+                # The reconciler installs the CNI: no node is Ready before it runs.
+                self.step("timers")
+                # Approves kubelet serving certificates (serverTLSBootstrap) that
+                # match the cluster's instances; see kube-aws-csr-approver.
+                self.sh(["systemctl", "enable", "--now", "kube-aws-csr-approver.timer"])
+                self.step("installer")
+                self.sh(["systemctl", "enable", "--now", "kube-aws-addons.timer"])
+            self.wait_node_ready()
+        except StepFailed as e:
+            if e.message:
+                self.say(self.blank(e.message))
+            return self.fail(e.code, e.command)
+        except Exception as e:  # noqa: BLE001 - any failure must signal, not leave the group waiting
+            self.say(self.blank("%s: %s" % (e.__class__.__name__, e)))
+            return self.fail(1, "kube-aws-node bootstrap")
+        self.signal("SUCCESS")
+        return 0
+
+
+def run(argv):
+    if argv:
+        Console("kube-aws")("usage: kube-aws-node bootstrap")
+        return 2
+    return Boot().boot()

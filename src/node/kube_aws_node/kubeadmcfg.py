@@ -1,0 +1,55 @@
+"""The kubeadm config a node runs with: the rendered documents
+(/etc/kube-aws/kubeadm.json) plus what only exists at boot.
+
+Invariant: `documents` is pure. `init` gets Init-, Cluster- and
+KubeletConfiguration (the bundle's token, never expiring: nodes of an auto
+scaling group join at any time); joins get only JoinConfiguration, with the
+token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
+to 30 minutes for discovery (nodes boot together with the first controller's
+init; kubeadm's default is 5); a joining controller gets `controlPlane: {}`
+(the shared CAs are already in /etc/kubernetes/pki: no certificate key).
+"""
+import copy
+import json
+
+MODES = ("init", "control-plane", "worker")
+
+
+def documents(docs, runtime, node_name, mode, token, version):
+    endpoint = runtime["apiEndpoint"] + ":6443"
+    out = []
+    for d in copy.deepcopy(docs):
+        kind = d["kind"]
+        if kind in ("InitConfiguration", "JoinConfiguration") and node_name:
+            # The EC2 private DNS name: the cloud controller manager finds the
+            # instance by it, and gives the node its providerID and zone labels.
+            d.setdefault("nodeRegistration", {})["name"] = node_name
+        if kind == "InitConfiguration":
+            d["bootstrapTokens"] = [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
+                                     "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
+        if kind == "ClusterConfiguration":
+            d["controlPlaneEndpoint"] = endpoint
+            d["kubernetesVersion"] = version
+            d.setdefault("apiServer", {})["certSANs"] = [runtime["apiEndpoint"]]
+        # KubeletConfiguration is cluster-wide: init stores it in the kubelet-config
+        # ConfigMap, which joining kubelets download; join takes only JoinConfiguration.
+        if kind in ("InitConfiguration", "ClusterConfiguration", "KubeletConfiguration") and mode != "init":
+            continue
+        if kind == "JoinConfiguration":
+            if mode == "init":
+                continue
+            d["discovery"] = {"bootstrapToken": {"apiServerEndpoint": endpoint, "token": token,
+                                                 "caCertHashes": [runtime["caCertHash"]]}}
+            if d["apiVersion"].endswith("/v1beta4"):
+                d.setdefault("timeouts", {})["discovery"] = "30m0s"
+            else:
+                d["discovery"]["timeout"] = "30m0s"
+            if mode == "control-plane":
+                d["controlPlane"] = {}
+        out.append(d)
+    return out
+
+
+def text(docs):
+    """The multi-document file kubeadm reads (JSON documents are YAML)."""
+    return "\n---\n".join(json.dumps(d) for d in docs) + "\n"

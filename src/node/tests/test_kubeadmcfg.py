@@ -1,0 +1,43 @@
+"""kubeadmcfg.documents: what each mode gets."""
+import unittest
+
+import helpers  # noqa: F401 - puts the package on sys.path
+from kube_aws_node.kubeadmcfg import documents
+
+DOCS = [
+    {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration", "nodeRegistration": {}},
+    {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration"},
+    {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration"},
+    {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "JoinConfiguration", "nodeRegistration": {}},
+]
+RT = {"apiEndpoint": "api.example.com", "caCertHash": "sha256:ab"}
+
+
+class Documents(unittest.TestCase):
+    def test_init(self):
+        d = documents(DOCS, RT, "ip-1", "init", "t.0123", "v1.31.2")
+        self.assertEqual([x["kind"] for x in d], ["InitConfiguration", "ClusterConfiguration", "KubeletConfiguration"])
+        self.assertEqual(d[0]["bootstrapTokens"][0]["token"], "t.0123")
+        self.assertEqual(d[0]["bootstrapTokens"][0]["ttl"], "0s")
+        self.assertEqual(d[0]["nodeRegistration"]["name"], "ip-1")
+        self.assertEqual(d[1]["controlPlaneEndpoint"], "api.example.com:6443")
+        self.assertEqual(d[1]["kubernetesVersion"], "v1.31.2")
+        self.assertNotIn("certificateKey", d[0])
+
+    def test_joins(self):
+        cp = documents(DOCS, RT, "ip-2", "control-plane", "t.0123", "v1.31.2")
+        self.assertEqual(len(cp), 1)
+        self.assertEqual(cp[0]["controlPlane"], {})
+        self.assertEqual(cp[0]["discovery"]["bootstrapToken"]["caCertHashes"], ["sha256:ab"])
+        self.assertEqual(cp[0]["timeouts"]["discovery"], "30m0s")
+        w = documents(DOCS, RT, "ip-3", "worker", "t.0123", "v1.31.2")
+        self.assertNotIn("controlPlane", w[0])
+        self.assertEqual(w[0]["nodeRegistration"]["name"], "ip-3")
+        # v1beta3 keeps the discovery timeout inside discovery; the input is not changed.
+        old = [dict(DOCS[3], apiVersion="kubeadm.k8s.io/v1beta3")]
+        self.assertEqual(documents(old, RT, "", "worker", "t", "v")[0]["discovery"]["timeout"], "30m0s")
+        self.assertNotIn("discovery", DOCS[3])
+
+
+if __name__ == "__main__":
+    unittest.main()

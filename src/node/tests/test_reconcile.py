@@ -1,0 +1,130 @@
+"""reconcile.Reconciler.install_releases: the parallel driver, with the
+per-release work, status and signals stubbed (tests/installer.rs runs the
+whole reconciler under recording fakes)."""
+import io
+import re
+import threading
+import time
+import unittest
+
+import helpers  # noqa: F401 - puts the package on sys.path
+from kube_aws_node.console import Console
+from kube_aws_node.reconcile import Reconciler
+
+
+def plan(releases, concurrency):
+    return {
+        "cluster": "c", "statusURI": "s3://b/status/", "retries": {"attempts": 1, "delaySeconds": 0},
+        "helm": {"version": 3, "tiller": {"namespace": "kube-system"}}, "concurrency": concurrency,
+        "nodeReadyTimeoutSeconds": 1, "manifests": [],
+        "releases": [{"name": n, "dependsOn": list(d), "bootstrap": b, "waitCondition": "Wc" + n,
+                      "namespace": "ns"} for n, d, b in releases],
+    }
+
+
+class Driver(Reconciler):
+    """The real scheduling loop; installs sleep and record overlap."""
+
+    def __init__(self, p, fail=(), node_ready=True):
+        self.stream = io.StringIO()
+        self.log = Console("kube-aws-addons", stream=self.stream)
+        self.plan = p
+        self.concurrency = p["concurrency"]
+        self.releases = p["releases"]
+        self.by_name = dict((r["name"], r) for r in self.releases)
+        self.finished = {}
+        self.bad = 0
+        self.fail = set(fail)
+        self.node_ready = node_ready
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+        self.started = []
+        self.events = []
+
+    def install(self, r):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.started.append(r["name"])
+        for i in range(20):
+            # Many lines from many threads: none may be cut by another.
+            self.log("line %d of a long message from %s %s" % (i, r["name"], "x" * 200), r["name"])
+        time.sleep(0.05)
+        with self.lock:
+            self.active -= 1
+        return ("failed", "boom\n") if r["name"] in self.fail else ("ready", "")
+
+    def finish(self, name, phase, message=""):
+        self.finished[name] = phase
+        self.events.append((name, phase, message))
+
+    def apply_manifests(self):
+        self.events.append(("manifests", "", ""))
+
+    def wait_until(self, seconds, probe):
+        self.events.append(("gate", "", ""))
+        return self.node_ready
+
+
+WIDE = [("cni", (), True)] + [("r%d" % i, ("cni",), False) for i in range(8)] + [("last", ("r0", "r7"), False)]
+
+
+class InstallReleases(unittest.TestCase):
+    def test_independent_releases_run_side_by_side_up_to_the_bound(self):
+        d = Driver(plan(WIDE, 3))
+        d.install_releases({})
+        self.assertEqual(d.peak, 3)
+        self.assertEqual(d.started[0], "cni")
+        self.assertEqual(d.started[-1], "last")
+        self.assertTrue(all(p == "ready" for p in d.finished.values()))
+        self.assertEqual(len(d.finished), 10)
+        # The manifests and the Ready gate come once, after the bootstrap addon, before the rest.
+        kinds = [e[0] for e in d.events]
+        self.assertEqual(kinds.count("gate"), 1)
+        self.assertLess(kinds.index("cni"), kinds.index("manifests"))
+        self.assertLess(kinds.index("manifests"), kinds.index("r0"))
+
+    def test_log_lines_are_whole_and_name_their_release(self):
+        d = Driver(plan(WIDE, 4))
+        d.install_releases({})
+        line = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ kube-aws-addons: (\S+): line \d+ of a long message "
+                          r"from (\S+) x{200}$")
+        lines = d.stream.getvalue().splitlines()
+        self.assertEqual(len(lines), 200)
+        for l in lines:
+            m = line.match(l)
+            self.assertIsNotNone(m, l)
+            self.assertEqual(m.group(1), m.group(2))
+
+    def test_one_at_a_time_with_concurrency_one(self):
+        d = Driver(plan(WIDE, 1))
+        d.install_releases({})
+        self.assertEqual(d.peak, 1)
+        self.assertEqual(d.started, ["cni"] + ["r%d" % i for i in range(8)] + ["last"])
+
+    def test_dependants_of_a_failure_are_skipped_and_the_rest_goes_on(self):
+        d = Driver(plan(WIDE, 4), fail={"r7"})
+        d.install_releases({})
+        self.assertEqual(d.finished["r7"], "failed")
+        self.assertEqual(d.finished["last"], "skipped")
+        self.assertIn(("last", "skipped", "skipped: it depends on r7, which is failed\n"), d.events)
+        self.assertEqual(sum(1 for p in d.finished.values() if p == "ready"), 8)
+
+    def test_unchanged_releases_are_not_installed_again(self):
+        d = Driver(plan(WIDE, 4))
+        d.install_releases({"cni": {"waitCondition": "Wccni"}, "r3": {"waitCondition": "old"}})
+        self.assertNotIn("cni", d.started)
+        self.assertIn("r3", d.started)
+        self.assertNotIn("cni", [e[0] for e in d.events])
+
+    def test_no_ready_node_fails_every_non_bootstrap_release(self):
+        d = Driver(plan(WIDE, 4), node_ready=False)
+        d.install_releases({})
+        self.assertEqual(d.started, ["cni"])
+        self.assertTrue(all(d.finished["r%d" % i] == "failed" for i in range(8)))
+        self.assertEqual(d.finished["last"], "skipped")
+
+
+if __name__ == "__main__":
+    unittest.main()

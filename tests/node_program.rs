@@ -1,0 +1,82 @@
+//! The node program `kube-aws-node` (src/node/kube_aws_node): its Python unit
+//! tests (`python3 -m unittest discover src/node/tests`), and a static check
+//! that it runs on Python 3.9, Amazon Linux 2023's system python3 (`vermin
+//! -t=3.9-`, from the tools venv, scripts/install-tools.sh). Among the unit
+//! tests, src/node/tests/test_etcd_real.py runs the etcd tools against three
+//! real etcd members of the control-plane test bed (KUBE_AWS_TESTBED_BIN; with
+//! KUBE_AWS_TESTBED=skip they are skipped and the run says so). The program's
+//! subcommands run end to end in tests/installer.rs, tests/node_bootstrap.rs
+//! and tests/node_boot.rs.
+
+mod common;
+
+use std::process::Command;
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn the_node_programs_unit_tests_pass() {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "unittest", "discover", "-v", "src/node/tests"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("KUBE_AWS_TESTBED_BIN")
+        .env_remove("KUBE_AWS_ROOT");
+    if let Some(bin) = common::testbed::bin_dir("the_node_programs_unit_tests_pass") {
+        cmd.env("KUBE_AWS_TESTBED_BIN", bin);
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let ran: usize = regex::Regex::new(r"Ran (\d+) tests")
+        .unwrap()
+        .captures(&err)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or(0);
+    assert!(ran >= 30, "{err}");
+    // The shared secret-reference vectors and the scheduler are among them.
+    for t in [
+        "test_found_as_the_renderer_finds_them",
+        "test_concurrency_bounds_the_starts_in_plan_order",
+        "test_members_leader_removal_through_a_peer_and_stale_rules",
+    ] {
+        assert!(err.contains(t), "{t} did not run:\n{err}");
+    }
+}
+
+#[test]
+fn the_node_program_runs_on_python_3_9() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/node");
+    let o = Command::new(common::tool("vermin"))
+        .args(["-t=3.9-", "--violations", "--no-tips", "--eval-annotations", dir])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "a construct needs Python > 3.9:\n{}", text(&o));
+    // It did look at the program (the launcher has no .py suffix: checked by name).
+    let o = Command::new(common::tool("vermin"))
+        .args(["-t=3.9-", "--violations", "--no-tips", "--eval-annotations"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/src/node/kube-aws-node"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // And it fails on what 3.9 cannot run, so the check can fail.
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.py");
+    std::fs::write(
+        &bad,
+        "def f(x: int | None):\n    match x:\n        case _:\n            return 1\n",
+    )
+    .unwrap();
+    let o = Command::new(common::tool("vermin"))
+        .args(["-t=3.9-", "--violations", "--no-tips", "--eval-annotations"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "vermin accepted 3.10 code:\n{}", text(&o));
+}
