@@ -344,4 +344,127 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
             .unwrap();
         assert!(!list.trim().is_empty(), "{name}: no deployed helm release in {ns}");
     }
+    // A release starts only once everything it depends on is ready, and the
+    // bootstrap addons come first (status times are whole seconds).
+    let status: std::collections::BTreeMap<String, Value> = bed
+        .releases
+        .iter()
+        .map(|(n, _, _)| (n.clone(), bed.status(n)))
+        .collect();
+    for e in bed.plan["releases"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        let started = status[name]["startedAt"].as_str().unwrap();
+        let mut before: Vec<&str> = e["dependsOn"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        if e["bootstrap"] != true {
+            before.extend(
+                bed.plan["releases"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|b| b["bootstrap"] == true)
+                    .map(|b| b["name"].as_str().unwrap()),
+            );
+        }
+        for d in before {
+            let ready = status[d]["updatedAt"].as_str().unwrap();
+            assert!(
+                ready <= started,
+                "{name} started at {started}, before {d} was ready at {ready}"
+            );
+        }
+    }
+    // The CNI chart's CRD is Established (the installer waited for it).
+    let established = cp
+        .kubectl(&[
+            "get",
+            "crd",
+            "eniconfigs.crd.k8s.amazonaws.com",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ])
+        .unwrap();
+    assert_eq!(established, "True");
+    // A plugin manifest (cluster-dump's CronJob) went in by server-side apply.
+    let managers = cp
+        .kubectl(&[
+            "get",
+            "cronjob",
+            "-n",
+            "kube-system",
+            "cluster-dump",
+            "-o",
+            "jsonpath={range .metadata.managedFields[*]}{.manager}/{.operation}{\"\\n\"}{end}",
+        ])
+        .unwrap();
+    assert!(
+        managers.lines().any(|l| l.ends_with("/Apply")),
+        "cluster-dump's CronJob was not server-side applied: {managers}"
+    );
+    // A second tick with the same plan is a no-op: nothing installed, nothing signalled.
+    let again = bed.reconcile();
+    assert_eq!(again.code, 0, "{again}");
+    assert!(
+        !again.calls.contains("signal-resource") && !again.calls.contains("/charts/"),
+        "{again}"
+    );
+}
+
+/// A release the API server rejects (a label key it refuses), in a namespace
+/// of this test's own, with a release that depends on it. (Charts whose
+/// cluster-scoped objects are named after the release: the other test
+/// installs the built-ins on the same API server.)
+#[test]
+fn a_release_the_api_server_rejects_fails_with_its_reason_and_its_dependants_are_skipped() {
+    let Some(cp) =
+        testbed::shared("a_release_the_api_server_rejects_fails_with_its_reason_and_its_dependants_are_skipped")
+    else {
+        return;
+    };
+    let ns = format!("rejected-{}", std::process::id());
+    let mut bed = Bed::new(cp.clone());
+    bed.publish(&format!(
+        "charts:
+  - name: broken-descheduler
+    chart: descheduler
+    repo: https://kubernetes-sigs.github.io/descheduler/
+    version: 0.36.0
+    namespace: {ns}
+    timeout: 60s
+    set:
+      podLabels:
+        \"bad key!\": x
+  - name: after-broken
+    chart: external-dns
+    repo: https://kubernetes-sigs.github.io/external-dns/
+    version: 1.21.1
+    namespace: {ns}
+    dependsOn: [broken-descheduler]
+plugins:
+  aws-vpc-cni: {{enabled: false}}
+  aws-cloud-controller-manager: {{enabled: false}}
+"
+    ));
+    let run = bed.reconcile();
+    assert_ne!(run.code, 0, "{run}");
+    let broken = bed.status("broken-descheduler");
+    assert_eq!(broken["phase"], "failed", "{broken}");
+    let msg = broken["message"].as_str().unwrap();
+    assert!(
+        msg.contains("bad key!") && msg.contains("Invalid value"),
+        "the API server's reason is not in the status: {msg}"
+    );
+    let after = bed.status("after-broken");
+    assert_eq!(after["phase"], "skipped", "{after}");
+    assert!(after["message"].as_str().unwrap().contains("broken-descheduler"), "{after}");
+    let wc = |n: &str| bed.releases.iter().find(|(r, _, _)| r == n).unwrap().2.clone();
+    assert_eq!(bed.signalled(&wc("broken-descheduler")).as_deref(), Some("FAILURE"));
+    assert_eq!(bed.signalled(&wc("after-broken")).as_deref(), Some("FAILURE"));
+    // Nothing of the skipped release reached the API server.
+    let deployed = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
+    assert!(!deployed.contains("external-dns"), "{deployed}");
 }
