@@ -460,11 +460,96 @@ plugins:
     );
     let after = bed.status("after-broken");
     assert_eq!(after["phase"], "skipped", "{after}");
-    assert!(after["message"].as_str().unwrap().contains("broken-descheduler"), "{after}");
+    assert!(
+        after["message"].as_str().unwrap().contains("broken-descheduler"),
+        "{after}"
+    );
     let wc = |n: &str| bed.releases.iter().find(|(r, _, _)| r == n).unwrap().2.clone();
     assert_eq!(bed.signalled(&wc("broken-descheduler")).as_deref(), Some("FAILURE"));
     assert_eq!(bed.signalled(&wc("after-broken")).as_deref(), Some("FAILURE"));
     // Nothing of the skipped release reached the API server.
     let deployed = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
     assert!(!deployed.contains("external-dns"), "{deployed}");
+}
+
+/// A new plan on a running cluster: the release whose values changed is
+/// upgraded and signalled, the unchanged one is left alone (no chart fetched,
+/// no signal), the dropped one is uninstalled from the API server, and a
+/// repeat of the plan does nothing.
+#[test]
+fn a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_does_nothing() {
+    let Some(cp) =
+        testbed::shared("a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_does_nothing")
+    else {
+        return;
+    };
+    let ns = format!("replan-{}", std::process::id());
+    let chart = |name: &str, chart: &str, version: &str, rev: u32| {
+        format!(
+            "  - name: {name}\n    chart: {chart}\n    repo: https://kubernetes-sigs.github.io/{chart}/\n    \
+             version: {version}\n    namespace: {ns}\n    set: {{podLabels: {{rev: \"{rev}\"}}}}\n"
+        )
+    };
+    let plugins_off = "plugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n";
+    let mut bed = Bed::new(cp.clone());
+    bed.publish(&format!(
+        "charts:\n{}{}{plugins_off}",
+        chart("keep-dns", "external-dns", "1.21.1", 1),
+        chart("drop-dns", "external-dns", "1.21.1", 1),
+    ));
+    let one = bed.reconcile();
+    assert_eq!(one.code, 0, "{one}");
+    let first_wc: std::collections::BTreeMap<String, String> =
+        bed.releases.iter().map(|(n, _, w)| (n.clone(), w.clone())).collect();
+    let deployed = |name: &str| {
+        cp.kubectl(&[
+            "get",
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            &format!("owner=helm,name={name}"),
+            "-o",
+            "name",
+        ])
+        .unwrap()
+    };
+    assert!(!deployed("drop-dns").trim().is_empty());
+
+    // keep-dns's pods get another label; drop-dns leaves the plan.
+    bed.publish(&format!(
+        "charts:\n{}{plugins_off}",
+        chart("keep-dns", "external-dns", "1.21.1", 2)
+    ));
+    let two = bed.reconcile();
+    assert_eq!(two.code, 0, "{two}");
+    let (_, _, new_wc) = bed.releases.iter().find(|(n, _, _)| n == "keep-dns").unwrap().clone();
+    assert_ne!(new_wc, first_wc["keep-dns"], "changed values give a new wait condition");
+    assert_eq!(bed.signalled(&new_wc).as_deref(), Some("SUCCESS"));
+    let rev = cp
+        .kubectl(&[
+            "get",
+            "deployment",
+            "-n",
+            &ns,
+            "keep-dns-external-dns",
+            "-o",
+            "jsonpath={.spec.template.metadata.labels.rev}",
+        ])
+        .unwrap();
+    assert_eq!(rev, "2", "keep-dns was not upgraded:\n{two}");
+    assert!(
+        deployed("drop-dns").trim().is_empty(),
+        "drop-dns's helm release is still there"
+    );
+    let gone = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
+    assert!(!gone.contains("drop-dns"), "{gone}");
+
+    // The same plan again: nothing fetched, installed or signalled.
+    let three = bed.reconcile();
+    assert_eq!(three.code, 0, "{three}");
+    assert!(
+        !three.calls.contains("signal-resource") && !three.calls.contains("/charts/"),
+        "{three}"
+    );
 }
