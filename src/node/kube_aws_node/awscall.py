@@ -7,12 +7,11 @@ stderr line (passed through `scrub`), never its stdout (which may hold a
 plaintext) and never an argument. Answers retrying cannot change are not
 retried.
 """
-import json
 import re
 import subprocess
 import time
 
-from . import paths
+from . import jsonio, paths
 from .retry import retry
 
 # Answers that retrying cannot change.
@@ -71,8 +70,8 @@ class Aws(object):
         if not out:
             return None
         try:
-            return json.loads(out)
-        except ValueError:
+            return jsonio.parse(out, "the aws CLI's answer")
+        except jsonio.JsonError:
             # `s3 cp` and friends print text; callers of those want no value.
             return None
 

@@ -23,7 +23,6 @@ s3://<bucket>/<prefix>/status/nodes/<instance-id>.json, which
 `kube-aws status` prints; kubeadm's own output (it shows the token) never
 reaches the boot log.
 """
-import json
 import os
 import re
 import subprocess
@@ -293,9 +292,9 @@ class Boot(object):
                                universal_newlines=True, errors="replace")
             if p.returncode == 0:
                 try:
-                    ready, reason = node_ready(json.loads(p.stdout))
-                except ValueError:
-                    ready, reason = False, "kubectl printed no JSON"
+                    ready, reason = node_ready(jsonio.parse(p.stdout, "kubectl get node"))
+                except jsonio.JsonError as e:
+                    ready, reason = False, str(e)
                 if ready:
                     self.say("node %s is Ready" % self.node_name)
                     return

@@ -24,7 +24,6 @@ Invariant: `decide` is pure; a request is approved only when every rule
 above holds, and anything unreadable stays pending.
 """
 import base64
-import json
 import re
 import subprocess
 
@@ -153,7 +152,8 @@ def pending(csrs):
 
 def approve_pending(aws, cluster):
     kubectl = ["kubectl", "--kubeconfig", paths.path(paths.ADMIN_CONF)]
-    csrs = json.loads(run(kubectl + ["get", "csr", "-o", "json"]))["items"]
+    csrs = jsonio.parse(run(kubectl + ["get", "csr", "-o", "json"]).decode("utf-8", "replace"),
+                        "kubectl get csr")["items"]
     todo = list(pending(csrs))
     if not todo:
         return
