@@ -20,7 +20,7 @@ pub use resolve::{
 };
 pub use validate::{
     check_flag_value, check_label_value, check_qualified_name, check_version_constraint, cidr_network, find_cycle,
-    is_dns_label, is_region, normalize_constraint, parse_cidr, parse_s3_uri,
+    is_dns_label, is_dns_subdomain, is_region, normalize_constraint, parse_cidr, parse_s3_uri,
 };
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 
