@@ -106,6 +106,27 @@ pub fn jwks_url(cfg: &ClusterConfig) -> String {
     format!("{}/keys.json", issuer_url(cfg))
 }
 
+/// kube-apiserver flags kube-aws sets for the issuer, in order (the issuer
+/// flag repeats: kubeadm v1beta4 `extraArgs` keep duplicates). The new issuer
+/// signs; the legacy one is still accepted. `api-audiences` names both,
+/// because it defaults to the first issuer alone and tokens minted before the
+/// update carry the legacy audience.
+pub fn apiserver_flags(cfg: &ClusterConfig) -> Vec<(String, String)> {
+    let issuer = issuer_url(cfg);
+    let mut out = vec![("service-account-issuer".to_string(), issuer.clone())];
+    let mut audiences = issuer.clone();
+    if issuer != LEGACY_ISSUER {
+        out.push(("service-account-issuer".into(), LEGACY_ISSUER.into()));
+        audiences = format!("{issuer},{LEGACY_ISSUER}");
+    }
+    out.push(("service-account-jwks-uri".into(), jwks_url(cfg)));
+    out.push(("api-audiences".into(), audiences));
+    out
+}
+
+/// The flags of [`apiserver_flags`], which plugins may not set.
+pub const OWNED_APISERVER_FLAGS: [&str; 3] = ["service-account-issuer", "service-account-jwks-uri", "api-audiences"];
+
 /// The issuer without its scheme: IAM's name for the provider and the prefix
 /// of its condition keys (`<host-path>:sub`, `<host-path>:aud`).
 pub fn host_path(issuer: &str) -> &str {
@@ -352,6 +373,19 @@ dTNULI9QFB38zebILwIDAQAB
         assert_eq!(
             role_arn(&cfg, "demo-a-b").unwrap(),
             "arn:aws:iam::111122223333:role/demo-a-b"
+        );
+        assert_eq!(
+            apiserver_flags(&cfg),
+            [
+                ("service-account-issuer", "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc"),
+                ("service-account-issuer", LEGACY_ISSUER),
+                ("service-account-jwks-uri", "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc/keys.json"),
+                (
+                    "api-audiences",
+                    "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc,https://kubernetes.default.svc.cluster.local"
+                ),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
         );
         cfg.issuer_url = Some("https://oidc.example.com/demo/".into());
         assert_eq!(issuer_url(&cfg), "https://oidc.example.com/demo");

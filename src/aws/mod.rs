@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod deploy;
+pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod progress_view;

@@ -710,6 +710,9 @@ fn merge_flags(
             "kubelet flag" => OWNED_KUBELET_FLAGS.iter().find(|(f, _)| f == name).map(|(_, h)| *h),
             // The cloud controller manager runs the cloud loops (cloud-provider external).
             _ if name == "cloud-provider" => Some("kube-aws runs the AWS cloud controller manager instead"),
+            "apiserver flag" if crate::irsa::OWNED_APISERVER_FLAGS.contains(&name.as_str()) => {
+                Some("for the service-account issuer; set issuerURL in cluster.yaml to move it")
+            }
             _ => None,
         };
         if let Some(hint) = owned {
@@ -1901,6 +1904,19 @@ mod tests {
         let err = resolve(&c).unwrap_err();
         assert!(
             err.contains("kube-system/dns") && err.contains("set kmsKeyARN"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_issuer_flags_are_kube_aws_own() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  kubernetes:\n    apiServer:\n      flags: {service-account-issuer: 'https://x'}\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("\"service-account-issuer\" is set by kube-aws") && err.contains("issuerURL"),
             "{err}"
         );
     }

@@ -138,6 +138,24 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
     }
 }
 
+/// The apiserver's `extraArgs`: the plugins' flags, then the service-account
+/// issuer's (src/irsa.rs `apiserver_flags`; a v1beta3 map keeps one value per
+/// flag, so only the new issuer there).
+fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
+    let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
+    let issuer = crate::irsa::apiserver_flags(&input.cluster);
+    match &mut args {
+        Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
+        Value::Object(m) => {
+            for (k, v) in issuer {
+                m.entry(k).or_insert(Value::String(v));
+            }
+        }
+        _ => {}
+    }
+    args
+}
+
 fn taint_json(t: &Taint) -> Value {
     let mut v = json!({"key": t.key, "effect": t.effect.as_str()});
     if !t.value.is_empty() {
@@ -261,7 +279,7 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
             "kind": "ClusterConfiguration",
             "clusterName": ctx.cluster,
             "networking": networking(input),
-            "apiServer": {"extraArgs": extra_args(v1beta4, &hooks.api_server_flags)},
+            "apiServer": {"extraArgs": api_server_args(input, v1beta4)},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
         }));
