@@ -7,7 +7,7 @@
 //!
 //! Role ARNs must reach chart values at render time, which is offline. The
 //! role name is deterministic ([`role_name`]) and the account is the one of
-//! `kmsKeyARN` (which `up` requires anyway), so `{{ serviceAccounts.<name>.roleArn }}`
+//! `kmsKeyARN` (which `up` requires; render alone uses [`NO_ACCOUNT`]), so `{{ serviceAccounts.<name>.roleArn }}`
 //! is known on the first `up`: the stack creates the role under that name, in
 //! the account it runs in. A KMS key from another account would give ARNs of
 //! the wrong account; `validate` cannot tell, docs/deploy.md says so.
@@ -75,15 +75,16 @@ pub fn account_of(arn: &str) -> Option<&str> {
     (account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())).then_some(account)
 }
 
-/// The ARN of a role named `role`, in the account of `kmsKeyARN`; an error
-/// saying what to set when there is none.
-pub fn role_arn(cfg: &ClusterConfig, role: &str) -> Result<String, String> {
-    let account = cfg.kms_key_arn.as_deref().and_then(account_of).ok_or_else(|| {
-        "the role ARN needs the cluster's AWS account, taken from kmsKeyARN, which is not set \
-         (set kmsKeyARN: arn:aws:kms:REGION:ACCOUNT:key/ID)"
-            .to_string()
-    })?;
-    Ok(format!("arn:{}:iam::{account}:role/{role}", partition(&cfg.region)))
+/// The account role ARNs carry while `kmsKeyARN` is unset: render works
+/// offline without it, and `up` refuses to publish without it, so no ARN in
+/// this account ever reaches AWS.
+pub const NO_ACCOUNT: &str = "000000000000";
+
+/// The ARN of a role named `role`, in the account of `kmsKeyARN` (or
+/// [`NO_ACCOUNT`] before it is set).
+pub fn role_arn(cfg: &ClusterConfig, role: &str) -> String {
+    let account = cfg.kms_key_arn.as_deref().and_then(account_of).unwrap_or(NO_ACCOUNT);
+    format!("arn:{}:iam::{account}:role/{role}", partition(&cfg.region))
 }
 
 /// The issuer: `issuerURL` when set, else the HTTPS URL of `s3URI/<cluster>/oidc`.
@@ -370,10 +371,7 @@ dTNULI9QFB38zebILwIDAQAB
             jwks_url(&cfg),
             "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc/keys.json"
         );
-        assert_eq!(
-            role_arn(&cfg, "demo-a-b").unwrap(),
-            "arn:aws:iam::111122223333:role/demo-a-b"
-        );
+        assert_eq!(role_arn(&cfg, "demo-a-b"), "arn:aws:iam::111122223333:role/demo-a-b");
         assert_eq!(
             apiserver_flags(&cfg),
             [
@@ -390,7 +388,7 @@ dTNULI9QFB38zebILwIDAQAB
         cfg.issuer_url = Some("https://oidc.example.com/demo/".into());
         assert_eq!(issuer_url(&cfg), "https://oidc.example.com/demo");
         cfg.kms_key_arn = None;
-        assert!(role_arn(&cfg, "x").unwrap_err().contains("kmsKeyARN"));
+        assert_eq!(role_arn(&cfg, "x"), "arn:aws:iam::000000000000:role/x");
         let doc = discovery_document(&issuer_url(&cfg), &jwks_url(&cfg), "ES256");
         assert_eq!(doc["issuer"], "https://oidc.example.com/demo");
         assert_eq!(doc["jwks_uri"], "https://oidc.example.com/demo/keys.json");

@@ -151,6 +151,18 @@ fn up_publishes_the_discovery_documents_and_makes_only_them_public() {
     assert_eq!(after, policy, "{}", text(&again));
     let (_, keys_after) = get(&env, bucket, "oidc/keys.json");
     assert_eq!(keys_after, keys, "the signing key is generated once");
+    // The pod identity webhook's serving certificate, key and CA bundle are
+    // KMS-encrypted bundle entries, kept as they are by the second publish (a
+    // new ciphertext would replace the controllers).
+    let (_, bundle_after) = get(&env, bucket, "secrets/bundle.json");
+    for entry in kube_aws::pki::WEBHOOK_ENTRIES {
+        let ct = bundle["secrets"][entry]
+            .as_str()
+            .unwrap_or_else(|| panic!("{entry} missing"));
+        assert_eq!(bundle_after["secrets"][entry].as_str(), Some(ct), "{entry}");
+        assert!(!ct.contains("BEGIN"), "{entry} is a ciphertext");
+    }
+    assert!(bundle["certificates"].get(kube_aws::pki::WEBHOOK_KEY).is_none());
 }
 
 #[test]

@@ -608,6 +608,18 @@ fn rolling_update(g: &Group, initial: u32) -> Value {
     json!({ "AutoScalingRollingUpdate": policy })
 }
 
+/// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
+/// second hop, so pods cannot reach the node role's credentials. Their AWS
+/// access is their service account's role (src/irsa.rs). The components that
+/// use the node role run on the host network, where one hop is enough: the
+/// VPC CNI's aws-node DaemonSet (`hostNetwork: true` in the chart) and the
+/// cloud controller manager (`hostNetworking: true` in its values); the EBS CSI
+/// node plugin reads its metadata from the Node object instead
+/// (`metadataSources: kubernetes`). Controllers and workers alike.
+fn metadata_options() -> Value {
+    json!({"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1})
+}
+
 /// Role, instance profile, launch template and auto scaling group of one node kind.
 fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
     let p = g.prefix;
@@ -638,7 +650,7 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
         "InstanceType": g.instance_type,
         "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
         "SecurityGroupIds": [{"Ref": g.security_group}],
-        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+        "MetadataOptions": metadata_options(),
         "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
             "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
         "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::plan::{sha256_hex, AddonBundle};
-use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
+use super::secrets::{find_references, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::{Taint, TaintEffect};
@@ -330,7 +330,7 @@ fn render_node(
     };
     let hooks = spec.hooks;
     let kubeadm = pretty(&kubeadm_documents(input, ctx, spec)?);
-    let known = longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    let known = super::secrets::known_references(input);
     // systemd expands `$` and `%` in unit files, so a value filled into one
     // would not reach the service as it is: secrets go in files units read.
     for u in &hooks.systemd_units {
