@@ -527,6 +527,12 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
             .find(|o| o.release == release && o.kind() == kind && !o.is_test_hook())
             .unwrap_or_else(|| panic!("{release} renders no {kind}"));
         assert_eq!(workload.pod_spec()["serviceAccountName"], sa, "{release}");
+        // The pods carry the ARN too, so a changed role recreates them.
+        assert_eq!(
+            workload.doc["spec"]["template"]["metadata"]["annotations"]["kube-aws.io/role-arn"],
+            format!("arn:aws:iam::000000000000:role/demo-kube-system-{sa}"),
+            "{release}"
+        );
         let account = objects
             .iter()
             .find(|o| o.release == release && o.kind() == "ServiceAccount" && o.doc["metadata"]["name"] == sa)

@@ -1888,6 +1888,18 @@ mod tests {
     }
 
     #[test]
+    fn two_service_accounts_with_one_role_name_are_named_both() {
+        // c1-a-b-c either way: kube-system/x-y and kube-system-x/y would meet too.
+        let two = "spec:\n  serviceAccounts:\n    - {namespace: a-b, name: c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n    - {namespace: a, name: b-c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n";
+        let (_d, c) = setup(KMS, two);
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("IAM role name \"c1-a-b-c\"") && err.contains("spec.serviceAccounts[1].name"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bad_service_accounts_are_located() {
         let bad_ns = SA.replace("kube-system", "Kube_System");
         let (_d, c) = setup(KMS, &bad_ns);
