@@ -163,6 +163,13 @@ fn up_publishes_the_discovery_documents_and_makes_only_them_public() {
         assert!(!ct.contains("BEGIN"), "{entry} is a ciphertext");
     }
     assert!(bundle["certificates"].get(kube_aws::pki::WEBHOOK_KEY).is_none());
+
+    // destroy --purge takes the cluster's statement back out, and only it.
+    let d = env.kube_aws(tree.path(), &["destroy", "--yes", "--wait", "--purge"]);
+    assert!(d.status.success(), "{}", text(&d));
+    let left = env.aws_json(&["s3api", "get-bucket-policy", "--bucket", bucket]);
+    let left: Value = serde_json::from_str(left["Policy"].as_str().unwrap()).unwrap();
+    assert_eq!(left["Statement"], json!([theirs]));
 }
 
 #[test]

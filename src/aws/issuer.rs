@@ -81,6 +81,63 @@ pub fn merged_policy(existing: Option<&str>, statement: &Value) -> Result<Option
     Ok(Some(policy.to_string()))
 }
 
+/// What withdrawing this cluster's statement does to the bucket policy: None
+/// when it has none, `Some(None)` when nothing else is left (delete the policy),
+/// `Some(Some(policy))` for the rest.
+pub fn policy_without(existing: &str, sid: &str) -> Result<Option<Option<String>>, AwsError> {
+    let mut policy: Value = serde_json::from_str(existing)
+        .map_err(|e| AwsError::WorkTree(format!("the bucket policy is not JSON ({e}); fix it in S3 first")))?;
+    let mut statements = match policy.get("Statement") {
+        Some(Value::Array(a)) => a.clone(),
+        Some(one @ Value::Object(_)) => vec![one.clone()],
+        _ => return Ok(None),
+    };
+    let before = statements.len();
+    statements.retain(|s| s["Sid"] != sid);
+    if statements.len() == before {
+        return Ok(None);
+    }
+    if statements.is_empty() {
+        return Ok(Some(None));
+    }
+    policy["Statement"] = Value::Array(statements);
+    Ok(Some(Some(policy.to_string())))
+}
+
+/// `destroy --purge`: takes this cluster's public-read statement out of the
+/// bucket policy (deleting the policy when it was the only statement).
+pub async fn withdraw_public_read(clients: &Clients, location: &Location) -> Result<(), AwsError> {
+    let existing = match clients.s3.get_bucket_policy().bucket(&location.bucket).send().await {
+        Ok(o) => o.policy().map(str::to_string),
+        Err(e) if e.as_service_error().and_then(|s| s.meta().code()) == Some("NoSuchBucketPolicy") => None,
+        Err(e) => return Err(sdk_error("s3:GetBucketPolicy", e)),
+    };
+    let Some(existing) = existing else { return Ok(()) };
+    match policy_without(&existing, &statement_sid(location))? {
+        None => {}
+        Some(None) => {
+            clients
+                .s3
+                .delete_bucket_policy()
+                .bucket(&location.bucket)
+                .send()
+                .await
+                .map_err(|e| sdk_error("s3:DeleteBucketPolicy", e))?;
+        }
+        Some(Some(policy)) => {
+            clients
+                .s3
+                .put_bucket_policy()
+                .bucket(&location.bucket)
+                .policy(policy)
+                .send()
+                .await
+                .map_err(|e| sdk_error("s3:PutBucketPolicy", e))?;
+        }
+    }
+    Ok(())
+}
+
 async fn put_json(clients: &Clients, bucket: &str, key: &str, body: Vec<u8>) -> Result<bool, AwsError> {
     if get_object(clients, bucket, key).await?.as_deref() == Some(body.as_slice()) {
         return Ok(false);
@@ -242,5 +299,12 @@ mod tests {
         );
         let fresh: Value = serde_json::from_str(&merged_policy(None, &st).unwrap().unwrap()).unwrap();
         assert_eq!(fresh["Statement"], json!([st]));
+        // Withdrawn on purge: the others stay; alone, the policy goes.
+        let sid = st["Sid"].as_str().unwrap();
+        let left: Value =
+            serde_json::from_str(&policy_without(&merged.to_string(), sid).unwrap().unwrap().unwrap()).unwrap();
+        assert_eq!(left["Statement"], json!([other]));
+        assert_eq!(policy_without(&fresh.to_string(), sid).unwrap(), Some(None));
+        assert_eq!(policy_without(&left.to_string(), sid).unwrap(), None);
     }
 }
