@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod deep;
 pub mod fsutil;
+pub mod irsa;
 pub mod kubeconfig;
 pub mod located;
 pub mod pipeline;

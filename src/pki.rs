@@ -50,6 +50,26 @@ pub const PUBLIC_ENTRIES: [&str; 4] = [CA_CERT, FRONT_PROXY_CA_CERT, ETCD_CA_CER
 /// Where the entries land on a controller (entry name minus `pki/`).
 pub const NODE_PKI_DIR: &str = "/etc/kubernetes/pki";
 
+/// The pod identity webhook's serving certificate (plugins/pod-identity-webhook),
+/// signed by the cluster CA at publish: bundle entries that are also secret
+/// references, so its manifests name them and the controller fills them in
+/// after KMS decryption (src/render/secrets.rs). The key never exists in
+/// plaintext outside this process and the controller; the certificate and
+/// the CA bundle travel the same way only because they are generated here.
+pub const WEBHOOK_CERT: &str = "kube-aws-secret.pod-identity-webhook.tls-crt";
+pub const WEBHOOK_KEY: &str = "kube-aws-secret.pod-identity-webhook.tls-key";
+/// base64 of the cluster CA certificate, the webhook configuration's `caBundle`.
+pub const WEBHOOK_CA_BUNDLE: &str = "kube-aws-secret.pod-identity-webhook.ca-bundle";
+/// The three, in the order [`webhook_entries`] returns them.
+pub const WEBHOOK_ENTRIES: [&str; 3] = [WEBHOOK_CERT, WEBHOOK_KEY, WEBHOOK_CA_BUNDLE];
+/// The webhook's Service.
+pub const WEBHOOK_SERVICE: &str = "pod-identity-webhook";
+pub const WEBHOOK_NAMESPACE: &str = "kube-system";
+/// How long a serving certificate lives, and how much of it must be left for
+/// a publish to keep it rather than sign a new one.
+pub const SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+pub const SERVING_RENEW_BEFORE: Duration = Duration::from_secs(90 * 24 * 3600);
+
 /// kubeadm's CA lifetime (10 years, `kubeadmconstants.CACertificateValidityPeriod`).
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// kubeadm backdates certificates by 5 minutes for clock skew (`CertificateBackdate`).
@@ -295,6 +315,95 @@ pub fn mint_client(
     })
 }
 
+/// The DNS names a Service's serving certificate carries.
+pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}
+
+/// Signs a serving certificate for the pod identity webhook's Service with
+/// the cluster CA, for [`SERVING_VALIDITY`]. Returns the bundle entries
+/// ([`WEBHOOK_ENTRIES`] order): certificate PEM, key PEM, base64 CA bundle.
+pub fn webhook_entries(
+    ca_cert_pem: &str,
+    ca_key: &PrivatePem,
+    now: OffsetDateTime,
+) -> Result<[(&'static str, PrivatePem); 3], PkiError> {
+    use base64::Engine;
+    let ca_key = KeyPair::from_pem(ca_key.expose()).map_err(|e| PkiError::Parse {
+        what: "cluster CA key".into(),
+        detail: e.to_string(),
+    })?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(|e| PkiError::Parse {
+        what: "cluster CA certificate".into(),
+        detail: e.to_string(),
+    })?;
+    let key = KeyPair::generate().map_err(gen_err("webhook serving key"))?;
+    let names = service_dns_names(WEBHOOK_SERVICE, WEBHOOK_NAMESPACE);
+    let mut p = CertificateParams::new(names.clone()).map_err(gen_err("webhook serving certificate"))?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, names[2].as_str());
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.use_authority_key_identifier_extension = true;
+    let now = now.replace_nanosecond(0).unwrap_or(now);
+    p.not_before = now - BACKDATE;
+    p.not_after = now + SERVING_VALIDITY;
+    p.serial_number = Some(random_serial()?);
+    let cert = p
+        .signed_by(&key, &issuer)
+        .map_err(gen_err("webhook serving certificate"))?;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_cert_pem.as_bytes());
+    Ok([
+        (WEBHOOK_CERT, PrivatePem(cert.pem())),
+        (WEBHOOK_KEY, PrivatePem(key.serialize_pem())),
+        (WEBHOOK_CA_BUNDLE, PrivatePem(ca_bundle)),
+    ])
+}
+
+/// Whether a webhook serving certificate can be kept at `now`: signed for
+/// the webhook's names by the CA `ca_cert_pem`, and valid for more than
+/// [`SERVING_RENEW_BEFORE`].
+pub fn webhook_cert_current(cert_pem: &str, ca_cert_pem: &str, now: OffsetDateTime) -> bool {
+    let (Ok(der), Ok(ca_der)) = (
+        parse_cert_pem("certificate", cert_pem),
+        parse_cert_pem("CA", ca_cert_pem),
+    ) else {
+        return false;
+    };
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&der),
+        x509_parser::parse_x509_certificate(&ca_der),
+    ) else {
+        return false;
+    };
+    let signed = cert.verify_signature(Some(ca.public_key())).is_ok();
+    let names: Vec<String> = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|g| match g {
+                    x509_parser::extensions::GeneralName::DNSName(n) => Some(n.to_string()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    signed
+        && names == service_dns_names(WEBHOOK_SERVICE, WEBHOOK_NAMESPACE)
+        && cert.validity().not_after.to_datetime() > now + SERVING_RENEW_BEFORE
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +425,33 @@ mod tests {
         assert!(!dbg.contains("PRIVATE KEY"), "{dbg}");
         assert!(pki.is_complete());
         assert!(pki.keys.values().all(|k| k.expose().contains("PRIVATE KEY")));
+    }
+
+    #[test]
+    fn the_webhook_certificate_is_signed_by_the_cluster_ca_for_its_service() {
+        let now = OffsetDateTime::now_utc();
+        let pki = generate("demo", now).unwrap();
+        let [(c, cert), (k, key), (b, bundle)] = webhook_entries(&pki.public[CA_CERT], &pki.keys[CA_KEY], now).unwrap();
+        assert_eq!([c, k, b], WEBHOOK_ENTRIES);
+        assert!(key.expose().contains("PRIVATE KEY"));
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(bundle.expose())
+            .unwrap();
+        assert_eq!(decoded, pki.public[CA_CERT].as_bytes());
+        assert!(webhook_cert_current(cert.expose(), &pki.public[CA_CERT], now));
+        // Near its end it is renewed; another CA's certificate is not kept.
+        assert!(!webhook_cert_current(
+            cert.expose(),
+            &pki.public[CA_CERT],
+            now + SERVING_VALIDITY - SERVING_RENEW_BEFORE
+        ));
+        let other = generate("other", now).unwrap();
+        assert!(!webhook_cert_current(cert.expose(), &other.public[CA_CERT], now));
+        let der = parse_cert_pem("c", cert.expose()).unwrap();
+        let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let eku = x.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.server_auth && !eku.client_auth);
+        assert!(!x.is_ca());
     }
 }

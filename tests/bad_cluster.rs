@@ -68,6 +68,10 @@ bad!(
     BASE.replace("s3://bucket-1/kube-aws", "https://bucket-1/kube-aws")
 );
 bad!(bad_region, BASE.replace("us-west-2", "uswest2"));
+bad!(
+    plain_http_issuer_url,
+    format!("{BASE}issuerURL: http://oidc.example.com/demo\n")
+);
 bad!(bad_helm_version, format!("{BASE}helm:\n  version: 4\n"));
 bad!(
     depends_on_cycle,

@@ -15,6 +15,7 @@ use serde_json::Value;
 const CLUSTER: &str = "clusterName: demo
 region: us-west-2
 s3URI: s3://demo-bucket/kube-aws
+kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k
 worker:
   nodePools:
     - name: general
@@ -77,6 +78,35 @@ impl Statements for kube_aws::plugin::NodeHooks {
     }
 }
 
+/// The one service-account role a plugin declares: its `namespace/name`, ARN and statements.
+fn role_of<'a>(r: &'a ResolvedPlugins, plugin: &str) -> &'a kube_aws::plugin::ServiceAccountRole {
+    let mut roles = r.service_accounts.iter().filter(|s| s.plugin == plugin);
+    let role = roles
+        .next()
+        .unwrap_or_else(|| panic!("{plugin} has no service-account role"));
+    assert!(roles.next().is_none(), "{plugin} has one role");
+    role
+}
+
+fn role_actions(r: &ResolvedPlugins, plugin: &str) -> Vec<String> {
+    role_of(r, plugin)
+        .statements
+        .iter()
+        .flat_map(|s| match &s["Action"] {
+            Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+            Value::String(x) => vec![x.clone()],
+            _ => vec![],
+        })
+        .collect()
+}
+
+/// No node role of any scope holds a statement of `plugin`.
+fn on_no_node_role(r: &ResolvedPlugins, plugin: &str) {
+    for hooks in std::iter::once(&r.controller).chain(r.pools.values()) {
+        assert!(actions(hooks, plugin).is_empty(), "{plugin} on a node role");
+    }
+}
+
 fn values_of(r: &ResolvedPlugins, release: &str) -> serde_yaml::Value {
     let pr = r.releases.iter().find(|p| p.release.name == release).unwrap();
     serde_yaml::from_str(&pr.values[0].content).unwrap()
@@ -98,7 +128,8 @@ fn all_built_ins_resolve_together() {
             "descheduler",
             "dex",
             "external-dns",
-            "metrics-server"
+            "metrics-server",
+            "pod-identity-webhook"
         ]
     );
     assert!(r.plugins.iter().all(|p| p.source == PluginSource::BuiltIn));
@@ -153,10 +184,17 @@ fn cluster_autoscaler_tags_and_sizes_the_pools_that_enable_it() {
     assert_eq!((general.asg_min_size, general.asg_max_size), (Some(2), Some(10)));
     assert!(batch.asg_tags.is_empty());
     assert_eq!((batch.asg_min_size, batch.asg_max_size), (None, None));
-    assert!(actions(batch, "cluster-autoscaler").is_empty());
+    // Its IAM is its own role, on no node role.
+    on_no_node_role(&r, "cluster-autoscaler");
+    let role = role_of(&r, "cluster-autoscaler");
+    assert_eq!(
+        (role.namespace.as_str(), role.name.as_str()),
+        ("kube-system", "cluster-autoscaler")
+    );
     // Writes are limited to this cluster's groups; describes are not.
-    let write = general
-        .iter_statements("cluster-autoscaler")
+    let write = role
+        .statements
+        .iter()
         .find(|s| s["Sid"] == "ClusterAutoscalerWrite")
         .unwrap();
     assert_eq!(
@@ -168,16 +206,22 @@ fn cluster_autoscaler_tags_and_sizes_the_pools_that_enable_it() {
         .unwrap()
         .iter()
         .all(|a| a.as_str().unwrap().starts_with("autoscaling:S") || a.as_str().unwrap().starts_with("autoscaling:T")));
-    assert!(actions(general, "cluster-autoscaler").contains(&"autoscaling:DescribeAutoScalingGroups".to_string()));
+    assert!(role_actions(&r, "cluster-autoscaler").contains(&"autoscaling:DescribeAutoScalingGroups".to_string()));
     let v = values_of(&r, "cluster-autoscaler");
+    // The chart's service account is the role's, annotated with its ARN.
+    assert_eq!(v["rbac"]["serviceAccount"]["name"], "cluster-autoscaler");
+    assert_eq!(
+        v["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/demo-kube-system-cluster-autoscaler"
+    );
     assert_eq!(v["autoDiscovery"]["clusterName"], "demo");
     assert_eq!(v["awsRegion"], "us-west-2");
 }
 
 #[test]
-fn ebs_csi_driver_iam_is_on_the_controllers_only_with_tag_conditions() {
+fn ebs_csi_driver_iam_is_its_controllers_role_only_with_tag_conditions() {
     let r = resolve(CLUSTER);
-    let a = actions(&r.controller, "aws-ebs-csi-driver");
+    let a = role_actions(&r, "aws-ebs-csi-driver");
     for needed in [
         "ec2:CreateVolume",
         "ec2:AttachVolume",
@@ -186,12 +230,11 @@ fn ebs_csi_driver_iam_is_on_the_controllers_only_with_tag_conditions() {
     ] {
         assert!(a.contains(&needed.to_string()), "{needed} missing: {a:?}");
     }
-    // Workers run only the node DaemonSet, which never calls EC2.
-    for pool in ["general", "batch"] {
-        assert!(actions(&r.pools[pool], "aws-ebs-csi-driver").is_empty(), "{pool}");
-    }
+    // No node role: the node DaemonSet never calls EC2.
+    on_no_node_role(&r, "aws-ebs-csi-driver");
+    assert_eq!(role_of(&r, "aws-ebs-csi-driver").name, "ebs-csi-controller-sa");
     // Every destructive action carries a tag condition.
-    for s in r.controller.iter_statements("aws-ebs-csi-driver") {
+    for s in &role_of(&r, "aws-ebs-csi-driver").statements {
         let acts = s["Action"].as_array().unwrap();
         if acts
             .iter()
@@ -209,10 +252,15 @@ fn ebs_csi_driver_iam_is_on_the_controllers_only_with_tag_conditions() {
     }
     let v = values_of(&r, "aws-ebs-csi-driver");
     assert_eq!(v["controller"]["region"], "us-west-2");
+    let sa = &v["controller"]["serviceAccount"];
+    assert_eq!(sa["name"], "ebs-csi-controller-sa");
     assert_eq!(
-        v["controller"]["nodeSelector"]["node-role.kubernetes.io/control-plane"],
-        ""
+        sa["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/demo-kube-system-ebs-csi-controller-sa"
     );
+    // Pods cannot reach IMDS (hop limit 1): the node plugin reads the Node object.
+    assert_eq!(v["node"]["metadataSources"], "kubernetes");
+    assert!(v["controller"].get("nodeSelector").is_none());
     assert_eq!(v["storageClasses"][0]["parameters"]["type"], "gp3");
     assert_eq!(
         v["storageClasses"][0]["annotations"]["storageclass.kubernetes.io/is-default-class"],
@@ -233,8 +281,10 @@ fn metrics_server_is_a_chart_only() {
 #[test]
 fn external_dns_may_change_only_its_hosted_zone() {
     let r = resolve(CLUSTER);
-    let change = r.pools["general"]
-        .iter_statements("external-dns")
+    on_no_node_role(&r, "external-dns");
+    let change = role_of(&r, "external-dns")
+        .statements
+        .iter()
         .find(|s| s["Action"][0] == "route53:ChangeResourceRecordSets")
         .unwrap();
     assert_eq!(change["Resource"], "arn:aws:route53:::hostedzone/Z0123456789ABC");
@@ -242,22 +292,32 @@ fn external_dns_may_change_only_its_hosted_zone() {
     assert_eq!(v["extraArgs"][0], "--zone-id-filter=Z0123456789ABC");
     assert_eq!(v["domainFilters"][0], "example.com");
     assert_eq!(v["txtOwnerId"], "demo");
+    assert_eq!(v["serviceAccount"]["name"], "external-dns");
+    assert_eq!(
+        v["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/demo-kube-system-external-dns"
+    );
 }
 
 #[test]
 fn cluster_dump_writes_only_under_its_prefix() {
     let r = resolve(CLUSTER);
-    let write = r
-        .controller
-        .iter_statements("cluster-dump")
+    on_no_node_role(&r, "cluster-dump");
+    let write = role_of(&r, "cluster-dump")
+        .statements
+        .iter()
         .find(|s| s["Sid"] == "ClusterDumpWrite")
         .unwrap();
     assert_eq!(write["Resource"], "arn:aws:s3:::demo-bucket/kube-aws/demo/dumps/*");
-    assert!(actions(&r.pools["general"], "cluster-dump").is_empty());
     let m = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&m.content)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
+    let sa = docs.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/demo-kube-system-cluster-dump"
+    );
     let cron = docs.iter().find(|d| d["kind"] == "CronJob").unwrap();
     assert_eq!(cron["spec"]["schedule"], "0 * * * *");
     let env = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"];
@@ -297,7 +357,10 @@ fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
     let r = resolve("clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n");
     let mut on: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
     on.sort();
-    assert_eq!(on, ["aws-cloud-controller-manager", "aws-vpc-cni"]);
+    assert_eq!(
+        on,
+        ["aws-cloud-controller-manager", "aws-vpc-cni", "pod-identity-webhook"]
+    );
     let pr = r.releases.iter().find(|p| p.release.name == "aws-vpc-cni").unwrap();
     assert_eq!(pr.release.name, "aws-vpc-cni");
     assert!(pr.release.bootstrap);
@@ -311,7 +374,7 @@ fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
         assert!(a.contains(&"ec2:CreateNetworkInterface".to_string()), "{a:?}");
     }
     let off = resolve(
-        "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n",
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n  pod-identity-webhook: {enabled: false}\n",
     );
     assert!(off.plugins.is_empty());
 }
@@ -468,7 +531,10 @@ fn cilium_replaces_aws_vpc_cni_and_both_conflict() {
     ));
     let mut names: Vec<&str> = r.plugins.iter().map(|p| p.name.as_str()).collect();
     names.sort();
-    assert_eq!(names, ["aws-cloud-controller-manager", "cilium"]);
+    assert_eq!(
+        names,
+        ["aws-cloud-controller-manager", "cilium", "pod-identity-webhook"]
+    );
     let cilium = r.releases.iter().find(|p| p.release.name == "cilium").unwrap();
     assert!(cilium.release.bootstrap);
     let v: serde_yaml::Value = serde_yaml::from_str(&cilium.values[0].content).unwrap();
@@ -496,9 +562,20 @@ fn iam_statements_pass_cfn_lint() {
     let r = resolve(CLUSTER);
     let mut resources = serde_json::Map::new();
     let scopes = std::iter::once(("Controller".to_string(), &r.controller))
-        .chain(r.pools.iter().map(|(n, h)| (format!("Pool{}", n.replace('-', "")), h)));
-    for (name, hooks) in scopes {
-        let statements: Vec<&Value> = hooks.iam_statements.iter().map(|s| &s.statement).collect();
+        .chain(r.pools.iter().map(|(n, h)| (format!("Pool{}", n.replace('-', "")), h)))
+        .map(|(n, h)| {
+            (
+                n,
+                h.iam_statements.iter().map(|s| &s.statement).collect::<Vec<&Value>>(),
+            )
+        });
+    let roles = r.service_accounts.iter().map(|sa| {
+        (
+            format!("Sa{}", sa.name.replace('-', "")),
+            sa.statements.iter().collect::<Vec<&Value>>(),
+        )
+    });
+    for (name, statements) in scopes.chain(roles) {
         resources.insert(
             format!("{name}Policy"),
             serde_json::json!({
@@ -517,4 +594,63 @@ fn iam_statements_pass_cfn_lint() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The pod identity webhook: on by default, its manifests name the serving
+/// certificate only by reference, and its Fail-closed entry covers exactly the
+/// plugins' service accounts.
+#[test]
+fn pod_identity_webhook_mutates_the_plugins_service_accounts_fail_closed() {
+    let r = resolve(CLUSTER);
+    let m = r
+        .cluster
+        .manifests
+        .iter()
+        .find(|m| m.plugin == "pod-identity-webhook")
+        .unwrap();
+    assert!(!m.content.contains("PRIVATE KEY") && !m.content.contains("BEGIN CERTIFICATE"));
+    for reference in kube_aws::pki::WEBHOOK_ENTRIES {
+        assert!(m.content.contains(reference), "{reference}");
+    }
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&m.content)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let cfg = docs
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    let hooks = cfg["webhooks"].as_sequence().unwrap();
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(
+        (hooks[0]["failurePolicy"].as_str(), hooks[1]["failurePolicy"].as_str()),
+        (Some("Fail"), Some("Ignore"))
+    );
+    let mut roles: Vec<String> = r
+        .service_accounts
+        .iter()
+        .map(|s| format!("{}/{}", s.namespace, s.name))
+        .collect();
+    roles.sort();
+    assert_eq!(
+        roles,
+        [
+            "kube-system/cluster-autoscaler",
+            "kube-system/cluster-dump",
+            "kube-system/ebs-csi-controller-sa",
+            "kube-system/external-dns"
+        ]
+    );
+    for h in hooks {
+        let expr = h["matchConditions"][0]["expression"].as_str().unwrap();
+        for role in &roles {
+            assert!(expr.contains(&format!("\"{role}\"")), "{role} in {expr}");
+        }
+    }
+    assert!(hooks[1]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .starts_with("!("));
+    let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["eks.amazonaws.com/skip-pod-identity-webhook"], "true");
 }

@@ -68,7 +68,7 @@ fn init_then_validate() {
         lines[..4],
         [
             "demo/cluster.yaml: valid (cluster \"demo\": 1 controller(s), 1 node pool(s), 0 chart(s))",
-            "plugins: aws-cloud-controller-manager, aws-vpc-cni (2 release(s) from plugins)",
+            "plugins: aws-cloud-controller-manager, aws-vpc-cni, pod-identity-webhook (2 release(s) from plugins)",
             "charts: 2 locked, 0 checked against their chart",
             "not checked (chart not fetched yet; run `kube-aws charts fetch`): aws-cloud-controller-manager, aws-vpc-cni",
         ]

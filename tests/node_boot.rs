@@ -184,9 +184,14 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
     let run = run_node_script(&env, c.path());
     output.push_str(&text(&run));
     assert!(run.status.success(), "{}", text(&run));
+    // The pod identity webhook's serving certificate, key and CA bundle (on by
+    // default) are the controller's too: its manifest names them.
     assert_eq!(
         stored(c.path()),
         [
+            "kube-aws-secret.pod-identity-webhook.ca-bundle",
+            "kube-aws-secret.pod-identity-webhook.tls-crt",
+            "kube-aws-secret.pod-identity-webhook.tls-key",
             "kube-aws-secret.vault.password",
             "kubeadm/bootstrap-token",
             "pki/ca.key",
@@ -235,9 +240,22 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
         serde_json::from_slice(&std::fs::read(dir.join("rendered/addons/bundle.json")).unwrap()).unwrap();
     assert_eq!(
         addons["secretFiles"],
-        serde_json::json!([{"path": "manifests/vault/secret.yaml", "format": "yaml"}]),
+        serde_json::json!([
+            {"path": "manifests/pod-identity-webhook/webhook.yaml", "format": "yaml"},
+            {"path": "manifests/vault/secret.yaml", "format": "yaml"}
+        ]),
         "{addons}"
     );
+    // The webhook's key reaches the controller decrypted, and only there.
+    let key = read(
+        c.path(),
+        "run/kube-aws/secrets/kube-aws-secret.pod-identity-webhook.tls-key",
+    );
+    assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{key:?}");
+    let webhook = addons["files"]["manifests/pod-identity-webhook/webhook.yaml"]
+        .as_str()
+        .unwrap();
+    assert!(!webhook.contains("PRIVATE KEY") && webhook.contains("kube-aws-secret.pod-identity-webhook.tls-key"));
     let manifest = addons["files"]["manifests/vault/secret.yaml"].as_str().unwrap();
     assert!(manifest.contains("kube-aws-secret.vault.password") && !manifest.contains(CLUSTER_VALUE));
 

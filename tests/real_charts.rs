@@ -455,15 +455,53 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
     assert_eq!(image_minor(&ca.images()[0]), run.minor, "{:?}", ca.images());
     assert!(ca.images()[0].ends_with(&format!(":{}", k8s.release.cluster_autoscaler)));
 
-    // Finding 9: the EBS controller runs only on the controllers, with the region set.
+    // IAM roles for service accounts: each chart's pods run as the service
+    // account the role trusts (plugin.yaml serviceAccounts), annotated with the
+    // role's ARN for the pod identity webhook.
+    for (release, kind, sa) in [
+        ("cluster-autoscaler", "Deployment", "cluster-autoscaler"),
+        ("external-dns", "Deployment", "external-dns"),
+        ("aws-ebs-csi-driver", "Deployment", "ebs-csi-controller-sa"),
+    ] {
+        let workload = objects
+            .iter()
+            .find(|o| o.release == release && o.kind() == kind && !o.is_test_hook())
+            .unwrap_or_else(|| panic!("{release} renders no {kind}"));
+        assert_eq!(workload.pod_spec()["serviceAccountName"], sa, "{release}");
+        // The pods carry the ARN too, so a changed role recreates them.
+        assert_eq!(
+            workload.doc["spec"]["template"]["metadata"]["annotations"]["kube-aws.io/role-arn"],
+            format!("arn:aws:iam::000000000000:role/demo-kube-system-{sa}"),
+            "{release}"
+        );
+        let account = objects
+            .iter()
+            .find(|o| o.release == release && o.kind() == "ServiceAccount" && o.doc["metadata"]["name"] == sa)
+            .unwrap_or_else(|| panic!("{release} renders no ServiceAccount {sa}"));
+        assert_eq!(account.doc["metadata"]["namespace"], "kube-system", "{release}");
+        assert_eq!(
+            account.doc["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+            format!("arn:aws:iam::000000000000:role/demo-kube-system-{sa}"),
+            "{release}"
+        );
+    }
+    // The EBS node plugin reads its instance from the Node, not IMDS (hop limit 1).
+    let ebs_node = objects
+        .iter()
+        .find(|o| {
+            o.release == "aws-ebs-csi-driver" && o.kind() == "DaemonSet" && o.doc["metadata"]["name"] == "ebs-csi-node"
+        })
+        .unwrap();
+    assert!(
+        args_of(ebs_node).contains(&"--metadata-sources=kubernetes".to_string()),
+        "{:?}",
+        args_of(ebs_node)
+    );
+    // The EBS controller has the region set.
     let ebs = objects
         .iter()
         .find(|o| o.release == "aws-ebs-csi-driver" && o.kind() == "Deployment")
         .unwrap();
-    assert_eq!(
-        ebs.pod_spec()["nodeSelector"]["node-role.kubernetes.io/control-plane"],
-        ""
-    );
     let ebs_env: Vec<&Value> = ebs
         .containers()
         .iter()

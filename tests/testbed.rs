@@ -22,6 +22,14 @@
 //!   (`kubeadm:cluster-admins` → ClusterRole `cluster-admin`, Group
 //!   `kubeadm:cluster-admins`); it is not made by kube-aws. A certificate of
 //!   another group is denied, one from a foreign CA is unauthenticated.
+//! - IAM roles for service accounts (src/irsa.rs): with kube-aws's issuer
+//!   flags the real kube-apiserver signs a TokenRequest token whose signature
+//!   verifies (joserfc, a JOSE library) with the JWKS kube-aws publishes, whose
+//!   `kid` is the JWKS's and whose `iss` is the discovery document's, and
+//!   still accepts a token of kubeadm's default issuer; it accepts the pod
+//!   identity webhook's manifests (server-side dry run: the CEL
+//!   matchConditions compile) with the serving certificate kube-aws signs.
+//!   Not covered: the webhook mutating a pod (its image cannot run here).
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
@@ -546,4 +554,115 @@ fn a_minted_kubeconfig_is_cluster_admin_on_a_control_plane_with_the_kube_aws_pki
         matches!(&denied, Err(e) if e.contains("Unauthorized") || e.contains("must be logged in")),
         "{denied:?}"
     );
+}
+
+#[test]
+fn the_apiserver_signs_tokens_the_published_jwks_verifies() {
+    let Some(bin) = testbed::bin_dir("the_apiserver_signs_tokens_the_published_jwks_verifies") else {
+        return;
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let pki = kube_aws::pki::generate("testbed", now).unwrap();
+    let mut files: Vec<(String, String)> = pki.public.clone().into_iter().collect();
+    files.extend(pki.keys.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    let cp = ControlPlane::start_api_with_pki(&bin, &files);
+
+    // A cluster whose issuer is its bucket's oidc/ prefix, with kube-aws's flags.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
+         kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n\
+         worker:\n  nodePools: [{name: a, count: 1}]\nplugins:\n  cluster-autoscaler: {enabled: true}\n",
+    )
+    .unwrap();
+    let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
+    let flags = kube_aws::irsa::apiserver_flags(&cluster.config);
+    let port = common::free_port();
+    let _api = cp
+        .apiserver_proc("kube-apiserver-irsa", port, &flags, "/registry")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kc = cp.kubeconfig_for("super-admin.conf", port);
+    let kubectl = |args: &[&str]| kubectl_with(&bin, &kc, args).unwrap_or_else(|e| panic!("{e}"));
+    kubectl(&["create", "serviceaccount", "demo"]);
+    let token = kubectl(&["create", "token", "demo", "--audience", "sts.amazonaws.com"]);
+
+    // What `up` publishes for this cluster.
+    let objects = kube_aws::irsa::discovery_objects(&cluster.config, &pki.public[kube_aws::pki::SA_PUB]).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&objects[0].1).unwrap();
+    let jwks = String::from_utf8(objects[1].1.clone()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("jwks.json"), &jwks).unwrap();
+    std::fs::write(work.path().join("token"), token.trim()).unwrap();
+    // joserfc verifies the signature with the key set and returns the claims and header.
+    let program = "import json, sys\n\
+from joserfc import jwt\n\
+from joserfc.jwk import KeySet\n\
+keys = KeySet.import_key_set(json.load(open(sys.argv[1])))\n\
+tok = jwt.decode(open(sys.argv[2]).read().strip(), keys, algorithms=['ES256'])\n\
+print(json.dumps({'header': tok.header, 'claims': tok.claims}))\n";
+    let mut c = Command::new(common::tool("python"));
+    c.args(["-c", program])
+        .arg(work.path().join("jwks.json"))
+        .arg(work.path().join("token"));
+    let out: serde_json::Value = serde_json::from_str(&run(c).unwrap_or_else(|e| panic!("{e}"))).unwrap();
+    let keys: serde_json::Value = serde_json::from_str(&jwks).unwrap();
+    assert_eq!(out["header"]["kid"], keys["keys"][0]["kid"]);
+    assert_eq!(out["header"]["alg"], "ES256");
+    assert_eq!(out["claims"]["iss"], doc["issuer"]);
+    assert_eq!(
+        out["claims"]["iss"],
+        "https://tb-bucket.s3.us-west-2.amazonaws.com/c/testbed/oidc"
+    );
+    assert_eq!(out["claims"]["aud"], serde_json::json!(["sts.amazonaws.com"]));
+    assert_eq!(out["claims"]["sub"], "system:serviceaccount:default:demo");
+
+    // A token of kubeadm's default issuer (signed by the first apiserver, the
+    // cluster before the update) is still accepted.
+    let old_kc = cp.kubeconfig_for("super-admin.conf", cp.api_port);
+    let old = kubectl_with(&bin, &old_kc, &["create", "token", "demo"]).unwrap_or_else(|e| panic!("{e}"));
+    let review = format!(
+        "{{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\", \"spec\": {{\"token\": \"{}\"}}}}",
+        old.trim()
+    );
+    std::fs::write(work.path().join("review.json"), review).unwrap();
+    let got = kubectl(&[
+        "create",
+        "-o",
+        "json",
+        "-f",
+        work.path().join("review.json").to_str().unwrap(),
+    ]);
+    let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(got["status"]["authenticated"], true, "{got}");
+    assert_eq!(got["status"]["user"]["username"], "system:serviceaccount:default:demo");
+
+    // The webhook's manifests, filled in as the controller fills them, pass a
+    // server-side dry run (the CEL matchConditions compile).
+    let r = kube_aws::plugin::resolve_plugins(&cluster).unwrap();
+    let m = r
+        .cluster
+        .manifests
+        .iter()
+        .find(|m| m.plugin == "pod-identity-webhook")
+        .unwrap();
+    let mut text = m.content.clone();
+    let entries = kube_aws::pki::webhook_entries(
+        &pki.public[kube_aws::pki::CA_CERT],
+        &pki.keys[kube_aws::pki::CA_KEY],
+        now,
+    )
+    .unwrap();
+    for (name, value) in &entries {
+        // The controller fills YAML string values; a JSON string is a YAML one.
+        text = text.replace(&format!("\"{name}\""), &serde_json::to_string(value.expose()).unwrap());
+    }
+    assert!(text.contains("kube-system/cluster-autoscaler"), "{text}");
+    std::fs::write(work.path().join("webhook.yaml"), &text).unwrap();
+    kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        work.path().join("webhook.yaml").to_str().unwrap(),
+    ]);
 }

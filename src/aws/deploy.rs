@@ -484,9 +484,12 @@ pub fn confirm(question: &str, yes: bool) -> Result<bool, AwsError> {
     Ok(matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
 }
 
-/// Deletes every object under the cluster's prefix (`destroy --purge`).
+/// Deletes every object under the cluster's prefix (`destroy --purge`), and
+/// this cluster's public-read statement from the bucket policy.
 pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
-    delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await
+    let n = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
+    super::issuer::withdraw_public_read(clients, location).await?;
+    Ok(n)
 }
 
 /// What nodes of an earlier cluster of the same name left behind: the kubeadm

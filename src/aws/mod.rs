@@ -10,6 +10,7 @@
 pub mod backups;
 pub mod config;
 pub mod deploy;
+pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod progress_view;

@@ -552,6 +552,8 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     if previous.as_ref() != Some(&bundle) {
         put(clients, &location.bucket, &location.key(SECRET_BUNDLE), bundle_bytes).await?;
     }
+    // The service-account issuer's discovery documents (src/aws/issuer.rs).
+    objects.extend(super::issuer::publish_issuer(clients, input.cluster, &location, &bundle).await?);
 
     let base_url = clients.object_url(&location.bucket, &location.prefix);
     let parameters = root_parameters(&root.body, &base_url, &location, &bundle)?;

@@ -172,8 +172,18 @@ pub async fn build_bundle(
     plugin_secrets: &[SecretValue],
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
-    let (mut secrets, certificates) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
+    let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
     let previous = ours.filter(|p| p.kms_key_arn == kms_key_arn);
+    webhook_serving(
+        clients,
+        kms_key_arn,
+        cluster,
+        previous,
+        &certificates,
+        &ca_key,
+        &mut secrets,
+    )
+    .await?;
     {
         let name = BOOTSTRAP_TOKEN;
         let reuse = match previous.and_then(|p| p.secrets.get(name)) {
@@ -232,7 +242,7 @@ async fn bundle_pki(
     kms_key_arn: &str,
     cluster: &str,
     previous: Option<&SecretBundle>,
-) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), AwsError> {
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>, PrivatePem), AwsError> {
     let present: Vec<&str> = pki::KEY_ENTRIES
         .iter()
         .copied()
@@ -262,7 +272,8 @@ async fn bundle_pki(
             let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(key.expose())).await?;
             cts.insert(name.clone(), ct);
         }
-        return Ok((cts, fresh.public));
+        let ca_key = fresh.keys[pki::CA_KEY].clone();
+        return Ok((cts, fresh.public, ca_key));
     };
     if present.len() != pki::KEY_ENTRIES.len() + pki::PUBLIC_ENTRIES.len() {
         return Err(AwsError::WorkTree(format!(
@@ -271,6 +282,7 @@ async fn bundle_pki(
             present.join(", ")
         )));
     }
+    let mut ca_key = PrivatePem::new("");
     for name in pki::KEY_ENTRIES {
         let old = &prev.secrets[name];
         let plain = decrypt(clients, cluster, name, old).await.map_err(|e| {
@@ -286,12 +298,60 @@ async fn bundle_pki(
             encrypt(clients, kms_key_arn, cluster, name, &plain).await?
         };
         cts.insert(name.to_string(), ct);
+        if name == pki::CA_KEY {
+            ca_key = PrivatePem::new(plain.expose());
+        }
     }
     let public = pki::PUBLIC_ENTRIES
         .iter()
         .map(|k| (k.to_string(), prev.certificates[*k].clone()))
         .collect();
-    Ok((cts, public))
+    Ok((cts, public, ca_key))
+}
+
+/// The pod identity webhook's serving certificate, key and CA bundle
+/// (src/pki.rs `webhook_entries`): kept from `previous` (same KMS key) while
+/// the certificate decrypts, is the cluster CA's and has more than
+/// `SERVING_RENEW_BEFORE` left, so a publish changes nothing (no node is
+/// replaced for it); otherwise signed anew with the cluster CA.
+async fn webhook_serving(
+    clients: &Clients,
+    kms_key_arn: &str,
+    cluster: &str,
+    previous: Option<&SecretBundle>,
+    certificates: &BTreeMap<String, String>,
+    ca_key: &PrivatePem,
+    secrets: &mut BTreeMap<String, String>,
+) -> Result<(), AwsError> {
+    let ca_cert = certificates
+        .get(pki::CA_CERT)
+        .ok_or_else(|| AwsError::WorkTree(format!("the cluster PKI has no {}", pki::CA_CERT)))?;
+    let now = time::OffsetDateTime::now_utc();
+    if let Some(prev) = previous {
+        if let Some(old) = pki::WEBHOOK_ENTRIES
+            .iter()
+            .map(|e| prev.secrets.get(*e))
+            .collect::<Option<Vec<_>>>()
+        {
+            let current = match decrypt(clients, cluster, pki::WEBHOOK_CERT, old[0]).await {
+                Ok(cert) => pki::webhook_cert_current(cert.expose(), ca_cert, now),
+                Err(_) => false,
+            };
+            if current {
+                for (name, ct) in pki::WEBHOOK_ENTRIES.iter().zip(old) {
+                    secrets.insert(name.to_string(), ct.clone());
+                }
+                return Ok(());
+            }
+        }
+    }
+    let entries = pki::webhook_entries(ca_cert, ca_key, now)
+        .map_err(|e| AwsError::WorkTree(format!("cannot sign the pod identity webhook's certificate: {e}")))?;
+    for (name, value) in entries {
+        let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(value.expose())).await?;
+        secrets.insert(name.to_string(), ct);
+    }
+    Ok(())
 }
 
 /// The cluster CA as `kube-aws kubeconfig` needs it: the certificate (from the

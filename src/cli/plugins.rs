@@ -158,6 +158,7 @@ fn show(global: &GlobalOptions, defs: &[PluginDef], name: &str) -> anyhow::Resul
             "parameters": m.spec.parameters,
             "hooks": hooks(d),
             "charts": m.spec.charts,
+            "serviceAccounts": m.spec.service_accounts,
         }));
     }
     println!("{} {} ({})", m.metadata.name, m.metadata.version, d.file.display());
@@ -226,5 +227,42 @@ fn show(global: &GlobalOptions, defs: &[PluginDef], name: &str) -> anyhow::Resul
     for line in h {
         println!("  {line}");
     }
+    println!("\nIAM roles:");
+    let roles = iam_roles(d);
+    if roles.is_empty() {
+        println!("  (none)");
+    }
+    for line in roles {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// Each role the plugin adds to, with its statements one per line (as written,
+/// templates unrendered): the node roles' statements and each service
+/// account's own role.
+fn iam_roles(d: &PluginDef) -> Vec<String> {
+    let s = &d.manifest.spec;
+    let mut out = Vec::new();
+    let mut role = |title: String, statements: &[serde_json::Value]| {
+        out.push(format!("  {title}: {} statement(s)", statements.len()));
+        for st in statements {
+            out.push(format!("    {}", serde_json::to_string(st).unwrap_or_default()));
+        }
+    };
+    for (r, n) in [("controller", &s.nodes.controller), ("worker", &s.nodes.worker)] {
+        if !n.iam.statements.is_empty() {
+            role(format!("{r} node role"), &n.iam.statements);
+        }
+    }
+    for sa in &s.service_accounts {
+        role(
+            format!(
+                "service account {}/{} (role <cluster>-{}-{})",
+                sa.namespace, sa.name, sa.namespace, sa.name
+            ),
+            &sa.iam.statements,
+        );
+    }
+    out
 }

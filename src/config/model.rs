@@ -20,6 +20,11 @@ pub struct ClusterConfig {
     /// KMS key that encrypts bootstrap secrets and secret plugin parameters.
     #[serde(rename = "kmsKeyARN", default, skip_serializing_if = "Option::is_none")]
     pub kms_key_arn: Option<String>,
+    /// The service-account issuer, when you host its discovery documents
+    /// yourself (`https://…`, no trailing slash). By default it is the public
+    /// `oidc/` prefix of `s3URI/<cluster>`, which `up` publishes.
+    #[serde(rename = "issuerURL", default, skip_serializing_if = "Option::is_none")]
+    pub issuer_url: Option<String>,
     /// Kubernetes version: a supported minor (`"1.35"`, `"1.36"` or `"1.37"`), whose
     /// exact patch kube-aws pins, or an exact `"MAJOR.MINOR.PATCH"` of one.
     #[serde(default = "default_kubernetes_version")]

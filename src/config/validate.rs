@@ -43,6 +43,27 @@ pub fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty() && s.len() <= max && DNS_LABEL.is_match(s)
 }
 
+/// Is `s` a DNS-1123 subdomain of at most `max` characters (a service account's name)?
+pub fn is_dns_subdomain(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && DNS_SUBDOMAIN.is_match(s)
+}
+
+/// An OIDC issuer IAM accepts: `https://` with a host, no query, fragment,
+/// user or port, and nothing a flag value may not hold.
+fn check_issuer_url(s: &str) -> Result<(), String> {
+    let u = url::Url::parse(s).map_err(|e| e.to_string())?;
+    if u.scheme() != "https" {
+        return Err("it must start with https://".into());
+    }
+    if u.host_str().is_none_or(str::is_empty) || u.port().is_some() || !u.username().is_empty() {
+        return Err("it needs a host, and no port or user".into());
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err("it may not have a query or fragment".into());
+    }
+    check_flag_value(s)
+}
+
 /// Is `s` a well-formed AWS region name?
 pub fn is_region(s: &str) -> bool {
     REGION.is_match(s)
@@ -167,6 +188,16 @@ impl Validator<'_> {
                 self.err(
                     "kmsKeyARN",
                     format!("{arn:?} is not a KMS key ARN (use arn:aws:kms:REGION:ACCOUNT:key/ID or …:alias/NAME)"),
+                );
+            }
+        }
+        if let Some(u) = &cfg.issuer_url {
+            if let Err(why) = check_issuer_url(u) {
+                self.err(
+                    "issuerURL",
+                    format!(
+                        "{u:?} is not a usable issuer URL: {why} (for example \"https://oidc.example.com/my-cluster\")"
+                    ),
                 );
             }
         }

@@ -56,6 +56,21 @@ pub struct IamStatement {
     pub statement: serde_json::Value,
 }
 
+/// A service account with its own IAM role (`spec.serviceAccounts`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAccountRole {
+    pub plugin: String,
+    pub namespace: String,
+    pub name: String,
+    /// The IAM role's name (src/irsa.rs `role_name`).
+    pub role_name: String,
+    /// What templates see as `serviceAccounts.<name>.roleArn`.
+    pub role_arn: String,
+    /// The role's policy statements, rendered.
+    pub statements: Vec<serde_json::Value>,
+}
+
 /// A Kubernetes manifest applied once the apiserver answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Manifest {
@@ -160,6 +175,8 @@ pub struct ResolvedPlugins {
     pub pools: IndexMap<String, NodeHooks>,
     pub releases: Vec<PluginRelease>,
     pub secrets: Vec<SecretRef>,
+    /// Service accounts with their own IAM roles, in plugin order.
+    pub service_accounts: Vec<ServiceAccountRole>,
 }
 
 /// The plugin whose pods take VPC addresses from the nodes' ENIs: with it the

@@ -64,6 +64,25 @@ pub struct PluginSpec {
     /// CloudFormation resources and outputs merged into one stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloudformation: Option<CloudFormationSpec>,
+    /// Kubernetes service accounts that get their own IAM role (IAM roles for
+    /// service accounts): templates see `serviceAccounts.<name>.roleArn` for the
+    /// chart's `eks.amazonaws.com/role-arn` annotation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_accounts: Vec<ServiceAccountSpec>,
+}
+
+/// A service account and the IAM statements of its own role. Only a token for
+/// exactly `system:serviceaccount:<namespace>:<name>` can assume the role.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccountSpec {
+    /// The service account's namespace (a DNS-1123 label).
+    pub namespace: String,
+    /// The service account's name (a DNS-1123 subdomain), unique within the plugin.
+    pub name: String,
+    /// The role's policy statements (templates, like node statements).
+    #[serde(default)]
+    pub iam: IamSpec,
 }
 
 /// A parameter's type.

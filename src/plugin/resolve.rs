@@ -19,8 +19,8 @@ use super::template::Renderer;
 use super::PluginError;
 use crate::config::{
     check_flag_value, check_label_value, check_qualified_name, check_version_constraint, find_cycle, is_dns_label,
-    kubelet_max_pods, parse_s3_uri, ChartSource, Cluster, Origin, PluginSettings, Release, Taint, DEFAULT_NAMESPACE,
-    DEFAULT_TIMEOUT,
+    is_dns_subdomain, kubelet_max_pods, parse_s3_uri, ChartSource, Cluster, Origin, PluginSettings, Release, Taint,
+    DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
 };
 use crate::located::{closest, join_index, join_key, Diagnostics, Located};
 
@@ -166,7 +166,19 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
         out.pools.insert(p.name.clone(), NodeHooks::default());
     }
     let mut merger = Merger::default();
-    let cluster_ctx = cluster_context(cluster);
+    let mut cluster_ctx = cluster_context(cluster);
+    // `cluster.serviceAccountRoles`: every active plugin's service account with
+    // an IAM role, as `namespace/name` (the pod identity webhook's templates
+    // insist on mutating exactly these).
+    let roles: Vec<String> = defs
+        .iter()
+        .filter(|d| activation(cluster, d).any())
+        .flat_map(|d| d.manifest.spec.service_accounts.iter())
+        .map(|sa| format!("{}/{}", sa.namespace, sa.name))
+        .collect();
+    if let Some(m) = cluster_ctx.as_object_mut() {
+        m.insert("serviceAccountRoles".into(), json!(roles));
+    }
     for def in defs {
         let act = activation(cluster, def);
         if !act.any() {
@@ -400,6 +412,7 @@ fn resolve_one(
 ) -> Result<(), Vec<Located>> {
     let mut errors = Vec::new();
     let cluster_values = scope_values(cluster, def, &Scope::Cluster)?;
+    let accounts = service_account_context(cluster, def, merger, &mut errors);
     let mut scopes = vec![Scope::Cluster];
     if act.controller {
         scopes.push(Scope::Controller);
@@ -422,9 +435,12 @@ fn resolve_one(
             }
         };
         let params = template_params(def, &values, &cluster_values, &scope, &mut out.secrets);
-        let r = Renderer::new(def, cluster_ctx, &params, &scope.context());
+        let r = Renderer::new(def, cluster_ctx, &params, &scope.context()).with_service_accounts(&accounts);
         match &scope {
-            Scope::Cluster => cluster_hooks(cluster, &r, out, merger, &mut errors),
+            Scope::Cluster => {
+                service_accounts(cluster, &r, out, &mut errors);
+                cluster_hooks(cluster, &r, out, merger, &mut errors)
+            }
             Scope::Controller => {
                 let spec = &def.manifest.spec;
                 node_hooks(
@@ -460,6 +476,131 @@ fn resolve_one(
         Ok(())
     } else {
         Err(errors)
+    }
+}
+
+/// The plugin's service accounts as templates see them
+/// (`serviceAccounts.<name>.{roleArn, roleName, namespace}`), after checking
+/// names and claiming each account and role name cluster-wide: two plugins
+/// claiming one service account, or two accounts whose role names meet, are
+/// errors naming both.
+fn service_account_context(
+    cluster: &Cluster,
+    def: &PluginDef,
+    merger: &mut Merger,
+    errors: &mut Vec<Located>,
+) -> Value {
+    let cfg = &cluster.config;
+    let mut ctx = serde_json::Map::new();
+    for (i, sa) in def.manifest.spec.service_accounts.iter().enumerate() {
+        let key = join_index("spec.serviceAccounts", i);
+        if !is_dns_label(&sa.namespace, 63) {
+            errors.push(def.err(
+                &join_key(&key, "namespace"),
+                format!(
+                    "{:?} is not a valid namespace (a DNS-1123 label: lowercase letters, digits and '-')",
+                    sa.namespace
+                ),
+            ));
+            continue;
+        }
+        if !is_dns_subdomain(&sa.name, 253) {
+            errors.push(def.err(
+                &join_key(&key, "name"),
+                format!(
+                    "{:?} is not a valid service account name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')",
+                    sa.name
+                ),
+            ));
+            continue;
+        }
+        if ctx.contains_key(&sa.name) {
+            errors.push(def.err(
+                &join_key(&key, "name"),
+                format!(
+                    "the plugin declares two service accounts named {:?} (templates name them by name: rename one)",
+                    sa.name
+                ),
+            ));
+            continue;
+        }
+        let id = format!("{}/{}", sa.namespace, sa.name);
+        let role = crate::irsa::role_name(&cfg.cluster_name, &sa.namespace, &sa.name);
+        let claims = [("service account", id.as_str()), ("IAM role name", role.as_str())];
+        if let Some(e) = claims.iter().find_map(|(kind, k)| {
+            merger
+                .claim(
+                    &Scope::Cluster,
+                    "the cluster",
+                    kind,
+                    k,
+                    "",
+                    false,
+                    def.name(),
+                    def.err(&join_key(&key, "name"), ""),
+                )
+                .err()
+        }) {
+            errors.push(e);
+            continue;
+        }
+        let arn = crate::irsa::role_arn(cfg, &role);
+        ctx.insert(
+            sa.name.clone(),
+            json!({"roleArn": arn, "roleName": role, "namespace": sa.namespace}),
+        );
+    }
+    if !ctx.is_empty() && cfg.issuer_url.is_none() {
+        if let Ok((bucket, _)) = parse_s3_uri(&cfg.s3_uri) {
+            if bucket.contains('.') {
+                errors.push(def.err(
+                    "spec.serviceAccounts",
+                    format!(
+                        "the bucket {bucket:?} has a '.' in its name, so IAM cannot read the service-account \
+                         issuer from it over HTTPS (virtual-hosted TLS); set issuerURL in cluster.yaml and host \
+                         the discovery documents there, or use a bucket without '.'"
+                    ),
+                ));
+            }
+        }
+    }
+    Value::Object(ctx)
+}
+
+/// The plugin's service-account roles with their rendered statements.
+fn service_accounts(cluster: &Cluster, r: &Renderer, out: &mut ResolvedPlugins, errors: &mut Vec<Located>) {
+    let def = r.def;
+    for (i, sa) in def.manifest.spec.service_accounts.iter().enumerate() {
+        let key = join_index("spec.serviceAccounts", i);
+        let role_name = crate::irsa::role_name(&cluster.config.cluster_name, &sa.namespace, &sa.name);
+        let role_arn = crate::irsa::role_arn(&cluster.config, &role_name);
+        let mut statements = Vec::new();
+        for (j, st) in sa.iam.statements.iter().enumerate() {
+            let skey = format!("{key}.iam.statements[{j}]");
+            let before = errors.len();
+            let st = r.json(&skey, st, errors);
+            if errors.len() > before {
+                continue;
+            }
+            match check_statement(&st) {
+                Ok(()) => statements.push(st),
+                Err(why) => errors.push(def.err(&skey, why)),
+            }
+        }
+        if sa.iam.statements.is_empty() {
+            errors.push(def.err(
+                &join_key(&key, "iam.statements"),
+                format!("service account {}/{} has no IAM statements (a role without a policy grants nothing: remove the entry or add statements)", sa.namespace, sa.name),
+            ));
+        }
+        out.service_accounts.push(ServiceAccountRole {
+            plugin: def.name().to_string(),
+            namespace: sa.namespace.clone(),
+            name: sa.name.clone(),
+            role_name,
+            role_arn,
+            statements,
+        });
     }
 }
 
@@ -573,6 +714,9 @@ fn merge_flags(
             "kubelet flag" => OWNED_KUBELET_FLAGS.iter().find(|(f, _)| f == name).map(|(_, h)| *h),
             // The cloud controller manager runs the cloud loops (cloud-provider external).
             _ if name == "cloud-provider" => Some("kube-aws runs the AWS cloud controller manager instead"),
+            "apiserver flag" if crate::irsa::OWNED_APISERVER_FLAGS.contains(&name.as_str()) => {
+                Some("for the service-account issuer; set issuerURL in cluster.yaml to move it")
+            }
             _ => None,
         };
         if let Some(hint) = owned {
@@ -1502,6 +1646,15 @@ fn check_statement(st: &Value) -> Result<(), String> {
     if !m.contains_key("Resource") && !m.contains_key("NotResource") {
         return Err("the statement has no Resource (or NotResource)".into());
     }
+    // Every action of every service is never least privilege.
+    let actions = match m.get("Action") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(v) => vec![v],
+        None => vec![],
+    };
+    if actions.iter().any(|a| a.as_str() == Some("*")) {
+        return Err("Action \"*\" grants every action of every service (list the actions the addon calls)".into());
+    }
     let allowed = [
         "Sid",
         "Effect",
@@ -1684,5 +1837,116 @@ mod tests {
         c.config.worker.node_pools[0].plugins = c.config.worker.node_pools[1].plugins.clone();
         let err = resolve(&c).unwrap_err();
         assert!(err.contains("\"nope.tera\" does not exist"), "{err}");
+    }
+    const KMS: &str = "kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\nplugins:\n  p: {enabled: true}\n";
+    const SA: &str = "spec:\n  serviceAccounts:\n    - namespace: kube-system\n      name: dns\n      iam:\n        statements:\n          - {Sid: Change, Effect: Allow, Action: [route53:ChangeResourceRecordSets], Resource: 'arn:aws:route53:::hostedzone/{{ cluster.clusterName }}'}\n";
+
+    #[test]
+    fn a_service_account_gets_its_role_and_templates_its_arn() {
+        let yaml =
+            format!("{SA}  kubernetes:\n    apiServer:\n      flags: {{x: '{{{{ serviceAccounts.dns.roleArn }}}}'}}\n");
+        let (_d, c) = setup(KMS, &yaml);
+        let r = resolve(&c).unwrap();
+        assert_eq!(
+            r.cluster.api_server_flags["x"],
+            "arn:aws:iam::111122223333:role/c1-kube-system-dns"
+        );
+        let sa = &r.service_accounts[0];
+        assert_eq!(
+            (sa.plugin.as_str(), sa.namespace.as_str(), sa.name.as_str()),
+            ("p", "kube-system", "dns")
+        );
+        assert_eq!(sa.role_name, "c1-kube-system-dns");
+        assert_eq!(sa.statements[0]["Resource"], "arn:aws:route53:::hostedzone/c1");
+        // Nothing of it lands on a node role.
+        let on_nodes = r.controller.iam_statements.iter().chain(&r.pools["a"].iam_statements);
+        assert!(
+            on_nodes.clone().all(|st| st.plugin != "p"),
+            "{:?}",
+            on_nodes.collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn two_plugins_claiming_one_service_account_are_named_both() {
+        let (d, c) = setup(&format!("{KMS}  q: {{enabled: true}}\n"), SA);
+        let qdir = d.path().join("plugins/q");
+        std::fs::create_dir_all(&qdir).unwrap();
+        std::fs::write(
+            qdir.join("plugin.yaml"),
+            format!("apiVersion: kube-aws/v1\nkind: Plugin\nmetadata: {{name: q, version: 0.1.0}}\n{SA}"),
+        )
+        .unwrap();
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("service account \"kube-system/dns\"")
+                && err.contains("plugin \"q\"")
+                && err.contains("plugin \"p\""),
+            "{err}"
+        );
+        assert!(err.contains("plugins/q/plugin.yaml:"), "{err}");
+    }
+
+    #[test]
+    fn two_service_accounts_with_one_role_name_are_named_both() {
+        // c1-a-b-c either way: kube-system/x-y and kube-system-x/y would meet too.
+        let two = "spec:\n  serviceAccounts:\n    - {namespace: a-b, name: c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n    - {namespace: a, name: b-c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n";
+        let (_d, c) = setup(KMS, two);
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("IAM role name \"c1-a-b-c\"") && err.contains("spec.serviceAccounts[1].name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_service_accounts_are_located() {
+        let bad_ns = SA.replace("kube-system", "Kube_System");
+        let (_d, c) = setup(KMS, &bad_ns);
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("spec.serviceAccounts[0].namespace")
+                && err.contains("\"Kube_System\" is not a valid namespace"),
+            "{err}"
+        );
+        let star = SA.replace("[route53:ChangeResourceRecordSets]", "['*']");
+        let (_d, c) = setup(KMS, &star);
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("spec.serviceAccounts[0].iam.statements[0]") && err.contains("Action \"*\""),
+            "{err}"
+        );
+        // Before kmsKeyARN is set (render only: up requires it), a placeholder account.
+        let (_d, c) = setup("plugins:\n  p: {enabled: true}\n", SA);
+        assert_eq!(
+            resolve(&c).unwrap().service_accounts[0].role_arn,
+            "arn:aws:iam::000000000000:role/c1-kube-system-dns"
+        );
+    }
+
+    #[test]
+    fn the_issuer_flags_are_kube_aws_own() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  kubernetes:\n    apiServer:\n      flags: {service-account-issuer: 'https://x'}\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("\"service-account-issuer\" is set by kube-aws") && err.contains("issuerURL"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_node_statement_with_every_action_is_refused() {
+        let (_d, c) = setup(
+            "plugins:\n  p: {enabled: true}\n",
+            "spec:\n  nodes:\n    worker:\n      iam:\n        statements: [{Effect: Allow, Action: '*', Resource: '*'}]\n",
+        );
+        let err = resolve(&c).unwrap_err();
+        assert!(
+            err.contains("spec.nodes.worker.iam.statements[0]") && err.contains("every action"),
+            "{err}"
+        );
     }
 }

@@ -43,6 +43,13 @@ impl<'a> Renderer<'a> {
         Renderer { def, ctx, params }
     }
 
+    /// Adds `serviceAccounts`: the plugin's own service accounts by name, each
+    /// with its `roleArn`, `roleName` and `namespace`.
+    pub fn with_service_accounts(mut self, accounts: &Value) -> Self {
+        self.ctx.insert("serviceAccounts", accounts);
+        self
+    }
+
     /// Renders `text`; on error, the message is located in `file` at the
     /// template's line when known, else at `at`.
     fn render_text(

@@ -733,6 +733,18 @@ fn rolling_update(g: &Group, initial: u32) -> Value {
     json!({ "AutoScalingRollingUpdate": policy })
 }
 
+/// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
+/// second hop, so pods cannot reach the node role's credentials. Their AWS
+/// access is their service account's role (src/irsa.rs). The components that
+/// use the node role run on the host network, where one hop is enough: the
+/// VPC CNI's aws-node DaemonSet (`hostNetwork: true` in the chart) and the
+/// cloud controller manager (`hostNetworking: true` in its values); the EBS CSI
+/// node plugin reads its metadata from the Node object instead
+/// (`metadataSources: kubernetes`). Controllers and workers alike.
+fn metadata_options() -> Value {
+    json!({"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1})
+}
+
 /// Role, instance profile, launch template and auto scaling group of one node kind.
 fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
     let p = g.prefix;
@@ -763,7 +775,7 @@ fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map
         "InstanceType": g.instance_type,
         "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
         "SecurityGroupIds": [{"Ref": g.security_group}],
-        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+        "MetadataOptions": metadata_options(),
         "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
             "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
         "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
@@ -1113,6 +1125,76 @@ fn merge_plugins(input: &RenderInput, stacks: &mut [(String, Map<String, Value>)
     Ok(())
 }
 
+/// The logical ID of the cluster's IAM OIDC provider (root stack).
+pub const OIDC_PROVIDER: &str = "ServiceAccountIssuer";
+
+/// The logical ID of a service account's role: `SaRole<Namespace><Name>`.
+pub fn service_account_role_id(namespace: &str, name: &str) -> String {
+    format!("SaRole{}{}", camel(namespace), camel(name))
+}
+
+/// IAM roles for service accounts, in the root stack: the IAM OIDC provider
+/// for the cluster's service-account issuer (audience `sts.amazonaws.com`),
+/// and per plugin service account a role with its statements, assumable only
+/// with a token for exactly that service account (src/irsa.rs
+/// `trust_policy`). No ThumbprintList: the issuer is served by S3 (or by
+/// `issuerURL`), and IAM verifies the JWKS endpoint's certificate against its
+/// own library of trusted root CAs, using thumbprints only for an IdP whose
+/// certificate no trusted CA signs (IAM API reference,
+/// UpdateOpenIDConnectProviderThumbprint; the property is optional in
+/// AWS::IAM::OIDCProvider).
+fn service_account_resources(input: &RenderInput, root: &mut Map<String, Value>) -> Result<(), RenderError> {
+    let issuer = crate::irsa::issuer_url(&input.cluster);
+    let mut r = Map::new();
+    r.insert(
+        OIDC_PROVIDER.into(),
+        json!({"Type": "AWS::IAM::OIDCProvider", "Properties": {
+            "Url": issuer,
+            "ClientIdList": [crate::irsa::AUDIENCE],
+        }}),
+    );
+    for sa in &input.plugins.service_accounts {
+        let id = service_account_role_id(&sa.namespace, &sa.name);
+        if r.contains_key(&id) {
+            return Err(RenderError::Plugin {
+                plugin: sa.plugin.clone(),
+                message: format!(
+                    "service account {}/{}: its role's logical ID {id:?} is another service account's too (rename one)",
+                    sa.namespace, sa.name
+                ),
+            });
+        }
+        r.insert(
+            id,
+            json!({"Type": "AWS::IAM::Role", "Properties": {
+                "RoleName": sa.role_name,
+                "Path": "/",
+                "Description": format!("kube-aws cluster {}: service account {}/{} (plugin {})",
+                    input.cluster.cluster_name, sa.namespace, sa.name, sa.plugin),
+                "AssumeRolePolicyDocument": crate::irsa::trust_policy(
+                    json!({"Ref": OIDC_PROVIDER}), &issuer, &sa.namespace, &sa.name),
+                "Policies": [{"PolicyName": format!("kube-aws-{}", sa.plugin), "PolicyDocument": {
+                    "Version": "2012-10-17", "Statement": sa.statements}}]}}),
+        );
+    }
+    let resources = root
+        .entry("Resources")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or_else(|| RenderError::Template {
+            name: "root".into(),
+            message: "Resources is not an object".into(),
+        })?;
+    resources.extend(r);
+    if let Some(o) = root.get_mut("Outputs").and_then(Value::as_object_mut) {
+        o.insert(
+            "ServiceAccountIssuerArn".into(),
+            json!({"Value": {"Ref": OIDC_PROVIDER}}),
+        );
+    }
+    Ok(())
+}
+
 /// Renders every stack, in a fixed order, as (name, template).
 pub fn render_stacks(
     input: &RenderInput,
@@ -1123,8 +1205,10 @@ pub fn render_stacks(
 ) -> Result<Vec<(String, Value)>, RenderError> {
     let empty = NodeUserData::default();
     let stub = |role: &str| nodes.get(role).unwrap_or(&empty);
+    let mut root = root_stack(input, ctx, nodes);
+    service_account_resources(input, &mut root)?;
     let mut stacks = vec![
-        ("root".to_string(), root_stack(input, ctx, nodes)),
+        ("root".to_string(), root),
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::plan::{sha256_hex, AddonBundle};
-use super::secrets::{find_references, longest_first, node_secrets, NodeSecrets};
+use super::secrets::{find_references, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::{Taint, TaintEffect};
@@ -144,6 +144,24 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
     }
 }
 
+/// The apiserver's `extraArgs`: the plugins' flags, then the service-account
+/// issuer's (src/irsa.rs `apiserver_flags`; a v1beta3 map keeps one value per
+/// flag, so only the new issuer there).
+fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
+    let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
+    let issuer = crate::irsa::apiserver_flags(&input.cluster);
+    match &mut args {
+        Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
+        Value::Object(m) => {
+            for (k, v) in issuer {
+                m.entry(k).or_insert(Value::String(v));
+            }
+        }
+        _ => {}
+    }
+    args
+}
+
 fn taint_json(t: &Taint) -> Value {
     let mut v = json!({"key": t.key, "effect": t.effect.as_str()});
     if !t.value.is_empty() {
@@ -267,7 +285,7 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
             "kind": "ClusterConfiguration",
             "clusterName": ctx.cluster,
             "networking": networking(input),
-            "apiServer": {"extraArgs": extra_args(v1beta4, &hooks.api_server_flags)},
+            "apiServer": {"extraArgs": api_server_args(input, v1beta4)},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
         }));
@@ -318,7 +336,7 @@ fn render_node(
     };
     let hooks = spec.hooks;
     let kubeadm = pretty(&kubeadm_documents(input, ctx, spec)?);
-    let known = longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    let known = super::secrets::known_references(input);
     // systemd expands `$` and `%` in unit files, so a value filled into one
     // would not reach the service as it is: secrets go in files units read.
     for u in &hooks.systemd_units {

@@ -262,10 +262,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
 /// plugin contributions that land in stacks (resources, outputs, IAM
 /// statements, group tags) must not hold one.
 fn check_no_secrets_in_stacks(input: &RenderInput) -> Result<(), RenderError> {
-    let known = secrets::longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
-    if known.is_empty() {
-        return Ok(());
-    }
+    let known = secrets::known_references(input);
     let p = &input.plugins;
     let mut places: Vec<(&str, &str, String)> = Vec::new();
     for c in &p.cluster.cloudformation {

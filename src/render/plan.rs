@@ -406,7 +406,7 @@ pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonB
         })?;
         files.insert(name, text);
     }
-    let known = super::secrets::longest_first(input.plugins.secrets.iter().map(|s| s.reference.as_str()));
+    let known = super::secrets::known_references(input);
     let scanned = super::secrets::node_secrets(false, &known, files.iter().map(|(k, v)| (*k, *v)));
     let secret_names = scanned
         .names

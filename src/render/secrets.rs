@@ -94,6 +94,20 @@ pub fn find_references<'a>(text: &str, known: &[&'a str]) -> BTreeSet<&'a str> {
     found
 }
 
+/// Every reference render knows, sorted for [`find_references`]: the plugins'
+/// secret parameters and the entries kube-aws generates at publish (the pod
+/// identity webhook's serving certificate, src/pki.rs).
+pub fn known_references(input: &super::RenderInput) -> Vec<&str> {
+    longest_first(
+        input
+            .plugins
+            .secrets
+            .iter()
+            .map(|s| s.reference.as_str())
+            .chain(crate::pki::WEBHOOK_ENTRIES),
+    )
+}
+
 /// References sorted for [`find_references`]: longest first, then by name.
 pub fn longest_first<'a>(refs: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let mut v: Vec<&str> = refs.into_iter().collect();

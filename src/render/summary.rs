@@ -1,5 +1,6 @@
 //! The summary `render` prints: each stack with its size, each user-data part
-//! with its size, and the addons in install order with their chart versions.
+//! with its size, the addons in install order with their chart versions, and
+//! where IAM privileges live: roles and policy statements per scope.
 //! Read back from the rendered files, so it shows exactly what was written.
 
 use std::fmt;
@@ -31,6 +32,61 @@ pub struct Summary {
     pub user_data: Vec<Sized>,
     /// In install order, as the plan lists them.
     pub addons: Vec<AddonLine>,
+    /// IAM roles and their inline statements, per scope.
+    pub iam: Vec<IamScope>,
+}
+
+/// The IAM roles of one scope: a node role's stack (`control-plane`,
+/// `node-pool-<name>`), or `service accounts` for every role a web identity assumes.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct IamScope {
+    pub scope: String,
+    pub roles: usize,
+    pub statements: usize,
+}
+
+/// Roles and statements per scope, from the rendered stack templates.
+fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
+    let mut out: Vec<IamScope> = Vec::new();
+    for (path, bytes) in &r.files {
+        let Some(stack) = path.strip_prefix("stacks/").and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        let Ok(t) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            continue;
+        };
+        let resources = t.get("Resources").and_then(|v| v.as_object()).into_iter().flatten();
+        for (_, res) in resources {
+            if res.get("Type").and_then(|v| v.as_str()) != Some("AWS::IAM::Role") {
+                continue;
+            }
+            let props = &res["Properties"];
+            let federated = props["AssumeRolePolicyDocument"]["Statement"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|st| st["Principal"].get("Federated").is_some());
+            let scope = if federated { "service accounts" } else { stack };
+            let statements: usize = props["Policies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["PolicyDocument"]["Statement"].as_array().map_or(0, Vec::len))
+                .sum();
+            match out.iter_mut().find(|s| s.scope == scope) {
+                Some(s) => {
+                    s.roles += 1;
+                    s.statements += statements;
+                }
+                None => out.push(IamScope {
+                    scope: scope.to_string(),
+                    roles: 1,
+                    statements,
+                }),
+            }
+        }
+    }
+    out
 }
 
 /// Summarizes rendered output.
@@ -67,6 +123,7 @@ pub fn summarize(r: &Rendered) -> Summary {
         stacks: sized("stacks/"),
         user_data: sized("userdata/"),
         addons,
+        iam: iam_scopes(r),
     }
 }
 
@@ -80,6 +137,20 @@ impl fmt::Display for Summary {
         for s in &self.user_data {
             writeln!(f, "  {:<40} {:>9} bytes", s.name, s.bytes)?;
         }
+        let iam: Vec<String> = self
+            .iam
+            .iter()
+            .map(|s| format!("{} {} role(s), {} statement(s)", s.scope, s.roles, s.statements))
+            .collect();
+        writeln!(
+            f,
+            "IAM: {}",
+            if iam.is_empty() {
+                "(none)".into()
+            } else {
+                iam.join("; ")
+            }
+        )?;
         writeln!(f, "addons, in install order:")?;
         if self.addons.is_empty() {
             writeln!(f, "  (none)")?;
@@ -97,5 +168,47 @@ impl fmt::Display for Summary {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod iam_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn iam_line_counts_roles_and_statements_per_scope() {
+        let node = json!({"Resources": {"WorkerRole": {"Type": "AWS::IAM::Role", "Properties": {
+            "AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Service": "ec2.amazonaws.com"}}]},
+            "Policies": [{"PolicyDocument": {"Statement": [{}, {}, {}]}}]}}}});
+        let sa = |n: usize| {
+            json!({"Type": "AWS::IAM::Role", "Properties": {
+            "AssumeRolePolicyDocument": {"Statement": [{"Principal": {"Federated": {"Ref": "P"}}}]},
+            "Policies": [{"PolicyDocument": {"Statement": vec![json!({}); n]}}]}})
+        };
+        let root = json!({"Resources": {"A": sa(2), "B": sa(5), "P": {"Type": "AWS::IAM::OIDCProvider"}}});
+        let mut r = Rendered::default();
+        r.files
+            .insert("stacks/node-pool-a.json".into(), node.to_string().into_bytes());
+        r.files.insert("stacks/root.json".into(), root.to_string().into_bytes());
+        let s = summarize(&r);
+        assert_eq!(
+            s.iam,
+            vec![
+                IamScope {
+                    scope: "node-pool-a".into(),
+                    roles: 1,
+                    statements: 3
+                },
+                IamScope {
+                    scope: "service accounts".into(),
+                    roles: 2,
+                    statements: 7
+                },
+            ]
+        );
+        assert!(s
+            .to_string()
+            .contains("IAM: node-pool-a 1 role(s), 3 statement(s); service accounts 2 role(s), 7 statement(s)\n"));
     }
 }

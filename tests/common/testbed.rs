@@ -556,11 +556,12 @@ impl ControlPlane {
     /// kubeadm's flags with `extra` merged over them (as kubeadm merges
     /// `extraArgs`: an extra flag replaces the default of the same name).
     fn command(&self, binary: &str, base: Vec<(String, String)>, extra: &[(String, String)]) -> Command {
+        // As kubeadm v1beta4 merges: an extra flag replaces the base flag of
+        // its name, and a flag given twice in `extra` (the service-account
+        // issuers) is passed twice.
         let mut args = base;
-        for (k, v) in extra {
-            args.retain(|(bk, _)| bk != k);
-            args.push((k.clone(), v.clone()));
-        }
+        args.retain(|(bk, _)| !extra.iter().any(|(k, _)| k == bk));
+        args.extend(extra.iter().cloned());
         let mut c = Command::new(self.bin.join(binary));
         c.args(args.iter().map(|(k, v)| format!("--{k}={v}")));
         c
@@ -605,7 +606,7 @@ impl ControlPlane {
     }
 
     /// kubeadm's kubeconfig `file` (e.g. `super-admin.conf`) pointed at the API server on `port`.
-    fn kubeconfig_for(&self, file: &str, port: u16) -> PathBuf {
+    pub fn kubeconfig_for(&self, file: &str, port: u16) -> PathBuf {
         let path = self.path(&format!("{port}-{file}"));
         if !path.exists() {
             let text = std::fs::read_to_string(self.path(file)).unwrap();

@@ -290,6 +290,16 @@ pub fn all_hooks() -> ResolvedPlugins {
             scope: "cluster".into(),
             value: kube_aws::plugin::SecretValue(serde_json::json!("not-in-any-artifact")),
         }],
+        service_accounts: vec![kube_aws::plugin::ServiceAccountRole {
+            plugin: "cluster-autoscaler".into(),
+            namespace: "kube-system".into(),
+            name: "cluster-autoscaler".into(),
+            role_name: "full-kube-system-cluster-autoscaler".into(),
+            role_arn: "arn:aws:iam::111122223333:role/full-kube-system-cluster-autoscaler".into(),
+            statements: vec![json!({"Sid": "ClusterAutoscalerWrite", "Effect": "Allow",
+                "Action": ["autoscaling:SetDesiredCapacity"], "Resource": "*",
+                "Condition": {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/full": "owned"}}})],
+        }],
     }
 }
 
