@@ -9,7 +9,8 @@ decrypt, place the cluster PKI on controllers, fill plugin files), packages
 units; then the first controller (the S3 init lock, If-None-Match) runs
 `kubeadm init` with the bundle's token; other controllers join the control
 plane one at a time (the S3 join lock, released after the join, broken when
-stale), workers join. Controllers then start the CSR approver's and the addon
+stale), except that the replacement of a single controller restores etcd's
+newest snapshot and inits on it (etcd.restore_if_needed); workers join. Controllers then start the CSR approver's and the addon
 reconciler's timers (the reconciler installs the CNI, without which no node
 is Ready). Each node signals its auto scaling group's CreationPolicy only
 once its own Node object is Ready (`kubectl get node NAME` with admin.conf on
@@ -28,7 +29,7 @@ import re
 import subprocess
 import time
 
-from . import cfn, fsutil, jsonio, kubeadmcfg, locks, paths, secrets
+from . import cfn, etcd, fsutil, jsonio, kubeadmcfg, locks, paths, secrets
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -263,18 +264,43 @@ class Boot(object):
         except locks.LockError as e:
             raise StepFailed(1, "take the init lock", str(e))
         if not first:
-            self.join_control_plane()
+            self.join_or_restore()
             return
+        self.init()
+
+    def init(self, extra=()):
         self.step("kubeadm-init")
         config = self.kubeadm_config("init")
         # kubeadm prints the join commands with the token: keep them out of the
         # boot log (cloud-init-output.log), in a private file.
         init_log = os.path.join(self.work, "kubeadm-init.log")
         try:
-            self.sh(["kubeadm", "init", "--config", config], private_out=init_log)
+            self.sh(["kubeadm", "init", "--config", config] + list(extra), private_out=init_log)
         except StepFailed as e:
             self.say("kubeadm init failed; its output is in %s (it may show the bootstrap token)" % init_log)
             raise e
+
+    def join_or_restore(self):
+        """A controller of a cluster that already existed: join it, or, when
+        its only controller was replaced (one controller, no API answers),
+        restore etcd's newest snapshot and `kubeadm init` on it
+        (etcd.restore_if_needed decides; docs/deploy.md "Updating safely").
+        When the decision cannot be made (no settings parameter, EC2 or S3
+        unreachable), it joins, as a controller always did."""
+        self.step("etcd-restore-check")
+        try:
+            plan = etcd.restore_if_needed(self.aws, say=self.say)
+        except Exception as e:  # noqa: BLE001 - any failure falls back to the join
+            self.say("cannot decide on an etcd restore (%s): joining" % self.blank(str(e)))
+            plan = {"action": "join"}
+        if plan["action"] == "fail":
+            raise StepFailed(1, "restore etcd", plan.get("reason", ""))
+        if plan["action"] == "restored":
+            # kubeadm's preflight refuses a non-empty /var/lib/etcd: it now
+            # holds the restored snapshot on purpose.
+            self.init(["--ignore-preflight-errors=DirAvailable--var-lib-etcd"])
+            return
+        self.join_control_plane()
 
     def wait_node_ready(self):
         """Returns once this node's Node object is Ready; StepFailed with the reason after the timeout."""

@@ -742,11 +742,17 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     node = Node(aws, imds)
     s = node.settings()
     bucket, prefix = s["bucket"], s["backupPrefix"]
+    count = int(s.get("controllerCount", 1))
+    if not took_init_lock and count > 1:
+        # Several controllers always join (restore_decision): no need to probe.
+        plan = restore_decision(False, False, count, [])
+        say(json.dumps(plan))
+        return plan
     up = took_init_lock or (answers(node.runtime.get("apiEndpoint", "")) if answers else
                             api_answers(node.runtime.get("apiEndpoint", ""), clock=clock))
     snaps = [] if took_init_lock or up else snapshots(
         node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}, prefix)
-    plan = restore_decision(took_init_lock, up, int(s.get("controllerCount", 1)), snaps)
+    plan = restore_decision(took_init_lock, up, count, snaps)
     say(json.dumps(plan))
     if plan["action"] != RESTORE:
         return plan

@@ -1,9 +1,10 @@
-"""bootstrap: the Node Ready decision, and the node program's entry points."""
+"""bootstrap: the Node Ready decision, the join-or-restore choice, and the node program's entry points."""
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import cli
-from kube_aws_node.bootstrap import MAC, NODE_NAME, node_ready
+from kube_aws_node import bootstrap, etcd
+from kube_aws_node.bootstrap import MAC, NODE_NAME, StepFailed, node_ready
 
 
 class NodeReady(unittest.TestCase):
@@ -36,3 +37,63 @@ class Dispatch(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class JoinOrRestore(unittest.TestCase):
+    """What a controller that did not take the init lock does with each
+    restore decision (the decision itself: test_etcd.py)."""
+
+    class Boot(object):
+        def __init__(self):
+            self.calls = []
+
+        def step(self, name):
+            self.calls.append(("step", name))
+
+        def say(self, text):
+            self.calls.append(("say", text))
+
+        def blank(self, text):
+            return text
+
+        def init(self, extra=()):
+            self.calls.append(("init", list(extra)))
+
+        def join_control_plane(self):
+            self.calls.append(("join",))
+
+        aws = None
+
+    def run_with(self, answer):
+        saved = etcd.restore_if_needed
+
+        def fake(aws, say=None):
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        etcd.restore_if_needed = fake
+        try:
+            b = self.Boot()
+            bootstrap.Boot.join_or_restore(b)
+            return b.calls
+        finally:
+            etcd.restore_if_needed = saved
+
+    def test_a_restore_inits_on_the_restored_data(self):
+        calls = self.run_with({"action": "restored", "key": "etcd/x.db"})
+        self.assertIn(("init", ["--ignore-preflight-errors=DirAvailable--var-lib-etcd"]), calls)
+        self.assertNotIn(("join",), calls)
+
+    def test_a_join_decision_joins(self):
+        calls = self.run_with({"action": "join", "reason": "the API answers"})
+        self.assertEqual(calls[-1], ("join",))
+
+    def test_no_snapshot_fails_the_boot_with_the_reason(self):
+        with self.assertRaises(StepFailed) as e:
+            self.run_with({"action": "fail", "reason": "no etcd snapshot to restore"})
+        self.assertEqual(e.exception.command, "restore etcd")
+
+    def test_an_undecidable_restore_falls_back_to_the_join(self):
+        calls = self.run_with(RuntimeError("ParameterNotFound"))
+        self.assertEqual(calls[-1], ("join",))
+        self.assertTrue(any(c[0] == "say" and "ParameterNotFound" in c[1] for c in calls))
