@@ -5,7 +5,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools testbed lint unit fuzz-short fuzz example bench
+.PHONY: test tools testbed lint unit fuzz-short fuzz example bench bench-installer
 
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
@@ -39,3 +39,9 @@ example:
 bench:
 	bash scripts/bench.sh
 	bash scripts/bench-render.sh
+
+# The addon reconciler on the control-plane test bed: sequential against
+# parallel, against the critical path (benches/installer.rs). The dev profile:
+# the time is the reconciler's and helm's, not kube-aws's.
+bench-installer: tools testbed
+	cargo bench --profile dev --bench installer

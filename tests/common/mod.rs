@@ -295,4 +295,5 @@ impl MotoEnv {
     }
 }
 pub mod charts;
+pub mod installer_bed;
 pub mod testbed;

@@ -363,13 +363,19 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
     /// kwok with `nodes`, and waits until the nodes are Ready.
     pub fn start(bin: &Path, nodes: Vec<SimNode>) -> ControlPlane {
+        ControlPlane::start_with_stages(bin, nodes, &bin.join("kwok-stages.yaml"))
+    }
+
+    /// [`ControlPlane::start`] with kwok running the stages of `stages` (for
+    /// example pods Ready after a fixed delay, benches/installer.rs).
+    pub fn start_with_stages(bin: &Path, nodes: Vec<SimNode>, stages: &Path) -> ControlPlane {
         let cp = ControlPlane::start_api(bin, nodes, None);
         let api_port = cp.api_port;
         let kcm = cp.controller_manager_proc("kube-controller-manager", api_port, &[]);
         cp.push(kcm.unwrap_or_else(|e| panic!("{e}")));
         let sched = cp.scheduler_proc("kube-scheduler", api_port, &[]);
         cp.push(sched.unwrap_or_else(|e| panic!("{e}")));
-        cp.start_kwok();
+        cp.start_kwok(stages);
         cp
     }
 
@@ -681,12 +687,12 @@ impl ControlPlane {
     /// kwok with the pinned stages (fast node and pod lifecycles, node leases),
     /// managing the nodes annotated `kwok.x-k8s.io/node: fake`; creates the
     /// nodes and waits until they are Ready.
-    fn start_kwok(&self) {
+    fn start_kwok(&self, stages: &Path) {
         let mut c = Command::new(self.bin.join("kwok"));
         c.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg("--config")
-            .arg(self.bin.join("kwok-stages.yaml"))
+            .arg(stages)
             .args([
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",

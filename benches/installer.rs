@@ -1,0 +1,196 @@
+//! `make bench-installer`: the addon reconciler (`kube-aws-node reconcile`)
+//! on the control-plane test bed, with the real helm and the shared upstream
+//! charts, installing with concurrency 1 (sequential) and with the plan's
+//! default (parallel). kwok marks every pod Ready a fixed delay after it is
+//! scheduled (its pod-ready stage with `delay`), standing in for image pulls
+//! and readiness probes. Two plans:
+//! - the built-in plan of the test bed's cluster;
+//! - a synthetic graph of 30 releases in 10 layers of 3, each release
+//!   depending on all 3 of the layer before: its critical path is 10 releases.
+//!
+//! Per run: wall time of the reconciler, and the critical path measured from
+//! the releases' own durations (their status objects' startedAt..updatedAt,
+//! whole seconds) along the plan's dependencies (and bootstrap-first). Each
+//! run has a control plane of its own, so nothing is already installed.
+//! Prints figures; asserts nothing. Not a test (Cargo.toml `test = false`).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use common::installer_bed::Bed;
+use common::testbed::{self, ControlPlane};
+use serde_json::Value;
+
+const READY_DELAY_MS: u64 = 5000;
+
+const BUILT_INS: &str = "plugins:
+  aws-vpc-cni: {enabled: true}
+  aws-cloud-controller-manager: {enabled: true}
+  metrics-server: {enabled: true}
+  descheduler: {enabled: true}
+  aws-ebs-csi-driver: {enabled: true}
+  cluster-autoscaler: {enabled: true}
+  cluster-dump: {enabled: true}
+  external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
+  dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
+";
+
+/// 10 layers of 3 external-dns releases (one Deployment each); every release
+/// depends on the whole layer before it.
+fn synthetic() -> String {
+    let mut y = String::from("charts:\n");
+    for layer in 0..10 {
+        for i in 0..3 {
+            y.push_str(&format!(
+                "  - name: l{layer}r{i}\n    chart: external-dns\n    repo: https://kubernetes-sigs.github.io/external-dns/\n    \
+                 version: 1.21.1\n    namespace: bench\n"
+            ));
+            if layer > 0 {
+                let deps: Vec<String> = (0..3).map(|j| format!("l{}r{j}", layer - 1)).collect();
+                y.push_str(&format!("    dependsOn: [{}]\n", deps.join(", ")));
+            }
+        }
+    }
+    y.push_str("plugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n  pod-identity-webhook: {enabled: false}\n");
+    y
+}
+
+/// The pinned kwok stages with the pod-ready stage delayed.
+fn delayed_stages(bin: &std::path::Path, dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(bin.join("kwok-stages.yaml")).unwrap();
+    let mut out = Vec::new();
+    let mut in_pod_ready = false;
+    for doc in text.split("\n---\n") {
+        let mut d = doc.to_string();
+        if d.contains("name: pod-ready\n") {
+            in_pod_ready = true;
+            d = d.replacen(
+                "\nspec:\n",
+                &format!("\nspec:\n  delay:\n    durationMilliseconds: {READY_DELAY_MS}\n"),
+                1,
+            );
+        }
+        out.push(d);
+    }
+    assert!(in_pod_ready, "no pod-ready stage in the pinned kwok stages");
+    let path = dir.join("kwok-stages-delayed.yaml");
+    std::fs::write(&path, out.join("\n---\n")).unwrap();
+    path
+}
+
+fn secs(t: &str) -> i64 {
+    // 2026-12-01T03:26:16Z
+    let (date, time) = t.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
+    let h: Vec<i64> = time.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days since an epoch good enough within one month.
+    ((d[1] * 31 + d[2]) * 86400) + h[0] * 3600 + h[1] * 60 + h[2]
+}
+
+/// The longest chain of release durations along the plan's dependencies
+/// (bootstrap releases come before every other).
+fn critical_path(plan: &Value, status: &BTreeMap<String, Value>) -> i64 {
+    let releases = plan["releases"].as_array().unwrap();
+    let dur = |n: &str| secs(status[n]["updatedAt"].as_str().unwrap()) - secs(status[n]["startedAt"].as_str().unwrap());
+    let mut finish: BTreeMap<String, i64> = BTreeMap::new();
+    // Plan order is a topological order (render sorts it).
+    let bootstrap: Vec<&str> = releases
+        .iter()
+        .filter(|r| r["bootstrap"] == true)
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    for r in releases {
+        let name = r["name"].as_str().unwrap();
+        let mut before: Vec<&str> = r["dependsOn"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        if r["bootstrap"] != true {
+            before.extend(bootstrap.iter().copied());
+        }
+        let start = before.iter().map(|d| finish[*d]).max().unwrap_or(0);
+        finish.insert(name.to_string(), start + dur(name));
+    }
+    finish.values().copied().max().unwrap_or(0)
+}
+
+struct Row {
+    plan: &'static str,
+    releases: usize,
+    concurrency: u32,
+    wall: f64,
+    critical: i64,
+}
+
+fn run(bin: &std::path::Path, stages: &std::path::Path, name: &'static str, plugins: &str, concurrency: u32) -> Row {
+    let cp = std::sync::Arc::new(ControlPlane::start_with_stages(bin, testbed::rendered_nodes(), stages));
+    let mut bed = Bed::new(cp);
+    bed.publish_with(plugins, Some(concurrency));
+    let t = Instant::now();
+    let r = bed.reconcile();
+    let wall = t.elapsed().as_secs_f64();
+    if r.code != 0 {
+        eprintln!(
+            "{name} (concurrency {concurrency}): the reconciler failed:\n{}",
+            r.stderr
+        );
+    }
+    let status: BTreeMap<String, Value> = bed
+        .releases
+        .iter()
+        .map(|(n, _, _)| (n.clone(), bed.status(n)))
+        .collect();
+    Row {
+        plan: name,
+        releases: bed.releases.len(),
+        concurrency,
+        wall,
+        critical: critical_path(&bed.plan, &status),
+    }
+}
+
+fn main() {
+    let bin = testbed::bin_dir("bench-installer").expect("the test bed is needed (make testbed)");
+    let dir = tempfile::tempdir().unwrap();
+    let stages = delayed_stages(&bin, dir.path());
+    let default = kube_aws::render::plan::CONCURRENCY;
+    let synth = synthetic();
+    let mut rows = Vec::new();
+    for (name, plugins) in [("built-in", BUILT_INS), ("synthetic-30", synth.as_str())] {
+        for c in [1, default] {
+            let row = run(&bin, &stages, name, plugins, c);
+            eprintln!(
+                "{name}: concurrency {c}: {:.1} s wall, critical path {} s",
+                row.wall, row.critical
+            );
+            rows.push(row);
+        }
+    }
+    println!(
+        "\naddon reconciler on the test bed (pods Ready {} s after scheduling; times in s)\n",
+        READY_DELAY_MS / 1000
+    );
+    println!("| plan | releases | concurrency | wall | critical path | wall / critical path |");
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {:.2} |",
+            r.plan,
+            r.releases,
+            r.concurrency,
+            r.wall,
+            r.critical,
+            r.wall / r.critical.max(1) as f64
+        );
+    }
+    for name in ["built-in", "synthetic-30"] {
+        let seq = rows.iter().find(|r| r.plan == name && r.concurrency == 1).unwrap();
+        let par = rows.iter().find(|r| r.plan == name && r.concurrency != 1).unwrap();
+        println!("{name}: parallel is {:.2}x faster than sequential", seq.wall / par.wall);
+    }
+}

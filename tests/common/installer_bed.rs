@@ -1,0 +1,299 @@
+//! A controller's side of the addon reconciler against the control-plane
+//! test bed: its file system (under KUBE_AWS_ROOT), a moto account for S3 and
+//! SSM, the real aws CLI behind a wrapper that answers CloudFormation (moto
+//! ignores WaitConditions), and `publish`, which does what `kube-aws up` does
+//! for the addons with the shared upstream charts. Used by
+//! tests/installer_testbed.rs and benches/installer.rs.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::charts::{lock_to_shared_charts, shared_charts};
+use super::testbed::{ControlPlane, NODES_CLUSTER_YAML};
+use super::MotoEnv;
+use kube_aws::chart::ChartCache;
+use kube_aws::pipeline::{prepare, PrepareOptions};
+use kube_aws::render::{self, HelmBinary};
+use serde_json::Value;
+
+pub const BUCKET: &str = "kube-aws-testbed";
+pub const PREFIX: &str = "clusters/testbed";
+
+/// In front of the real aws CLI (moto): records every call; answers
+/// `cloudformation describe-stack-resource` (CREATE_IN_PROGRESS until
+/// signalled, then CREATE_COMPLETE) and records `signal-resource`.
+const AWS_WRAPPER: &str = r#"#!/bin/bash
+echo "aws $*" >>"$FAKE_LOG"
+args=("$@")
+is_cfn=false; op=""; wc=""; status=""
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    cloudformation) is_cfn=true; op=${args[i + 1]} ;;
+    --logical-resource-id) wc=${args[i + 1]} ;;
+    --status) status=${args[i + 1]} ;;
+  esac
+done
+if $is_cfn; then
+  mkdir -p "$FAKE_STATE/wc"
+  case "$op" in
+    describe-stack-resource)
+      state=CREATE_IN_PROGRESS
+      [ -e "$FAKE_STATE/wc/$wc" ] && state=CREATE_COMPLETE
+      printf '{"StackResourceDetail": {"LogicalResourceId": "%s", "ResourceStatus": "%s"}}\n' "$wc" "$state"
+      exit 0 ;;
+    signal-resource)
+      echo "$status" >"$FAKE_STATE/wc/$wc"
+      exit 0 ;;
+  esac
+  echo "aws wrapper: unsupported cloudformation call: $*" >&2
+  exit 2
+fi
+exec "$REAL_AWS" "$@"
+"#;
+
+fn write_exec(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn sha(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// One controller's file system, its moto account, and the plan it was given.
+pub struct Bed {
+    dir: tempfile::TempDir,
+    pub env: MotoEnv,
+    pub cp: std::sync::Arc<ControlPlane>,
+    /// (release, namespace, wait condition) in plan order.
+    pub releases: Vec<(String, String, String)>,
+    pub plan: Value,
+    /// The controller's cloud-config, as the latest publish rendered it.
+    cloud_config: String,
+}
+
+impl Bed {
+    pub fn new(cp: std::sync::Arc<ControlPlane>) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let env = MotoEnv::new();
+        env.aws(&[
+            "s3api",
+            "create-bucket",
+            "--bucket",
+            BUCKET,
+            "--create-bucket-configuration",
+            "LocationConstraint=us-west-2",
+        ]);
+        write_exec(&root.join("wrap/aws"), AWS_WRAPPER);
+        // The helm client tarball the plan pins: the test bed's helm.
+        let build = root.join("build/linux-amd64");
+        std::fs::create_dir_all(&build).unwrap();
+        std::fs::copy(cp.bin.join("helm"), build.join("helm")).unwrap();
+        let st = Command::new("tar")
+            .arg("-czf")
+            .arg(root.join("helm.tgz"))
+            .arg("-C")
+            .arg(root.join("build"))
+            .arg("linux-amd64")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Bed {
+            dir,
+            env,
+            cp,
+            releases: Vec::new(),
+            plan: Value::Null,
+            cloud_config: String::new(),
+        }
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// What `kube-aws up` does for the addons, with the work tree `plugins`
+    /// (a cluster.yaml `plugins:` block) over the test bed's cluster: the
+    /// pipeline pins the shared charts, render writes the plan, and the
+    /// charts, the bundle and the pointer go to moto.
+    pub fn publish(&mut self, plugins: &str) {
+        self.publish_with(plugins, None)
+    }
+
+    /// [`Bed::publish`], with the plan's `concurrency` replaced (benches/installer.rs
+    /// compares 1 with the default): the bundle is re-hashed and the pointer
+    /// names the new one, as a publish of that plan would.
+    pub fn publish_with(&mut self, plugins: &str, concurrency: Option<u32>) {
+        let wt = self.path("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        let cluster_yaml = format!(
+            "{}\nkubernetesVersion: \"{}\"\n{plugins}",
+            NODES_CLUSTER_YAML.replace("s3://kube-aws-testbed", &format!("s3://{BUCKET}/clusters")),
+            self.cp.version.trim_start_matches('v')
+        );
+        std::fs::write(wt.join("cluster.yaml"), cluster_yaml).unwrap();
+        let cache = ChartCache::new(self.path("cache"));
+        let archives = lock_to_shared_charts(&wt, &cache, &shared_charts());
+        let mut prepared = prepare(&PrepareOptions {
+            dir: wt,
+            cache_dir: cache.root().to_path_buf(),
+            require_charts: true,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let helm_tgz = std::fs::read(self.path("helm.tgz")).unwrap();
+        prepared.input.helm_binary = HelmBinary {
+            version: "v3.16.3".into(),
+            url: format!("file://{}", self.path("helm.tgz").display()),
+            sha256: sha(&helm_tgz),
+        };
+        let rendered = render::render(&prepared.input).unwrap_or_else(|e| panic!("{e}"));
+        let plan: Value = serde_json::from_slice(rendered.get("addons/plan.json").unwrap()).unwrap();
+        let up = |key: &str, file: &Path| {
+            self.env.aws(&[
+                "s3",
+                "cp",
+                "--only-show-errors",
+                &file.display().to_string(),
+                &format!("s3://{key}"),
+            ]);
+        };
+        for e in plan["releases"].as_array().unwrap() {
+            let name = e["name"].as_str().unwrap();
+            let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
+            up(key, &archives[name]);
+        }
+        let stack: Value = serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
+        let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
+        let mut value = pointer["Value"].as_str().unwrap().to_string();
+        let mut target: Value = serde_json::from_str(&value).unwrap();
+        let mut bundle = rendered.get("addons/bundle.json").unwrap().to_vec();
+        assert_eq!(target["sha256"], sha(&bundle));
+        let mut plan = plan;
+        if let Some(c) = concurrency {
+            plan["concurrency"] = c.into();
+            let mut doc: Value = serde_json::from_slice(&bundle).unwrap();
+            doc["files"]["plan.json"] = serde_json::to_string(&plan).unwrap().into();
+            bundle = serde_json::to_vec(&doc).unwrap();
+            target["sha256"] = sha(&bundle).into();
+            target["uri"] = format!("{}.c{c}", target["uri"].as_str().unwrap()).into();
+            value = target.to_string();
+        }
+        std::fs::write(self.path("bundle.json"), &bundle).unwrap();
+        up(
+            target["uri"].as_str().unwrap().strip_prefix("s3://").unwrap(),
+            &self.path("bundle.json"),
+        );
+        self.env.aws(&[
+            "ssm",
+            "put-parameter",
+            "--overwrite",
+            "--type",
+            "String",
+            "--name",
+            pointer["Name"].as_str().unwrap(),
+            "--value",
+            &value,
+        ]);
+        self.cloud_config = rendered.text("userdata/controller.cloud-config").unwrap().to_string();
+        self.releases = plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().into(),
+                    e["namespace"].as_str().unwrap().into(),
+                    e["waitCondition"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        self.plan = plan;
+    }
+
+    /// One tick of the reconciler's timer, on this controller.
+    pub fn reconcile(&self) -> Run {
+        // The controller's files: its cloud-config's (the node program,
+        // reconciler.json) and runtime.json, under KUBE_AWS_ROOT.
+        let node = self.path("node");
+        super::write_cloud_config_files(&self.cloud_config, &node);
+        std::fs::write(
+            node.join("etc/kube-aws/runtime.json"),
+            serde_json::json!({
+                "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
+                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef",
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(node.join("run/kube-aws/secrets")).unwrap();
+        let log = self.path("calls.log");
+        std::fs::write(&log, "").unwrap();
+        let mut cmd = Command::new("python3");
+        cmd.arg(node.join("opt/kube-aws/bin/kube-aws-node")).arg("reconcile");
+        self.env.apply(&mut cmd);
+        let path = format!(
+            "{}:{}:{}",
+            self.path("wrap").display(),
+            self.cp.bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = cmd
+            .env("PATH", path)
+            .env("REAL_AWS", super::tool("aws"))
+            .env("FAKE_LOG", &log)
+            .env("FAKE_STATE", self.path("state"))
+            .env("KUBE_AWS_ROOT", &node)
+            .env("KUBE_AWS_RETRY_DELAY", "1")
+            .env("KUBE_AWS_POLL_INTERVAL", "1")
+            .env("KUBE_AWS_SIGNAL_DELAY", "0")
+            .env("KUBECONFIG", &self.cp.kubeconfig)
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            calls: std::fs::read_to_string(&log).unwrap(),
+        }
+    }
+
+    /// A status object the reconciler wrote to moto's S3.
+    pub fn status(&self, release: &str) -> Value {
+        let out = self.path(&format!("status-{release}.json"));
+        self.env.aws(&[
+            "s3",
+            "cp",
+            "--only-show-errors",
+            &format!("s3://{BUCKET}/{PREFIX}/status/addons/{release}.json"),
+            &out.display().to_string(),
+        ]);
+        serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+    }
+
+    /// The wait conditions signalled, with their status.
+    pub fn signalled(&self, wc: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(&format!("state/wc/{wc}")))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stderr: String,
+    pub calls: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\nstderr:\n{}\ncalls:\n{}",
+            self.code, self.stderr, self.calls
+        )
+    }
+}
