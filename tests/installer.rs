@@ -1,11 +1,17 @@
 //! The addon reconciler (`kube-aws-node reconcile`, the node program as the
 //! controller's cloud-config ships it) run for real with python3, with helm,
-//! kubectl, aws and curl replaced by recording
-//! fakes on PATH: the fakes map `s3://` to a directory, keep the plan pointer
-//! (the SSM parameter) and the S3 lock objects there, and answer
-//! DescribeStackResource from it. These are the recording fakes, not the
-//! control-plane test bed: the reconciler's AWS side (pointer, lock, bundle,
-//! DescribeStackResource, signals) has no stand-in in the test bed.
+//! kubectl, aws and curl replaced by recording fakes on PATH: the fakes map
+//! `s3://` to a directory, keep the plan pointer (the SSM parameter) and the
+//! S3 lock objects there, and answer DescribeStackResource from it.
+//!
+//! The real helm and kubectl on the control-plane test bed, with S3 and SSM on
+//! moto, run in tests/installer_testbed.rs (the built-in plan, a rejected
+//! release, a plan change). What stays here is what the test bed cannot
+//! reach or stage: Helm v2 (Tiller cannot run on simulated nodes); helm
+//! failing with a secret quoted in its error; a tampered or unlocked chart
+//! object; wait conditions already complete or dropped by a newer plan
+//! (moto ignores WaitConditions); a second controller that finds the plan
+//! taken; install timing precise enough to show releases side by side.
 //!
 //! Checked: install order (independent releases side by side, up to the
 //! plan's concurrency, log lines whole and named), dependants skipped after a failure, the Tiller step
@@ -14,8 +20,9 @@
 //! messages and filled into the bundle's values; a plan change installs only
 //! the changed releases, uninstalls dropped ones, signals only the new wait
 //! conditions, and a repeat is a no-op; a complete wait condition, or one a
-//! newer plan dropped, is never signalled. Not covered: real helm/kubectl
-//! behaviour, IMDS, or whether CloudFormation accepts the signals (moto cannot).
+//! newer plan dropped, is never signalled. Not covered here: real helm/kubectl
+//! behaviour (installer_testbed.rs), IMDS, or whether CloudFormation accepts
+//! the signals (nothing here can).
 
 mod common;
 mod render_fixtures;
