@@ -4,7 +4,8 @@
 //! default (parallel). kwok marks every pod Ready a fixed delay after it is
 //! scheduled (its pod-ready stage with `delay`), standing in for image pulls
 //! and readiness probes. Two plans:
-//! - the built-in plan of the test bed's cluster;
+//! - the built-in plan of the test bed's cluster (the pod identity webhook
+//!   off: kwok runs no webhook server, tests/installer_testbed.rs says why);
 //! - a synthetic graph of 30 releases in 10 layers of 3, each release
 //!   depending on all 3 of the layer before: its critical path is 10 releases.
 //!
@@ -36,6 +37,7 @@ const BUILT_INS: &str = "plugins:
   cluster-dump: {enabled: true}
   external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
   dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
+  pod-identity-webhook: {enabled: false}
 ";
 
 /// 10 layers of 3 external-dns releases (one Deployment each); every release

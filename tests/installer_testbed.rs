@@ -24,11 +24,14 @@
 
 mod common;
 
-use common::installer_bed::Bed;
+use common::installer_bed::{secret_value, Bed};
 use common::testbed;
 use serde_json::Value;
 
-/// The built-ins whose charts the shared data holds and that run on kwok nodes.
+/// The built-ins whose charts the shared data holds and that run on kwok
+/// nodes. The pod identity webhook is off: kwok runs no webhook server, and
+/// its fail-closed entry would refuse the pods of the plugins' service
+/// accounts (tests/testbed.rs dry-runs its manifests on the real apiserver).
 const BUILT_INS: &str = "plugins:
   aws-vpc-cni: {enabled: true}
   aws-cloud-controller-manager: {enabled: true}
@@ -39,6 +42,7 @@ const BUILT_INS: &str = "plugins:
   cluster-dump: {enabled: true}
   external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
   dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
+  pod-identity-webhook: {enabled: false}
 ";
 
 #[test]
@@ -134,6 +138,25 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
         managers.lines().any(|l| l.ends_with("/Apply")),
         "cluster-dump's CronJob was not server-side applied: {managers}"
     );
+    // dex's secret parameters reached helm filled in from the controller's
+    // store, and its manifests were all applied.
+    let refs = bed.secret_references();
+    assert!(refs.iter().any(|r| r.starts_with("kube-aws-secret.dex.")), "{refs:?}");
+    let values = std::process::Command::new(cp.bin.join("helm"))
+        .args(["get", "values", "dex", "-n"])
+        .arg(&bed.releases.iter().find(|(n, _, _)| n == "dex").unwrap().1)
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .output()
+        .unwrap();
+    let values = String::from_utf8_lossy(&values.stdout);
+    for r in refs.iter().filter(|r| r.starts_with("kube-aws-secret.dex.")) {
+        assert!(
+            values.contains(&secret_value(r)) && !values.contains(r.as_str()),
+            "{r} not filled in dex's values:\n{values}"
+        );
+    }
+    assert!(!run.stderr.contains("could not be applied"), "{run}");
     // A second tick with the same plan is a no-op: nothing installed, nothing signalled.
     let again = bed.reconcile();
     assert_eq!(again.code, 0, "{again}");

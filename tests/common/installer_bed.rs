@@ -230,7 +230,13 @@ impl Bed {
             .to_string(),
         )
         .unwrap();
-        std::fs::create_dir_all(node.join("run/kube-aws/secrets")).unwrap();
+        // What `kube-aws-node secrets` leaves: each plugin secret the bundle's
+        // files reference, decrypted (here: a stand-in value, `secret_value`).
+        let store = node.join("run/kube-aws/secrets");
+        std::fs::create_dir_all(&store).unwrap();
+        for r in self.secret_references() {
+            std::fs::write(store.join(&r), secret_value(&r)).unwrap();
+        }
         let log = self.path("calls.log");
         std::fs::write(&log, "").unwrap();
         let mut cmd = Command::new("python3");
@@ -261,6 +267,27 @@ impl Bed {
         }
     }
 
+    /// The plugin secret references (`kube-aws-secret.…`) in the files the
+    /// published bundle marks as holding some.
+    pub fn secret_references(&self) -> Vec<String> {
+        let bundle: Value = serde_json::from_slice(&std::fs::read(self.path("bundle.json")).unwrap()).unwrap();
+        let re = regex::Regex::new(r"kube-aws-secret\.[A-Za-z0-9_.-]*[A-Za-z0-9_-]").unwrap();
+        let mut refs: Vec<String> = bundle["secretFiles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|f| {
+                let text = bundle["files"][f["path"].as_str().unwrap()]
+                    .as_str()
+                    .unwrap_or_default();
+                re.find_iter(text).map(|m| m.as_str().to_string()).collect::<Vec<_>>()
+            })
+            .collect();
+        refs.sort();
+        refs.dedup();
+        refs
+    }
+
     /// A status object the reconciler wrote to moto's S3.
     pub fn status(&self, release: &str) -> Value {
         let out = self.path(&format!("status-{release}.json"));
@@ -280,6 +307,11 @@ impl Bed {
             .ok()
             .map(|s| s.trim().to_string())
     }
+}
+
+/// The stand-in plaintext of the plugin secret `reference` on the bed's controller.
+pub fn secret_value(reference: &str) -> String {
+    format!("plain-{}", reference.trim_start_matches("kube-aws-secret."))
 }
 
 pub struct Run {
