@@ -13,7 +13,8 @@
 //! the releases' own durations (their status objects' startedAt..updatedAt,
 //! whole seconds) along the plan's dependencies (and bootstrap-first). Each
 //! run has a control plane of its own, so nothing is already installed.
-//! Prints figures; asserts nothing. Not a test (Cargo.toml `test = false`).
+//! Prints figures; asserts nothing. Not a test: without `--bench` (which
+//! `cargo bench` passes) it returns at once.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -157,6 +158,12 @@ fn run(bin: &std::path::Path, stages: &std::path::Path, name: &'static str, plug
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench targets too, without `--bench`
+    // (which `cargo bench` passes): this is a benchmark, not a test.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("benches/installer: runs under `make bench-installer` (cargo bench) only");
+        return;
+    }
     let bin = testbed::bin_dir("bench-installer").expect("the test bed is needed (make testbed)");
     let dir = tempfile::tempdir().unwrap();
     let stages = delayed_stages(&bin, dir.path());
