@@ -503,3 +503,52 @@ fn bad_hooks_are_located() {
         "{text}"
     );
 }
+
+#[test]
+fn cluster_dump_now_triggers_the_cron_job_through_the_kubeconfig() {
+    let t = work_tree(&[("cluster-dump", "")]);
+    let dir = wt(&t);
+    let bin = t.path().join("bin");
+    let log = t.path().join("kubectl.args");
+    write_exec(
+        &bin.join("kubectl"),
+        "#!/bin/sh\nprintf '%s\\n' \"KUBECONFIG=$KUBECONFIG\" \"$@\" > \"$LOG\"\n",
+    );
+    let o = kube_aws(&dir)
+        .env("PATH", path_with(&bin))
+        .env("KUBECONFIG", "/tmp/some.kubeconfig")
+        .env("LOG", &log)
+        .args(["dump-now", "--context", "demo"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", output_text(&o));
+    let args = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = args.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "KUBECONFIG=/tmp/some.kubeconfig",
+            "--namespace",
+            "kube-system",
+            "create",
+            "job"
+        ]
+    );
+    assert!(lines[5].starts_with("cluster-dump-now-"), "{args}");
+    assert_eq!(lines[6..], ["--from=cronjob/cluster-dump", "--context", "demo"]);
+
+    // Without a kubeconfig it says why it cannot.
+    let o = kube_aws(&dir)
+        .env("PATH", path_with(&bin))
+        .env_remove("KUBECONFIG")
+        .env("HOME", t.path())
+        .arg("dump-now")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        output_text(&o).contains("dump-now: no kubeconfig"),
+        "{}",
+        output_text(&o)
+    );
+}
