@@ -504,6 +504,27 @@ fn bad_hooks_are_located() {
         text.contains("spec.hooks.preRender[0].timeout: \"soon\" is not a duration"),
         "{text}"
     );
+    // validate finds the same, without running anything.
+    let o = kube_aws(&dir).arg("validate").output().unwrap();
+    let text = output_text(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("spec.hooks.preRender[0].run: \"../x.sh\" escapes the plugin directory"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spec.hooks.preRender[0].timeout: \"soon\" is not a duration"),
+        "{text}"
+    );
+
+    // plugins show names the hook (it never runs it).
+    plugin(&dir, "bad", "  hooks:\n    postUp:\n      - run: notify.sh\n");
+    let o = kube_aws(&dir).args(["plugins", "show", "bad"]).output().unwrap();
+    assert!(
+        output_text(&o).contains("postUp hook notify.sh (runs on your machine)"),
+        "{}",
+        output_text(&o)
+    );
 }
 
 #[test]

@@ -183,6 +183,17 @@ fn hooks(d: &PluginDef) -> Vec<String> {
             }
         }
     }
+    for (key, list) in s.hooks.all() {
+        for h in list {
+            out.push(format!("{key} hook {} (runs on your machine)", h.run));
+        }
+    }
+    for c in &s.commands {
+        out.push(format!(
+            "command `kube-aws {}` runs {} (on your machine)",
+            c.name, c.run
+        ));
+    }
     out
 }
 

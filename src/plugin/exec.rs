@@ -122,14 +122,45 @@ pub struct Program {
     _temp: Option<tempfile::TempDir>,
 }
 
-/// Checks the plugin file `rel` (named at plugin.yaml key `key`) and makes it
-/// ready to run: inside the plugin directory, a regular file, executable.
-pub fn program(def: &PluginDef, key: &str, rel: &str) -> Result<Program, ExecError> {
-    let clean = safe_relative(rel).map_err(|why| invalid(def.err(key, why)))?;
-    let missing = || invalid(def.err(key, format!("{rel:?} does not exist in {}", def.display_dir.display())));
+/// A plugin file that passed the checks.
+enum Checked {
+    Embedded(&'static include_dir::Dir<'static>, &'static include_dir::File<'static>),
+    Disk { root: PathBuf, path: PathBuf },
+}
+
+/// Checks the plugin file `rel` (named at plugin.yaml key `key`): inside the
+/// plugin directory (symlinks resolved), a regular file, executable.
+fn check(def: &PluginDef, key: &str, rel: &str) -> Result<Checked, Located> {
+    let clean = safe_relative(rel).map_err(|why| def.err(key, why))?;
+    let missing = || def.err(key, format!("{rel:?} does not exist in {}", def.display_dir.display()));
     match &def.root {
         PluginRoot::Embedded(dir) => {
             let file = dir.get_file(dir.path().join(&clean)).ok_or_else(missing)?;
+            Ok(Checked::Embedded(dir, file))
+        }
+        PluginRoot::Disk(root) => {
+            let root = std::path::absolute(root).unwrap_or_else(|_| root.clone());
+            let path = root.join(&clean);
+            let shown = def.display_file(&clean.to_string_lossy());
+            let meta = std::fs::metadata(&path).map_err(|_| missing())?;
+            crate::reader::check_inside(&root, &path)
+                .map_err(|why| def.err(key, format!("{} {why}", shown.display())))?;
+            if !meta.is_file() {
+                return Err(def.err(key, format!("{} is not a regular file", shown.display())));
+            }
+            if meta.permissions().mode() & 0o111 == 0 {
+                return Err(def.err(key, format!("{} is not executable (chmod +x it)", shown.display())));
+            }
+            Ok(Checked::Disk { root, path })
+        }
+    }
+}
+
+/// Checks the plugin file `rel` (named at plugin.yaml key `key`) and makes it
+/// ready to run.
+pub fn program(def: &PluginDef, key: &str, rel: &str) -> Result<Program, ExecError> {
+    match check(def, key, rel).map_err(invalid)? {
+        Checked::Embedded(dir, file) => {
             let prepare = |source| ExecError::Prepare {
                 plugin: def.name().to_string(),
                 source,
@@ -147,30 +178,46 @@ pub fn program(def: &PluginDef, key: &str, rel: &str) -> Result<Program, ExecErr
                 _temp: Some(temp),
             })
         }
-        PluginRoot::Disk(root) => {
-            let root = std::path::absolute(root).unwrap_or_else(|_| root.clone());
-            let path = root.join(&clean);
-            let shown = def.display_file(&clean.to_string_lossy());
-            let meta = std::fs::metadata(&path).map_err(|_| missing())?;
-            crate::reader::check_inside(&root, &path)
-                .map_err(|why| invalid(def.err(key, format!("{} {why}", shown.display()))))?;
-            if !meta.is_file() {
-                return Err(invalid(
-                    def.err(key, format!("{} is not a regular file", shown.display())),
-                ));
+        Checked::Disk { root, path } => Ok(Program {
+            path,
+            plugin_dir: root,
+            _temp: None,
+        }),
+    }
+}
+
+/// A hook's timeout, checked (`spec.hooks.<key>[i]` is `at`).
+fn hook_timeout(def: &PluginDef, at: &str, spec: &HookSpec) -> Result<Duration, Located> {
+    match spec.timeout.as_deref().map(|t| humantime::parse_duration(t.trim())) {
+        None => Ok(DEFAULT_HOOK_TIMEOUT),
+        Some(Ok(d)) if !d.is_zero() => Ok(d),
+        Some(_) => Err(def.err(
+            &format!("{at}.timeout"),
+            format!(
+                "{:?} is not a duration above zero (use e.g. \"30s\" or \"5m\")",
+                spec.timeout.as_deref().unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+/// Every command and hook of the enabled plugins (`on[i]` for `defs[i]`),
+/// checked without running or copying anything: for `validate`.
+pub fn check_programs(defs: &[PluginDef], on: &[bool], builtins: &[String]) -> Vec<Located> {
+    let mut errors = check_commands(defs, builtins);
+    for (def, _) in defs.iter().zip(on).filter(|(_, on)| **on) {
+        for (i, c) in def.manifest.spec.commands.iter().enumerate() {
+            errors.extend(check(def, &format!("spec.commands[{i}].run"), &c.run).err());
+        }
+        for (key, list) in def.manifest.spec.hooks.all() {
+            for (i, spec) in list.iter().enumerate() {
+                let at = format!("spec.hooks.{key}[{i}]");
+                errors.extend(hook_timeout(def, &at, spec).err());
+                errors.extend(check(def, &format!("{at}.run"), &spec.run).err());
             }
-            if meta.permissions().mode() & 0o111 == 0 {
-                return Err(invalid(
-                    def.err(key, format!("{} is not executable (chmod +x it)", shown.display())),
-                ));
-            }
-            Ok(Program {
-                path,
-                plugin_dir: root,
-                _temp: None,
-            })
         }
     }
+    errors
 }
 
 fn invalid(l: Located) -> ExecError {
@@ -383,20 +430,7 @@ pub fn run_hooks(run: &HookRun<'_>) -> Result<usize, ExecError> {
         };
         for (i, spec) in list.iter().enumerate() {
             let at = format!("spec.hooks.{key}[{i}]");
-            let timeout = match spec.timeout.as_deref().map(|t| humantime::parse_duration(t.trim())) {
-                None => Some(DEFAULT_HOOK_TIMEOUT),
-                Some(Ok(d)) if !d.is_zero() => Some(d),
-                Some(_) => {
-                    errors.push(def.err(
-                        &format!("{at}.timeout"),
-                        format!(
-                            "{:?} is not a duration above zero (use e.g. \"30s\" or \"5m\")",
-                            spec.timeout.as_deref().unwrap_or_default()
-                        ),
-                    ));
-                    None
-                }
-            };
+            let timeout = hook_timeout(def, &at, spec).map_err(|e| errors.push(e)).ok();
             match program(def, &format!("{at}.run"), &spec.run) {
                 Ok(program) => planned.extend(timeout.map(|timeout| Planned {
                     def,
