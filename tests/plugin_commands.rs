@@ -575,3 +575,30 @@ fn cluster_dump_now_triggers_the_cron_job_through_the_kubeconfig() {
         output_text(&o)
     );
 }
+
+#[test]
+fn a_hook_printing_100_mb_is_streamed_not_buffered() {
+    let t = work_tree(&[("loud", "")]);
+    let dir = wt(&t);
+    plugin(&dir, "loud", "  hooks:\n    preRender:\n      - run: loud.sh\n");
+    // 100 MB without a newline (the worst case for a line buffer), then
+    // kube-aws's (the parent's) peak resident memory so far.
+    write_exec(
+        &dir.join("plugins/loud/loud.sh"),
+        "#!/bin/sh\nhead -c 100000000 /dev/zero\ngrep VmHWM /proc/$PPID/status > \"$KUBE_AWS_DIR/peak\"\n",
+    );
+    // Not captured: the test would hold the 100 MB itself.
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("kube-aws"))
+        .arg("render")
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let peak = std::fs::read_to_string(dir.join("peak")).unwrap();
+    let kb: u64 = peak.split_whitespace().nth(1).unwrap().parse().unwrap();
+    eprintln!("kube-aws peak RSS while a hook printed 100 MB: {kb} kB");
+    assert!(kb < 64 * 1024, "kube-aws held {kb} kB: the output was buffered");
+}
