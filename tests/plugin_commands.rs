@@ -602,3 +602,47 @@ fn a_hook_printing_100_mb_is_streamed_not_buffered() {
     eprintln!("kube-aws peak RSS while a hook printed 100 MB: {kb} kB");
     assert!(kb < 64 * 1024, "kube-aws held {kb} kB: the output was buffered");
 }
+
+#[test]
+fn ctrl_c_during_a_hook_kills_its_group_and_stops_the_step() {
+    let t = work_tree(&[("slow", "")]);
+    let dir = wt(&t);
+    plugin(&dir, "slow", "  hooks:\n    preRender:\n      - run: slow.sh\n");
+    write_exec(
+        &dir.join("plugins/slow/slow.sh"),
+        "#!/bin/sh\nsleep 60 &\necho $! > \"$KUBE_AWS_DIR/child.pid\"\nwait\n",
+    );
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kube-aws"))
+        .arg("render")
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = dir.join("child.pid");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pid_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // What the terminal sends to kube-aws's process group (the hook has its own).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let start = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("hook preRender[0] (slow.sh) was interrupted; its process group was killed"),
+        "{err}"
+    );
+    assert!(!dir.join("rendered").exists());
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let proc = PathBuf::from(format!("/proc/{}", pid.trim()));
+    let gone = || !proc.exists() || std::fs::read_to_string(proc.join("stat")).is_ok_and(|s| s.contains(") Z "));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(gone(), "the hook's child survived Ctrl-C");
+}

@@ -16,6 +16,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -335,11 +336,50 @@ pub fn run_command(target: &Target, dir: &Path, args: &[OsString]) -> Result<u8,
         Some(p) => cmd.env("KUBE_AWS_PLUGIN_DIR", p),
         None => cmd.env_remove("KUBE_AWS_PLUGIN_DIR"),
     };
+    // Ctrl-C reaches the command (same process group); kube-aws waits for it
+    // and passes its status on, as cargo does.
+    let _guard = SignalGuard::new(&[libc::SIGINT]);
     let status = cmd.status().map_err(|source| ExecError::Spawn {
         path: path.clone(),
         source,
     })?;
     Ok(exit_status(status))
+}
+
+/// Set by SIGINT or SIGTERM while a [`SignalGuard`] is installed.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn note_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Notes `signals` instead of dying of them until dropped, then restores the
+/// previous dispositions. A handler (unlike SIG_IGN) is reset to the default
+/// in a program we start, so the program still gets the signal's usual effect.
+struct SignalGuard {
+    old: Vec<(libc::c_int, libc::sighandler_t)>,
+}
+
+impl SignalGuard {
+    fn new(signals: &[libc::c_int]) -> SignalGuard {
+        INTERRUPTED.store(false, Ordering::SeqCst);
+        let handler = note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        let old = signals
+            .iter()
+            .map(|&s| (s, unsafe { libc::signal(s, handler) }))
+            .collect();
+        SignalGuard { old }
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for &(s, h) in &self.old {
+            // SAFETY: restores the disposition saved in `new`.
+            unsafe { libc::signal(s, h) };
+        }
+    }
 }
 
 fn exit_status(s: ExitStatus) -> u8 {
@@ -519,13 +559,19 @@ pub fn run_hooks(run: &HookRun<'_>) -> Result<usize, ExecError> {
             source,
         })?;
         match outcome {
-            None => {
+            Outcome::TimedOut => {
                 return Err(fail(format!(
                     "timed out after {}; its process group was killed",
                     humantime::format_duration(p.timeout)
                 )))
             }
-            Some(s) if !s.success() => {
+            Outcome::Interrupted => {
+                return Err(fail(format!(
+                    "was interrupted; its process group was killed and {} stopped",
+                    run.step.as_str()
+                )))
+            }
+            Outcome::Exited(s) if !s.success() => {
                 let what = match (s.code(), s.signal()) {
                     (Some(c), _) => format!("exited with code {c}"),
                     (None, Some(sig)) => format!("was killed by signal {sig}"),
@@ -537,7 +583,7 @@ pub fn run_hooks(run: &HookRun<'_>) -> Result<usize, ExecError> {
                 };
                 return Err(fail(format!("{what}{after}")));
             }
-            Some(_) => {}
+            Outcome::Exited(_) => {}
         }
         if let Some(before) = before {
             let after = tree_digest(&rendered);
@@ -576,8 +622,11 @@ fn write_private(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
 
 /// Spawns `cmd` in a process group of its own, streams its output to stderr
 /// with every line prefixed `[plugin] `, and waits at most `timeout`. Returns
-/// None on a timeout. The group is killed either way once the hook is done.
-fn run_bounded(cmd: &mut Command, plugin: &str, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+/// how it ended. The group is killed either way once the hook is done.
+fn run_bounded(cmd: &mut Command, plugin: &str, timeout: Duration) -> std::io::Result<Outcome> {
+    // The hook has a process group of its own, so Ctrl-C at the terminal does
+    // not reach it: kube-aws notes the signal and kills the group itself.
+    let _guard = SignalGuard::new(&[libc::SIGINT, libc::SIGTERM]);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -597,15 +646,20 @@ fn run_bounded(cmd: &mut Command, plugin: &str, timeout: Duration) -> std::io::R
     })
     .collect();
     let deadline = Instant::now() + timeout;
-    let status = loop {
+    let outcome = loop {
         if let Some(s) = child.try_wait()? {
-            break Some(s);
+            break Outcome::Exited(s);
         }
-        if Instant::now() >= deadline {
+        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        if interrupted || Instant::now() >= deadline {
             // SAFETY: killpg has no memory effects; pgid is our child's own group.
             unsafe { libc::killpg(pgid, libc::SIGKILL) };
             child.wait()?;
-            break None;
+            break if interrupted {
+                Outcome::Interrupted
+            } else {
+                Outcome::TimedOut
+            };
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -615,7 +669,14 @@ fn run_bounded(cmd: &mut Command, plugin: &str, timeout: Duration) -> std::io::R
     for p in pumps {
         let _ = p.join();
     }
-    Ok(status)
+    Ok(outcome)
+}
+
+/// How a hook ended.
+enum Outcome {
+    Exited(ExitStatus),
+    TimedOut,
+    Interrupted,
 }
 
 /// Copies `from` to stderr chunk by chunk (never a whole line in memory),
