@@ -22,7 +22,10 @@ fn stdout(args: &[&str]) -> String {
 
 #[test]
 fn help() {
-    insta::assert_snapshot!(stdout(&["--help"]));
+    // No kube-aws-* program on PATH may join the "Plugin commands" section.
+    let out = kube_aws().env("PATH", "").arg("--help").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    insta::assert_snapshot!(String::from_utf8(out.stdout).unwrap());
 }
 
 #[test]

@@ -62,7 +62,14 @@ pub struct PublishArgs {
 /// Renders the work tree anew into `<dir>/rendered`, fetches any locked chart
 /// missing from the cache, and collects the plugins' secrets: what `up` and
 /// `update` publish. With `--use-rendered`, takes `<dir>/rendered` as it is.
-pub fn artifacts(dir: &std::path::Path, args: &PublishArgs) -> anyhow::Result<ArtifactsOptions> {
+/// The render hooks run around that render (not with `--use-rendered`).
+pub fn artifacts(
+    global: &super::GlobalOptions,
+    cluster: &crate::config::Cluster,
+    args: &PublishArgs,
+) -> anyhow::Result<ArtifactsOptions> {
+    use crate::plugin::exec::{Step, When};
+    let dir = &global.dir;
     let cache_dir = crate::chart::default_cache_dir();
     if args.use_rendered {
         let rendered_dir = rendered_dir(dir);
@@ -73,9 +80,13 @@ pub fn artifacts(dir: &std::path::Path, args: &PublishArgs) -> anyhow::Result<Ar
             secrets: Vec::new(),
         });
     }
-    Ok(prepare_deploy(&DeployPrepareOptions {
+    let rendered = rendered_dir(dir);
+    super::hooks(global, cluster, Step::Render, When::Pre, &rendered, None)?;
+    let out = prepare_deploy(&DeployPrepareOptions {
         dir: dir.to_path_buf(),
         cache_dir,
         fetch: crate::chart::FetchOptions::default(),
-    })?)
+    })?;
+    super::hooks(global, cluster, Step::Render, When::Post, &out.rendered_dir, None)?;
+    Ok(out)
 }

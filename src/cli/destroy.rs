@@ -1,11 +1,12 @@
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
-use super::GlobalOptions;
+use super::{hooks, GlobalOptions};
 use crate::aws::deploy;
 use crate::aws::publish::Location;
 use crate::aws::stack::{delete_stack, describe_stack};
 use crate::aws::wait::Operation;
 use crate::aws::{connect, AwsError};
 use crate::config::load_cluster;
+use crate::plugin::exec::{Step, When};
 
 /// Arguments of `kube-aws destroy`.
 #[derive(Debug, clap::Args)]
@@ -26,8 +27,10 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
     let location = Location::new(cfg)?;
-    runtime()?.block_on(async {
-        let clients = connect(&args.aws.options(), &cfg.region).await?;
+    let rendered = crate::aws::deploy::rendered_dir(&global.dir);
+    let rt = runtime()?;
+    let clients = rt.block_on(connect(&args.aws.options(), &cfg.region))?;
+    let deleted = rt.block_on(async {
         let stack = describe_stack(&clients, &cfg.cluster_name)
             .await?
             .ok_or_else(|| AwsError::StackMissing {
@@ -39,8 +42,10 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
         );
         if !deploy::confirm(&question, args.yes)? {
             println!("not deleted");
-            return Ok(());
+            return Ok::<bool, anyhow::Error>(false);
         }
+        // Asked first, so a declined destroy runs no hook.
+        tokio::task::block_in_place(|| hooks(global, &cluster, Step::Destroy, When::Pre, &rendered, None))?;
         delete_stack(&clients, &stack.stack_id).await?;
         println!("deleting stack {:?}", cfg.cluster_name);
         if args.wait.wait {
@@ -64,6 +69,10 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
                 location.s3_uri()
             );
         }
-        Ok(())
-    })
+        Ok(true)
+    })?;
+    if deleted {
+        hooks(global, &cluster, Step::Destroy, When::Post, &rendered, None)?;
+    }
+    Ok(())
 }

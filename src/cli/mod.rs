@@ -17,9 +17,10 @@ mod up;
 mod update;
 mod validate;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// Bring up a Kubernetes cluster on AWS with its addons deployed and ready.
 #[derive(Debug, Parser)]
@@ -46,6 +47,9 @@ pub struct GlobalOptions {
     /// Disable colors (also honoured: the NO_COLOR environment variable)
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// Run no plugin hooks (render, up, update, destroy)
+    #[arg(long, global = true)]
+    pub no_hooks: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -86,6 +90,68 @@ pub enum Command {
     Kubeconfig(kubeconfig::KubeconfigArgs),
     /// List the etcd snapshots in S3 (key, size, time) and the last backup run
     Backups(backups::BackupsArgs),
+    /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
+    #[command(external_subcommand)]
+    External(Vec<OsString>),
+}
+
+/// Parses the process's command line. When help is asked for, the plugin
+/// commands and the `kube-aws-*` programs on PATH get a section of their own.
+pub fn parse() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let mut cmd = Cli::command();
+    let wants_help =
+        args.iter().skip(1).any(|a| a == "-h" || a == "--help") || args.get(1).is_some_and(|a| a == "help");
+    if wants_help {
+        if let Some(section) = plugins::commands_help(&dir_arg(&args), &builtin_names()) {
+            cmd = cmd.after_help(section);
+        }
+    }
+    let matches = cmd.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `--dir` as given on the command line, before clap has parsed it (for `--help`).
+fn dir_arg(args: &[OsString]) -> PathBuf {
+    let mut dir = PathBuf::from(".");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--dir" {
+            if let Some(v) = it.next() {
+                dir = PathBuf::from(v);
+            }
+        } else if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--dir=")) {
+            dir = PathBuf::from(v);
+        }
+    }
+    dir
+}
+
+/// The built-in command names (a plugin cannot take one).
+pub fn builtin_names() -> Vec<String> {
+    let mut names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .flat_map(|c| std::iter::once(c.get_name().to_string()).chain(c.get_all_aliases().map(str::to_string)))
+        .collect();
+    names.push("help".into());
+    names
+}
+
+/// Runs an unknown subcommand: a plugin's command or `kube-aws-NAME` on PATH,
+/// arguments passed byte for byte. A non-zero exit becomes [`ExternalExit`]
+/// for main to pass on.
+///
+/// [`ExternalExit`]: crate::plugin::exec::ExternalExit
+fn external(global: &GlobalOptions, argv: Vec<OsString>) -> anyhow::Result<()> {
+    use crate::plugin::exec;
+    let Some((name, args)) = argv.split_first() else {
+        anyhow::bail!("no command given (see `kube-aws --help`)");
+    };
+    let target = exec::find_command(&global.dir, name, &builtin_names())?;
+    match exec::run_command(&target, &global.dir, args)? {
+        0 => Ok(()),
+        code => Err(exec::ExternalExit(code).into()),
+    }
 }
 
 /// Runs the parsed command line.
@@ -113,7 +179,48 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
         Command::Backups(args) => backups::run(&cli.global, args),
+        Command::External(argv) => external(&cli.global, argv),
     }
+}
+
+/// Runs one step's plugin hooks (src/plugin/exec.rs) unless `--no-hooks`;
+/// `-v` prints each before it runs.
+pub(crate) fn hooks(
+    global: &GlobalOptions,
+    cluster: &crate::config::Cluster,
+    step: crate::plugin::exec::Step,
+    when: crate::plugin::exec::When,
+    rendered: &std::path::Path,
+    outputs: Option<&serde_json::Value>,
+) -> anyhow::Result<()> {
+    if global.no_hooks {
+        return Ok(());
+    }
+    crate::plugin::exec::run_hooks(&crate::plugin::exec::HookRun {
+        cluster,
+        step,
+        when,
+        rendered,
+        outputs,
+        verbose: global.verbose,
+    })?;
+    Ok(())
+}
+
+/// The root stack's outputs as a JSON object (`KUBE_AWS_OUTPUTS`).
+pub(crate) async fn stack_outputs(
+    clients: &crate::aws::Clients,
+    name: &str,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    let stack = crate::aws::stack::describe_stack(clients, name).await?;
+    Ok(stack.map(|s| {
+        serde_json::Value::Object(
+            s.outputs
+                .into_iter()
+                .map(|o| (o.key, serde_json::Value::String(o.value)))
+                .collect(),
+        )
+    }))
 }
 
 /// Prints a value as pretty JSON on stdout.

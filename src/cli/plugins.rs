@@ -2,8 +2,10 @@
 //! of them declares.
 
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::config::{load_cluster, ConfigError, CLUSTER_FILE};
-use crate::plugin::{activation, discover, PluginDef};
+use std::path::Path;
+
+use crate::plugin::exec::{check_commands, path_commands};
+use crate::plugin::{discover, PluginDef};
 
 /// Arguments of `kube-aws plugins`.
 #[derive(Debug, clap::Args)]
@@ -25,14 +27,42 @@ pub enum PluginsCommand {
 
 /// Is each plugin enabled? Without a cluster.yaml, only `enabledByDefault` counts.
 fn enabled(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<Vec<bool>> {
-    if !global.dir.join(CLUSTER_FILE).is_file() {
-        return Ok(defs.iter().map(|d| d.manifest.enabled_by_default).collect());
+    Ok(crate::plugin::exec::enabled(&global.dir, defs)?)
+}
+
+/// The `--help` section listing plugin commands and `kube-aws-*` programs on
+/// PATH; None when there are none. Never fails: a broken work tree shows less.
+pub(super) fn commands_help(dir: &Path, builtins: &[String]) -> Option<String> {
+    let defs = discover(dir).unwrap_or_default();
+    let on = crate::plugin::exec::enabled(dir, &defs)
+        .unwrap_or_else(|_| defs.iter().map(|d| d.manifest.enabled_by_default).collect());
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for (d, on) in defs.iter().zip(&on) {
+        for c in &d.manifest.spec.commands {
+            if builtins.contains(&c.name) {
+                continue;
+            }
+            let state = if *on { "" } else { ", not enabled" };
+            rows.push((
+                c.name.clone(),
+                format!("{} (plugin {}{state})", c.description, d.name()),
+            ));
+        }
     }
-    match load_cluster(&global.dir) {
-        Ok(cluster) => Ok(defs.iter().map(|d| activation(&cluster, d).any()).collect()),
-        Err(e @ ConfigError::Invalid(_)) => Err(e.into()),
-        Err(e) => Err(e.into()),
+    for (name, path) in path_commands() {
+        if !builtins.contains(&name) && !rows.iter().any(|(n, _)| *n == name) {
+            rows.push((name, format!("{} on PATH", path.display())));
+        }
     }
+    if rows.is_empty() {
+        return None;
+    }
+    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::from("Plugin commands:\n");
+    for (name, what) in rows {
+        out.push_str(&format!("  {name:<w$}  {what}\n"));
+    }
+    Some(out)
 }
 
 pub fn run(global: &GlobalOptions, args: PluginsArgs) -> anyhow::Result<()> {
@@ -45,6 +75,10 @@ pub fn run(global: &GlobalOptions, args: PluginsArgs) -> anyhow::Result<()> {
 
 fn list(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<()> {
     let on = enabled(global, defs)?;
+    let refused = check_commands(defs, &super::builtin_names());
+    if !refused.is_empty() {
+        return Err(crate::plugin::exec::ExecError::Invalid(crate::located::Diagnostics::sorted(refused)).into());
+    }
     let rows: Vec<serde_json::Value> = defs
         .iter()
         .zip(&on)
@@ -55,6 +89,10 @@ fn list(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<()> {
                 "source": d.source,
                 "enabled": on,
                 "description": d.manifest.metadata.description,
+                "commands": d.manifest.spec.commands.iter().map(|c| serde_json::json!({
+                    "name": c.name,
+                    "description": c.description,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -85,6 +123,17 @@ fn list(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<()> {
             if *on { "yes" } else { "no" },
             d.manifest.metadata.description
         );
+    }
+    let commands: Vec<(&PluginDef, &crate::plugin::model::CommandSpec)> = defs
+        .iter()
+        .flat_map(|d| d.manifest.spec.commands.iter().map(move |c| (d, c)))
+        .collect();
+    if !commands.is_empty() {
+        let cw = commands.iter().map(|(_, c)| c.name.len()).max().unwrap_or(7).max(7);
+        println!("\n{:<cw$}  {:<w$}  DESCRIPTION", "COMMAND", "PLUGIN");
+        for (d, c) in commands {
+            println!("{:<cw$}  {:<w$}  {}", c.name, d.name(), c.description);
+        }
     }
     Ok(())
 }
@@ -133,6 +182,17 @@ fn hooks(d: &PluginDef) -> Vec<String> {
                 out.push(format!("CloudFormation {what} {f} (stack {})", c.stack));
             }
         }
+    }
+    for (key, list) in s.hooks.all() {
+        for h in list {
+            out.push(format!("{key} hook {} (runs on your machine)", h.run));
+        }
+    }
+    for c in &s.commands {
+        out.push(format!(
+            "command `kube-aws {}` runs {} (on your machine)",
+            c.name, c.run
+        ));
     }
     out
 }

@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::{print_json, GlobalOptions, OutputFormat};
+use super::{hooks, print_json, GlobalOptions, OutputFormat};
 use crate::pipeline::{prepare, PrepareOptions};
+use crate::plugin::exec::{Step, When};
 use crate::render;
 
 /// Arguments of `kube-aws render`.
@@ -19,14 +20,17 @@ pub struct RenderArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
+    let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
+    let cluster = crate::config::load_cluster(&global.dir)?;
+    hooks(global, &cluster, Step::Render, When::Pre, &dir, None)?;
     let p = prepare(&PrepareOptions {
         dir: global.dir.clone(),
         cache_dir: args.cache_dir.unwrap_or_else(crate::chart::default_cache_dir),
         require_charts: false,
     })?;
     let rendered = render::render(&p.input)?;
-    let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
     render::write_rendered(&global.dir, &dir, &rendered)?;
+    hooks(global, &cluster, Step::Render, When::Post, &dir, None)?;
     let summary = render::summarize(&rendered);
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({

@@ -1,9 +1,10 @@
 use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
-use super::GlobalOptions;
+use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::stack::OnFailureMode;
 use crate::aws::wait::Operation;
 use crate::aws::{connect, deploy};
 use crate::config::load_cluster;
+use crate::plugin::exec::{Step, When};
 
 /// Arguments of `kube-aws up`.
 #[derive(Debug, clap::Args)]
@@ -22,8 +23,10 @@ pub struct UpArgs {
 pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
-    let artifacts = artifacts(&global.dir, &args.publish)?;
-    runtime()?.block_on(async {
+    let rendered = crate::aws::deploy::rendered_dir(&global.dir);
+    hooks(global, &cluster, Step::Up, When::Pre, &rendered, None)?;
+    let artifacts = artifacts(global, &cluster, &args.publish)?;
+    let outputs = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (published, stack_id) = deploy::up(&clients, cfg, &artifacts, args.on_failure).await?;
         let uploaded = published.objects.iter().filter(|o| o.uploaded).count();
@@ -38,9 +41,18 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
             let addons =
                 deploy::follow_published(&clients, &stack_id, Operation::Create, &published, args.wait.timeout).await?;
             println!("stack {:?} is CREATE_COMPLETE; {addons}", cfg.cluster_name);
+            stack_outputs(&clients, &cfg.cluster_name).await
         } else {
             println!("follow it with `kube-aws status --wait`");
+            Ok(None)
         }
-        Ok(())
-    })
+    })?;
+    hooks(
+        global,
+        &cluster,
+        Step::Up,
+        When::Post,
+        &artifacts.rendered_dir,
+        outputs.as_ref(),
+    )
 }

@@ -1,10 +1,11 @@
 use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
-use super::GlobalOptions;
+use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
 use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
 use crate::aws::wait::Operation;
 use crate::config::load_cluster;
+use crate::plugin::exec::{Step, When};
 
 /// Arguments of `kube-aws update`.
 #[derive(Debug, clap::Args)]
@@ -27,8 +28,10 @@ pub struct UpdateArgs {
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
-    let artifacts = artifacts(&global.dir, &args.publish)?;
-    runtime()?.block_on(async {
+    let rendered = crate::aws::deploy::rendered_dir(&global.dir);
+    hooks(global, &cluster, Step::Update, When::Pre, &rendered, None)?;
+    let artifacts = artifacts(global, &cluster, &args.publish)?;
+    let applied = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;
         if args.refresh_ami {
@@ -45,7 +48,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         let (published, change_set, stack_id, changed_parameters, uninstalls) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
-                return Ok(());
+                return Ok::<_, anyhow::Error>(None);
             }
             UpdatePlan::Changes {
                 published,
@@ -79,7 +82,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         if !go {
             delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
             println!("not applied; the stack is unchanged");
-            return Ok(());
+            return Ok(None);
         }
         execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
         println!("updating stack {:?}", cfg.cluster_name);
@@ -87,9 +90,22 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             let addons =
                 deploy::follow_published(&clients, &stack_id, Operation::Update, &published, args.wait.timeout).await?;
             println!("stack {:?} is UPDATE_COMPLETE; {addons}", cfg.cluster_name);
+            Ok(Some(stack_outputs(&clients, &cfg.cluster_name).await?))
         } else {
             println!("follow it with `kube-aws status --wait`");
+            Ok(Some(None))
         }
-        Ok(())
-    })
+    })?;
+    // Post-update hooks run only when the change set was applied.
+    match applied {
+        Some(outputs) => hooks(
+            global,
+            &cluster,
+            Step::Update,
+            When::Post,
+            &artifacts.rendered_dir,
+            outputs.as_ref(),
+        ),
+        None => Ok(()),
+    }
 }

@@ -18,6 +18,13 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
     })?;
     // Everything render checks, without writing anything.
     let rendered = render::render(&p.input)?;
+    // Plugin commands and hooks: checked, never run.
+    let defs = crate::plugin::discover(&global.dir)?;
+    let on = crate::plugin::exec::enabled(&global.dir, &defs)?;
+    let refused = crate::plugin::exec::check_programs(&defs, &on, &super::builtin_names());
+    if !refused.is_empty() {
+        return Err(crate::plugin::exec::ExecError::Invalid(crate::located::Diagnostics::sorted(refused)).into());
+    }
     let stubs = render::stub_sizes(&rendered);
     let templates = render::template_sizes(&rendered);
     let cluster = &p.releases.cluster;

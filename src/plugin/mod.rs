@@ -5,6 +5,7 @@
 //! [`resolve_plugins`] turns a loaded cluster into [`ResolvedPlugins`].
 
 pub mod discover;
+pub mod exec;
 pub mod guard;
 pub mod hooks;
 pub mod model;

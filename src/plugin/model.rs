@@ -69,6 +69,84 @@ pub struct PluginSpec {
     /// chart's `eks.amazonaws.com/role-arn` annotation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_accounts: Vec<ServiceAccountSpec>,
+    /// Subcommands the plugin adds: `kube-aws NAME ARGS…` runs `run` on the
+    /// operator's machine while the plugin is enabled. Built-in names are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<CommandSpec>,
+    /// Programs run on the operator's machine before and after kube-aws steps
+    /// (see plugin-authoring.md, "Hooks", for their environment).
+    #[serde(default, skip_serializing_if = "LifecycleHooks::is_empty")]
+    pub hooks: LifecycleHooks,
+}
+
+/// A subcommand a plugin adds to `kube-aws`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandSpec {
+    /// The subcommand's name (a DNS-1123 label, not a built-in command's name).
+    pub name: String,
+    /// One line shown by `kube-aws --help` and `kube-aws plugins list`.
+    #[serde(default)]
+    pub description: String,
+    /// An executable file in the plugin directory, run with the command's arguments.
+    pub run: String,
+}
+
+/// Hooks per kube-aws step; each runs in plugin order, from the work tree.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LifecycleHooks {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_render: Vec<HookSpec>,
+    /// May add files only under `rendered/plugins/<plugin>/`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_render: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_up: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_up: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_update: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_update: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_destroy: Vec<HookSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_destroy: Vec<HookSpec>,
+}
+
+impl LifecycleHooks {
+    /// Every hook list with its plugin.yaml key (`preRender`, …).
+    pub fn all(&self) -> [(&'static str, &Vec<HookSpec>); 8] {
+        [
+            ("preRender", &self.pre_render),
+            ("postRender", &self.post_render),
+            ("preUp", &self.pre_up),
+            ("postUp", &self.post_up),
+            ("preUpdate", &self.pre_update),
+            ("postUpdate", &self.post_update),
+            ("preDestroy", &self.pre_destroy),
+            ("postDestroy", &self.post_destroy),
+        ]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all().iter().all(|(_, l)| l.is_empty())
+    }
+}
+
+/// One hook: a program in the plugin directory.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HookSpec {
+    /// An executable file in the plugin directory.
+    pub run: String,
+    /// Its arguments, passed as they are (no shell).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// How long it may run (a duration such as `30s`, `5m`); its process group is killed then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 /// A service account and the IAM statements of its own role. Only a token for

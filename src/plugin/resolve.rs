@@ -366,6 +366,15 @@ fn scope_values(cluster: &Cluster, def: &PluginDef, scope: &Scope) -> Result<Ind
     resolve_values(def, &layers, &cluster.file, &cluster.source, &missing_at)
 }
 
+/// A plugin's resolved cluster-scope parameters without its `secret: true`
+/// ones: what a hook may see (`KUBE_AWS_PARAMS`).
+pub fn public_params(cluster: &Cluster, def: &PluginDef) -> Result<IndexMap<String, Value>, Vec<Located>> {
+    let mut values = scope_values(cluster, def, &Scope::Cluster)?;
+    let params = &def.manifest.spec.parameters;
+    values.retain(|k, _| params.get(k).is_none_or(|s| !s.secret));
+    Ok(values)
+}
+
 /// Replaces secret values with their references, recording each reference.
 fn template_params(
     def: &PluginDef,
