@@ -7,6 +7,7 @@
 //! layout (flow style, anchors, multiple documents, tabs) falls back to a full
 //! parse, which is correct but slower.
 
+use crate::chart::version::{parse_version, pick_version, ResolveFailure};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
@@ -104,7 +105,7 @@ pub fn resolve_url(repo_url: &str, u: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct VersionPick {
     /// None when the chart is absent (see `names`).
-    pub chosen: Option<Result<ChartVersion, crate::chart::version::ResolveFailure>>,
+    pub chosen: Option<Result<ChartVersion, ResolveFailure>>,
     pub names: Vec<String>,
     pub warnings: Vec<String>,
 }
@@ -140,9 +141,7 @@ pub fn find_chart_version(
         }
     }
     let lookup = find_chart(text, name, repo_url, source_name)?;
-    let chosen = lookup
-        .versions
-        .map(|vs| crate::chart::version::resolve_version(&vs, wanted).cloned());
+    let chosen = lookup.versions.map(|vs| resolve_version(&vs, wanted).cloned());
     Ok(VersionPick {
         chosen,
         names: lookup.names,
@@ -150,10 +149,20 @@ pub fn find_chart_version(
     })
 }
 
-type Picked = (Result<ChartVersion, crate::chart::version::ResolveFailure>, Vec<String>);
+/// Picks a chart version: `wanted` None means the newest stable version
+/// (the rule is [`pick_version`]'s, over the version strings).
+pub fn resolve_version<'a>(
+    versions: &'a [ChartVersion],
+    wanted: Option<&str>,
+) -> Result<&'a ChartVersion, ResolveFailure> {
+    let strings: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
+    let i = pick_version(&strings, wanted)?;
+    versions.get(i).ok_or(ResolveFailure::NoMatch { newest: Vec::new() })
+}
+
+type Picked = (Result<ChartVersion, ResolveFailure>, Vec<String>);
 
 fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url: &str) -> Option<Picked> {
-    use crate::chart::version::{resolve_version, ResolveFailure};
     let items = split_items(slice)?;
     let mut stubs = Vec::with_capacity(items.len());
     for item in &items {
@@ -519,7 +528,7 @@ fn version_from_value(raw: Value, repo_url: &str) -> Result<ChartVersion, String
         return Err(format!("chart name {name:?} is not a plain name"));
     }
     let version = get("version").filter(|n| !n.is_empty()).ok_or("no version")?;
-    if crate::chart::version::parse_version(&version).is_none() {
+    if parse_version(&version).is_none() {
         return Err(format!("version {version:?} is not a valid semantic version"));
     }
     let urls = match map.get("urls") {
