@@ -16,6 +16,7 @@ use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
 use super::{sdk_error, AwsError, Clients};
 use crate::config::ClusterConfig;
+use crate::digest::Sha256Digest;
 use crate::render::layout;
 
 pub use crate::render::layout::rendered_dir;
@@ -29,20 +30,18 @@ pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarbal
     };
     let plan = publish::parse_plan(&bytes, &path.display().to_string())?;
     // Only the releases' digests: the plan also pins the helm binary's sha256.
-    let digests: std::collections::BTreeSet<String> = plan
+    let cache = crate::chart::ChartCache::new(cache);
+    let digests: std::collections::BTreeSet<Sha256Digest> = plan
         .releases
         .iter()
         .filter_map(|r| r.sha256.as_deref())
-        .filter_map(|s| {
-            let hex = s.strip_prefix("sha256:").unwrap_or(s);
-            (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())).then(|| hex.to_lowercase())
-        })
+        .filter_map(Sha256Digest::parse)
         .collect();
     Ok(digests
         .into_iter()
-        .map(|hex| ChartTarball {
-            path: cache.join("sha256").join(format!("{hex}.tgz")),
-            digest: format!("sha256:{hex}"),
+        .map(|digest| ChartTarball {
+            path: cache.path_for(digest.hex()),
+            digest,
         })
         .collect())
 }

@@ -45,8 +45,7 @@ pub use crate::render::layout::{content_addressed, ADDON_PLAN, ROOT_TEMPLATE, SE
 /// A chart tarball from the content-addressed cache.
 #[derive(Debug, Clone)]
 pub struct ChartTarball {
-    /// `sha256:<hex>` or `<hex>`.
-    pub digest: String,
+    pub digest: Sha256Digest,
     pub path: PathBuf,
 }
 
@@ -124,9 +123,7 @@ pub struct Published {
     pub addons: Vec<ExpectedAddon>,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+use crate::digest::{sha256_hex, Sha256Digest};
 
 /// Reads every file under the rendered directory, by relative path with `/`.
 pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {
@@ -399,11 +396,7 @@ pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
 
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
-    let want = chart
-        .digest
-        .strip_prefix("sha256:")
-        .unwrap_or(&chart.digest)
-        .to_lowercase();
+    let want = chart.digest.hex();
     let body = std::fs::read(&chart.path).map_err(|e| {
         AwsError::WorkTree(format!(
             "chart tarball sha256:{want} is not readable at {}: {e} (run `kube-aws charts lock` to fetch it)",
@@ -655,13 +648,13 @@ mod tests {
         std::fs::write(&p, b"chart bytes").unwrap();
         let good = sha256_hex(b"chart bytes");
         let a = chart_artifact(&ChartTarball {
-            digest: format!("sha256:{good}"),
+            digest: Sha256Digest::parse(&format!("sha256:{good}")).unwrap(),
             path: p.clone(),
         })
         .unwrap();
         assert_eq!(a.key, format!("charts/{good}.tgz"));
         let err = chart_artifact(&ChartTarball {
-            digest: "0".repeat(64),
+            digest: Sha256Digest::parse(&"0".repeat(64)).unwrap(),
             path: p,
         })
         .unwrap_err()

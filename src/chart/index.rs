@@ -8,6 +8,7 @@
 //! parse, which is correct but slower.
 
 use crate::chart::version::{parse_version, pick_version, ResolveFailure};
+use crate::digest::Sha256Digest;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
@@ -51,7 +52,10 @@ pub struct ChartVersion {
 impl ChartVersion {
     /// The digest as lowercase hex sha256, when it is one.
     pub fn digest_hex(&self) -> Option<String> {
-        self.digest.as_deref().and_then(normalize_digest)
+        self.digest
+            .as_deref()
+            .and_then(Sha256Digest::parse)
+            .map(Sha256Digest::into_hex)
     }
 }
 
@@ -72,16 +76,6 @@ pub struct ChartLookup {
     /// Every chart name in the index (for "did you mean").
     pub names: Vec<String>,
     pub warnings: Vec<String>,
-}
-
-/// `sha256:ABC…` or `abc…` → `abc…` (64 lowercase hex), or None.
-pub fn normalize_digest(d: &str) -> Option<String> {
-    let d = d.trim();
-    let hex = match d.get(..7) {
-        Some(p) if p.eq_ignore_ascii_case("sha256:") => &d[7..],
-        _ => d,
-    };
-    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_ascii_lowercase())
 }
 
 /// Resolves an entry URL against the repository URL the way Helm does
@@ -782,12 +776,16 @@ mod tests {
     #[test]
     fn digests() {
         let hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let v = |d: &str| ChartVersion {
+            digest: Some(d.into()),
+            ..ChartVersion::default()
+        };
         assert_eq!(
-            normalize_digest(&format!("SHA256:{}", hex.to_uppercase())).as_deref(),
+            v(&format!("SHA256:{}", hex.to_uppercase())).digest_hex().as_deref(),
             Some(hex)
         );
-        assert_eq!(normalize_digest(hex).as_deref(), Some(hex));
-        assert_eq!(normalize_digest("sha256:abc"), None);
+        assert_eq!(v(hex).digest_hex().as_deref(), Some(hex));
+        assert_eq!(v("sha256:abc").digest_hex(), None);
     }
 
     #[test]

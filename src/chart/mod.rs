@@ -16,10 +16,7 @@ pub mod version;
 pub use archive::{read_chart_archive, read_chart_dir, ArchiveError, ChartFiles, ChartMetadata};
 pub use cache::{default_cache_dir, ChartCache};
 pub use fetch::{fetch_charts, FetchChartsOptions, FetchError, FetchOptions, FetchReport};
-pub use index::{
-    find_chart, normalize_digest, parse_index, resolve_url, resolve_version, ChartLookup, ChartVersion, Index,
-    IndexError,
-};
+pub use index::{find_chart, parse_index, resolve_url, resolve_version, ChartLookup, ChartVersion, Index, IndexError};
 pub use lock::{check_lock, load_lock, lock_charts, Lock, LockError, LockOptions, LockReport, LockedChart, LOCK_FILE};
 pub use prepare::{prepare_releases, HelmV2Mode, PrepareError, PrepareOptions, PreparedRelease};
 pub use values::{

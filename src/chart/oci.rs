@@ -110,7 +110,8 @@ impl Http {
                     == Some("application/vnd.cncf.helm.chart.content.v1.tar+gzip")
             })
             .and_then(|l| l.get("digest")?.as_str())
-            .and_then(crate::chart::index::normalize_digest)
+            .and_then(crate::digest::Sha256Digest::parse)
+            .map(crate::digest::Sha256Digest::into_hex)
             .ok_or_else(|| FetchError::Oci {
                 reference: format!("{r}:{tag}"),
                 reason: "the manifest has no Helm chart layer (is this a Helm chart?)".into(),
@@ -159,7 +160,14 @@ impl OciRef {
         if registry.is_empty() || path.is_empty() {
             return Err(bad("expected oci://host/path/name"));
         }
-        let path = path.split('@').next().unwrap_or(path);
+        // A manifest digest is refused, not dropped (the rule is config's).
+        if path.contains('@') {
+            let why = crate::config::oci_reference_problem(s).unwrap_or_default();
+            return Err(FetchError::Oci {
+                reference: s.to_string(),
+                reason: why,
+            });
+        }
         let (repository, tag) = match path.rsplit_once(':') {
             Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), Some(tag.to_string())),
             _ => (path.to_string(), None),
@@ -204,6 +212,13 @@ mod tests {
         assert_eq!(r.tag, None);
         assert_eq!(r.base_url(), "https://ghcr.io");
         assert!(OciRef::parse("oci://host").is_err());
+        // A manifest digest is never silently dropped.
+        let pinned = format!("oci://ghcr.io/org/chart@sha256:{}", "a".repeat(64));
+        let err = OciRef::parse(&pinned).unwrap_err().to_string();
+        assert!(
+            err.contains("pins a manifest digest") && err.contains("oci://ghcr.io/org/chart:1.2.3"),
+            "{err}"
+        );
     }
 
     #[test]

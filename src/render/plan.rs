@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::input::{HelmBinary, RenderInput};
 use super::layout;
@@ -193,9 +192,7 @@ pub fn camel(name: &str) -> String {
     out
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::digest::sha256_hex;
 
 /// Builds the plan. Values files are `values/<release>.yaml` next to it.
 pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
