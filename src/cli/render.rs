@@ -25,9 +25,7 @@ pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
         require_charts: false,
     })?;
     let rendered = render::render(&p.input)?;
-    let dir = args
-        .output_dir
-        .unwrap_or_else(|| crate::render::layout::rendered_dir(&global.dir));
+    let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
     render::write_rendered(&global.dir, &dir, &rendered)?;
     let summary = render::summarize(&rendered);
     match global.output {
