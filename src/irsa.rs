@@ -27,12 +27,7 @@ pub const AUDIENCE: &str = "sts.amazonaws.com";
 /// first is used to generate tokens and all are used to determine which
 /// issuers are accepted").
 pub const LEGACY_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
-/// The issuer's directory under the cluster's key prefix.
-pub const ISSUER_DIR: &str = "oidc";
-/// The discovery document, relative to the cluster's key prefix.
-pub const DISCOVERY_KEY: &str = "oidc/.well-known/openid-configuration";
-/// The JWKS, relative to the cluster's key prefix.
-pub const JWKS_KEY: &str = "oidc/keys.json";
+pub use crate::render::layout::{OIDC_DIR as ISSUER_DIR, OIDC_DISCOVERY as DISCOVERY_KEY, OIDC_JWKS as JWKS_KEY};
 /// IAM's limit on a role name.
 pub const ROLE_NAME_LIMIT: usize = 64;
 /// The annotation the pod identity webhook reads on a service account.

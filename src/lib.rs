@@ -7,6 +7,7 @@ pub mod chart;
 pub mod cli;
 pub mod config;
 pub mod deep;
+pub mod digest;
 pub mod fsutil;
 pub mod irsa;
 pub mod kubeconfig;

@@ -255,3 +255,20 @@ bad!(
     bad_ami_per_architecture,
     format!("{BASE}ami:\n  x86_64: ami-0123456789abcdef0\n  arm64: ami-1\n")
 );
+
+/// An `oci:` reference pinned by a manifest digest is refused where it is
+/// written, not silently stripped to its name.
+#[test]
+fn oci_manifest_digest_is_refused_with_its_position() {
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let yaml = format!("{BASE}charts:\n  - name: a\n    oci: oci://r.example.com/charts/a@{digest}\n");
+    let (code, stderr) = validate(&yaml, &[]);
+    assert_eq!(code, 1, "stderr: {stderr}");
+    assert!(stderr.starts_with("error: cluster.yaml:6:"), "not located: {stderr}");
+    assert!(stderr.contains("charts[0].oci"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pins a manifest digest (\"{digest}\")")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("oci://r.example.com/charts/a:1.2.3"), "{stderr}");
+}

@@ -113,7 +113,7 @@ fn work_tree(env: &Env, dir: &Path, kms: &str, bucket: &str, vpc_tag: &str) -> S
     write(
         &r.join("addons/plan.json"),
         &format!(
-            r#"{{"releases": [{{"name": "metrics-server", "chart": {{"digest": "sha256:{digest}"}},
+            r#"{{"releases": [{{"name": "metrics-server", "chart": "metrics-server", "sha256": "{digest}",
   "values": "addons/values/metrics-server.yaml"}}]}}"#
         ),
     );

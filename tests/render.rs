@@ -915,3 +915,27 @@ fn what_each_kind_of_change_replaces() {
     }
     println!("{table}");
 }
+
+#[test]
+fn the_plan_reads_back_typed_as_it_was_rendered() {
+    use kube_aws::render::{layout, plan::Plan};
+    for input in [minimal(), full()] {
+        let r = rendered(&input);
+        let bytes = r.get(layout::ADDON_PLAN).unwrap();
+        let typed = Plan::from_json(bytes).unwrap();
+        let built = render::plan::build_plan(&input, &render::Ctx::new(&input).unwrap()).unwrap();
+        assert_eq!(typed, built);
+        let mut again = serde_json::to_string_pretty(&typed).unwrap();
+        again.push('\n');
+        assert_eq!(again.as_bytes(), bytes, "the plan does not survive a round trip");
+        assert_eq!(typed.releases.len(), input.addons.len());
+        assert!(
+            typed.releases.iter().all(|rel| rel.sha256.is_some() == rel.locked),
+            "{typed:?}"
+        );
+    }
+    // What `aws` reads of a plan it did not render: every other key defaults.
+    let partial = Plan::from_json(br#"{"releases": [{"name": "dex", "waitCondition": "AddonDexReady"}]}"#).unwrap();
+    assert_eq!(partial.releases[0].wait_condition, "AddonDexReady");
+    assert!(Plan::from_json(br#"{"releases": [{"name": 3}]}"#).is_err());
+}

@@ -9,10 +9,7 @@ use serde::Serialize;
 use super::publish::{get_object, Location};
 use super::{AwsError, Clients};
 use crate::config::ClusterConfig;
-use crate::render::cfn::ETCD_BACKUP_DIR;
-
-/// The status object a controller writes after each backup it attempts.
-pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
+use crate::render::layout::{BACKUP_STATUS, ETCD_BACKUP_DIR};
 
 /// One snapshot object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

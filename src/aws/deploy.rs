@@ -16,55 +16,34 @@ use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
 use super::{sdk_error, AwsError, Clients};
 use crate::config::ClusterConfig;
+use crate::digest::Sha256Digest;
+use crate::render::layout;
 
-/// The rendered directory inside a work tree.
-pub fn rendered_dir(work_tree: &Path) -> PathBuf {
-    work_tree.join("rendered")
-}
+pub use crate::render::layout::rendered_dir;
 
-/// The chart tarballs the addon plan names (any `digest`/`sha256` value of
-/// the form `sha256:<hex>`), found in the cache at `sha256/<hex>.tgz`.
+/// The chart tarballs the addon plan's releases pin (`sha256`), found in the
+/// cache at `sha256/<hex>.tgz`.
 pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarball>, AwsError> {
     let path = rendered.join(publish::ADDON_PLAN);
     let Ok(bytes) = std::fs::read(&path) else {
         return Ok(Vec::new());
     };
-    let plan: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-        AwsError::WorkTree(format!(
-            "{} is not valid JSON: {e}: run `kube-aws render` again",
-            path.display()
-        ))
-    })?;
+    let plan = publish::parse_plan(&bytes, &path.display().to_string())?;
     // Only the releases' digests: the plan also pins the helm binary's sha256.
-    let mut digests = std::collections::BTreeSet::new();
-    if let Some(releases) = plan.get("releases") {
-        collect_digests(releases, &mut digests);
-    }
+    let cache = crate::chart::ChartCache::new(cache);
+    let digests: std::collections::BTreeSet<Sha256Digest> = plan
+        .releases
+        .iter()
+        .filter_map(|r| r.sha256.as_deref())
+        .filter_map(Sha256Digest::parse)
+        .collect();
     Ok(digests
         .into_iter()
-        .map(|hex| ChartTarball {
-            path: cache.join("sha256").join(format!("{hex}.tgz")),
-            digest: format!("sha256:{hex}"),
+        .map(|digest| ChartTarball {
+            path: cache.path_for(digest.hex()),
+            digest,
         })
         .collect())
-}
-
-fn collect_digests(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, x) in m {
-                if let (true, Some(s)) = (matches!(k.as_str(), "digest" | "sha256" | "chartDigest"), x.as_str()) {
-                    let hex = s.strip_prefix("sha256:").unwrap_or(s);
-                    if hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-                        out.insert(hex.to_lowercase());
-                    }
-                }
-                collect_digests(x, out);
-            }
-        }
-        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_digests(x, out)),
-        _ => {}
-    }
 }
 
 /// Tags on the root stack (CloudFormation copies them to every resource).
@@ -298,8 +277,9 @@ pub fn expected_addons(rendered: &Path) -> Vec<ExpectedAddon> {
     let Ok(bytes) = std::fs::read(rendered.join(publish::ADDON_PLAN)) else {
         return Vec::new();
     };
-    let files = std::collections::BTreeMap::from([(publish::ADDON_PLAN.to_string(), bytes)]);
-    publish::expected_addons(&files).unwrap_or_default()
+    crate::render::plan::Plan::from_json(&bytes)
+        .map(|p| publish::addons_of(&p))
+        .unwrap_or_default()
 }
 
 /// `status`: the stack, its nested stacks and outputs, each addon.
@@ -382,7 +362,7 @@ pub enum UpdatePlan {
     },
 }
 
-use crate::render::plan::INSTALLED_RELEASES;
+use crate::render::layout::INSTALLED_RELEASES;
 
 /// The releases of the reconciler's record (`{"releases": [{"name"}]}`) that
 /// `addons` (the new plan) does not list, sorted. A missing or unreadable
@@ -496,7 +476,7 @@ pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsE
 /// init lock and CA hash, and the addon status objects. A new cluster's first
 /// controller must not take them for a running cluster's, and `--wait` must
 /// not show the old addons' phases.
-const RUNTIME_STATE: &[&str] = &["bootstrap/", "status/"];
+const RUNTIME_STATE: &[&str] = &[layout::BOOTSTRAP_DIR, layout::STATUS_DIR];
 
 /// Deletes the runtime state of an earlier cluster (only when no stack exists).
 pub async fn clear_runtime_state(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
@@ -696,14 +676,17 @@ mod tests {
     }
 
     #[test]
-    fn chart_digests_are_found_anywhere_in_the_plan() {
+    fn chart_digests_are_read_from_the_typed_plan() {
         let dir = tempfile::tempdir().unwrap();
         let a = "a".repeat(64);
         let b = "B".repeat(64);
         std::fs::create_dir_all(dir.path().join("addons")).unwrap();
         std::fs::write(
             dir.path().join(publish::ADDON_PLAN),
-            format!(r#"{{"releases": [{{"name": "x", "chart": {{"digest": "sha256:{a}"}}}}, {{"name": "y", "sha256": "{b}", "digest": "nope"}}]}}"#),
+            format!(
+                r#"{{"helm": {{"binary": {{"sha256": "{}"}}}}, "releases": [{{"name": "x", "sha256": "sha256:{a}"}}, {{"name": "y", "sha256": "{b}"}}, {{"name": "z", "sha256": "nope"}}, {{"name": "w"}}]}}"#,
+                "c".repeat(64)
+            ),
         )
         .unwrap();
         let charts = charts_from_plan(dir.path(), Path::new("/cache")).unwrap();

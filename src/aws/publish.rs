@@ -38,19 +38,14 @@ use super::secrets::{self, SecretBundle, SecretValue};
 use super::wait::ExpectedAddon;
 use super::{sdk_error, AwsError, Clients};
 use crate::config::{parse_s3_uri, ClusterConfig};
+use crate::render::plan::Plan;
 
-/// The rendered root template, relative to the rendered directory.
-pub const ROOT_TEMPLATE: &str = "stacks/root.json";
-/// The addon plan, relative to the rendered directory.
-pub const ADDON_PLAN: &str = "addons/plan.json";
-/// Where the secret bundle is referenced from rendered files.
-pub const SECRET_BUNDLE: &str = crate::render::secrets::BUNDLE_KEY;
+pub use crate::render::layout::{content_addressed, ADDON_PLAN, ROOT_TEMPLATE, SECRET_BUNDLE};
 
 /// A chart tarball from the content-addressed cache.
 #[derive(Debug, Clone)]
 pub struct ChartTarball {
-    /// `sha256:<hex>` or `<hex>`.
-    pub digest: String,
+    pub digest: Sha256Digest,
     pub path: PathBuf,
 }
 
@@ -128,12 +123,7 @@ pub struct Published {
     pub addons: Vec<ExpectedAddon>,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// `DIR/NAME` → `DIR/<hex>/NAME`: one rule, render's (it names these keys too).
-pub use crate::render::plan::content_addressed;
+use crate::digest::{sha256_hex, Sha256Digest};
 
 /// Reads every file under the rendered directory, by relative path with `/`.
 pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {
@@ -174,10 +164,8 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
     Ok(out)
 }
 
-/// Only stack templates refer to other files by their rendered path.
-fn is_stack(rel: &str) -> bool {
-    rel.starts_with("stacks/") && rel.ends_with(".json")
-}
+// Only stack templates refer to other files by their rendered path.
+use crate::render::layout::is_stack;
 
 fn is_path_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
@@ -274,33 +262,34 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
     Ok(out)
 }
 
-/// The addons the plan lists, and their WaitConditions when it names them.
-/// Reads `releases: [{name, waitCondition?}]` (or a bare list).
-pub fn expected_addons(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<ExpectedAddon>, AwsError> {
-    let Some(bytes) = files.get(ADDON_PLAN) else {
-        return Ok(Vec::new());
-    };
-    let plan: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+/// The rendered addon plan, typed; None when the render has none.
+pub fn read_plan(files: &BTreeMap<String, Vec<u8>>) -> Result<Option<Plan>, AwsError> {
+    files.get(ADDON_PLAN).map(|b| parse_plan(b, ADDON_PLAN)).transpose()
+}
+
+/// Parses a rendered addon plan; `shown` names it in the error.
+pub fn parse_plan(bytes: &[u8], shown: &str) -> Result<Plan, AwsError> {
+    Plan::from_json(bytes).map_err(|e| {
         AwsError::WorkTree(format!(
-            "{ADDON_PLAN} is not valid JSON: {e}: run `kube-aws render` again"
+            "{shown} is not a valid addon plan: {e}: run `kube-aws render` again"
         ))
-    })?;
-    let list = plan
-        .get("releases")
-        .and_then(|r| r.as_array())
-        .or_else(|| plan.as_array())
-        .cloned()
-        .unwrap_or_default();
-    Ok(list
+    })
+}
+
+/// The addons the plan lists, and their WaitConditions when it names them.
+pub fn expected_addons(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<ExpectedAddon>, AwsError> {
+    Ok(read_plan(files)?.map(|p| addons_of(&p)).unwrap_or_default())
+}
+
+/// The plan's releases as the wait sees them.
+pub fn addons_of(plan: &Plan) -> Vec<ExpectedAddon> {
+    plan.releases
         .iter()
-        .filter_map(|r| {
-            let name = r.get("name").or_else(|| r.get("release"))?.as_str()?;
-            Some(ExpectedAddon {
-                release: name.to_string(),
-                wait_condition: r.get("waitCondition").and_then(|w| w.as_str()).map(str::to_string),
-            })
+        .map(|r| ExpectedAddon {
+            release: r.name.clone(),
+            wait_condition: Some(r.wait_condition.clone()).filter(|w| !w.is_empty()),
         })
-        .collect())
+        .collect()
 }
 
 /// Parameters for the root stack: the known ones its template declares, plus
@@ -407,11 +396,7 @@ pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
 
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
-    let want = chart
-        .digest
-        .strip_prefix("sha256:")
-        .unwrap_or(&chart.digest)
-        .to_lowercase();
+    let want = chart.digest.hex();
     let body = std::fs::read(&chart.path).map_err(|e| {
         AwsError::WorkTree(format!(
             "chart tarball sha256:{want} is not readable at {}: {e} (run `kube-aws charts lock` to fetch it)",
@@ -427,7 +412,7 @@ pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     }
     Ok(Artifact {
         source: chart.path.display().to_string(),
-        key: format!("charts/{got}.tgz"),
+        key: crate::render::layout::chart_object(&got),
         sha256: got,
         body,
     })
@@ -663,13 +648,13 @@ mod tests {
         std::fs::write(&p, b"chart bytes").unwrap();
         let good = sha256_hex(b"chart bytes");
         let a = chart_artifact(&ChartTarball {
-            digest: format!("sha256:{good}"),
+            digest: Sha256Digest::parse(&format!("sha256:{good}")).unwrap(),
             path: p.clone(),
         })
         .unwrap();
         assert_eq!(a.key, format!("charts/{good}.tgz"));
         let err = chart_artifact(&ChartTarball {
-            digest: "0".repeat(64),
+            digest: Sha256Digest::parse(&"0".repeat(64)).unwrap(),
             path: p,
         })
         .unwrap_err()

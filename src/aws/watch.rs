@@ -243,7 +243,7 @@ impl<'a> AwsSource<'a> {
         if self.addons.is_empty() {
             return Ok(());
         }
-        let prefix = self.location.key("status/addons/");
+        let prefix = self.location.key(ADDON_STATUS_DIR);
         read_changed(self.clients, &self.location.bucket, &prefix, &mut self.reports).await?;
         for (release, (_, r)) in self.reports.iter_mut() {
             if r.release.is_empty() {
@@ -260,8 +260,7 @@ impl<'a> AwsSource<'a> {
     }
 }
 
-/// Where nodes publish their failure reports, under the cluster's prefix.
-pub const NODE_REPORTS: &str = "status/nodes/";
+use crate::render::layout::{ADDON_STATUS_DIR, NODE_REPORTS_DIR as NODE_REPORTS};
 
 /// Reads the JSON objects under `prefix` whose ETag changed since they were
 /// cached, keyed by the name between the prefix and `.json`. A half-written or

@@ -7,6 +7,8 @@
 //! layout (flow style, anchors, multiple documents, tabs) falls back to a full
 //! parse, which is correct but slower.
 
+use crate::chart::version::{parse_version, pick_version, ResolveFailure};
+use crate::digest::Sha256Digest;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
@@ -50,7 +52,10 @@ pub struct ChartVersion {
 impl ChartVersion {
     /// The digest as lowercase hex sha256, when it is one.
     pub fn digest_hex(&self) -> Option<String> {
-        self.digest.as_deref().and_then(normalize_digest)
+        self.digest
+            .as_deref()
+            .and_then(Sha256Digest::parse)
+            .map(Sha256Digest::into_hex)
     }
 }
 
@@ -71,16 +76,6 @@ pub struct ChartLookup {
     /// Every chart name in the index (for "did you mean").
     pub names: Vec<String>,
     pub warnings: Vec<String>,
-}
-
-/// `sha256:ABC…` or `abc…` → `abc…` (64 lowercase hex), or None.
-pub fn normalize_digest(d: &str) -> Option<String> {
-    let d = d.trim();
-    let hex = match d.get(..7) {
-        Some(p) if p.eq_ignore_ascii_case("sha256:") => &d[7..],
-        _ => d,
-    };
-    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_ascii_lowercase())
 }
 
 /// Resolves an entry URL against the repository URL the way Helm does
@@ -104,7 +99,7 @@ pub fn resolve_url(repo_url: &str, u: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct VersionPick {
     /// None when the chart is absent (see `names`).
-    pub chosen: Option<Result<ChartVersion, crate::chart::version::ResolveFailure>>,
+    pub chosen: Option<Result<ChartVersion, ResolveFailure>>,
     pub names: Vec<String>,
     pub warnings: Vec<String>,
 }
@@ -140,9 +135,7 @@ pub fn find_chart_version(
         }
     }
     let lookup = find_chart(text, name, repo_url, source_name)?;
-    let chosen = lookup
-        .versions
-        .map(|vs| crate::chart::version::resolve_version(&vs, wanted).cloned());
+    let chosen = lookup.versions.map(|vs| resolve_version(&vs, wanted).cloned());
     Ok(VersionPick {
         chosen,
         names: lookup.names,
@@ -150,10 +143,20 @@ pub fn find_chart_version(
     })
 }
 
-type Picked = (Result<ChartVersion, crate::chart::version::ResolveFailure>, Vec<String>);
+/// Picks a chart version: `wanted` None means the newest stable version
+/// (the rule is [`pick_version`]'s, over the version strings).
+pub fn resolve_version<'a>(
+    versions: &'a [ChartVersion],
+    wanted: Option<&str>,
+) -> Result<&'a ChartVersion, ResolveFailure> {
+    let strings: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
+    let i = pick_version(&strings, wanted)?;
+    versions.get(i).ok_or(ResolveFailure::NoMatch { newest: Vec::new() })
+}
+
+type Picked = (Result<ChartVersion, ResolveFailure>, Vec<String>);
 
 fn pick_by_version_lines(slice: &str, name: &str, wanted: Option<&str>, repo_url: &str) -> Option<Picked> {
-    use crate::chart::version::{resolve_version, ResolveFailure};
     let items = split_items(slice)?;
     let mut stubs = Vec::with_capacity(items.len());
     for item in &items {
@@ -519,7 +522,7 @@ fn version_from_value(raw: Value, repo_url: &str) -> Result<ChartVersion, String
         return Err(format!("chart name {name:?} is not a plain name"));
     }
     let version = get("version").filter(|n| !n.is_empty()).ok_or("no version")?;
-    if crate::chart::version::parse_version(&version).is_none() {
+    if parse_version(&version).is_none() {
         return Err(format!("version {version:?} is not a valid semantic version"));
     }
     let urls = match map.get("urls") {
@@ -773,12 +776,16 @@ mod tests {
     #[test]
     fn digests() {
         let hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let v = |d: &str| ChartVersion {
+            digest: Some(d.into()),
+            ..ChartVersion::default()
+        };
         assert_eq!(
-            normalize_digest(&format!("SHA256:{}", hex.to_uppercase())).as_deref(),
+            v(&format!("SHA256:{}", hex.to_uppercase())).digest_hex().as_deref(),
             Some(hex)
         );
-        assert_eq!(normalize_digest(hex).as_deref(), Some(hex));
-        assert_eq!(normalize_digest("sha256:abc"), None);
+        assert_eq!(v(hex).digest_hex().as_deref(), Some(hex));
+        assert_eq!(v("sha256:abc").digest_hex(), None);
     }
 
     #[test]

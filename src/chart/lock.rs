@@ -11,9 +11,10 @@ use serde::Serialize;
 
 use crate::chart::archive::{read_chart_archive, read_chart_dir};
 use crate::chart::cache::{sha256_hex, ChartCache};
-use crate::chart::fetch::{bounded, FetchError, FetchOptions, Http, OciRef};
-use crate::chart::index::{find_chart_version, parse_index, ChartVersion, Index, IndexError};
-use crate::chart::version::{parse_version, resolve_version, version_satisfies, ResolveFailure};
+use crate::chart::http::{bounded, FetchError, FetchOptions, Http};
+use crate::chart::index::{find_chart_version, parse_index, resolve_version, ChartVersion, Index, IndexError};
+use crate::chart::oci::OciRef;
+use crate::chart::version::{parse_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
 use crate::located::{closest, join_index, join_key, Located, Pos, SourceMap};
 

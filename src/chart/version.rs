@@ -4,7 +4,6 @@
 
 use semver::{Comparator, Op, Prerelease, Version, VersionReq};
 
-use crate::chart::index::ChartVersion;
 use crate::config::normalize_constraint;
 
 /// A parsed constraint: alternatives (`||`) of comparator sets (AND).
@@ -164,27 +163,25 @@ pub enum ResolveFailure {
     },
 }
 
-/// Picks a version: `wanted` None means the newest stable version.
-pub fn resolve_version<'a>(
-    versions: &'a [ChartVersion],
-    wanted: Option<&str>,
-) -> Result<&'a ChartVersion, ResolveFailure> {
+/// Picks a version among `versions`, by its position: `wanted` None means
+/// the newest stable version; an exact string match wins over a constraint.
+pub fn pick_version<S: AsRef<str>>(versions: &[S], wanted: Option<&str>) -> Result<usize, ResolveFailure> {
     let wanted = wanted.map(str::trim).filter(|w| !w.is_empty());
     if let Some(w) = wanted {
-        if let Some(exact) = versions.iter().find(|v| v.version == w) {
+        if let Some(exact) = versions.iter().position(|v| v.as_ref() == w) {
             return Ok(exact);
         }
     }
     let constraint = Constraint::parse(wanted.unwrap_or("*")).map_err(ResolveFailure::BadConstraint)?;
-    let mut best: Option<(Version, &ChartVersion)> = None;
-    for cv in versions {
-        let Some(v) = parse_version(&cv.version) else { continue };
+    let mut best: Option<(Version, usize)> = None;
+    for (i, s) in versions.iter().enumerate() {
+        let Some(v) = parse_version(s.as_ref()) else { continue };
         if constraint.matches(&v) && best.as_ref().is_none_or(|(b, _)| v.cmp_precedence(b).is_gt()) {
-            best = Some((v, cv));
+            best = Some((v, i));
         }
     }
-    best.map(|(_, cv)| cv).ok_or_else(|| ResolveFailure::NoMatch {
-        newest: newest_versions(versions.iter().map(|v| v.version.as_str()), 5),
+    best.map(|(_, i)| i).ok_or_else(|| ResolveFailure::NoMatch {
+        newest: newest_versions(versions.iter().map(AsRef::as_ref), 5),
     })
 }
 
@@ -210,18 +207,8 @@ pub fn version_satisfies(version: &str, constraint: &str) -> Result<bool, String
 mod tests {
     use super::*;
 
-    fn cv(version: &str) -> ChartVersion {
-        ChartVersion {
-            api_version: "v2".into(),
-            name: "c".into(),
-            version: version.into(),
-            ..ChartVersion::default()
-        }
-    }
-
     fn pick(list: &[&str], wanted: Option<&str>) -> Result<String, ResolveFailure> {
-        let vs: Vec<_> = list.iter().map(|v| cv(v)).collect();
-        resolve_version(&vs, wanted).map(|v| v.version.clone())
+        pick_version(list, wanted).map(|i| list[i].to_string())
     }
 
     const LIST: &[&str] = &[

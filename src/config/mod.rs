@@ -20,8 +20,8 @@ pub use resolve::{
 };
 pub use validate::{
     check_flag_value, check_label_value, check_qualified_name, check_version_constraint, cidr_network, find_cycle,
-    is_ami_id, is_dns_label, is_dns_subdomain, is_region, normalize_constraint, parse_cidr, parse_s3_uri,
-    BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
+    is_ami_id, is_dns_label, is_dns_subdomain, is_region, normalize_constraint, oci_reference_problem, parse_cidr,
+    parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 

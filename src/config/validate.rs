@@ -602,17 +602,8 @@ impl Validator<'_> {
                     ),
                 }
             }
-            if let Some(oci) = &c.oci {
-                let ok = oci
-                    .strip_prefix("oci://")
-                    .map(|rest| rest.contains('/') && !rest.ends_with('/'))
-                    .unwrap_or(false);
-                if !ok {
-                    self.err(
-                        &format!("{base}.oci"),
-                        format!("{oci:?} is not an OCI chart reference (use oci://host/path/name)"),
-                    );
-                }
+            if let Some(why) = c.oci.as_deref().and_then(oci_reference_problem) {
+                self.err(&format!("{base}.oci"), why);
             }
             if let Some(p) = &c.path {
                 if Path::new(p).is_absolute() || p.split(['/', '\\']).any(|s| s == "..") {
@@ -749,6 +740,27 @@ pub fn find_cycle<'a>(graph: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a
         }
     }
     None
+}
+
+/// Why an `oci:` chart reference is refused, or None. It is
+/// `oci://host/path/name[:tag]`; a manifest digest (`@sha256:…`) is refused,
+/// never dropped: the lock pins the chart archive's own sha256, which a
+/// manifest digest is not. The chart stage (src/chart/oci.rs) applies the same rule.
+pub fn oci_reference_problem(oci: &str) -> Option<String> {
+    let ok = oci
+        .strip_prefix("oci://")
+        .map(|rest| rest.contains('/') && !rest.ends_with('/'))
+        .unwrap_or(false);
+    if !ok {
+        return Some(format!(
+            "{oci:?} is not an OCI chart reference (use oci://host/path/name)"
+        ));
+    }
+    let (name, digest) = oci.split_once('@')?;
+    Some(format!(
+        "{oci:?} pins a manifest digest ({digest:?}), which kube-aws does not resolve: \
+         use a tag ({name}:1.2.3) or set version; `kube-aws charts lock` then pins the chart's sha256"
+    ))
 }
 
 /// Splits `s3://bucket/prefix` into bucket and prefix (without slashes at the ends).

@@ -8,8 +8,9 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
+use super::layout::{self, ETCD_BACKUP_DIR, SECRET_BUNDLE};
 use super::plan::{camel, AddonBundle, Plan};
-use super::secrets::{BUNDLE_KEY, CONTEXT_CLUSTER, CONTEXT_SECRET};
+use super::secrets::{CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::{cidr_network, parse_cidr, NatGateways, NodePool, DEFAULT_VPC_CIDR};
 use crate::plugin::NodeHooks;
@@ -491,13 +492,13 @@ fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, R
 /// names each entry).
 fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
-    let mut read = vec![obj(&format!("userdata/{}/*", g.role)), obj(BUNDLE_KEY)];
+    let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLE)];
     let mut write = vec![];
     if g.controller {
-        read.push(obj("charts/*"));
-        read.push(obj("addons/*"));
-        write.push(obj("bootstrap/*"));
-        write.push(obj("status/*"));
+        read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
+        read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
+        write.push(obj(&format!("{}*", layout::BOOTSTRAP_DIR)));
+        write.push(obj(&format!("{}*", layout::STATUS_DIR)));
     }
     let mut s =
         vec![json!({"Sid": "ReadClusterObjects", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": read})];
@@ -515,7 +516,7 @@ fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
         // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
         s.push(
             json!({"Sid": "WriteFailureReport", "Effect": "Allow", "Action": ["s3:PutObject"],
-            "Resource": [obj("status/nodes/*")]}),
+            "Resource": [obj(&format!("{}*", layout::NODE_REPORTS_DIR))]}),
         );
     }
     s.push(json!({
@@ -556,8 +557,6 @@ pub const ETCD_LIFECYCLE_HOOK: &str = "kube-aws-etcd-member";
 pub const ETCD_LIFECYCLE_TIMEOUT: u32 = 300;
 /// The control-plane stack's etcd settings parameter (backups, controller count).
 pub const ETCD_SETTINGS: &str = "EtcdSettings";
-/// Where the controllers' etcd snapshots go, under the cluster's prefix.
-pub const ETCD_BACKUP_DIR: &str = "etcd";
 
 /// The SSM parameter holding the controllers' etcd settings.
 pub fn etcd_parameter_name(ctx: &Ctx) -> String {

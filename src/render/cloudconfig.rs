@@ -464,7 +464,7 @@ fn unit_path(name: &str) -> String {
 fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
-        "installedURI": format!("{}/{}", ctx.s3_base, super::plan::INSTALLED_RELEASES),
+        "installedURI": format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
     });
     let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [

@@ -34,8 +34,8 @@ pub struct AddonInput {
 }
 
 /// The pinned helm client: what the installer downloads and checks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct HelmBinary {
     /// e.g. `v3.16.3`.
     pub version: String,

@@ -7,6 +7,7 @@
 pub mod cfn;
 pub mod cloudconfig;
 pub mod input;
+pub mod layout;
 pub mod node_program;
 pub mod plan;
 pub mod secrets;
@@ -180,44 +181,38 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
 
     // Addons: plan, values, Tiller, manifests.
     let mut plan_json = serde_json::to_string_pretty(&plan).map_err(|e| RenderError::Template {
-        name: "addons/plan.json".into(),
+        name: layout::ADDON_PLAN.into(),
         message: e.to_string(),
     })?;
     plan_json.push('\n');
-    out.put("addons/plan.json".into(), plan_json)?;
+    out.put(layout::ADDON_PLAN.into(), plan_json)?;
     for a in &input.addons {
-        out.put(
-            format!("addons/values/{}.yaml", a.release.name),
-            a.values_yaml.as_bytes(),
-        )?;
+        out.put(layout::addon_values(&a.release.name), a.values_yaml.as_bytes())?;
     }
     if plan.helm.tiller.install {
         let t = &input.cluster.helm.tiller;
         out.put(
-            "addons/tiller.yaml".into(),
+            layout::TILLER_MANIFEST.into(),
             plan::tiller_manifest(&t.namespace, t.history_max),
         )?;
     }
     for m in &input.plugins.cluster.manifests {
         check_file_name(&m.plugin, &m.name)?;
-        out.put(format!("manifests/{}/{}", m.plugin, m.name), m.content.as_bytes())?;
+        out.put(layout::plugin_manifest(&m.plugin, &m.name), m.content.as_bytes())?;
     }
 
     // The addon bundle the controllers' reconciler installs, named by the
     // control-plane stack's plan pointer: no addon file is in a node's user data.
     let bundle = plan::addon_bundle(input, &out)?;
-    out.put(plan::ADDON_BUNDLE.into(), bundle.text.clone())?;
+    out.put(layout::ADDON_BUNDLE.into(), bundle.text.clone())?;
 
     // Nodes: full cloud-configs, then the stubs that fetch them.
     let parts = cloudconfig::render_nodes(input, &ctx, &bundle)?;
     let mut nodes = BTreeMap::new();
     for part in &parts {
-        out.put(
-            format!("userdata/{}.cloud-config", part.role),
-            part.cloud_config.as_bytes(),
-        )?;
+        out.put(layout::cloud_config(&part.role), part.cloud_config.as_bytes())?;
         let stub = cloudconfig::render_stub(&ctx, part)?;
-        let path = format!("userdata/{}.stub", part.role);
+        let path = layout::stub(&part.role);
         if stub.len() + STUB_SUBSTITUTION_ROOM > STUB_LIMIT {
             return Err(RenderError::TooLarge {
                 path,
@@ -244,7 +239,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
             message: e.to_string(),
         })?;
         text.push('\n');
-        let path = format!("stacks/{name}.json");
+        let path = layout::stack(&name);
         if text.len() > TEMPLATE_URL_LIMIT {
             return Err(RenderError::TooLarge {
                 path,
@@ -326,7 +321,7 @@ pub struct SizeReport {
 pub fn stub_sizes(r: &Rendered) -> Vec<SizeReport> {
     r.files
         .iter()
-        .filter(|(p, _)| p.starts_with("userdata/") && p.ends_with(".stub"))
+        .filter(|(p, _)| layout::is_stub(p))
         .map(|(p, b)| SizeReport {
             path: p.clone(),
             size: b.len(),
@@ -340,7 +335,7 @@ pub fn stub_sizes(r: &Rendered) -> Vec<SizeReport> {
 pub fn template_sizes(r: &Rendered) -> Vec<SizeReport> {
     r.files
         .iter()
-        .filter(|(p, _)| p.starts_with("stacks/"))
+        .filter(|(p, _)| layout::in_stacks(p))
         .map(|(p, b)| SizeReport {
             path: p.clone(),
             size: b.len(),
@@ -353,8 +348,6 @@ pub fn template_sizes(r: &Rendered) -> Vec<SizeReport> {
 /// The file every render output directory carries: only a directory holding
 /// it may be replaced by a render. Hidden, so `up` does not publish it.
 pub const RENDER_MARKER: &str = ".kube-aws-rendered";
-/// The top-level directories of the rendered layout (docs/rendered-layout.md).
-const RENDER_LAYOUT_DIRS: [&str; 4] = ["addons", "manifests", "stacks", "userdata"];
 const MARKER_TEXT: &str = "This directory is kube-aws render output: each `kube-aws render` replaces it as a whole.\n";
 
 #[derive(Debug, thiserror::Error)]
@@ -490,7 +483,7 @@ fn check_output_dir(work_tree: &Path, dir: &Path) -> Result<(), WriteError> {
              such as {}",
             if tree == out { "is" } else { "contains" },
             work_tree.display(),
-            work_tree.join("rendered").display()
+            layout::rendered_dir(work_tree).display()
         )));
     }
     let meta = match std::fs::symlink_metadata(dir) {
@@ -510,7 +503,7 @@ fn check_output_dir(work_tree: &Path, dir: &Path) -> Result<(), WriteError> {
     // Output of a render from before the marker existed: only the layout's directories.
     let legacy = entries.iter().all(|e| {
         e.file_type().is_ok_and(|t| t.is_dir())
-            && RENDER_LAYOUT_DIRS.contains(&e.file_name().to_string_lossy().as_ref())
+            && layout::RENDERED_DIRS.contains(&e.file_name().to_string_lossy().as_ref())
     });
     if !entries.is_empty() && !marked && !legacy {
         return Err(refuse(format!(

@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-use sha2::{Digest, Sha256};
+use serde::{Deserialize, Serialize};
 
 use super::input::{HelmBinary, RenderInput};
+use super::layout;
 use super::{Ctx, RenderError};
 use crate::config::Origin;
 
@@ -28,11 +28,11 @@ const MAX_WAIT_SECONDS: u64 = 12 * 3600;
 /// The Tiller image for Helm v2 mode.
 pub const TILLER_IMAGE: &str = "ghcr.io/helm/tiller:v2.17.0";
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Plan {
-    pub api_version: &'static str,
-    pub kind: &'static str,
+    pub api_version: String,
+    pub kind: String,
     pub cluster: String,
     pub region: String,
     /// `s3://…/<cluster>/status/addons/`; the installer appends `<release>.json`.
@@ -50,16 +50,16 @@ pub struct Plan {
     pub releases: Vec<PlanRelease>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PlanHelm {
     pub version: u32,
     pub binary: HelmBinary,
     pub tiller: PlanTiller,
 }
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PlanTiller {
     /// Helm v2 mode with at least one release.
     pub install: bool,
@@ -69,16 +69,16 @@ pub struct PlanTiller {
     pub manifest: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Retries {
     pub attempts: u32,
     pub delay_seconds: u64,
 }
 
 /// One release as the installer sees it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PlanRelease {
     pub name: String,
     pub chart: String,
@@ -104,6 +104,14 @@ pub struct PlanRelease {
     pub wait_condition: String,
     /// Its CreationPolicy timeout: this release and every one installed before it.
     pub wait_timeout_seconds: u64,
+}
+
+impl Plan {
+    /// Reads a rendered plan (`addons/plan.json`) back. A key it lacks takes
+    /// its default, so `aws` reads only what it needs of the plan.
+    pub fn from_json(bytes: &[u8]) -> Result<Plan, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
 }
 
 /// Orders releases: bootstrap ones first, each group in dependency order, ties in input order.
@@ -184,9 +192,7 @@ pub fn camel(name: &str) -> String {
     out
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::digest::sha256_hex;
 
 /// Builds the plan. Values files are `values/<release>.yaml` next to it.
 pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
@@ -206,8 +212,12 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         let timeout = r.timeout.as_secs().max(1);
         elapsed += timeout * u64::from(ATTEMPTS) + PER_RELEASE_SLACK_SECONDS;
         let chart_object = match &a.digest {
-            Some(d) => format!("{}/charts/{d}.tgz", ctx.s3_base),
-            None => format!("{}/charts/{}-{}.tgz", ctx.s3_base, r.chart, a.chart_version),
+            Some(d) => format!("{}/{}", ctx.s3_base, layout::chart_object(d)),
+            None => format!(
+                "{}/{}",
+                ctx.s3_base,
+                layout::chart_object(&format!("{}-{}", r.chart, a.chart_version))
+            ),
         };
         let mut entry = PlanRelease {
             name: r.name.clone(),
@@ -222,7 +232,7 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
             sha256: a.digest.clone(),
             chart_object,
             chart_url: a.chart_url.clone(),
-            values_file: format!("values/{}.yaml", r.name),
+            values_file: layout::values_in_addons(&r.name),
             values_sha256: sha256_hex(a.values_yaml.as_bytes()),
             crds: a.crds.clone(),
             origin: match &r.origin {
@@ -240,11 +250,11 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         releases.push(entry);
     }
     Ok(Plan {
-        api_version: "kube-aws/v1",
-        kind: "AddonPlan",
+        api_version: "kube-aws/v1".into(),
+        kind: "AddonPlan".into(),
         cluster: input.cluster.cluster_name.clone(),
         region: input.cluster.region.clone(),
-        status_uri: format!("{}/status/addons/", ctx.s3_base),
+        status_uri: format!("{}/{}", ctx.s3_base, layout::ADDON_STATUS_DIR),
         helm: PlanHelm {
             version: helm.version,
             binary: input.helm_binary.clone(),
@@ -267,7 +277,7 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
             .cluster
             .manifests
             .iter()
-            .map(|m| format!("manifests/{}/{}", m.plugin, m.name))
+            .map(|m| layout::plugin_manifest(&m.plugin, &m.name))
             .collect(),
         releases,
     })
@@ -352,13 +362,6 @@ spec:
     )
 }
 
-/// Where the controllers' reconciler records what it installed, relative to
-/// `s3URI/<cluster>/`: `update` reads it to list the releases a new plan drops.
-pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
-
-/// The addon bundle, relative to the rendered directory.
-pub const ADDON_BUNDLE: &str = "addons/bundle.json";
-
 /// What the controllers' reconciler installs, in one content-addressed
 /// object: the plan, the values, Tiller's manifest and the plugin manifests,
 /// by their path in the addon directory. It is published to
@@ -392,10 +395,10 @@ struct BundleDoc<'a> {
 pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonBundle, RenderError> {
     let mut files = BTreeMap::new();
     for (rel, bytes) in &out.files {
-        let name = if rel.starts_with("manifests/") {
+        let name = if layout::in_manifests(rel) {
             rel.as_str()
         } else {
-            match rel.strip_prefix("addons/") {
+            match layout::in_addons(rel) {
                 Some(r) => r,
                 None => continue,
             }
@@ -420,33 +423,15 @@ pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonB
         secret_files: scanned.files,
     };
     let mut text = serde_json::to_string_pretty(&doc).map_err(|e| RenderError::Template {
-        name: ADDON_BUNDLE.into(),
+        name: layout::ADDON_BUNDLE.into(),
         message: e.to_string(),
     })?;
     text.push('\n');
     let sha256 = sha256_hex(text.as_bytes());
     Ok(AddonBundle {
-        key: content_addressed(ADDON_BUNDLE, &sha256),
+        key: layout::content_addressed(layout::ADDON_BUNDLE, &sha256),
         sha256,
         text,
         secret_names,
     })
-}
-
-/// The key a rendered file `DIR/NAME` is published under, relative to
-/// `s3URI/<cluster>/`: `DIR/<sha256>/NAME`; a cloud-config
-/// `userdata/ROLE.cloud-config` goes to `userdata/ROLE/<sha256>.cloud-config`.
-/// The publisher (src/aws/publish.rs) uploads under it; render names it in
-/// the stub and in the addon plan pointer.
-pub fn content_addressed(rel: &str, hex: &str) -> String {
-    if let Some(role) = rel
-        .strip_prefix("userdata/")
-        .and_then(|r| r.strip_suffix(".cloud-config"))
-    {
-        return format!("userdata/{role}/{hex}.cloud-config");
-    }
-    match rel.rsplit_once('/') {
-        Some((dir, name)) => format!("{dir}/{hex}/{name}"),
-        None => format!("{hex}/{rel}"),
-    }
 }

@@ -19,8 +19,6 @@ use serde::Serialize;
 
 /// The kubeadm bootstrap token in the bundle (see `aws::secrets`).
 pub const BOOTSTRAP_TOKEN: &str = "kubeadm/bootstrap-token";
-/// The bundle, relative to the cluster's key prefix.
-pub const BUNDLE_KEY: &str = "secrets/bundle.json";
 /// The encryption context keys every ciphertext is bound to.
 pub const CONTEXT_CLUSTER: &str = "kube-aws:cluster";
 pub const CONTEXT_SECRET: &str = "kube-aws:secret";

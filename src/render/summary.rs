@@ -49,7 +49,7 @@ pub struct IamScope {
 fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
     let mut out: Vec<IamScope> = Vec::new();
     for (path, bytes) in &r.files {
-        let Some(stack) = path.strip_prefix("stacks/").and_then(|n| n.strip_suffix(".json")) else {
+        let Some(stack) = super::layout::stack_name(path) else {
             continue;
         };
         let Ok(t) = serde_json::from_slice::<serde_json::Value>(bytes) else {
@@ -103,25 +103,22 @@ pub fn summarize(r: &Rendered) -> Summary {
             .collect()
     };
     let addons = r
-        .text("addons/plan.json")
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-        .and_then(|plan| plan.get("releases").and_then(|v| v.as_array()).cloned())
+        .text(super::layout::ADDON_PLAN)
+        .and_then(|t| super::plan::Plan::from_json(t.as_bytes()).ok())
+        .map(|plan| plan.releases)
         .unwrap_or_default()
-        .iter()
-        .map(|rel| {
-            let s = |k: &str| rel.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-            AddonLine {
-                name: s("name"),
-                chart: s("chart"),
-                chart_version: s("chartVersion"),
-                namespace: s("namespace"),
-                bootstrap: rel.get("bootstrap").and_then(|v| v.as_bool()).unwrap_or(false),
-            }
+        .into_iter()
+        .map(|rel| AddonLine {
+            name: rel.name,
+            chart: rel.chart,
+            chart_version: rel.chart_version,
+            namespace: rel.namespace,
+            bootstrap: rel.bootstrap,
         })
         .collect();
     Summary {
-        stacks: sized("stacks/"),
-        user_data: sized("userdata/"),
+        stacks: sized(&format!("{}/", super::layout::STACKS_DIR)),
+        user_data: sized(&format!("{}/", super::layout::USERDATA_DIR)),
         addons,
         iam: iam_scopes(r),
     }

@@ -1,0 +1,175 @@
+//! Every path in the rendered directory (`rendered/`, docs/rendered-layout.md)
+//! and every key under the cluster's S3 prefix (`s3URI/<cluster>/`,
+//! docs/deploy.md). Render writes these paths, `aws` publishes and reads them
+//! back, the nodes' IAM policies grant them: each is spelled here once.
+
+use std::path::{Path, PathBuf};
+
+/// The rendered directory inside a work tree, when `--output-dir` is not given.
+pub const RENDERED_DIR: &str = "rendered";
+
+/// The top-level directories of the rendered layout.
+pub const ADDONS_DIR: &str = "addons";
+pub const MANIFESTS_DIR: &str = "manifests";
+pub const STACKS_DIR: &str = "stacks";
+pub const USERDATA_DIR: &str = "userdata";
+/// Every top-level directory a render writes.
+pub const RENDERED_DIRS: [&str; 4] = [ADDONS_DIR, MANIFESTS_DIR, STACKS_DIR, USERDATA_DIR];
+
+/// The addon plan, the reconciler's only input.
+pub const ADDON_PLAN: &str = "addons/plan.json";
+/// The addon bundle (plan, values, Tiller's and plugin manifests in one object).
+pub const ADDON_BUNDLE: &str = "addons/bundle.json";
+/// Tiller's manifest in Helm v2 mode.
+pub const TILLER_MANIFEST: &str = "addons/tiller.yaml";
+/// The root stack's template.
+pub const ROOT_TEMPLATE: &str = "stacks/root.json";
+
+/// The secret bundle (KMS-encrypted values), in the rendered directory and in S3.
+pub const SECRET_BUNDLE: &str = "secrets/bundle.json";
+
+// Under `s3URI/<cluster>/`, written by the nodes at run time.
+/// The prefixes the nodes write at run time (`update`/`destroy --purge` treat them apart).
+pub const BOOTSTRAP_DIR: &str = "bootstrap/";
+pub const STATUS_DIR: &str = "status/";
+/// The reconciler's per-release status objects, `<release>.json`.
+pub const ADDON_STATUS_DIR: &str = "status/addons/";
+/// What the controllers' reconciler installed: `update` reads it to list the
+/// releases a new plan drops.
+pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
+/// The nodes' bootstrap reports.
+pub const NODE_REPORTS_DIR: &str = "status/nodes/";
+/// The last etcd backup run.
+pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
+/// Where the controllers' etcd snapshots go (no trailing slash: the nodes' settings name it).
+pub const ETCD_BACKUP_DIR: &str = "etcd";
+/// The published chart archives, `charts/<sha256>.tgz`.
+pub const CHARTS_DIR: &str = "charts/";
+/// The OIDC issuer's directory, its discovery document and keys (public-read).
+pub const OIDC_DIR: &str = "oidc";
+pub const OIDC_DISCOVERY: &str = "oidc/.well-known/openid-configuration";
+pub const OIDC_JWKS: &str = "oidc/keys.json";
+
+/// `<work tree>/rendered`.
+pub fn rendered_dir(work_tree: &Path) -> PathBuf {
+    work_tree.join(RENDERED_DIR)
+}
+
+/// `addons/values/<release>.yaml`.
+pub fn addon_values(release: &str) -> String {
+    format!("{ADDONS_DIR}/{}", values_in_addons(release))
+}
+
+/// `values/<release>.yaml`: a release's values file, relative to the addon directory.
+pub fn values_in_addons(release: &str) -> String {
+    format!("values/{release}.yaml")
+}
+
+/// `manifests/<plugin>/<name>`: a plugin manifest.
+pub fn plugin_manifest(plugin: &str, name: &str) -> String {
+    format!("{MANIFESTS_DIR}/{plugin}/{name}")
+}
+
+/// `stacks/<name>.json`.
+pub fn stack(name: &str) -> String {
+    format!("{STACKS_DIR}/{name}.json")
+}
+
+/// The stack name of a `stacks/<name>.json` path.
+pub fn stack_name(path: &str) -> Option<&str> {
+    path.strip_prefix(STACKS_DIR)?.strip_prefix('/')?.strip_suffix(".json")
+}
+
+/// Whether `path` is a stack template.
+pub fn is_stack(path: &str) -> bool {
+    stack_name(path).is_some()
+}
+
+/// Whether `path` is under `stacks/`.
+pub fn in_stacks(path: &str) -> bool {
+    in_dir(path, STACKS_DIR)
+}
+
+/// Whether `path` is under `userdata/`.
+pub fn in_userdata(path: &str) -> bool {
+    in_dir(path, USERDATA_DIR)
+}
+
+/// The path relative to `addons/`, when it is under it.
+pub fn in_addons(path: &str) -> Option<&str> {
+    path.strip_prefix(ADDONS_DIR)?.strip_prefix('/')
+}
+
+/// Whether `path` is under `manifests/`.
+pub fn in_manifests(path: &str) -> bool {
+    in_dir(path, MANIFESTS_DIR)
+}
+
+fn in_dir(path: &str, dir: &str) -> bool {
+    path.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+}
+
+/// `userdata/<role>.cloud-config`.
+pub fn cloud_config(role: &str) -> String {
+    format!("{USERDATA_DIR}/{role}.cloud-config")
+}
+
+/// `userdata/<role>.stub`: the user data EC2 runs.
+pub fn stub(role: &str) -> String {
+    format!("{USERDATA_DIR}/{role}.stub")
+}
+
+/// Whether `path` is a user-data stub.
+pub fn is_stub(path: &str) -> bool {
+    in_userdata(path) && path.ends_with(".stub")
+}
+
+/// `userdata/<role>/*`: a role's published cloud-configs (IAM resource).
+pub fn userdata_objects(role: &str) -> String {
+    format!("{USERDATA_DIR}/{role}/*")
+}
+
+/// `charts/<hex>.tgz`: a published chart archive.
+pub fn chart_object(hex: &str) -> String {
+    format!("{CHARTS_DIR}{hex}.tgz")
+}
+
+/// The key a rendered file `DIR/NAME` is published under, relative to
+/// `s3URI/<cluster>/`: `DIR/<sha256>/NAME`; a cloud-config
+/// `userdata/ROLE.cloud-config` goes to `userdata/ROLE/<sha256>.cloud-config`.
+/// The publisher (src/aws/publish.rs) uploads under it; render names it in
+/// the stub and in the addon plan pointer.
+pub fn content_addressed(rel: &str, hex: &str) -> String {
+    if let Some(role) = rel
+        .strip_prefix(USERDATA_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .and_then(|r| r.strip_suffix(".cloud-config"))
+    {
+        return format!("{USERDATA_DIR}/{role}/{hex}.cloud-config");
+    }
+    match rel.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/{hex}/{name}"),
+        None => format!("{hex}/{rel}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_round_trip() {
+        assert_eq!(stack_name(&stack("node-pool-a")), Some("node-pool-a"));
+        assert_eq!(stack_name("stacksx/a.json"), None);
+        assert!(is_stub(&stub("controller")));
+        assert!(!is_stub(&cloud_config("controller")));
+        assert_eq!(in_addons(ADDON_PLAN), Some("plan.json"));
+        assert_eq!(in_addons("addonsx/plan.json"), None);
+        assert_eq!(
+            content_addressed(&cloud_config("worker"), "ab"),
+            "userdata/worker/ab.cloud-config"
+        );
+        assert_eq!(content_addressed(ADDON_BUNDLE, "ab"), "addons/ab/bundle.json");
+        assert_eq!(content_addressed("x", "ab"), "ab/x");
+    }
+}
