@@ -189,6 +189,15 @@ pub enum DeployPrepareError {
 /// Rendering is pure and takes milliseconds, so deploys always render anew
 /// rather than trust an older `rendered/` that may not match the work tree.
 pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
+    prepare_deploy_then(opts, &mut |_| Ok(()))
+}
+
+/// [`prepare_deploy`], running `before_swap` on the new render before it
+/// replaces `<dir>/rendered` ([`crate::render::write_rendered_then`]).
+pub fn prepare_deploy_then(
+    opts: &DeployPrepareOptions,
+    before_swap: crate::render::BeforeSwap<'_>,
+) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
     let releases = load_releases(&opts.dir).map_err(Box::new)?;
     let lock = chart::load_lock(&opts.dir)?;
     let locked = chart::check_lock(&lock, &releases.releases)?;
@@ -207,7 +216,7 @@ pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy:
     .map_err(Box::new)?;
     let rendered = crate::render::render(&p.input)?;
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
-    crate::render::write_rendered(&opts.dir, &rendered_dir, &rendered)?;
+    crate::render::write_rendered_then(&opts.dir, &rendered_dir, &rendered, before_swap)?;
     let charts = crate::aws::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
     let secrets = p
         .releases

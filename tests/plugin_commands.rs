@@ -426,6 +426,7 @@ fn a_post_render_hook_may_add_files_only_under_its_own_directory() {
         std::fs::read_to_string(dir.join("rendered/plugins/alpha/extra.txt")).unwrap(),
         "extra\n"
     );
+    let before = tree(&dir.join("rendered"));
     let o = kube_aws(&dir).arg("render").env("EVIL", "1").output().unwrap();
     let text = output_text(&o);
     assert_eq!(o.status.code(), Some(1), "{text}");
@@ -433,6 +434,28 @@ fn a_post_render_hook_may_add_files_only_under_its_own_directory() {
         text.contains("plugin \"alpha\": hook postRender[1] (add.sh) changed evil.txt in the rendered directory; a post-render hook may only add files under plugins/alpha/"),
         "{text}"
     );
+    // The hook ran on the new output before the swap: a failing one leaves
+    // the previous rendered/ exactly as it was, and no staging directory.
+    assert_eq!(tree(&dir.join("rendered")), before);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".rendered."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Every file under `root` with its bytes, sorted by path.
+fn tree(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<(PathBuf, Vec<u8>)> = common::files_under(root)
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p.strip_prefix(root).unwrap().to_path_buf(), bytes)
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[test]

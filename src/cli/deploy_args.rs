@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::aws::deploy::{charts_from_plan, rendered_dir, ArtifactsOptions};
 use crate::aws::AwsOptions;
-use crate::pipeline::{prepare_deploy, DeployPrepareOptions};
+use crate::pipeline::DeployPrepareOptions;
 
 /// Where AWS is: the standard chain, with overrides.
 #[derive(Debug, Clone, clap::Args)]
@@ -82,11 +82,14 @@ pub fn artifacts(
     }
     let rendered = rendered_dir(dir);
     super::hooks(global, cluster, Step::Render, When::Pre, &rendered, None)?;
-    let out = prepare_deploy(&DeployPrepareOptions {
-        dir: dir.to_path_buf(),
-        cache_dir,
-        fetch: crate::chart::FetchOptions::default(),
-    })?;
-    super::hooks(global, cluster, Step::Render, When::Post, &out.rendered_dir, None)?;
+    // The post-render hooks run on the new output before it replaces the old.
+    let out = crate::pipeline::prepare_deploy_then(
+        &DeployPrepareOptions {
+            dir: dir.to_path_buf(),
+            cache_dir,
+            fetch: crate::chart::FetchOptions::default(),
+        },
+        &mut |staged| super::hooks(global, cluster, Step::Render, When::Post, staged, None).map_err(Into::into),
+    )?;
     Ok(out)
 }

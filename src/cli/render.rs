@@ -29,8 +29,10 @@ pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
         require_charts: false,
     })?;
     let rendered = render::render(&p.input)?;
-    render::write_rendered(&global.dir, &dir, &rendered)?;
-    hooks(global, &cluster, Step::Render, When::Post, &dir, None)?;
+    // The post-render hooks run on the new output before it replaces the old.
+    render::write_rendered_then(&global.dir, &dir, &rendered, &mut |staged| {
+        hooks(global, &cluster, Step::Render, When::Post, staged, None).map_err(Into::into)
+    })?;
     let summary = render::summarize(&rendered);
     match global.output {
         OutputFormat::Json => print_json(&serde_json::json!({

@@ -356,7 +356,14 @@ pub enum WriteError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("refusing to write the render output to {}: {reason}", path.display())]
     Refused { path: PathBuf, reason: String },
+    /// The check run on the complete new output before it replaces the old
+    /// one (the post-render hooks) failed: the old output is untouched.
+    #[error(transparent)]
+    BeforeSwap(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// What runs on the staged output (its path) before the swap.
+pub type BeforeSwap<'a> = &'a mut dyn FnMut(&Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {
     let path = path.to_path_buf();
@@ -372,6 +379,19 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError {
 /// that was killed are removed (or put back, when `dir` went missing).
 pub fn write_rendered(work_tree: &Path, dir: &Path, r: &Rendered) -> Result<(), WriteError> {
     write_rendered_steps(work_tree, dir, r, &WriteSteps::default())
+}
+
+/// [`write_rendered`], running `before_swap` on the complete staged output
+/// (the post-render hooks, which may add files there) before it replaces
+/// `dir`. If it fails, the staged output is removed and `dir` is untouched.
+pub fn write_rendered_then(
+    work_tree: &Path,
+    dir: &Path,
+    r: &Rendered,
+    before_swap: BeforeSwap<'_>,
+) -> Result<(), WriteError> {
+    let how = WriteSteps::default();
+    write_steps(work_tree, dir, r, &how, Some(before_swap))
 }
 
 /// The steps of [`write_rendered`], named so that a test can stop after one
@@ -399,6 +419,16 @@ pub struct WriteSteps {
 
 #[doc(hidden)]
 pub fn write_rendered_steps(work_tree: &Path, dir: &Path, r: &Rendered, how: &WriteSteps) -> Result<(), WriteError> {
+    write_steps(work_tree, dir, r, how, None)
+}
+
+fn write_steps(
+    work_tree: &Path,
+    dir: &Path,
+    r: &Rendered,
+    how: &WriteSteps,
+    before_swap: Option<BeforeSwap<'_>>,
+) -> Result<(), WriteError> {
     let stop = |step| how.stop_after == Some(step);
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -432,6 +462,10 @@ pub fn write_rendered_steps(work_tree: &Path, dir: &Path, r: &Rendered, how: &Wr
         if rel.ends_with(".sh") {
             set_executable(&path).map_err(io_err(&path))?;
         }
+    }
+    if let Some(check) = before_swap {
+        // On failure the TempDir drops: the staged output is removed.
+        check(staging.path()).map_err(WriteError::BeforeSwap)?;
     }
     let staged = staging.keep();
     if stop(WriteStep::Staged) {
