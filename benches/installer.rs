@@ -22,24 +22,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use common::installer_bed::Bed;
+use common::installer_bed::{Bed, BUILT_INS};
 use common::testbed::{self, ControlPlane};
 use serde_json::Value;
 
 const READY_DELAY_MS: u64 = 5000;
-
-const BUILT_INS: &str = "plugins:
-  aws-vpc-cni: {enabled: true}
-  aws-cloud-controller-manager: {enabled: true}
-  metrics-server: {enabled: true}
-  descheduler: {enabled: true}
-  aws-ebs-csi-driver: {enabled: true}
-  cluster-autoscaler: {enabled: true}
-  cluster-dump: {enabled: true}
-  external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
-  dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
-  pod-identity-webhook: {enabled: false}
-";
 
 /// 10 layers of 3 external-dns releases (one Deployment each); every release
 /// depends on the whole layer before it.

@@ -281,14 +281,7 @@ pub fn mint_client(
             value: humantime::format_duration(ttl).to_string(),
         });
     }
-    let ca_key = KeyPair::from_pem(ca_key.expose()).map_err(|e| PkiError::Parse {
-        what: "cluster CA key".into(),
-        detail: e.to_string(),
-    })?;
-    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(|e| PkiError::Parse {
-        what: "cluster CA certificate".into(),
-        detail: e.to_string(),
-    })?;
+    let issuer = cluster_ca(ca_cert_pem, ca_key)?;
     let key = KeyPair::generate().map_err(gen_err("client key"))?;
     // Certificates hold whole seconds: report the expiry they hold.
     let now = now.replace_nanosecond(0).unwrap_or(now);
@@ -334,14 +327,7 @@ pub fn webhook_entries(
     now: OffsetDateTime,
 ) -> Result<[(&'static str, PrivatePem); 3], PkiError> {
     use base64::Engine;
-    let ca_key = KeyPair::from_pem(ca_key.expose()).map_err(|e| PkiError::Parse {
-        what: "cluster CA key".into(),
-        detail: e.to_string(),
-    })?;
-    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(|e| PkiError::Parse {
-        what: "cluster CA certificate".into(),
-        detail: e.to_string(),
-    })?;
+    let issuer = cluster_ca(ca_cert_pem, ca_key)?;
     let key = KeyPair::generate().map_err(gen_err("webhook serving key"))?;
     let names = service_dns_names(WEBHOOK_SERVICE, WEBHOOK_NAMESPACE);
     let mut p = CertificateParams::new(names.clone()).map_err(gen_err("webhook serving certificate"))?;
@@ -402,6 +388,19 @@ pub fn webhook_cert_current(cert_pem: &str, ca_cert_pem: &str, now: OffsetDateTi
     signed
         && names == service_dns_names(WEBHOOK_SERVICE, WEBHOOK_NAMESPACE)
         && cert.validity().not_after.to_datetime() > now + SERVING_RENEW_BEFORE
+}
+
+/// The cluster CA as the issuer of the leaf certificates kube-aws signs
+/// (minted client certificates, the webhook's serving certificate).
+fn cluster_ca(ca_cert_pem: &str, ca_key: &PrivatePem) -> Result<Issuer<'static, KeyPair>, PkiError> {
+    let ca_key = KeyPair::from_pem(ca_key.expose()).map_err(|e| PkiError::Parse {
+        what: "cluster CA key".into(),
+        detail: e.to_string(),
+    })?;
+    Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(|e| PkiError::Parse {
+        what: "cluster CA certificate".into(),
+        detail: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -24,26 +24,9 @@
 
 mod common;
 
-use common::installer_bed::{secret_value, Bed};
+use common::installer_bed::{secret_value, Bed, BUILT_INS};
 use common::testbed;
 use serde_json::Value;
-
-/// The built-ins whose charts the shared data holds and that run on kwok
-/// nodes. The pod identity webhook is off: kwok runs no webhook server, and
-/// its fail-closed entry would refuse the pods of the plugins' service
-/// accounts (tests/testbed.rs dry-runs its manifests on the real apiserver).
-const BUILT_INS: &str = "plugins:
-  aws-vpc-cni: {enabled: true}
-  aws-cloud-controller-manager: {enabled: true}
-  metrics-server: {enabled: true}
-  descheduler: {enabled: true}
-  aws-ebs-csi-driver: {enabled: true}
-  cluster-autoscaler: {enabled: true}
-  cluster-dump: {enabled: true}
-  external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
-  dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
-  pod-identity-webhook: {enabled: false}
-";
 
 #[test]
 fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {

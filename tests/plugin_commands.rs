@@ -357,10 +357,7 @@ fn a_failing_pre_render_hook_leaves_rendered_untouched_and_no_hooks_skips_them()
     let dir = wt(&t);
     let o = kube_aws(&dir).arg("render").output().unwrap();
     assert!(o.status.success(), "{}", output_text(&o));
-    let before: Vec<(PathBuf, Vec<u8>)> = common::files_under(&dir.join("rendered"))
-        .into_iter()
-        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
-        .collect();
+    let before = tree(&dir.join("rendered"));
     // A change render would show.
     let cfg = dir.join("cluster.yaml");
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -373,11 +370,7 @@ fn a_failing_pre_render_hook_leaves_rendered_untouched_and_no_hooks_skips_them()
         text.contains("plugin \"alpha\": hook preRender[0] (hook.sh) exited with code 3; render aborted"),
         "{text}"
     );
-    let after: Vec<(PathBuf, Vec<u8>)> = common::files_under(&dir.join("rendered"))
-        .into_iter()
-        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
-        .collect();
-    assert!(before == after, "rendered/ changed");
+    assert!(tree(&dir.join("rendered")) == before, "rendered/ changed");
     let log = std::fs::read_to_string(dir.join("hooks.log")).unwrap();
     assert!(
         !log.contains("beta preRender\n") && log.ends_with("alpha preRender one two words\n"),

@@ -417,6 +417,13 @@ fn kubectl_with(bin: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String, 
     run(c)
 }
 
+/// A generated PKI as bundle entries (`pki/X` → PEM), public and private.
+fn pki_files(pki: &kube_aws::pki::ClusterPki) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = pki.public.clone().into_iter().collect();
+    files.extend(pki.keys.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    files
+}
+
 #[test]
 fn a_minted_kubeconfig_is_cluster_admin_on_a_control_plane_with_the_kube_aws_pki() {
     let Some(bin) = testbed::bin_dir("a_minted_kubeconfig_is_cluster_admin") else {
@@ -424,8 +431,7 @@ fn a_minted_kubeconfig_is_cluster_admin_on_a_control_plane_with_the_kube_aws_pki
     };
     let now = time::OffsetDateTime::now_utc();
     let pki = kube_aws::pki::generate("testbed", now).unwrap();
-    let mut files: Vec<(String, String)> = pki.public.clone().into_iter().collect();
-    files.extend(pki.keys.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
+    let files = pki_files(&pki);
     let cp = ControlPlane::start_api_with_pki(&bin, &files);
 
     // kubeadm kept the CAs and the service-account key as they were given...
@@ -563,9 +569,7 @@ fn the_apiserver_signs_tokens_the_published_jwks_verifies() {
     };
     let now = time::OffsetDateTime::now_utc();
     let pki = kube_aws::pki::generate("testbed", now).unwrap();
-    let mut files: Vec<(String, String)> = pki.public.clone().into_iter().collect();
-    files.extend(pki.keys.iter().map(|(k, v)| (k.clone(), v.expose().to_string())));
-    let cp = ControlPlane::start_api_with_pki(&bin, &files);
+    let cp = ControlPlane::start_api_with_pki(&bin, &pki_files(&pki));
 
     // A cluster whose issuer is its bucket's oidc/ prefix, with kube-aws's flags.
     let dir = tempfile::tempdir().unwrap();
