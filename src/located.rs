@@ -510,6 +510,15 @@ fn split_unknown(rest: &str) -> (&str, Vec<String>) {
     (name, expected)
 }
 
+/// The hint every "unknown name" message ends with: ` (did you mean "x"?)`
+/// when a candidate is close enough to be a typo, else empty. The one
+/// spelling of that hint; callers append it to their message.
+pub fn did_you_mean<S: AsRef<str>>(word: &str, candidates: &[S]) -> String {
+    closest(word, candidates)
+        .map(|best| format!(" (did you mean {best:?}?)"))
+        .unwrap_or_default()
+}
+
 /// The candidate closest to `word`, when it is close enough to be a typo.
 pub fn closest<S: AsRef<str>>(word: &str, candidates: &[S]) -> Option<String> {
     let lower = word.to_ascii_lowercase();
@@ -547,6 +556,15 @@ mod tests {
         let err = SourceMap::parse(Path::new("f.yaml"), "a: [1, 2\nb: 3\n").unwrap_err();
         assert!(err.message.starts_with("malformed YAML"), "{err}");
         assert!(err.pos.line >= 1);
+    }
+
+    #[test]
+    fn did_you_mean_is_empty_unless_a_typo() {
+        assert_eq!(
+            did_you_mean("nodePool", &["nodePools", "controller"]),
+            " (did you mean \"nodePools\"?)"
+        );
+        assert_eq!(did_you_mean("zzz", &["nodePools"]), "");
     }
 
     #[test]
