@@ -1,7 +1,8 @@
 //! `Sha256Digest`: a sha256 as 64 lowercase hex digits. Every digest the tool
 //! reads (a Helm index's `digest`, an OCI manifest layer's, the lock's, the
 //! addon plan's `sha256`, a chart tarball's) is parsed and normalised here,
-//! and every one it computes comes from [`sha256_hex`].
+//! and every one it computes comes from [`sha256_hex`] (bytes in memory) or
+//! [`Sha256Stream`] (bytes as they stream past, e.g. a download).
 
 use sha2::{Digest, Sha256};
 
@@ -23,7 +24,9 @@ impl Sha256Digest {
 
     /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> Sha256Digest {
-        Sha256Digest(hex::encode(Sha256::digest(bytes)))
+        let mut s = Sha256Stream::default();
+        s.update(bytes);
+        s.finish()
     }
 
     /// The 64 lowercase hex digits.
@@ -45,6 +48,20 @@ impl std::fmt::Display for Sha256Digest {
     /// `sha256:<hex>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "sha256:{}", self.0)
+    }
+}
+
+/// A sha256 computed piece by piece.
+#[derive(Debug, Clone, Default)]
+pub struct Sha256Stream(Sha256);
+
+impl Sha256Stream {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn finish(self) -> Sha256Digest {
+        Sha256Digest(hex::encode(self.0.finalize()))
     }
 }
 
@@ -80,5 +97,16 @@ mod tests {
         );
         assert_eq!(d.to_string(), d.prefixed());
         assert_eq!(sha256_hex(b""), d.hex());
+    }
+
+    #[test]
+    fn a_stream_in_pieces_hashes_as_the_whole() {
+        let bytes = b"chart bytes, streamed in uneven pieces";
+        let mut s = Sha256Stream::default();
+        for piece in bytes.chunks(7) {
+            s.update(piece);
+        }
+        assert_eq!(s.finish().hex(), sha256_hex(bytes));
+        assert_ne!(sha256_hex(bytes), sha256_hex(&bytes[1..]));
     }
 }

@@ -34,6 +34,21 @@ pub struct Releases {
     pub plugin_values: HashMap<String, ValuesLayer>,
 }
 
+impl Releases {
+    /// What the chart stage needs to prepare every release.
+    pub fn chart_options(&self, opts: &PrepareOptions) -> chart::PrepareReleasesOptions {
+        chart::PrepareReleasesOptions {
+            dir: opts.dir.clone(),
+            releases: self.releases.clone(),
+            kubernetes_version: self.cluster.config.kubernetes_version.clone(),
+            plugin_values: self.plugin_values.clone(),
+            cache_dir: opts.cache_dir.clone(),
+            require_charts: opts.require_charts,
+            helm_v2: helm_v2_mode(&self.cluster),
+        }
+    }
+}
+
 /// Loads cluster.yaml and resolves its plugins.
 pub fn load_releases(dir: &Path) -> Result<Releases, PipelineError> {
     let cluster = load_cluster(dir)?;
@@ -67,7 +82,8 @@ pub fn load_releases(dir: &Path) -> Result<Releases, PipelineError> {
     })
 }
 
-/// Inputs of `prepare`.
+/// Inputs of `prepare` (the chart stage's own, with the releases filled in,
+/// are [`chart::PrepareReleasesOptions`]: see [`Releases::chart_options`]).
 #[derive(Debug, Clone)]
 pub struct PrepareOptions {
     pub dir: PathBuf,
@@ -90,15 +106,7 @@ pub struct Prepared {
 /// Runs every offline stage up to the render input.
 pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, PipelineError> {
     let releases = load_releases(&opts.dir)?;
-    let prepared = chart::prepare_releases(&chart::PrepareOptions {
-        dir: opts.dir.clone(),
-        releases: releases.releases.clone(),
-        kubernetes_version: releases.cluster.config.kubernetes_version.clone(),
-        plugin_values: releases.plugin_values.clone(),
-        cache_dir: opts.cache_dir.clone(),
-        require_charts: opts.require_charts,
-        helm_v2: helm_v2_mode(&releases.cluster),
-    })?;
+    let prepared = chart::prepare_releases(&releases.chart_options(opts))?;
     let not_fetched = prepared
         .iter()
         .filter(|p| p.chart.is_none())
@@ -188,13 +196,15 @@ pub enum DeployPrepareError {
 ///
 /// Rendering is pure and takes milliseconds, so deploys always render anew
 /// rather than trust an older `rendered/` that may not match the work tree.
-pub fn prepare_deploy(opts: &DeployPrepareOptions) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
-    prepare_deploy_then(opts, &mut |_| Ok(()))
+pub async fn prepare_deploy(
+    opts: &DeployPrepareOptions,
+) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
+    prepare_deploy_then(opts, &mut |_| Ok(())).await
 }
 
 /// [`prepare_deploy`], running `before_swap` on the new render before it
 /// replaces `<dir>/rendered` ([`crate::render::write_rendered_then`]).
-pub fn prepare_deploy_then(
+pub async fn prepare_deploy_then(
     opts: &DeployPrepareOptions,
     before_swap: crate::render::BeforeSwap<'_>,
 ) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
@@ -207,6 +217,7 @@ pub fn prepare_deploy_then(
         fetch: opts.fetch.clone(),
         cache_dir: opts.cache_dir.clone(),
     })
+    .await
     .map_err(Box::new)?;
     let p = prepare(&PrepareOptions {
         dir: opts.dir.clone(),

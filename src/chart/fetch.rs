@@ -2,13 +2,13 @@
 //! many at a time (the client is `http.rs`, registries `oci.rs`).
 
 use futures::StreamExt;
-use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use crate::chart::cache::ChartCache;
 use crate::chart::http::describe;
 pub use crate::chart::http::{bounded, FetchError, FetchOptions, Http};
 pub use crate::chart::oci::OciRef;
+use crate::digest::{sha256_hex, Sha256Stream};
 
 impl Http {
     /// Downloads `url` (https or an `oci://` chart reference) into the cache,
@@ -38,7 +38,7 @@ impl Http {
             };
             let tmp = cache.temp_file().map_err(cache_err)?;
             let mut file = tokio::fs::File::from_std(tmp.reopen().map_err(cache_err)?);
-            let mut hasher = Sha256::new();
+            let mut hasher = Sha256Stream::default();
             let mut stream = resp.bytes_stream();
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| FetchError::Unreachable {
@@ -51,7 +51,7 @@ impl Http {
             file.flush().await.map_err(cache_err)?;
             file.sync_all().await.map_err(cache_err)?;
             drop(file);
-            let actual = hex::encode(hasher.finalize());
+            let actual = hasher.finish().into_hex();
             if actual != expected {
                 // The temporary file is deleted on drop: nothing enters the cache.
                 return Err(FetchError::DigestMismatch {
@@ -94,19 +94,7 @@ pub struct FetchReport {
 /// Makes sure every locked chart is in the cache, downloading the missing
 /// ones at most `concurrency` at a time. The first failure is returned after
 /// the others finish; a failed chart never enters the cache.
-pub fn fetch_charts(opts: FetchChartsOptions) -> Result<FetchReport, FetchError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| FetchError::Cache {
-            path: "tokio runtime".into(),
-            source: e,
-        })?;
-    rt.block_on(fetch_charts_async(opts))
-}
-
-/// The async body of `fetch_charts`.
-pub async fn fetch_charts_async(opts: FetchChartsOptions) -> Result<FetchReport, FetchError> {
+pub async fn fetch_charts(opts: FetchChartsOptions) -> Result<FetchReport, FetchError> {
     let http = Http::new(opts.fetch.clone())?;
     let cache = ChartCache::new(&opts.cache_dir);
     let mut report = FetchReport {
@@ -178,7 +166,7 @@ fn store_local(
         path: path.display().to_string(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let actual = crate::chart::cache::sha256_hex(&bytes);
+    let actual = sha256_hex(&bytes);
     if actual != hex {
         return Err(FetchError::DigestMismatch {
             chart: c.chart.clone(),

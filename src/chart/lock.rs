@@ -10,13 +10,14 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::chart::archive::{read_chart_archive, read_chart_dir};
-use crate::chart::cache::{sha256_hex, ChartCache};
+use crate::chart::cache::ChartCache;
 use crate::chart::http::{bounded, FetchError, FetchOptions, Http};
 use crate::chart::index::{find_chart_version, parse_index, resolve_version, ChartVersion, Index, IndexError};
 use crate::chart::oci::OciRef;
 use crate::chart::version::{parse_version, version_satisfies, ResolveFailure};
 use crate::config::{ChartSource, Release};
-use crate::located::{closest, join_index, join_key, Located, Pos, SourceMap};
+use crate::digest::sha256_hex;
+use crate::located::{did_you_mean, join_index, join_key, Located, Pos, SourceMap};
 
 /// The lock file, relative to the work tree.
 pub const LOCK_FILE: &str = "charts-index/index.yaml";
@@ -39,8 +40,6 @@ pub enum LockError {
     Fetch { release: String, source: Box<FetchError> },
     #[error("release {release:?}: {message}")]
     Resolve { release: String, message: String },
-    #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
 }
 
 /// A loaded lock.
@@ -292,21 +291,12 @@ pub struct LockReport {
     pub requests: usize,
 }
 
-/// Resolves every release and writes the lock.
-pub fn lock_charts(opts: LockOptions) -> Result<LockReport, LockError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(LockError::Runtime)?;
-    rt.block_on(lock_charts_async(opts))
-}
-
 fn now_rfc3339() -> String {
     humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
 }
 
-/// The async body of `lock_charts`.
-pub async fn lock_charts_async(opts: LockOptions) -> Result<LockReport, LockError> {
+/// Resolves every release and writes the lock.
+pub async fn lock_charts(opts: LockOptions) -> Result<LockReport, LockError> {
     let existing = load_lock(&opts.dir)?;
     let http = Http::new(opts.fetch.clone()).map_err(|source| LockError::Fetch {
         release: String::new(),
@@ -476,9 +466,7 @@ async fn resolve_release(
             let lookup = find_chart_version(text, &r.chart, r.version.as_deref(), url, &index_url)
                 .map_err(|e| resolve_err(r, e.to_string()))?;
             let Some(chosen) = lookup.chosen else {
-                let hint = closest(&r.chart, &lookup.names)
-                    .map(|c| format!(" (did you mean {c:?}?)"))
-                    .unwrap_or_default();
+                let hint = did_you_mean(&r.chart, &lookup.names);
                 return Err(resolve_err(
                     r,
                     format!("chart {:?} is not in {index_url}{hint}", r.chart),

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod fetch;
 pub mod http;
 pub mod index;
+mod index_scan;
 pub mod lock;
 pub mod oci;
 pub mod prepare;
@@ -18,7 +19,7 @@ pub use cache::{default_cache_dir, ChartCache};
 pub use fetch::{fetch_charts, FetchChartsOptions, FetchError, FetchOptions, FetchReport};
 pub use index::{find_chart, parse_index, resolve_url, resolve_version, ChartLookup, ChartVersion, Index, IndexError};
 pub use lock::{check_lock, load_lock, lock_charts, Lock, LockError, LockOptions, LockReport, LockedChart, LOCK_FILE};
-pub use prepare::{prepare_releases, HelmV2Mode, PrepareError, PrepareOptions, PreparedRelease};
+pub use prepare::{prepare_releases, HelmV2Mode, PrepareError, PrepareReleasesOptions, PreparedRelease};
 pub use values::{
     check_release_values, coalesce, load_user_layers, merge_layers, ReleaseValues, ValuesError, ValuesLayer,
 };

@@ -50,7 +50,7 @@ pub struct HelmV2Mode {
 
 /// Inputs of `prepare_releases`.
 #[derive(Debug, Clone)]
-pub struct PrepareOptions {
+pub struct PrepareReleasesOptions {
     /// The work tree.
     pub dir: PathBuf,
     pub releases: Vec<Release>,
@@ -81,7 +81,7 @@ pub struct PreparedRelease {
 }
 
 /// Checks the lock, reads every chart, layers and checks every release's values.
-pub fn prepare_releases(opts: &PrepareOptions) -> Result<Vec<PreparedRelease>, PrepareError> {
+pub fn prepare_releases(opts: &PrepareReleasesOptions) -> Result<Vec<PreparedRelease>, PrepareError> {
     let lock = load_lock(&opts.dir)?;
     let locked = check_lock(&lock, &opts.releases)?;
     let cache = ChartCache::new(&opts.cache_dir);

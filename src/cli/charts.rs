@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::deploy_args::runtime;
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::chart::{self, FetchOptions};
-use crate::pipeline::load_releases;
+use crate::pipeline::{load_releases, PrepareOptions};
 
 /// Arguments of `kube-aws charts`.
 #[derive(Debug, clap::Args)]
@@ -106,22 +107,19 @@ fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
         Some(name) => {
             let Some(r) = all.releases.iter().find(|r| &r.name == name) else {
                 let names: Vec<&str> = all.releases.iter().map(|r| r.name.as_str()).collect();
-                let hint = crate::located::closest(name, &names)
-                    .map(|c| format!(" (did you mean {c:?}?)"))
-                    .unwrap_or_default();
+                let hint = crate::located::did_you_mean(name, &names);
                 anyhow::bail!("no release {name:?} in {}{hint}", all.cluster.file.display());
             };
             vec![r.clone()]
         }
     };
-    let prepared = chart::prepare_releases(&chart::PrepareOptions {
-        dir: global.dir.clone(),
+    let prepared = chart::prepare_releases(&chart::PrepareReleasesOptions {
         releases,
-        kubernetes_version: all.cluster.config.kubernetes_version.clone(),
-        plugin_values: all.plugin_values.clone(),
-        cache_dir: args.cache_dir.unwrap_or_else(chart::default_cache_dir),
-        require_charts: false,
-        helm_v2: crate::pipeline::helm_v2_mode(&all.cluster),
+        ..all.chart_options(&PrepareOptions {
+            dir: global.dir.clone(),
+            cache_dir: args.cache_dir.unwrap_or_else(chart::default_cache_dir),
+            require_charts: false,
+        })
     })?;
     if global.output == OutputFormat::Json {
         let map: serde_json::Map<String, serde_json::Value> = prepared
@@ -145,13 +143,13 @@ fn values(global: &GlobalOptions, args: ValuesArgs) -> anyhow::Result<()> {
 
 fn lock(global: &GlobalOptions, args: LockArgs) -> anyhow::Result<()> {
     let all = load_releases(&global.dir)?;
-    let report = chart::lock_charts(chart::LockOptions {
+    let report = runtime()?.block_on(chart::lock_charts(chart::LockOptions {
         dir: global.dir.clone(),
         releases: all.releases.clone(),
         update: args.update,
         fetch: args.net.fetch_options(global),
         cache_dir: args.net.cache_dir(),
-    })?;
+    }))?;
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
@@ -176,12 +174,12 @@ fn fetch(global: &GlobalOptions, args: FetchArgs) -> anyhow::Result<()> {
     let all = load_releases(&global.dir)?;
     let lock = chart::load_lock(&global.dir)?;
     let charts = chart::check_lock(&lock, &all.releases)?;
-    let report = chart::fetch_charts(chart::FetchChartsOptions {
+    let report = runtime()?.block_on(chart::fetch_charts(chart::FetchChartsOptions {
         dir: global.dir.clone(),
         charts,
         fetch: args.net.fetch_options(global),
         cache_dir: args.net.cache_dir(),
-    })?;
+    }))?;
     match global.output {
         OutputFormat::Json => print_json(&report),
         OutputFormat::Text => {
@@ -216,9 +214,8 @@ fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
             (text, String::new(), file.display().to_string())
         }
         (None, Some(repo)) => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let http = chart::fetch::Http::new(FetchOptions::default())?;
-            let text = rt.block_on(http.get_index(repo))?;
+            let text = runtime()?.block_on(http.get_index(repo))?;
             (text, repo.clone(), format!("{}/index.yaml", repo.trim_end_matches('/')))
         }
         (None, None) => anyhow::bail!("give --repo URL or --repo-index FILE"),
@@ -228,9 +225,7 @@ fn resolve(global: &GlobalOptions, args: ResolveArgs) -> anyhow::Result<()> {
         eprintln!("warning: {w}");
     }
     let Some(chosen) = lookup.chosen else {
-        let hint = crate::located::closest(&args.chart, &lookup.names)
-            .map(|c| format!(" (did you mean {c:?}?)"))
-            .unwrap_or_default();
+        let hint = crate::located::did_you_mean(&args.chart, &lookup.names);
         anyhow::bail!("chart {:?} is not in {label}{hint}", args.chart);
     };
     let v = chosen.map_err(|f| match f {
