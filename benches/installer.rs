@@ -5,7 +5,7 @@
 //! scheduled (its pod-ready stage with `delay`), standing in for image pulls
 //! and readiness probes. Two plans:
 //! - the built-in plan of the test bed's cluster (the pod identity webhook
-//!   off: kwok runs no webhook server, tests/installer_testbed.rs says why);
+//!   off: kwok runs no webhook server, tests/it/installer_testbed.rs says why);
 //! - a synthetic graph of 30 releases in 10 layers of 3, each release
 //!   depending on all 3 of the layer before: its critical path is 10 releases.
 //!
@@ -16,7 +16,7 @@
 //! Prints figures; asserts nothing. Not a test: without `--bench` (which
 //! `cargo bench` passes) it returns at once.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

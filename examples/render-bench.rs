@@ -3,7 +3,7 @@
 //! Run: `cargo run --release --example render-bench` (or `make bench`).
 //! Each case runs in its own process (`render-bench CASE`) so peak RSS is its own.
 
-#[path = "../tests/render_fixtures/mod.rs"]
+#[path = "../tests/it/render_fixtures/mod.rs"]
 mod render_fixtures;
 
 use std::time::Instant;

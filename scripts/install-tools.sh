@@ -11,7 +11,7 @@ PY_PINS=(
   "kubernetes-validate==1.37.0"
   "helm-python-sdk==0.2.2"
   "awscli==1.46.3"
-  # The node program's minimum-version check (tests/node_program.rs: Python 3.9, AL2023's python3).
+  # The node program's minimum-version check (tests/it/node_program.rs: Python 3.9, AL2023's python3).
   "vermin==1.9.2"
 )
 APT_PKGS=(shellcheck cloud-init docker-registry)

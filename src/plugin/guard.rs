@@ -18,7 +18,7 @@
 //! ([`MAX_MACRO_DEPTH`]) and the number of macro calls plus loop iterations
 //! ([`MAX_STEPS`]). Rendering runs on a thread with a known stack
 //! ([`crate::deep::STACK_SIZE`]),
-//! which these limits keep far from full (tests/hostile_parsers.rs renders
+//! which these limits keep far from full (tests/it/hostile_parsers.rs renders
 //! at each limit).
 
 use std::cell::RefCell;

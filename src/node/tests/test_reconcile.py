@@ -1,5 +1,5 @@
 """reconcile.Reconciler.install_releases: the parallel driver, with the
-per-release work, status and signals stubbed (tests/installer.rs runs the
+per-release work, status and signals stubbed (tests/it/installer.rs runs the
 whole reconciler under recording fakes)."""
 import io
 import re

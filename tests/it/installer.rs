@@ -5,7 +5,7 @@
 //! S3 lock objects there, and answer DescribeStackResource from it.
 //!
 //! The real helm and kubectl on the control-plane test bed, with S3 and SSM on
-//! moto, run in tests/installer_testbed.rs (the built-in plan, a rejected
+//! moto, run in tests/it/installer_testbed.rs (the built-in plan, a rejected
 //! release, a plan change). What stays here is what the test bed cannot
 //! reach or stage: Helm v2 (Tiller cannot run on simulated nodes); helm
 //! failing with a secret quoted in its error; a tampered or unlocked chart
@@ -24,8 +24,8 @@
 //! behaviour (installer_testbed.rs), IMDS, or whether CloudFormation accepts
 //! the signals (nothing here can).
 
-mod common;
-mod render_fixtures;
+use crate::common;
+use crate::render_fixtures;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -8,11 +8,11 @@
 //! name, say plainly when a node has none, and refuse an unknown node naming
 //! the ones that exist.
 //!
-//! Not covered here: a real node writing its report (tests/node_boot.rs runs
+//! Not covered here: a real node writing its report (tests/it/node_secrets.rs runs
 //! the bootstrap script), instances actually booting (moto runs nothing), and
 //! SSM sessions (moto has no Session Manager endpoint for `start-session`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

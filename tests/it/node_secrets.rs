@@ -28,10 +28,10 @@
 //! a bad TTL and a file that is not YAML fail clearly, writing nothing.
 //!
 //! Not covered: IAM evaluation (moto does not enforce the roles' narrowed
-//! `kms:Decrypt` conditions; tests/render.rs checks the rendered policies and
+//! `kms:Decrypt` conditions; tests/it/render.rs checks the rendered policies and
 //! cfn-lint accepts them), and kubeadm consuming the token on a real node.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -234,7 +234,7 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
     assert_eq!(mode(c.path(), "etc/vault/env"), 0o640);
     // The plugin manifest is in the addon bundle, not in the user data: the
     // controller decrypted its secret at boot, and the reconciler fills it in
-    // (tests/installer.rs runs that fill).
+    // (tests/it/installer.rs runs that fill).
     assert!(!c.path().join("etc/kube-aws/addons/manifests").exists());
     let addons: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("rendered/addons/bundle.json")).unwrap()).unwrap();
@@ -650,7 +650,7 @@ fn launch_template_user_data(env: &Env) -> Vec<String> {
 /// The kubelet serving-certificate approver (`kube-aws-node csr-approver`):
 /// its decision is a pure function of the CSR, its decoded request and the
 /// cluster's running instances, unit-tested with requests the real openssl
-/// makes (src/node/tests/test_csr_approver.py, run by tests/node_program.rs).
+/// makes (src/node/tests/test_csr_approver.py, run by tests/it/node_program.rs).
 /// Here: the controller carries its service and timer, workers do not.
 #[test]
 fn the_csr_approver_runs_on_controllers_only() {
@@ -663,7 +663,7 @@ fn the_csr_approver_runs_on_controllers_only() {
     let w = node(tree.path(), "worker-general");
     assert_eq!(
         read(c.path(), "opt/kube-aws/lib/kube_aws_node/csr_approver.py"),
-        include_str!("../src/node/kube_aws_node/csr_approver.py")
+        include_str!("../../src/node/kube_aws_node/csr_approver.py")
     );
     assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-node"), 0o755);
     assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.service")

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use kube_aws::config::{load_cluster, ChartSource, Origin};

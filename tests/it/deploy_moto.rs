@@ -25,7 +25,7 @@
 //! `real_work_tree_up_status_update_destroy` renders a real work tree and
 //! publishes what render wrote.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -586,7 +586,7 @@ fn real_cluster_yaml(kms: &str, count: u32) -> String {
 /// stack's resources re-created on read, route tables never deleted).
 ///
 /// Not covered here: instances booting, the addon installer and its signals
-/// (tests/render.rs, tests/installer.rs; moto ignores CreationPolicy and
+/// (tests/it/render.rs, tests/it/installer.rs; moto ignores CreationPolicy and
 /// WaitConditions); real update semantics (moto replaces a changed nested
 /// stack with a new one instead of updating it in place, and reports every
 /// resource CREATE_COMPLETE); rollbacks; moto never deletes the internet

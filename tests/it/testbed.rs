@@ -1,4 +1,4 @@
-//! On the real control plane (tests/common/testbed.rs; built by
+//! On the real control plane (tests/it/common/testbed.rs; built by
 //! scripts/install-testbed.sh at the default minor's exact patch):
 //! - the built kubeadm accepts every kubeadm document a node hands it
 //!   (`kubeadm config validate`): the example and the every-hook fixture, the
@@ -34,11 +34,11 @@
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
 //! container runs), and the node's own systemd and `kubeadm init`/`join` steps
-//! (tests/node_bootstrap.rs runs those under fakes).
+//! (tests/it/node_bootstrap.rs runs those under fakes).
 //! With `KUBE_AWS_TESTBED=skip` every test here skips and says so.
 
-mod common;
-mod render_fixtures;
+use crate::common;
+use crate::render_fixtures;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -96,7 +96,7 @@ fn example_cloud_configs() -> CloudConfigs {
     }))
 }
 
-/// The every-hook fixture (tests/render_fixtures), rendered by the library.
+/// The every-hook fixture (tests/it/render_fixtures), rendered by the library.
 fn fixture_cloud_configs(input: &kube_aws::render::RenderInput) -> CloudConfigs {
     let r = kube_aws::render::render(input).unwrap_or_else(|e| panic!("render: {e}"));
     cloud_configs_of(

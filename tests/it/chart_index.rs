@@ -3,7 +3,7 @@
 //! agree with the full parse, and the real-data quirks are handled.
 //! Not covered here: speed and memory (see scripts/bench.sh).
 
-mod common;
+use crate::common;
 
 use kube_aws::chart::index::{find_chart, parse_index, parse_index_full};
 use kube_aws::chart::{resolve_version, ChartVersion};
@@ -199,7 +199,7 @@ fn fast_version_pick_equals_full_resolution() {
 #[test]
 fn work_tree_lock_layers_over_the_builtin_lock() {
     use kube_aws::chart::lock::parse_lock;
-    let builtin_text = include_str!("../charts-index/index.yaml");
+    let builtin_text = include_str!("../../charts-index/index.yaml");
     let builtin = parse_lock(builtin_text, std::path::Path::new("(built-in) charts-index/index.yaml")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

@@ -11,7 +11,7 @@
 //! A built-in whose chart is not in the shared data is named on stderr.
 //! Not covered: installing the charts (no cluster here).
 
-mod common;
+use crate::common;
 
 use common::charts::{lock_to_shared_charts, shared_charts, shared_entry};
 
@@ -273,7 +273,7 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
             .collect();
         if specs.is_empty() {
             unchecked.push(format!(
-                "{} (no chart: its manifests are checked by tests/catalogue.rs)",
+                "{} (no chart: its manifests are checked by tests/it/catalogue.rs)",
                 d.name()
             ));
         } else if !missing.is_empty() {

@@ -6,7 +6,7 @@
 //! Not covered: rendering these hooks into CloudFormation and cloud-config
 //! (the render issue), and installing the charts (no cluster here).
 
-mod common;
+use crate::common;
 
 use kube_aws::config::{load_cluster, ChartSource};
 use kube_aws::plugin::{resolve_plugins, PluginSource, ResolvedPlugins};
@@ -504,7 +504,7 @@ fn aws_cloud_controller_manager_is_on_by_default_on_the_controllers() {
 }
 
 /// No built-in names an image in a private ECR (`<account>.dkr.ecr.<region>.amazonaws.com`):
-/// a scan of every file of every built-in (tests/real_charts.rs checks the rendered charts).
+/// a scan of every file of every built-in (tests/it/real_charts.rs checks the rendered charts).
 #[test]
 fn no_built_in_references_a_private_ecr() {
     let ecr = regex::Regex::new(r"[0-9]{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com").unwrap();

@@ -6,8 +6,8 @@
 //! (`cloud-init single --file`, kubeadm, the S3 join handshake) or creating the
 //! stacks in AWS; moto ignores wait conditions (see tests of the aws stage).
 
-mod common;
-mod render_fixtures;
+use crate::common;
+use crate::render_fixtures;
 
 use std::path::Path;
 use std::process::Command;
@@ -118,7 +118,7 @@ fn validate_all(r: &Rendered) -> [usize; 4] {
     }
 
     // The only shell left: the user-data stub's script (the node program is
-    // Python, checked by tests/node_program.rs).
+    // Python, checked by tests/it/node_program.rs).
     let mut scripts = files("addons/", ".sh");
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/render/templates");
     scripts.push(templates.join("stub.sh").display().to_string());
@@ -599,7 +599,7 @@ fn changed_resources(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String
 /// The day-2 invariant at template level: an addon-only change (values, a
 /// chart version, a plugin manifest) leaves every launch template, auto
 /// scaling group, role and user data as it is; only the plan pointer and the
-/// changed releases' wait conditions differ. (tests/deploy_moto.rs shows the
+/// changed releases' wait conditions differ. (tests/it/deploy_moto.rs shows the
 /// same through a change set.)
 #[test]
 fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {

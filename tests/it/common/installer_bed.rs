@@ -3,7 +3,7 @@
 //! SSM, the real aws CLI behind a wrapper that answers CloudFormation (moto
 //! ignores WaitConditions), and `publish`, which does what `kube-aws up` does
 //! for the addons with the shared upstream charts. Used by
-//! tests/installer_testbed.rs and benches/installer.rs.
+//! tests/it/installer_testbed.rs and benches/installer.rs.
 #![allow(dead_code)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -21,7 +21,7 @@ use serde_json::Value;
 /// The built-ins whose charts the shared data holds and that run on kwok
 /// nodes. The pod identity webhook is off: kwok runs no webhook server, and
 /// its fail-closed entry would refuse the pods of the plugins' service
-/// accounts (tests/testbed.rs dry-runs its manifests on the real apiserver).
+/// accounts (tests/it/testbed.rs dry-runs its manifests on the real apiserver).
 pub const BUILT_INS: &str = "plugins:
   aws-vpc-cni: {enabled: true}
   aws-cloud-controller-manager: {enabled: true}

@@ -19,10 +19,10 @@
 //! - The helm client download: the reconciler installs the test bed's helm
 //!   (built from source at the version nodes pin) from a local tarball, whose
 //!   sha256 the plan carries in place of the upstream tarball's.
-//! - Helm v2 (Tiller cannot run on simulated nodes): tests/installer.rs keeps
+//! - Helm v2 (Tiller cannot run on simulated nodes): tests/it/installer.rs keeps
 //!   that path under recording fakes.
 
-mod common;
+use crate::common;
 
 use common::installer_bed::{secret_value, Bed, BUILT_INS};
 use common::testbed;

@@ -5,7 +5,7 @@
 //! fails clearly with exit 1 and an empty cache.
 //! Not covered: HTTPS repositories, authentication.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! preDestroy and postDestroy. Each hook appends `<hook> <step>` to a log in
 //! the work tree.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -10,7 +10,7 @@
 //! show: its server routes any `.well-known` URL path to its own handlers, so
 //! the discovery document's public read is checked on the policy read back.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,9 +2,9 @@
 //! distribution 2.8) on 127.0.0.1, charts pushed by helm-python-sdk, then
 //! locked and fetched by kube-aws through `oci://`.
 //! This registry runs without auth; the anonymous bearer-token challenge is
-//! tested against a scripted registry in tests/chart_fetch.rs.
+//! tested against a scripted registry in tests/it/chart_fetch.rs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -11,8 +11,8 @@
 //! account here; moto does not model routing or security group filtering),
 //! the SSM agent answering a session, or an SSH login.
 
-mod common;
-mod render_fixtures;
+use crate::common;
+use crate::render_fixtures;
 
 use std::collections::BTreeMap;
 use std::process::Command;

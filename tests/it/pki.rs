@@ -5,8 +5,8 @@
 //!
 //! Not covered here: the serving certificates' SANs (the NLB name, the service
 //! IP, `kubernetes.default…`): kubeadm signs those itself from these CAs on the
-//! controller; tests/testbed.rs runs the built kubeadm over this PKI and a real
-//! kube-apiserver with it. Publishing and KMS: tests/deploy_moto.rs.
+//! controller; tests/it/testbed.rs runs the built kubeadm over this PKI and a real
+//! kube-apiserver with it. Publishing and KMS: tests/it/deploy_moto.rs.
 
 use std::path::Path;
 use std::process::Command;

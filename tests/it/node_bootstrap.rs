@@ -6,7 +6,7 @@
 //! secret bundle the test encrypts with moto's KMS. kubeadm, kubectl,
 //! systemctl, containerd, modprobe, sysctl and curl (IMDS) are recording
 //! fakes, as is CloudFormation's SignalResource: no EC2 instance, kubelet,
-//! API server or signalable auto scaling group exists here (tests/testbed.rs
+//! API server or signalable auto scaling group exists here (tests/it/testbed.rs
 //! runs the real control plane).
 //!
 //! Checked: the first controller inits with the bundle's token (no expiry), no
@@ -21,12 +21,12 @@
 //! one is broken, a held one waited for, then FAILURE; each node signals
 //! SUCCESS only once its own Node object is Ready, FAILURE with the reason
 //! after the timeout.
-//! Not covered: real kubeadm, systemd or IMDS behaviour (tests/node_boot.rs
-//! runs the secrets script, which places the PKI, against moto; tests/testbed.rs
+//! Not covered: real kubeadm, systemd or IMDS behaviour (tests/it/node_secrets.rs
+//! runs the secrets script, which places the PKI, against moto; tests/it/testbed.rs
 //! runs the real kubeadm over a kube-aws PKI).
 
-mod common;
-mod render_fixtures;
+use crate::common;
+use crate::render_fixtures;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -321,7 +321,7 @@ impl Cluster {
 
 const HOSTNAME: &str = "ip-10-0-1-23.eu-west-1.compute.internal";
 /// The addon reconciler's timer: every controller runs it; the reconciler
-/// takes the per-plan lock itself (tests/installer.rs).
+/// takes the per-plan lock itself (tests/it/installer.rs).
 const INSTALLER: &str = "systemctl enable --now kube-aws-addons.timer";
 const SUCCESS: &str = "--status SUCCESS";
 
@@ -426,7 +426,7 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
         "a joining node gets no init documents"
     );
     // Every controller runs the reconciler's timer, before its own signal; the
-    // reconciler decides per plan which one installs (tests/installer.rs).
+    // reconciler decides per plan which one installs (tests/it/installer.rs).
     assert!(b.ran(SUCCESS) && b.ran(INSTALLER));
     assert!(b.log.iter().position(|l| l.contains(INSTALLER)) < b.log.iter().position(|l| l.contains(SUCCESS)));
     // It joined under the join lock, and released it.

@@ -6,12 +6,12 @@
 //! Covers the CLI end to end where the user sees the text (errors are
 //! snapshotted) and the library where a step must be interrupted. Does not
 //! cover chart archives (tar limits), template recursion, values schemas or
-//! the lock's integrity: tests/chart_archive.rs and the parsers' tests do.
+//! the lock's integrity: tests/it/chart_archive.rs and the parsers' tests do.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use kube_aws::render::{self, write_rendered, write_rendered_steps, WriteStep, WriteSteps, RENDER_MARKER};

@@ -17,7 +17,7 @@
 //! `kube-aws-node etcd-backup` puts them; src/node/tests/test_etcd.py covers
 //! the node side); moto's change sets name only the nested stacks.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,10 +2,10 @@
 //! and renders offline, and every artifact passes the real validators:
 //! cfn-lint (0 errors), `cloud-init schema`, shellcheck and kubernetes-validate.
 //! Not covered here: that the charts install on a real cluster (no Kubernetes
-//! API server runs on this machine; see tests/render.rs for the installer run
+//! API server runs on this machine; see tests/it/render.rs for the installer run
 //! against recording fakes).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,7 +96,7 @@ fn example_validates_renders_and_passes_every_validator() {
     }
 
     // The only shell left on a node: the user-data stub's script (the rest is
-    // the Python node program, tested by tests/node_program.rs).
+    // the Python node program, tested by tests/it/node_program.rs).
     let stub_root = tmp.path().join("stub-files");
     for stub in files_under(&rendered.join("userdata"), ".stub") {
         common::write_cloud_config_files(&std::fs::read_to_string(&stub).unwrap(), &stub_root);

@@ -1,7 +1,7 @@
 //! The shared server helper itself: servers start on free ports, answer, and
 //! are gone (by PID) after the handle drops.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

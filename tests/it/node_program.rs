@@ -5,10 +5,10 @@
 //! tests, src/node/tests/test_etcd_real.py runs the etcd tools against three
 //! real etcd members of the control-plane test bed (KUBE_AWS_TESTBED_BIN; with
 //! KUBE_AWS_TESTBED=skip they are skipped and the run says so). The program's
-//! subcommands run end to end in tests/installer.rs, tests/node_bootstrap.rs
-//! and tests/node_boot.rs.
+//! subcommands run end to end in tests/it/installer.rs, tests/it/node_bootstrap.rs
+//! and tests/it/node_secrets.rs.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,0 +1,44 @@
+//! kube-aws's integration tests, one test binary (as cargo and ripgrep do):
+//! each module was a crate of its own under tests/, and each of those linked
+//! the AWS SDK and the whole library again. One binary links once; the
+//! modules keep their headers, which say what each covers and what not.
+//! Shared helpers: `common` (real servers, the control-plane test bed, the
+//! built-in charts) and `render_fixtures`. Snapshots: tests/it/snapshots,
+//! named `it__<module>__<name>.snap`. Run one module with
+//! `cargo test --test it <module>::`.
+
+mod common;
+mod render_fixtures;
+
+mod bad_addons;
+mod bad_cluster;
+mod bad_plugin;
+mod catalogue;
+mod chart_archive;
+mod chart_fetch;
+mod chart_helm;
+mod chart_index;
+mod chart_oci;
+mod cli;
+mod deploy_moto;
+mod docs;
+mod example;
+mod exposure;
+mod hooks_moto;
+mod hostile_io;
+mod hostile_parsers;
+mod installer;
+mod installer_testbed;
+mod issuer_moto;
+mod node_access_moto;
+mod node_bootstrap;
+mod node_program;
+mod node_secrets;
+mod pki;
+mod plugin_commands;
+mod plugins;
+mod real_charts;
+mod render;
+mod servers;
+mod testbed;
+mod update_safety_moto;
