@@ -187,8 +187,7 @@ mod tests {
     #[test]
     fn an_explicit_ami_overrides_the_pinned_one_and_says_why_groups_roll() {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let resolve =
-            |name: String| async move { Err::<String, _>(AwsError::NoAmi { parameter: name }) };
+        let resolve = |name: String| async move { Err::<String, _>(AwsError::NoAmi { parameter: name }) };
         let root = ROOT.replace("/aws/service/x86", "ami-0123456789abcdef0");
         for refresh in [false, true] {
             let mut p = published(&root);

@@ -11,7 +11,7 @@ use serde::Serialize;
 pub use super::ami::PinnedAmi;
 use super::ami::{pin_amis, resolve_ami};
 use super::publish::{self, ChartTarball, Location, PublishInput, Published};
-use super::secrets::SecretValue;
+use super::secrets::NamedSecret;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
 use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome, StackProgress};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
@@ -60,7 +60,7 @@ pub fn stack_tags(cluster: &ClusterConfig) -> Vec<(String, String)> {
 pub struct ArtifactsOptions {
     pub rendered_dir: PathBuf,
     pub charts: Vec<ChartTarball>,
-    pub secrets: Vec<SecretValue>,
+    pub secrets: Vec<NamedSecret>,
 }
 
 /// How to wait.

@@ -54,7 +54,9 @@ pub enum AwsError {
     RolledBack { stack: String },
     #[error("the stack {stack:?} is busy ({status}): wait for it with `kube-aws status --wait`, then update")]
     StackBusy { stack: String, status: String },
-    #[error("the stack {stack:?} has no {output} output yet (status {status}): wait for it with `kube-aws status --wait`")]
+    #[error(
+        "the stack {stack:?} has no {output} output yet (status {status}): wait for it with `kube-aws status --wait`"
+    )]
     NoOutput {
         stack: String,
         output: &'static str,

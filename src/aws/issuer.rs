@@ -57,8 +57,7 @@ pub fn public_read_statement(region: &str, location: &Location) -> Value {
 /// the policy has it already.
 pub fn merged_policy(existing: Option<&str>, statement: &Value) -> Result<Option<String>, AwsError> {
     let mut policy: Value = match existing {
-        Some(text) => serde_json::from_str(text)
-            .map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?,
+        Some(text) => serde_json::from_str(text).map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?,
         None => json!({"Version": "2012-10-17", "Statement": []}),
     };
     let sid = &statement["Sid"];
@@ -85,8 +84,8 @@ pub fn merged_policy(existing: Option<&str>, statement: &Value) -> Result<Option
 /// when it has none, `Some(None)` when nothing else is left (delete the policy),
 /// `Some(Some(policy))` for the rest.
 pub fn policy_without(existing: &str, sid: &str) -> Result<Option<Option<String>>, AwsError> {
-    let mut policy: Value = serde_json::from_str(existing)
-        .map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?;
+    let mut policy: Value =
+        serde_json::from_str(existing).map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?;
     let mut statements = match policy.get("Statement") {
         Some(Value::Array(a)) => a.clone(),
         Some(one @ Value::Object(_)) => vec![one.clone()],

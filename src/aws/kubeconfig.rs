@@ -76,8 +76,7 @@ pub async fn mint(clients: &Clients, cluster: &ClusterConfig, req: &MintRequest)
         req.group.as_deref(),
         req.ttl,
         time::OffsetDateTime::now_utc(),
-    )
-    ?;
+    )?;
     let context = req.context.clone().unwrap_or_else(|| name.clone());
     Ok(Minted {
         entry: Entry {

@@ -23,5 +23,5 @@ pub mod watch;
 
 pub use config::{connect, AwsOptions, Clients};
 
-pub use error::{AwsError, BundleError, ErrorKind, RenderedError};
 pub(crate) use error::{error_code, error_message, sdk_error};
+pub use error::{AwsError, BundleError, ErrorKind, RenderedError};

@@ -33,7 +33,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use serde::Serialize;
 
-use super::secrets::{self, SecretBundle, SecretValue};
+use super::secrets::{self, NamedSecret, SecretBundle};
 use super::wait::ExpectedAddon;
 use super::{sdk_error, AwsError, BundleError, Clients, RenderedError};
 use crate::config::{parse_s3_uri, ClusterConfig};
@@ -55,7 +55,7 @@ pub struct PublishInput<'a> {
     pub charts: &'a [ChartTarball],
     pub cluster: &'a ClusterConfig,
     /// Plugin parameters marked `secret: true`.
-    pub secrets: &'a [SecretValue],
+    pub secrets: &'a [NamedSecret],
 }
 
 /// Where a cluster's objects live.
@@ -68,11 +68,10 @@ pub struct Location {
 
 impl Location {
     pub fn new(cluster: &ClusterConfig) -> Result<Location, AwsError> {
-        let (bucket, prefix) = parse_s3_uri(&cluster.s3_uri)
-            .map_err(|why| AwsError::S3Uri {
-                uri: cluster.s3_uri.clone(),
-                why,
-            })?;
+        let (bucket, prefix) = parse_s3_uri(&cluster.s3_uri).map_err(|why| AwsError::S3Uri {
+            uri: cluster.s3_uri.clone(),
+            why,
+        })?;
         let prefix = if prefix.is_empty() {
             cluster.cluster_name.clone()
         } else {
@@ -138,10 +137,15 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&d).map_err(|source| RenderedError::Read { path: d.clone(), source })?;
+        let entries = std::fs::read_dir(&d).map_err(|source| RenderedError::Read {
+            path: d.clone(),
+            source,
+        })?;
         for entry in entries {
-            let entry = entry.map_err(|source| RenderedError::Read { path: d.clone(), source })?;
+            let entry = entry.map_err(|source| RenderedError::Read {
+                path: d.clone(),
+                source,
+            })?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().to_string();
             if name.starts_with('.') {
@@ -160,11 +164,10 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
                     .map(|c| c.as_os_str().to_string_lossy().to_string())
                     .collect::<Vec<_>>()
                     .join("/");
-                let bytes = std::fs::read(&path)
-                    .map_err(|source| RenderedError::Read {
-                        path: path.clone(),
-                        source,
-                    })?;
+                let bytes = std::fs::read(&path).map_err(|source| RenderedError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
                 out.insert(rel, bytes);
             }
         }
@@ -207,8 +210,8 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
     let mut names: Vec<&str> = files.keys().map(String::as_str).filter(|n| is_stack(n)).collect();
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let alternation = names.iter().map(|n| regex::escape(n)).collect::<Vec<_>>().join("|");
-    let matcher = regex::Regex::new(&format!("(?:{alternation})"))
-        .map_err(|e| RenderedError::Index { detail: e.to_string() })?;
+    let matcher =
+        regex::Regex::new(&format!("(?:{alternation})")).map_err(|e| RenderedError::Index { detail: e.to_string() })?;
 
     // Who refers to whom.
     let mut refs: BTreeMap<&str, Vec<(usize, usize, String)>> = BTreeMap::new();
@@ -507,8 +510,8 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         input.secrets,
     )
     .await?;
-    let bundle_bytes = serde_json::to_vec_pretty(&bundle)
-        .map_err(|e| BundleError::Serialize { detail: e.to_string() })?;
+    let bundle_bytes =
+        serde_json::to_vec_pretty(&bundle).map_err(|e| BundleError::Serialize { detail: e.to_string() })?;
     files.insert(SECRET_BUNDLE.to_string(), bundle_bytes.clone());
 
     let mut artifacts = plan_artifacts(&files)?;

@@ -60,7 +60,7 @@ impl std::fmt::Debug for Secret {
 /// A named secret to publish, e.g. a plugin parameter marked `secret: true`
 /// (name: the reference the templates saw).
 #[derive(Debug, Clone)]
-pub struct SecretValue {
+pub struct NamedSecret {
     pub name: String,
     pub value: Secret,
 }
@@ -84,8 +84,7 @@ pub struct SecretBundle {
 /// Random bytes from the operating system.
 fn random_bytes(n: usize) -> Result<Vec<u8>, AwsError> {
     let mut buf = vec![0u8; n];
-    getrandom::getrandom(&mut buf)
-        .map_err(|e| AwsError::Random { detail: e.to_string() })?;
+    getrandom::getrandom(&mut buf).map_err(|e| AwsError::Random { detail: e.to_string() })?;
     Ok(buf)
 }
 
@@ -170,7 +169,7 @@ pub async fn build_bundle(
     kms_key_arn: &str,
     cluster: &str,
     previous: Option<&SecretBundle>,
-    plugin_secrets: &[SecretValue],
+    plugin_secrets: &[NamedSecret],
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
     let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
@@ -341,8 +340,7 @@ async fn webhook_serving(
             }
         }
     }
-    let entries = pki::webhook_entries(ca_cert, ca_key, now)
-        .map_err(|source| BundleError::WebhookCert { source })?;
+    let entries = pki::webhook_entries(ca_cert, ca_key, now).map_err(|source| BundleError::WebhookCert { source })?;
     for (name, value) in entries {
         let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(value.expose())).await?;
         secrets.insert(name.to_string(), ct);
@@ -380,7 +378,7 @@ mod tests {
     #[test]
     fn debug_never_shows_the_value() {
         let s = Secret::new("hunter2-plaintext");
-        let v = SecretValue {
+        let v = NamedSecret {
             name: "dex/clientSecret".into(),
             value: s.clone(),
         };

@@ -42,8 +42,7 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
         );
         println!("creating stack {:?}: {stack_id}", cfg.cluster_name);
         if args.wait.wait {
-            let addons =
-                deploy::follow_published(
+            let addons = deploy::follow_published(
                 &clients,
                 &stack_id,
                 Operation::Create,

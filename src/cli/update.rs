@@ -92,8 +92,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
         println!("updating stack {:?}", cfg.cluster_name);
         if args.wait.wait {
-            let addons =
-                deploy::follow_published(
+            let addons = deploy::follow_published(
                 &clients,
                 &stack_id,
                 Operation::Update,

@@ -159,9 +159,8 @@ fn secrets_versions_change_only_with_their_own_entries() {
             "NodePoolGeneralSecretsVersion": ["kubeadm/bootstrap-token"]}}}"#,
     )
     .unwrap();
-    let v = |b: &SecretBundle| -> Vec<String> {
-        secrets_versions(&t, b).unwrap().into_iter().map(|(_, v)| v).collect()
-    };
+    let v =
+        |b: &SecretBundle| -> Vec<String> { secrets_versions(&t, b).unwrap().into_iter().map(|(_, v)| v).collect() };
     let before = v(&bundle(&[
         ("kubeadm/bootstrap-token", "AAAA"),
         ("kube-aws-secret.dex.pw", "BBBB"),
