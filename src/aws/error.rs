@@ -355,3 +355,51 @@ pub(crate) fn error_message<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) ->
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_work_tree_errors_keep_their_messages_and_exit_as_the_work_tree() {
+        let cases: Vec<(AwsError, &str)> = vec![
+            (
+                AwsError::StackBusy {
+                    stack: "demo".into(),
+                    status: "UPDATE_IN_PROGRESS".into(),
+                },
+                "the stack \"demo\" is busy (UPDATE_IN_PROGRESS): wait for it with `kube-aws status --wait`, then update",
+            ),
+            (
+                RenderedError::Cycle {
+                    files: vec!["a.json".into(), "b.json".into()],
+                }
+                .into(),
+                "rendered files refer to each other in a cycle (a.json, b.json): they cannot be published under content-addressed keys",
+            ),
+            (
+                BundleError::PartialPki {
+                    present: vec!["pki/ca.key".into()],
+                }
+                .into(),
+                "the published secret bundle holds only part of the cluster PKI (pki/ca.key); kube-aws never regenerates \
+                 a cluster's CAs: restore secrets/bundle.json from a backup (S3 versioning) before publishing again",
+            ),
+        ];
+        for (err, message) in cases {
+            assert_eq!(err.to_string(), message);
+            assert_eq!(err.kind(), ErrorKind::WorkTree);
+        }
+        // The bucket is quoted (the text before the typed variant showed a literal `{bucket:?}`).
+        let blocked = AwsError::PublicAccessBlocked {
+            bucket: "b".into(),
+            which: "BlockPublicPolicy".into(),
+        }
+        .to_string();
+        assert!(
+            blocked.starts_with("S3 Block Public Access on the bucket \"b\" (BlockPublicPolicy) keeps IAM")
+                && blocked.contains("--bucket b --public-access-block-configuration"),
+            "{blocked}"
+        );
+    }
+}
