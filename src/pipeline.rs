@@ -234,7 +234,7 @@ pub async fn prepare_deploy_then(
         .plugins
         .secrets
         .iter()
-        .map(|s| crate::aws::secrets::SecretValue {
+        .map(|s| crate::aws::secrets::NamedSecret {
             name: s.reference.clone(),
             value: crate::aws::secrets::Secret::new(match s.value.expose() {
                 serde_json::Value::String(v) => v.clone(),

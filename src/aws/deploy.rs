@@ -1,20 +1,21 @@
 //! The deploy commands as library calls: `up`, `status`, `update`, `destroy`,
-//! and `follow`, the wait shared by all of them (progress drawing, Ctrl-C,
-//! timeout, outcome → error). The CLI files only parse flags and print.
+//! and `follow`, the wait shared by all of them (Ctrl-C, timeout, outcome →
+//! error; the progress goes to a [`ProgressSink`] the CLI draws). The CLI
+//! files only parse flags and print.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::progress_view::ProgressView;
+pub use super::ami::PinnedAmi;
+use super::ami::{pin_amis, resolve_ami};
 use super::publish::{self, ChartTarball, Location, PublishInput, Published};
-use super::secrets::SecretValue;
+use super::secrets::NamedSecret;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
-use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome};
+use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome, StackProgress};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
-use super::{sdk_error, AwsError, Clients};
+use super::{AwsError, Clients};
 use crate::config::ClusterConfig;
 use crate::digest::Sha256Digest;
 use crate::render::layout;
@@ -59,7 +60,7 @@ pub fn stack_tags(cluster: &ClusterConfig) -> Vec<(String, String)> {
 pub struct ArtifactsOptions {
     pub rendered_dir: PathBuf,
     pub charts: Vec<ChartTarball>,
-    pub secrets: Vec<SecretValue>,
+    pub secrets: Vec<NamedSecret>,
 }
 
 /// How to wait.
@@ -67,89 +68,6 @@ pub struct ArtifactsOptions {
 pub struct WaitOptions {
     pub wait: bool,
     pub timeout: Option<Duration>,
-}
-
-/// One pinned AMI: the root parameter, its value before (None at `up`, or
-/// when the live stack predates pinning) and now, and the node stacks using it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PinnedAmi {
-    pub parameter: String,
-    pub before: Option<String>,
-    pub after: String,
-    pub stacks: Vec<String>,
-    /// The image is cluster.yaml's `ami`, not the SSM public parameter's.
-    pub explicit: bool,
-}
-
-impl PinnedAmi {
-    /// "ControlPlane, NodePoolGeneral: instances replaced (AMI ami-a → ami-b)", or None when unchanged.
-    pub fn describe_change(&self) -> Option<String> {
-        let before = self.before.as_deref()?;
-        let why = if self.explicit { ", set in cluster.yaml ami" } else { "" };
-        (before != self.after).then(|| {
-            format!(
-                "{}: instances replaced, one at a time (AMI {before} → {}{why})",
-                self.stacks.join(", "),
-                self.after
-            )
-        })
-    }
-}
-
-/// The AMI a root parameter gets: the live stack's while it has one and no
-/// refresh is asked for, else what `resolve` finds in the SSM public
-/// parameter (only called when needed).
-pub async fn pin_amis<F, Fut>(
-    published: &mut Published,
-    live: Option<&StackInfo>,
-    refresh: bool,
-    resolve: F,
-) -> Result<Vec<PinnedAmi>, AwsError>
-where
-    F: Fn(String) -> Fut,
-    Fut: std::future::Future<Output = Result<String, AwsError>>,
-{
-    let mut out = Vec::new();
-    for (param, source) in publish::ami_sources(&published.root_template_body) {
-        let before = live
-            .and_then(|l| l.parameters.iter().find(|(k, _)| *k == param))
-            .map(|(_, v)| v.clone())
-            .filter(|v| !v.is_empty());
-        // An explicit image (cluster.yaml `ami`, rendered into the metadata
-        // as it is) wins over the pinned one and is never resolved.
-        let explicit = crate::config::is_ami_id(&source);
-        let after = match (&before, refresh) {
-            _ if explicit => source.clone(),
-            (Some(v), false) => v.clone(),
-            _ => resolve(source.clone()).await?,
-        };
-        published.parameters.retain(|(k, _)| *k != param);
-        published.parameters.push((param.clone(), after.clone()));
-        out.push(PinnedAmi {
-            stacks: publish::stacks_using(&published.root_template_body, &param),
-            parameter: param,
-            before,
-            after,
-            explicit,
-        });
-    }
-    Ok(out)
-}
-
-/// Reads an SSM public parameter (the Amazon Linux 2023 AMI ID).
-pub async fn resolve_ami(clients: &Clients, name: String) -> Result<String, AwsError> {
-    let out = clients
-        .ssm
-        .get_parameter()
-        .name(&name)
-        .send()
-        .await
-        .map_err(|e| sdk_error("ssm:GetParameter", e))?;
-    out.parameter()
-        .and_then(|p| p.value())
-        .filter(|v| v.starts_with("ami-"))
-        .map(str::to_string)
-        .ok_or_else(|| AwsError::WorkTree(format!("the SSM parameter {name:?} holds no AMI ID")))
 }
 
 /// Publishes the artifacts.
@@ -180,9 +98,7 @@ pub async fn up(
     let name = &cluster.cluster_name;
     if let Some(existing) = stack::describe_stack(clients, name).await? {
         if existing.status == "ROLLBACK_COMPLETE" {
-            return Err(AwsError::WorkTree(format!(
-                "the stack {name:?} exists in ROLLBACK_COMPLETE after a failed create: run `kube-aws destroy` then `kube-aws up` again"
-            )));
+            return Err(AwsError::RolledBack { stack: name.clone() });
         }
         return Err(AwsError::StackExists { stack: name.clone() });
     }
@@ -199,8 +115,17 @@ pub async fn up(
     Ok((published, id))
 }
 
-/// Follows a stack operation to its end, drawing progress on stderr. Ctrl-C
-/// stops the waiting only; the stack is never touched.
+/// Where [`follow`] reports the wait's progress: the CLI draws it (aws has no
+/// terminal code).
+pub trait ProgressSink {
+    /// The latest progress model, after each poll.
+    fn draw(&mut self, progress: &StackProgress);
+    /// The wait ended (done, failed, timed out or interrupted).
+    fn finish(&mut self) {}
+}
+
+/// Follows a stack operation to its end, reporting progress to `view`.
+/// Ctrl-C stops the waiting only; the stack is never touched.
 pub async fn follow(
     clients: &Clients,
     stack_id: &str,
@@ -208,8 +133,8 @@ pub async fn follow(
     location: &Location,
     addons: &[ExpectedAddon],
     timeout: Option<Duration>,
+    view: &mut dyn ProgressSink,
 ) -> Result<(), AwsError> {
-    let mut view = ProgressView::for_stderr();
     let mut source = AwsSource::new(
         clients,
         stack_id.to_string(),
@@ -245,9 +170,10 @@ pub async fn follow_published(
     operation: Operation,
     published: &Published,
     timeout: Duration,
+    view: &mut dyn ProgressSink,
 ) -> Result<String, AwsError> {
     let (location, addons) = (&published.location, &published.addons);
-    follow(clients, stack_id, operation, location, addons, Some(timeout)).await?;
+    follow(clients, stack_id, operation, location, addons, Some(timeout), view).await?;
     let reports = watch::read_addon_reports(clients, location, addons).await?;
     Ok(super::wait::addons_summary(addons, &reports))
 }
@@ -396,10 +322,10 @@ pub async fn plan_update(
         .await?
         .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
     if live.status.ends_with("_IN_PROGRESS") {
-        return Err(AwsError::WorkTree(format!(
-            "the stack {name:?} is busy ({}): wait for it with `kube-aws status --wait`, then update",
-            live.status
-        )));
+        return Err(AwsError::StackBusy {
+            stack: name.clone(),
+            status: live.status,
+        });
     }
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
@@ -443,25 +369,6 @@ pub async fn plan_update(
         },
     };
     Ok((plan, amis))
-}
-
-/// Asks a yes/no question on the terminal. Without a terminal and without
-/// `--yes`, refuses (an unattended run must say --yes).
-pub fn confirm(question: &str, yes: bool) -> Result<bool, AwsError> {
-    if yes {
-        return Ok(true);
-    }
-    if !std::io::stdin().is_terminal() {
-        return Err(AwsError::WorkTree(
-            "refusing to go on without confirmation: standard input is not a terminal; pass --yes".into(),
-        ));
-    }
-    eprint!("{question} [y/N] ");
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .map_err(|e| AwsError::WorkTree(format!("cannot read the answer: {e}")))?;
-    Ok(matches!(line.trim().to_lowercase().as_str(), "y" | "yes"))
 }
 
 /// Deletes every object under the cluster's prefix (`destroy --purge`), and
@@ -523,135 +430,6 @@ async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn published(root: &str) -> Published {
-        Published {
-            location: Location {
-                bucket: "b".into(),
-                prefix: "p".into(),
-            },
-            root_template_url: String::new(),
-            root_template_body: root.into(),
-            parameters: vec![("ArtifactBaseURL".into(), "u".into())],
-            objects: vec![],
-            addons: vec![],
-        }
-    }
-
-    fn live(params: &[(&str, &str)]) -> StackInfo {
-        StackInfo {
-            name: "demo".into(),
-            stack_id: "id".into(),
-            status: "CREATE_COMPLETE".into(),
-            reason: None,
-            outputs: vec![],
-            parameters: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        }
-    }
-
-    const ROOT: &str = r#"{"Metadata": {"kube-aws:amis": {"ImageIdX86": "/aws/service/x86"}},
-        "Resources": {"ControlPlane": {"Properties": {"Parameters": {"ImageId": {"Ref": "ImageIdX86"}}}},
-                      "Network": {"Properties": {}}}}"#;
-
-    #[test]
-    fn amis_are_resolved_at_up_kept_by_updates_and_refreshed_on_request() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let asked = std::cell::Cell::new(0);
-        let resolve = |name: String| {
-            asked.set(asked.get() + 1);
-            async move {
-                assert_eq!(name, "/aws/service/x86");
-                Ok::<_, AwsError>("ami-new".to_string())
-            }
-        };
-        // up: resolved.
-        let mut p = published(ROOT);
-        let got = rt.block_on(pin_amis(&mut p, None, false, resolve)).unwrap();
-        assert_eq!(got[0].after, "ami-new");
-        assert_eq!(got[0].stacks, ["ControlPlane"]);
-        assert!(p.parameters.contains(&("ImageIdX86".into(), "ami-new".into())));
-        assert_eq!(asked.get(), 1);
-        // update: the live value, SSM not even asked.
-        let mut p = published(ROOT);
-        let got = rt
-            .block_on(pin_amis(
-                &mut p,
-                Some(&live(&[("ImageIdX86", "ami-old")])),
-                false,
-                resolve,
-            ))
-            .unwrap();
-        assert_eq!((got[0].after.as_str(), asked.get()), ("ami-old", 1));
-        assert_eq!(got[0].describe_change(), None);
-        assert!(p.parameters.contains(&("ImageIdX86".into(), "ami-old".into())));
-        // update --refresh-ami: a newer one, and which stacks roll for it.
-        let mut p = published(ROOT);
-        let got = rt
-            .block_on(pin_amis(
-                &mut p,
-                Some(&live(&[("ImageIdX86", "ami-old")])),
-                true,
-                resolve,
-            ))
-            .unwrap();
-        assert_eq!(
-            got[0].describe_change().as_deref(),
-            Some("ControlPlane: instances replaced, one at a time (AMI ami-old → ami-new)")
-        );
-        // --refresh-ami with nothing newer: no change to describe.
-        let mut p = published(ROOT);
-        let got = rt
-            .block_on(pin_amis(
-                &mut p,
-                Some(&live(&[("ImageIdX86", "ami-new")])),
-                true,
-                resolve,
-            ))
-            .unwrap();
-        assert_eq!(got[0].describe_change(), None);
-        assert_eq!(got[0].before.as_deref(), Some("ami-new"));
-    }
-
-    #[test]
-    fn an_explicit_ami_overrides_the_pinned_one_and_says_why_groups_roll() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let resolve =
-            |name: String| async move { Err::<String, _>(AwsError::WorkTree(format!("{name} must not be resolved"))) };
-        let root = ROOT.replace("/aws/service/x86", "ami-0123456789abcdef0");
-        for refresh in [false, true] {
-            let mut p = published(&root);
-            let got = rt
-                .block_on(pin_amis(
-                    &mut p,
-                    Some(&live(&[("ImageIdX86", "ami-old")])),
-                    refresh,
-                    resolve,
-                ))
-                .unwrap();
-            assert!(got[0].explicit);
-            assert_eq!(
-                got[0].describe_change().as_deref(),
-                Some(
-                    "ControlPlane: instances replaced, one at a time \
-                     (AMI ami-old → ami-0123456789abcdef0, set in cluster.yaml ami)"
-                )
-            );
-            assert!(p
-                .parameters
-                .contains(&("ImageIdX86".into(), "ami-0123456789abcdef0".into())));
-        }
-        // The same image again: nothing rolls.
-        let mut p = published(&root);
-        let got = rt
-            .block_on(pin_amis(
-                &mut p,
-                Some(&live(&[("ImageIdX86", "ami-0123456789abcdef0")])),
-                false,
-                resolve,
-            ))
-            .unwrap();
-        assert_eq!(got[0].describe_change(), None);
-    }
 
     #[test]
     fn dropped_releases_are_the_installed_ones_the_plan_no_longer_lists() {

@@ -17,18 +17,18 @@
 //! and the same advice.
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::publish::{get_object, Location, PublishedObject};
 use super::secrets::SecretBundle;
-use super::{sdk_error, AwsError, Clients};
+use super::{sdk_error, AwsError, BundleError, Clients};
 use crate::config::ClusterConfig;
+use crate::digest::sha256_hex;
 use crate::irsa::{discovery_objects, partition, DISCOVERY_KEY, JWKS_KEY};
 
 /// The Sid of this cluster's public-read statement: one per cluster prefix,
 /// so clusters sharing a bucket keep their own.
 pub fn statement_sid(location: &Location) -> String {
-    let h = hex::encode(Sha256::digest(location.prefix.as_bytes()));
+    let h = sha256_hex(location.prefix.as_bytes());
     format!("KubeAwsIssuer{}", &h[..16])
 }
 
@@ -57,8 +57,7 @@ pub fn public_read_statement(region: &str, location: &Location) -> Value {
 /// the policy has it already.
 pub fn merged_policy(existing: Option<&str>, statement: &Value) -> Result<Option<String>, AwsError> {
     let mut policy: Value = match existing {
-        Some(text) => serde_json::from_str(text)
-            .map_err(|e| AwsError::WorkTree(format!("the bucket policy is not JSON ({e}); fix it in S3 first")))?,
+        Some(text) => serde_json::from_str(text).map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?,
         None => json!({"Version": "2012-10-17", "Statement": []}),
     };
     let sid = &statement["Sid"];
@@ -85,8 +84,8 @@ pub fn merged_policy(existing: Option<&str>, statement: &Value) -> Result<Option
 /// when it has none, `Some(None)` when nothing else is left (delete the policy),
 /// `Some(Some(policy))` for the rest.
 pub fn policy_without(existing: &str, sid: &str) -> Result<Option<Option<String>>, AwsError> {
-    let mut policy: Value = serde_json::from_str(existing)
-        .map_err(|e| AwsError::WorkTree(format!("the bucket policy is not JSON ({e}); fix it in S3 first")))?;
+    let mut policy: Value =
+        serde_json::from_str(existing).map_err(|e| AwsError::BucketPolicy { detail: e.to_string() })?;
     let mut statements = match policy.get("Statement") {
         Some(Value::Array(a)) => a.clone(),
         Some(one @ Value::Object(_)) => vec![one.clone()],
@@ -156,15 +155,11 @@ async fn put_json(clients: &Clients, bucket: &str, key: &str, body: Vec<u8>) -> 
     Ok(true)
 }
 
-const BLOCKED: &str = "S3 Block Public Access on the bucket {bucket:?} ({which}) keeps IAM from reading the \
-    service-account issuer's two discovery objects, so no pod could assume its IAM role. Either turn off \
-    BlockPublicPolicy and RestrictPublicBuckets for this bucket (`aws s3api put-public-access-block --bucket {bucket} \
-    --public-access-block-configuration BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=false,RestrictPublicBuckets=false`; \
-    kube-aws then adds one statement granting s3:GetObject on exactly those two keys), or set issuerURL in cluster.yaml \
-    and serve the documents from there";
-
 fn blocked(bucket: &str, which: &str) -> AwsError {
-    AwsError::WorkTree(BLOCKED.replace("{bucket}", bucket).replace("{which}", which))
+    AwsError::PublicAccessBlocked {
+        bucket: bucket.to_string(),
+        which: which.to_string(),
+    }
 }
 
 /// The bucket's own Block Public Access settings that stop a public statement.
@@ -198,13 +193,13 @@ pub async fn publish_issuer(
     location: &Location,
     bundle: &SecretBundle,
 ) -> Result<Vec<PublishedObject>, AwsError> {
-    let sa_pub = bundle.certificates.get(crate::pki::SA_PUB).ok_or_else(|| {
-        AwsError::WorkTree(format!(
-            "the secret bundle has no {}: run `kube-aws up` with this version to complete the cluster PKI",
-            crate::pki::SA_PUB
-        ))
-    })?;
-    let objects = discovery_objects(cluster, sa_pub).map_err(|e| AwsError::WorkTree(e.to_string()))?;
+    let sa_pub = bundle
+        .certificates
+        .get(crate::pki::SA_PUB)
+        .ok_or(BundleError::Incomplete {
+            entry: crate::pki::SA_PUB,
+        })?;
+    let objects = discovery_objects(cluster, sa_pub)?;
     let public = cluster.issuer_url.is_none();
     if public {
         let on = public_access_blocked(clients, &location.bucket).await?;
@@ -215,7 +210,7 @@ pub async fn publish_issuer(
     let mut out = Vec::new();
     for (rel, body) in objects {
         let key = location.key(rel);
-        let sha256 = hex::encode(Sha256::digest(&body));
+        let sha256 = sha256_hex(&body);
         let size = body.len();
         let uploaded = put_json(clients, &location.bucket, &key, body).await?;
         out.push(PublishedObject {

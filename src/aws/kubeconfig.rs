@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::publish::{get_object, Location, SECRET_BUNDLE};
 use super::secrets::{cluster_ca, SecretBundle};
-use super::{stack, AwsError, Clients};
+use super::{stack, AwsError, BundleError, Clients};
 use crate::config::ClusterConfig;
 use crate::kubeconfig::Entry;
 use crate::pki;
@@ -43,35 +43,29 @@ pub async fn mint(clients: &Clients, cluster: &ClusterConfig, req: &MintRequest)
         .iter()
         .find(|o| o.key == ENDPOINT_OUTPUT && !o.value.is_empty())
         .map(|o| o.value.clone())
-        .ok_or_else(|| {
-            AwsError::WorkTree(format!(
-                "the stack {name:?} has no {ENDPOINT_OUTPUT} output yet (status {}): wait for it with `kube-aws status --wait`",
-                info.status
-            ))
+        .ok_or_else(|| AwsError::NoOutput {
+            stack: name.clone(),
+            output: ENDPOINT_OUTPUT,
+            status: info.status.clone(),
         })?;
     let location = Location::new(cluster)?;
     let bundle: SecretBundle = get_object(clients, &location.bucket, &location.key(SECRET_BUNDLE))
         .await?
-        .ok_or_else(|| {
-            AwsError::WorkTree(format!(
-                "s3://{}/{} is missing: the cluster was not published by `kube-aws up`",
-                location.bucket,
-                location.key(SECRET_BUNDLE)
-            ))
+        .ok_or_else(|| BundleError::NotPublished {
+            bucket: location.bucket.clone(),
+            key: location.key(SECRET_BUNDLE),
         })
-        .and_then(|b| {
-            serde_json::from_slice(&b)
-                .map_err(|e| AwsError::WorkTree(format!("the published secret bundle is not valid: {e}")))
-        })?;
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| BundleError::Invalid { detail: e.to_string() }))?;
     let (ca_pem, ca_key) = cluster_ca(clients, name, &bundle).await.map_err(|e| match e {
         AwsError::Api { code, message, .. } if code.contains("AccessDenied") || code.contains("NotAuthorized") => {
-            AwsError::WorkTree(format!(
-                "your AWS identity may not decrypt the cluster CA key: kms:Decrypt on {} (encryption context \
-                 kube-aws:cluster={name}, kube-aws:secret={}) was refused: {code}: {message}; \
-                 that permission is what grants cluster-admin, ask whoever administers the key",
-                bundle.kms_key_arn,
-                pki::CA_KEY
-            ))
+            BundleError::CaKeyRefused {
+                kms_key_arn: bundle.kms_key_arn.clone(),
+                cluster: name.clone(),
+                entry: pki::CA_KEY,
+                code,
+                message,
+            }
+            .into()
         }
         other => other,
     })?;
@@ -82,8 +76,7 @@ pub async fn mint(clients: &Clients, cluster: &ClusterConfig, req: &MintRequest)
         req.group.as_deref(),
         req.ttl,
         time::OffsetDateTime::now_utc(),
-    )
-    .map_err(|e| AwsError::WorkTree(e.to_string()))?;
+    )?;
     let context = req.context.clone().unwrap_or_else(|| name.clone());
     Ok(Minted {
         entry: Entry {

@@ -32,11 +32,10 @@ use std::path::{Path, PathBuf};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use super::secrets::{self, SecretBundle, SecretValue};
+use super::secrets::{self, NamedSecret, SecretBundle};
 use super::wait::ExpectedAddon;
-use super::{sdk_error, AwsError, Clients};
+use super::{sdk_error, AwsError, BundleError, Clients, RenderedError};
 use crate::config::{parse_s3_uri, ClusterConfig};
 use crate::render::plan::Plan;
 
@@ -56,7 +55,7 @@ pub struct PublishInput<'a> {
     pub charts: &'a [ChartTarball],
     pub cluster: &'a ClusterConfig,
     /// Plugin parameters marked `secret: true`.
-    pub secrets: &'a [SecretValue],
+    pub secrets: &'a [NamedSecret],
 }
 
 /// Where a cluster's objects live.
@@ -69,8 +68,10 @@ pub struct Location {
 
 impl Location {
     pub fn new(cluster: &ClusterConfig) -> Result<Location, AwsError> {
-        let (bucket, prefix) = parse_s3_uri(&cluster.s3_uri)
-            .map_err(|why| AwsError::WorkTree(format!("s3URI {:?} is not usable: {why}", cluster.s3_uri)))?;
+        let (bucket, prefix) = parse_s3_uri(&cluster.s3_uri).map_err(|why| AwsError::S3Uri {
+            uri: cluster.s3_uri.clone(),
+            why,
+        })?;
         let prefix = if prefix.is_empty() {
             cluster.cluster_name.clone()
         } else {
@@ -123,23 +124,28 @@ pub struct Published {
     pub addons: Vec<ExpectedAddon>,
 }
 
-use crate::digest::{sha256_hex, Sha256Digest};
+use crate::digest::{sha256_hex, Sha256Digest, Sha256Stream};
 
 /// Reads every file under the rendered directory, by relative path with `/`.
 pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {
     if !dir.join(ROOT_TEMPLATE).is_file() {
-        return Err(AwsError::WorkTree(format!(
-            "{} is missing: run `kube-aws render` first",
-            dir.join(ROOT_TEMPLATE).display()
-        )));
+        return Err(RenderedError::Missing {
+            path: dir.join(ROOT_TEMPLATE),
+        }
+        .into());
     }
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&d).map_err(|e| AwsError::WorkTree(format!("cannot read {}: {e}", d.display())))?;
+        let entries = std::fs::read_dir(&d).map_err(|source| RenderedError::Read {
+            path: d.clone(),
+            source,
+        })?;
         for entry in entries {
-            let entry = entry.map_err(|e| AwsError::WorkTree(format!("cannot read {}: {e}", d.display())))?;
+            let entry = entry.map_err(|source| RenderedError::Read {
+                path: d.clone(),
+                source,
+            })?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().to_string();
             if name.starts_with('.') {
@@ -150,13 +156,18 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
             } else {
                 let rel = path
                     .strip_prefix(dir)
-                    .map_err(|_| AwsError::WorkTree(format!("{} is outside {}", path.display(), dir.display())))?
+                    .map_err(|_| RenderedError::Outside {
+                        path: path.clone(),
+                        dir: dir.to_path_buf(),
+                    })?
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy().to_string())
                     .collect::<Vec<_>>()
                     .join("/");
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| AwsError::WorkTree(format!("cannot read {}: {e}", path.display())))?;
+                let bytes = std::fs::read(&path).map_err(|source| RenderedError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
                 out.insert(rel, bytes);
             }
         }
@@ -199,8 +210,8 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
     let mut names: Vec<&str> = files.keys().map(String::as_str).filter(|n| is_stack(n)).collect();
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let alternation = names.iter().map(|n| regex::escape(n)).collect::<Vec<_>>().join("|");
-    let matcher = regex::Regex::new(&format!("(?:{alternation})"))
-        .map_err(|e| AwsError::WorkTree(format!("cannot index the rendered files: {e}")))?;
+    let matcher =
+        regex::Regex::new(&format!("(?:{alternation})")).map_err(|e| RenderedError::Index { detail: e.to_string() })?;
 
     // Who refers to whom.
     let mut refs: BTreeMap<&str, Vec<(usize, usize, String)>> = BTreeMap::new();
@@ -227,10 +238,10 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
             .collect();
         if ready.is_empty() {
             let cycle: Vec<&str> = remaining.iter().copied().collect();
-            return Err(AwsError::WorkTree(format!(
-                "rendered files refer to each other in a cycle ({}): they cannot be published under content-addressed keys",
-                cycle.join(", ")
-            )));
+            return Err(RenderedError::Cycle {
+                files: cycle.iter().map(|f| f.to_string()).collect(),
+            }
+            .into());
         }
         for name in ready {
             let body = match std::str::from_utf8(&files[name]) {
@@ -270,9 +281,11 @@ pub fn read_plan(files: &BTreeMap<String, Vec<u8>>) -> Result<Option<Plan>, AwsE
 /// Parses a rendered addon plan; `shown` names it in the error.
 pub fn parse_plan(bytes: &[u8], shown: &str) -> Result<Plan, AwsError> {
     Plan::from_json(bytes).map_err(|e| {
-        AwsError::WorkTree(format!(
-            "{shown} is not a valid addon plan: {e}: run `kube-aws render` again"
-        ))
+        RenderedError::BadPlan {
+            file: shown.to_string(),
+            detail: e.to_string(),
+        }
+        .into()
     })
 }
 
@@ -322,8 +335,8 @@ pub fn root_parameters(
             .get(crate::pki::CA_CERT)
             .map(|pem| crate::pki::ca_cert_hash(pem))
             .transpose()
-            .map_err(|e| AwsError::WorkTree(format!("the published cluster CA: {e}")))?
-            .ok_or_else(|| AwsError::WorkTree("the secret bundle has no cluster CA certificate".into()))?;
+            .map_err(|source| BundleError::BadCaCert { source })?
+            .ok_or(BundleError::NoCaCert)?;
         out.push((crate::render::cfn::CA_CERT_HASH.to_string(), hash));
     }
     out.extend(
@@ -350,20 +363,18 @@ pub fn secrets_versions(
     };
     let mut out = Vec::new();
     for (param, names) in covered {
-        let mut h = Sha256::new();
+        let mut h = Sha256Stream::default();
         for name in names.as_array().into_iter().flatten().filter_map(|n| n.as_str()) {
-            let ct = bundle.secrets.get(name).ok_or_else(|| {
-                AwsError::WorkTree(format!(
-                    "the rendered stacks use the secret {name:?}, which is not among the secrets to publish: \
-                     run `kube-aws render` again (or drop --use-rendered)"
-                ))
-            })?;
+            let ct = bundle
+                .secrets
+                .get(name)
+                .ok_or_else(|| RenderedError::SecretNotPublished { name: name.to_string() })?;
             h.update(name.as_bytes());
-            h.update([0]);
+            h.update(&[0]);
             h.update(ct.as_bytes());
-            h.update([b'\n']);
+            h.update(b"\n");
         }
-        out.push((param.clone(), hex::encode(h.finalize())[..16].to_string()));
+        out.push((param.clone(), h.finish().hex()[..16].to_string()));
     }
     Ok(out)
 }
@@ -397,18 +408,19 @@ pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     let want = chart.digest.hex();
-    let body = std::fs::read(&chart.path).map_err(|e| {
-        AwsError::WorkTree(format!(
-            "chart tarball sha256:{want} is not readable at {}: {e} (run `kube-aws charts lock` to fetch it)",
-            chart.path.display()
-        ))
+    let body = std::fs::read(&chart.path).map_err(|source| RenderedError::ChartUnreadable {
+        digest: want.to_string(),
+        path: chart.path.clone(),
+        source,
     })?;
     let got = sha256_hex(&body);
     if got != want {
-        return Err(AwsError::WorkTree(format!(
-            "chart tarball {} has sha256:{got}, the lock says sha256:{want}: delete it and run `kube-aws charts lock` to fetch it again",
-            chart.path.display()
-        )));
+        return Err(RenderedError::ChartDigest {
+            path: chart.path.clone(),
+            got,
+            want: want.to_string(),
+        }
+        .into());
     }
     Ok(Artifact {
         source: chart.path.display().to_string(),
@@ -484,13 +496,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     let mut files = read_rendered(input.rendered_dir)?;
     let addons = expected_addons(&files)?;
     let charts = input.charts.iter().map(chart_artifact).collect::<Result<Vec<_>, _>>()?;
-    let kms_key = input.cluster.kms_key_arn.as_deref().ok_or_else(|| {
-        AwsError::WorkTree(
-            "kmsKeyARN is not set in cluster.yaml: kube-aws encrypts the kubeadm bootstrap token and \
-             the cluster CA keys with KMS before uploading them; set kmsKeyARN: arn:aws:kms:REGION:ACCOUNT:key/ID"
-                .into(),
-        )
-    })?;
+    let kms_key = input.cluster.kms_key_arn.as_deref().ok_or(AwsError::NoKmsKey)?;
     check_bucket(clients, &location.bucket).await?;
 
     let previous: Option<SecretBundle> = get_object(clients, &location.bucket, &location.key(SECRET_BUNDLE))
@@ -504,8 +510,8 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         input.secrets,
     )
     .await?;
-    let bundle_bytes = serde_json::to_vec_pretty(&bundle)
-        .map_err(|e| AwsError::WorkTree(format!("cannot serialize the secret bundle: {e}")))?;
+    let bundle_bytes =
+        serde_json::to_vec_pretty(&bundle).map_err(|e| BundleError::Serialize { detail: e.to_string() })?;
     files.insert(SECRET_BUNDLE.to_string(), bundle_bytes.clone());
 
     let mut artifacts = plan_artifacts(&files)?;
@@ -513,7 +519,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     let root = artifacts
         .iter()
         .find(|a| a.source == ROOT_TEMPLATE)
-        .ok_or_else(|| AwsError::WorkTree(format!("{ROOT_TEMPLATE} is missing: run `kube-aws render`")))?
+        .ok_or(RenderedError::NoRootTemplate { file: ROOT_TEMPLATE })?
         .clone();
 
     let mut objects = Vec::new();
@@ -553,200 +559,4 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn files(list: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
-        list.iter()
-            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-            .collect()
-    }
-
-    #[test]
-    fn stack_references_are_rewritten_leaves_first() {
-        let f = files(&[
-            (
-                "stacks/root.json",
-                r#"{"TemplateURL": {"Fn::Sub": "${ArtifactBaseURL}/stacks/network.json"}}"#,
-            ),
-            (
-                "stacks/network.json",
-                r#"{"UserData": "aws s3 cp ${S3}/userdata/controller.cloud-config -"}"#,
-            ),
-            ("userdata/controller.cloud-config", "#cloud-config\n"),
-        ]);
-        let plan = plan_artifacts(&f).unwrap();
-        let by: BTreeMap<&str, &Artifact> = plan.iter().map(|a| (a.source.as_str(), a)).collect();
-        // The cloud-config sits at the key render's stub names.
-        let cc = by["userdata/controller.cloud-config"];
-        assert_eq!(cc.key, format!("userdata/controller/{}.cloud-config", cc.sha256));
-        // Only stacks are references: the network stack's text stays as it is.
-        let net = std::str::from_utf8(&by["stacks/network.json"].body).unwrap();
-        assert_eq!(
-            net,
-            r#"{"UserData": "aws s3 cp ${S3}/userdata/controller.cloud-config -"}"#
-        );
-        let root = std::str::from_utf8(&by["stacks/root.json"].body).unwrap();
-        assert!(
-            root.contains(&format!("/{}\"", by["stacks/network.json"].key)),
-            "{root}"
-        );
-        assert_eq!(by["stacks/root.json"].sha256, sha256_hex(root.as_bytes()));
-
-        // A change in a nested stack changes the root that leads to it.
-        let mut g = f.clone();
-        g.insert("stacks/network.json".into(), b"{}".to_vec());
-        let plan2 = plan_artifacts(&g).unwrap();
-        let root2 = plan2.iter().find(|a| a.source == "stacks/root.json").unwrap();
-        assert_ne!(root2.sha256, by["stacks/root.json"].sha256);
-    }
-
-    #[test]
-    fn node_paths_in_cloud_configs_are_never_rewritten() {
-        let cc = "#cloud-config\nwrite_files:\n  - path: /etc/kube-aws/addons/plan.json\n";
-        let f = files(&[("addons/plan.json", "{}"), ("userdata/controller.cloud-config", cc)]);
-        let plan = plan_artifacts(&f).unwrap();
-        let got = plan
-            .iter()
-            .find(|a| a.source == "userdata/controller.cloud-config")
-            .unwrap();
-        assert_eq!(got.body, cc.as_bytes());
-    }
-
-    #[test]
-    fn partial_names_are_not_references() {
-        let f = files(&[
-            ("stacks/x.json", "{}"),
-            (
-                "stacks/y.json",
-                "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"stacks/x.json\"",
-            ),
-        ]);
-        let plan = plan_artifacts(&f).unwrap();
-        let x = plan.iter().find(|a| a.source == "stacks/x.json").unwrap();
-        let y = plan.iter().find(|a| a.source == "stacks/y.json").unwrap();
-        assert_eq!(
-            std::str::from_utf8(&y.body).unwrap(),
-            format!(
-                "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"{}\"",
-                x.key
-            )
-        );
-    }
-
-    #[test]
-    fn reference_cycles_are_refused() {
-        let f = files(&[("stacks/x.json", "/stacks/y.json"), ("stacks/y.json", "/stacks/x.json")]);
-        let err = plan_artifacts(&f).unwrap_err().to_string();
-        assert!(err.contains("cycle (stacks/x.json, stacks/y.json)"), "{err}");
-    }
-
-    #[test]
-    fn chart_digests_are_verified() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("c.tgz");
-        std::fs::write(&p, b"chart bytes").unwrap();
-        let good = sha256_hex(b"chart bytes");
-        let a = chart_artifact(&ChartTarball {
-            digest: Sha256Digest::parse(&format!("sha256:{good}")).unwrap(),
-            path: p.clone(),
-        })
-        .unwrap();
-        assert_eq!(a.key, format!("charts/{good}.tgz"));
-        let err = chart_artifact(&ChartTarball {
-            digest: Sha256Digest::parse(&"0".repeat(64)).unwrap(),
-            path: p,
-        })
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains(&format!("has sha256:{good}")), "{err}");
-    }
-
-    #[test]
-    fn root_parameters_are_those_declared() {
-        let loc = Location {
-            bucket: "b".into(),
-            prefix: "p/demo".into(),
-        };
-        let t = br#"{"Parameters": {"ArtifactBaseURL": {"Type": "String"}, "Other": {"Type": "String"}}}"#;
-        assert_eq!(
-            root_parameters(t, "http://x/b/p/demo", &loc, &bundle(&[])).unwrap(),
-            vec![("ArtifactBaseURL".to_string(), "http://x/b/p/demo".to_string())]
-        );
-    }
-
-    #[test]
-    fn the_ca_hash_parameter_comes_from_the_bundles_ca() {
-        let loc = Location {
-            bucket: "b".into(),
-            prefix: "p/demo".into(),
-        };
-        let t = br#"{"Parameters": {"CACertHash": {"Type": "String"}}}"#;
-        let pki = crate::pki::generate("demo", time::OffsetDateTime::now_utc()).unwrap();
-        let mut b = bundle(&[]);
-        b.certificates = pki.public.clone();
-        let params = root_parameters(t, "http://x", &loc, &b).unwrap();
-        assert_eq!(params, vec![("CACertHash".to_string(), pki.ca_cert_hash().unwrap())]);
-        let err = root_parameters(t, "http://x", &loc, &bundle(&[]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("no cluster CA certificate"), "{err}");
-    }
-
-    fn bundle(entries: &[(&str, &str)]) -> SecretBundle {
-        SecretBundle {
-            api_version: "kube-aws/v1".into(),
-            kind: "SecretBundle".into(),
-            kms_key_arn: "arn:aws:kms:us-west-2:111122223333:key/k".into(),
-            encryption_context: Default::default(),
-            secrets: entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            certificates: Default::default(),
-        }
-    }
-
-    #[test]
-    fn secrets_versions_change_only_with_their_own_entries() {
-        let t: serde_json::Value = serde_json::from_str(
-            r#"{"Metadata": {"kube-aws:secretsVersions": {
-                "ControlPlaneSecretsVersion": ["kubeadm/bootstrap-token", "kube-aws-secret.dex.pw"],
-                "NodePoolGeneralSecretsVersion": ["kubeadm/bootstrap-token"]}}}"#,
-        )
-        .unwrap();
-        let v = |b: &SecretBundle| -> Vec<String> {
-            secrets_versions(&t, b).unwrap().into_iter().map(|(_, v)| v).collect()
-        };
-        let before = v(&bundle(&[
-            ("kubeadm/bootstrap-token", "AAAA"),
-            ("kube-aws-secret.dex.pw", "BBBB"),
-        ]));
-        let after = v(&bundle(&[
-            ("kubeadm/bootstrap-token", "AAAA"),
-            ("kube-aws-secret.dex.pw", "CCCC"),
-        ]));
-        assert_eq!(before.len(), 2);
-        assert!(before
-            .iter()
-            .all(|h| h.len() == 16 && h.chars().all(|c| c.is_ascii_hexdigit())));
-        assert_ne!(before[0], after[0], "the controller's secret changed");
-        assert_eq!(before[1], after[1], "the pool does not use it");
-        let err = secrets_versions(&t, &bundle(&[("kubeadm/bootstrap-token", "AAAA")]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("\"kube-aws-secret.dex.pw\"") && err.contains("render"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn plan_lists_expected_addons() {
-        let f = files(&[(
-            ADDON_PLAN,
-            r#"{"releases": [{"name": "dex", "waitCondition": "AddonDexReady"}, {"name": "cm"}]}"#,
-        )]);
-        let a = expected_addons(&f).unwrap();
-        assert_eq!(a.len(), 2);
-        assert_eq!(a[0].wait_condition.as_deref(), Some("AddonDexReady"));
-        assert_eq!(a[1].release, "cm");
-    }
-}
+mod tests;

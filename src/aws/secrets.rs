@@ -31,7 +31,7 @@ use aws_sdk_kms::primitives::Blob;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::{sdk_error, AwsError, Clients};
+use super::{sdk_error, AwsError, BundleError, Clients};
 
 use crate::pki::{self, PrivatePem};
 pub use crate::render::secrets::{BOOTSTRAP_TOKEN, CONTEXT_CLUSTER, CONTEXT_SECRET};
@@ -60,7 +60,7 @@ impl std::fmt::Debug for Secret {
 /// A named secret to publish, e.g. a plugin parameter marked `secret: true`
 /// (name: the reference the templates saw).
 #[derive(Debug, Clone)]
-pub struct SecretValue {
+pub struct NamedSecret {
     pub name: String,
     pub value: Secret,
 }
@@ -84,8 +84,7 @@ pub struct SecretBundle {
 /// Random bytes from the operating system.
 fn random_bytes(n: usize) -> Result<Vec<u8>, AwsError> {
     let mut buf = vec![0u8; n];
-    getrandom::getrandom(&mut buf)
-        .map_err(|e| AwsError::WorkTree(format!("cannot get random bytes from the operating system: {e}")))?;
+    getrandom::getrandom(&mut buf).map_err(|e| AwsError::Random { detail: e.to_string() })?;
     Ok(buf)
 }
 
@@ -118,10 +117,11 @@ const KMS_LIMIT: usize = 4096;
 
 async fn encrypt(clients: &Clients, key: &str, cluster: &str, name: &str, value: &Secret) -> Result<String, AwsError> {
     if value.expose().len() > KMS_LIMIT {
-        return Err(AwsError::WorkTree(format!(
-            "the secret {name:?} is {} bytes; KMS encrypts at most {KMS_LIMIT}: keep secret values small (e.g. a password, not a file)",
-            value.expose().len()
-        )));
+        return Err(AwsError::SecretTooLarge {
+            name: name.to_string(),
+            size: value.expose().len(),
+            limit: KMS_LIMIT,
+        });
     }
     let out = clients
         .kms
@@ -146,7 +146,7 @@ async fn encrypt(clients: &Clients, key: &str, cluster: &str, name: &str, value:
 pub async fn decrypt(clients: &Clients, cluster: &str, name: &str, ciphertext_b64: &str) -> Result<Secret, AwsError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(ciphertext_b64)
-        .map_err(|e| AwsError::WorkTree(format!("the published secret bundle holds invalid base64: {e}")))?;
+        .map_err(|e| BundleError::Base64 { detail: e.to_string() })?;
     let out = clients
         .kms
         .decrypt()
@@ -169,7 +169,7 @@ pub async fn build_bundle(
     kms_key_arn: &str,
     cluster: &str,
     previous: Option<&SecretBundle>,
-    plugin_secrets: &[SecretValue],
+    plugin_secrets: &[NamedSecret],
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
     let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
@@ -198,10 +198,7 @@ pub async fn build_bundle(
     }
     for s in plugin_secrets {
         if secrets.contains_key(&s.name) {
-            return Err(AwsError::WorkTree(format!(
-                "two secrets are named {:?}: rename one of the plugin parameters",
-                s.name
-            )));
+            return Err(AwsError::DuplicateSecret { name: s.name.clone() });
         }
         let reuse = match previous.and_then(|p| p.secrets.get(&s.name)) {
             Some(old) => {
@@ -259,15 +256,14 @@ async fn bundle_pki(
     // controller, joined with a certificate key): a new CA would not be the one
     // its nodes trust, so replaced nodes could never join.
     if present.is_empty() && previous.is_some_and(|p| p.secrets.contains_key(LEGACY_CERTIFICATE_KEY)) {
-        return Err(AwsError::WorkTree(format!(
-            "the published secret bundle has {LEGACY_CERTIFICATE_KEY:?} and no cluster PKI: this cluster was \
-             created before kube-aws held its CAs, and a new CA would lock its nodes out; recreate it \
-             (`kube-aws destroy --purge`, then `kube-aws up`)"
-        )));
+        return Err(BundleError::Legacy {
+            entry: LEGACY_CERTIFICATE_KEY,
+        }
+        .into());
     }
     let Some(prev) = previous.filter(|_| !present.is_empty()) else {
         let fresh = pki::generate(cluster, time::OffsetDateTime::now_utc())
-            .map_err(|e| AwsError::WorkTree(format!("cannot create the cluster PKI: {e}")))?;
+            .map_err(|source| BundleError::Generate { source })?;
         for (name, key) in &fresh.keys {
             let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(key.expose())).await?;
             cts.insert(name.clone(), ct);
@@ -276,22 +272,21 @@ async fn bundle_pki(
         return Ok((cts, fresh.public, ca_key));
     };
     if present.len() != pki::KEY_ENTRIES.len() + pki::PUBLIC_ENTRIES.len() {
-        return Err(AwsError::WorkTree(format!(
-            "the published secret bundle holds only part of the cluster PKI ({}); kube-aws never regenerates \
-             a cluster's CAs: restore secrets/bundle.json from a backup (S3 versioning) before publishing again",
-            present.join(", ")
-        )));
+        return Err(BundleError::PartialPki {
+            present: present.iter().map(|p| p.to_string()).collect(),
+        }
+        .into());
     }
     let mut ca_key = PrivatePem::new("");
     for name in pki::KEY_ENTRIES {
         let old = &prev.secrets[name];
-        let plain = decrypt(clients, cluster, name, old).await.map_err(|e| {
-            AwsError::WorkTree(format!(
-                "cannot decrypt the cluster PKI entry {name:?} ({e}); kube-aws never regenerates a cluster's CAs: \
-                 publish with AWS credentials allowed kms:Decrypt on {}",
-                prev.kms_key_arn
-            ))
-        })?;
+        let plain = decrypt(clients, cluster, name, old)
+            .await
+            .map_err(|e| BundleError::Undecryptable {
+                entry: name.to_string(),
+                detail: e.to_string(),
+                kms_key_arn: prev.kms_key_arn.clone(),
+            })?;
         let ct = if prev.kms_key_arn == kms_key_arn {
             old.clone()
         } else {
@@ -325,7 +320,7 @@ async fn webhook_serving(
 ) -> Result<(), AwsError> {
     let ca_cert = certificates
         .get(pki::CA_CERT)
-        .ok_or_else(|| AwsError::WorkTree(format!("the cluster PKI has no {}", pki::CA_CERT)))?;
+        .ok_or(BundleError::PkiWithout { entry: pki::CA_CERT })?;
     let now = time::OffsetDateTime::now_utc();
     if let Some(prev) = previous {
         if let Some(old) = pki::WEBHOOK_ENTRIES
@@ -345,8 +340,7 @@ async fn webhook_serving(
             }
         }
     }
-    let entries = pki::webhook_entries(ca_cert, ca_key, now)
-        .map_err(|e| AwsError::WorkTree(format!("cannot sign the pod identity webhook's certificate: {e}")))?;
+    let entries = pki::webhook_entries(ca_cert, ca_key, now).map_err(|source| BundleError::WebhookCert { source })?;
     for (name, value) in entries {
         let ct = encrypt(clients, kms_key_arn, cluster, name, &Secret::new(value.expose())).await?;
         secrets.insert(name.to_string(), ct);
@@ -362,11 +356,7 @@ pub async fn cluster_ca(
     bundle: &SecretBundle,
 ) -> Result<(String, PrivatePem), AwsError> {
     let (Some(cert), Some(ct)) = (bundle.certificates.get(pki::CA_CERT), bundle.secrets.get(pki::CA_KEY)) else {
-        return Err(AwsError::WorkTree(format!(
-            "the published secret bundle has no cluster CA ({}): it was published by an older kube-aws; \
-             run `kube-aws update` first",
-            pki::CA_KEY
-        )));
+        return Err(BundleError::NoCa { entry: pki::CA_KEY }.into());
     };
     let key = decrypt(clients, cluster, pki::CA_KEY, ct).await?;
     Ok((cert.clone(), PrivatePem::new(key.expose())))
@@ -388,7 +378,7 @@ mod tests {
     #[test]
     fn debug_never_shows_the_value() {
         let s = Secret::new("hunter2-plaintext");
-        let v = SecretValue {
+        let v = NamedSecret {
             name: "dex/clientSecret".into(),
             value: s.clone(),
         };

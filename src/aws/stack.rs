@@ -273,7 +273,7 @@ pub struct ChangeSet {
 /// Creates an update change set and waits for it. None: CloudFormation says
 /// there are no changes (the change set is deleted again).
 pub async fn create_change_set(clients: &Clients, req: &StackRequest) -> Result<Option<ChangeSet>, AwsError> {
-    let name = format!("kube-aws-{}", chrono_like_stamp());
+    let name = format!("kube-aws-{}", epoch_seconds());
     let out = clients
         .cfn
         .create_change_set()
@@ -350,12 +350,12 @@ pub async fn create_change_set(clients: &Clients, req: &StackRequest) -> Result<
     }
 }
 
-fn chrono_like_stamp() -> String {
-    let secs = std::time::SystemTime::now()
+/// Seconds since the Unix epoch (names each change set apart).
+fn epoch_seconds() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
-        .unwrap_or_default();
-    format!("{secs}")
+        .unwrap_or_default()
 }
 
 pub async fn execute_change_set(clients: &Clients, stack: &str, id: &str) -> Result<(), AwsError> {

@@ -199,7 +199,7 @@ pub struct ProgressLine {
 
 /// The progress model: one line per stack (root first, then nested) and per addon.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Progress {
+pub struct StackProgress {
     pub stacks: Vec<ProgressLine>,
     pub addons: Vec<ProgressLine>,
     /// One line per node whose bootstrap failed in this operation.
@@ -272,7 +272,7 @@ pub enum Outcome {
 /// Progress and outcome together.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Assessment {
-    pub progress: Progress,
+    pub progress: StackProgress,
     pub outcome: Outcome,
 }
 
@@ -352,7 +352,7 @@ fn nodes_behind(f: &Failure, events: &[&StackEvent], nodes: &[NodeReport]) -> Ve
     }
 }
 
-fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> Progress {
+fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> StackProgress {
     let mut stacks = Vec::new();
     if let Some(root) = &obs.root {
         stacks.push(stack_line(root, events, None));
@@ -397,7 +397,7 @@ fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> 
             failed: true,
         })
         .collect();
-    Progress { stacks, addons, nodes }
+    StackProgress { stacks, addons, nodes }
 }
 
 fn stack_line(state: &StackState, events: &[&StackEvent], logical: Option<&str>) -> ProgressLine {

@@ -1,4 +1,10 @@
+//! `kube-aws destroy`: asks first (or `--yes`), runs the pre-destroy hooks,
+//! deletes the root stack, optionally follows the delete, and with `--purge`
+//! removes the published objects.
+
+use super::confirm::confirm;
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
+use super::progress_view::ProgressView;
 use super::{hooks, GlobalOptions};
 use crate::aws::deploy;
 use crate::aws::publish::Location;
@@ -40,7 +46,7 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
             "delete stack {:?} ({}) and every resource in it?",
             cfg.cluster_name, stack.status
         );
-        if !deploy::confirm(&question, args.yes)? {
+        if !confirm(&question, args.yes)? {
             println!("not deleted");
             return Ok::<bool, anyhow::Error>(false);
         }
@@ -56,6 +62,7 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
                 &location,
                 &[],
                 Some(args.wait.timeout),
+                &mut ProgressView::for_stderr(),
             )
             .await?;
             println!("stack {:?} is deleted", cfg.cluster_name);

@@ -1,3 +1,6 @@
+//! `kube-aws init`: creates a work tree (cluster.yaml and its directories)
+//! and warns when the API is left open to the internet.
+
 use std::path::PathBuf;
 
 use super::GlobalOptions;

@@ -3,13 +3,16 @@
 
 mod backups;
 mod charts;
+mod confirm;
 mod deploy_args;
 mod destroy;
+pub mod exit;
 mod init;
 mod kubeconfig;
 #[cfg(feature = "nodes")]
 mod nodes;
 mod plugins;
+mod progress_view;
 pub mod render;
 mod schema;
 mod status;

@@ -200,9 +200,9 @@ fn hooks(d: &PluginDef) -> Vec<String> {
 fn show(global: &GlobalOptions, defs: &[PluginDef], name: &str) -> anyhow::Result<()> {
     let Some(d) = defs.iter().find(|d| d.name() == name) else {
         let names: Vec<&str> = defs.iter().map(|d| d.name()).collect();
-        let hint = match crate::located::closest(name, &names) {
-            Some(best) => format!(" (did you mean {best:?}?)"),
-            None => " (run `kube-aws plugins list`)".into(),
+        let hint = match crate::located::did_you_mean(name, &names) {
+            none if none.is_empty() => " (run `kube-aws plugins list`)".to_string(),
+            hint => hint,
         };
         anyhow::bail!("there is no plugin {name:?}{hint}");
     };

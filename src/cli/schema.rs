@@ -1,3 +1,6 @@
+//! `kube-aws schema`: prints the JSON Schema or the Markdown reference of
+//! cluster.yaml or plugin.yaml.
+
 use super::{print_json, GlobalOptions};
 use crate::config::{cluster_reference, ClusterConfig};
 

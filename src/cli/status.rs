@@ -1,4 +1,8 @@
+//! `kube-aws status`: the stack, its nested stacks, addons and failed nodes;
+//! with `--wait`, follows an operation in progress first.
+
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
+use super::progress_view::ProgressView;
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::aws::connect;
 use crate::aws::deploy::{self, expected_addons, operation_in_progress, rendered_dir, StatusReport};
@@ -31,6 +35,7 @@ pub fn run(global: &GlobalOptions, args: StatusArgs) -> anyhow::Result<()> {
                     &location,
                     &addons,
                     Some(args.wait.timeout),
+                    &mut ProgressView::for_stderr(),
                 )
                 .await;
                 if let Err(e) = result {

@@ -1,4 +1,8 @@
+//! `kube-aws up`: renders, publishes and creates the root stack, runs the
+//! pre/post-up hooks, and with `--wait` follows the create to its end.
+
 use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
+use super::progress_view::ProgressView;
 use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::stack::OnFailureMode;
 use crate::aws::wait::Operation;
@@ -38,8 +42,15 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
         );
         println!("creating stack {:?}: {stack_id}", cfg.cluster_name);
         if args.wait.wait {
-            let addons =
-                deploy::follow_published(&clients, &stack_id, Operation::Create, &published, args.wait.timeout).await?;
+            let addons = deploy::follow_published(
+                &clients,
+                &stack_id,
+                Operation::Create,
+                &published,
+                args.wait.timeout,
+                &mut ProgressView::for_stderr(),
+            )
+            .await?;
             println!("stack {:?} is CREATE_COMPLETE; {addons}", cfg.cluster_name);
             stack_outputs(&clients, &cfg.cluster_name).await
         } else {

@@ -1,4 +1,9 @@
+//! `kube-aws update`: renders and publishes, shows the change set (and the
+//! AMIs and releases it changes), asks, applies it, and runs the hooks.
+
+use super::confirm::confirm;
 use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
+use super::progress_view::ProgressView;
 use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
@@ -72,7 +77,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 uninstalls.join(", ")
             );
         }
-        let go = match deploy::confirm("apply these changes?", args.yes) {
+        let go = match confirm("apply these changes?", args.yes) {
             Ok(go) => go,
             Err(e) => {
                 let _ = delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await;
@@ -87,8 +92,15 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
         println!("updating stack {:?}", cfg.cluster_name);
         if args.wait.wait {
-            let addons =
-                deploy::follow_published(&clients, &stack_id, Operation::Update, &published, args.wait.timeout).await?;
+            let addons = deploy::follow_published(
+                &clients,
+                &stack_id,
+                Operation::Update,
+                &published,
+                args.wait.timeout,
+                &mut ProgressView::for_stderr(),
+            )
+            .await?;
             println!("stack {:?} is UPDATE_COMPLETE; {addons}", cfg.cluster_name);
             Ok(Some(stack_outputs(&clients, &cfg.cluster_name).await?))
         } else {

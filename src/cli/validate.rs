@@ -1,3 +1,6 @@
+//! `kube-aws validate`: every check `render` makes (and the plugins'
+//! programs), writing nothing; prints a summary or JSON.
+
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::pipeline::{prepare, PrepareOptions};
 use crate::render;

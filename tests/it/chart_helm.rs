@@ -268,6 +268,9 @@ fn bad_input_fails_clearly_and_caches_nothing() {
     let broken_url = format!("http://127.0.0.1:{}", broken_server.port);
     let dead_url = format!("http://127.0.0.1:{}", common::free_port());
 
+    // The exit code: 4 when the repository cannot be reached or refuses the
+    // request (the remote side, as for AWS), 1 for everything the work tree
+    // or the repository's content gets wrong.
     let cases: Vec<(&str, String, &[&str], Vec<String>)> = vec![
         (
             "unreachable",
@@ -313,6 +316,7 @@ fn bad_input_fails_clearly_and_caches_nothing() {
         ),
     ];
     for (label, chart, cmd, expected) in cases {
+        let code = if matches!(label, "unreachable" | "404") { 4 } else { 1 };
         let wt = tmp.path().join(format!("wt-{}", label.replace(' ', "-")));
         let cache = tmp.path().join(format!("cache-{}", label.replace(' ', "-")));
         cluster(&wt, &format!("  - {chart}\n"));
@@ -324,7 +328,7 @@ fn bad_input_fails_clearly_and_caches_nothing() {
         args.extend_from_slice(cmd);
         let out = kube_aws(&wt, &cache, &args);
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{label}: {err}");
+        assert_eq!(out.status.code(), Some(code), "{label}: {err}");
         for e in &expected {
             assert!(err.contains(e.as_str()), "{label}: expected {e:?} in: {err}");
         }

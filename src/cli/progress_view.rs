@@ -1,6 +1,6 @@
-//! Drawing the wait's progress: on a terminal, an indicatif multi-progress with
-//! one line per stack and per addon; elsewhere, one plain line each time a
-//! line's status changes. The only module of `aws` that uses indicatif.
+//! Drawing the wait's progress (`aws::deploy::ProgressSink`): on a terminal,
+//! an indicatif multi-progress with one line per stack, addon and node;
+//! elsewhere, one plain line each time a line's status changes.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::wait::{Progress, ProgressLine};
+use crate::aws::deploy::ProgressSink;
+use crate::aws::wait::{ProgressLine, StackProgress};
 
 /// Draws successive progress models.
 pub enum ProgressView {
@@ -41,8 +42,10 @@ impl ProgressView {
             out,
         }
     }
+}
 
-    pub fn draw(&mut self, p: &Progress) {
+impl ProgressSink for ProgressView {
+    fn draw(&mut self, p: &StackProgress) {
         let lines = p
             .stacks
             .iter()
@@ -82,7 +85,7 @@ impl ProgressView {
     }
 
     /// Stops the spinners, leaving the last lines on screen.
-    pub fn finish(&mut self) {
+    fn finish(&mut self) {
         if let ProgressView::Tty { bars, .. } = self {
             for b in bars.values() {
                 if !b.is_finished() {

@@ -1,0 +1,120 @@
+//! The nodes' bootstrap reports in the wait: a node failure signal carries
+//! the node's report, and a failure elsewhere shows every node that failed.
+
+use super::*;
+
+fn node_report(instance: &str, stack: &str, asg: &str, role: &str, step: &str, secs: i64) -> NodeReport {
+    NodeReport {
+        instance_id: instance.into(),
+        node_name: format!("ip-{instance}.eu-west-1.compute.internal"),
+        role: role.into(),
+        stack: stack.into(),
+        asg_logical_id: asg.into(),
+        step: step.into(),
+        exit_code: 1,
+        command: "kubeadm join --config /var/lib/kube-aws/kubeadm.yaml".into(),
+        log: (1..=30).map(|i| format!("line {i}\n")).collect::<String>()
+            + "error: couldn't validate the identity of the API Server\n",
+        timestamp: secs,
+    }
+}
+
+/// A node's bootstrap fails a step and signals FAILURE: the group fails at once
+/// (CloudFormation's reason counts the FAILURE signal), and the failure carries
+/// that node's report, naming the node and the step, with the end of its log.
+/// A report of an earlier operation and one of another group are not blamed.
+#[test]
+fn a_node_failure_signal_carries_the_nodes_report() {
+    let np = nested_name("NodePoolGeneral");
+    let cp = nested_name("ControlPlane");
+    let events =
+        vec![
+        ev(1, ROOT, ROOT, STACK_TYPE, "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(2, ROOT, "NodePoolGeneral", STACK_TYPE, "CREATE_IN_PROGRESS", "Resource creation Initiated"),
+        ev(3, &np, &np, STACK_TYPE, "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(
+            9,
+            &np,
+            "WorkerGroup",
+            "AWS::AutoScaling::AutoScalingGroup",
+            "CREATE_FAILED",
+            "Received 1 FAILURE signal(s) out of 2.  Unable to satisfy 100% MinSuccessfulInstancesPercent requirement",
+        ),
+    ];
+    let start = 1_700_000_001; // seconds: the root's User Initiated event
+    let mut o = obs(
+        Operation::Create,
+        "ROLLBACK_IN_PROGRESS",
+        &[("NodePoolGeneral", "CREATE_FAILED")],
+        events,
+    );
+    o.node_reports = vec![
+        node_report("i-old", &np, "WorkerGroup", "worker-general", "packages", start - 3600),
+        node_report("i-ctl", &cp, "ControlPlaneGroup", "controller", "installer", start + 7),
+        node_report(
+            "i-0abc",
+            &np,
+            "WorkerGroup",
+            "worker-general",
+            "kubeadm-join",
+            start + 5,
+        ),
+    ];
+    let a = assess(&o);
+    let Outcome::Failed(f) = &a.outcome else {
+        panic!("expected a failure: {:?}", a.outcome)
+    };
+    assert_eq!(f.resource, "WorkerGroup");
+    assert_eq!(f.nodes.len(), 1, "{:#?}", f.nodes);
+    assert_eq!(f.nodes[0].instance_id, "i-0abc");
+    let text = f.to_string();
+    assert!(
+        text.contains("node ip-i-0abc.eu-west-1.compute.internal (i-0abc, worker-general) failed at step kubeadm-join (exit 1): kubeadm join"),
+        "{text}"
+    );
+    assert!(text.contains("couldn't validate the identity"), "{text}");
+    assert!(
+        !text.contains("line 10\n") && text.contains("line 30"),
+        "only the end of the log: {text}"
+    );
+    // Progress shows every node that failed in this operation, not the old one.
+    let names: Vec<&str> = a.progress.nodes.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ip-i-0abc.eu-west-1.compute.internal",
+            "ip-i-ctl.eu-west-1.compute.internal"
+        ]
+    );
+    assert!(a.progress.nodes.iter().all(|l| l.failed));
+}
+
+/// A failure no node report matches (an addon's wait condition timing out after
+/// the controller failed to start the installer) still shows the nodes that failed.
+#[test]
+fn a_failure_elsewhere_shows_every_node_that_failed_in_the_operation() {
+    let events = vec![
+        ev(1, ROOT, ROOT, STACK_TYPE, "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(5, ROOT, "Network", STACK_TYPE, "CREATE_FAILED", "Subnet quota exceeded"),
+    ];
+    let mut o = obs(Operation::Create, "ROLLBACK_IN_PROGRESS", &[], events);
+    o.node_reports = vec![node_report(
+        "i-ctl",
+        &nested_name("ControlPlane"),
+        "ControlPlaneGroup",
+        "controller",
+        "installer",
+        1_700_000_003,
+    )];
+    let Outcome::Failed(f) = assess(&o).outcome else {
+        panic!("expected a failure")
+    };
+    assert_eq!(f.nodes.len(), 1);
+    // Without the operation's start (events not reaching back), every report counts.
+    assert_eq!(node_reports_since(&o.node_reports, None).len(), 1);
+    assert_eq!(node_reports_since(&o.node_reports, Some(1_700_000_004_000)).len(), 0);
+    // A report stamped in the start's own second (whole seconds) is of this operation.
+    assert_eq!(node_reports_since(&o.node_reports, Some(1_700_000_003_900)).len(), 1);
+    assert_eq!(operation_start(&o.events), Some(1_700_000_001_000));
+    assert_eq!(operation_start(&o.events[1..]), None);
+}
