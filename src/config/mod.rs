@@ -3,6 +3,7 @@
 
 mod chart_spec;
 mod cidr;
+mod graph;
 mod init;
 mod maxpods;
 mod model;
@@ -16,14 +17,15 @@ use std::path::{Path, PathBuf};
 
 pub use chart_spec::{chart_release, ChartProblem};
 pub use cidr::{cidr, cidr_network, cidr_within, has_host_bits, is_cidr, parse_cidr, Ipv4Net};
+pub use graph::{find_cycle, GraphNode, GraphProblem, ReleaseGraph};
 pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
 pub use maxpods::{eni_limits, kubelet_max_pods, max_pods, EniLimits, FAMILIES as MAX_PODS_FAMILIES};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
 pub use resolve::{default_chart_name, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
 pub use rules::{
-    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, find_cycle, is_ami_id,
-    is_dns_label, is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
+    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, is_ami_id, is_dns_label,
+    is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
     BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};

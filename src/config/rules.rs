@@ -3,7 +3,6 @@
 //! values, S3 URIs, OCI references, Helm version constraints, AMI IDs,
 //! controller counts. Plugins use the same ones.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -130,54 +129,6 @@ pub fn name_problem(value: &str, max: usize) -> Option<String> {
         NAME_HINT.to_string()
     };
     Some(format!("{value:?} is not a valid name ({hint})"))
-}
-
-/// Finds one dependency cycle, returned as `[a, b, …, a]`.
-pub fn find_cycle<'a>(graph: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a str>> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mark {
-        New,
-        Active,
-        Done,
-    }
-    fn visit<'a>(
-        n: &'a str,
-        graph: &BTreeMap<&'a str, Vec<&'a str>>,
-        marks: &mut HashMap<&'a str, Mark>,
-        stack: &mut Vec<&'a str>,
-    ) -> Option<Vec<&'a str>> {
-        marks.insert(n, Mark::Active);
-        stack.push(n);
-        for &d in graph.get(n).map(Vec::as_slice).unwrap_or(&[]) {
-            match marks.get(d).copied().unwrap_or(Mark::New) {
-                Mark::Active => {
-                    let start = stack.iter().position(|s| *s == d).unwrap_or(0);
-                    let mut cycle = stack[start..].to_vec();
-                    cycle.push(d);
-                    return Some(cycle);
-                }
-                Mark::New => {
-                    if let Some(c) = visit(d, graph, marks, stack) {
-                        return Some(c);
-                    }
-                }
-                Mark::Done => {}
-            }
-        }
-        stack.pop();
-        marks.insert(n, Mark::Done);
-        None
-    }
-    let mut marks = HashMap::new();
-    for &n in graph.keys() {
-        if marks.get(n).copied().unwrap_or(Mark::New) == Mark::New {
-            let mut stack = Vec::new();
-            if let Some(c) = visit(n, graph, &mut marks, &mut stack) {
-                return Some(c);
-            }
-        }
-    }
-    None
 }
 
 /// Why an `oci:` chart reference is refused, or None. It is
@@ -402,18 +353,6 @@ mod tests {
         ] {
             assert!(check_flag_value(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn cycles_are_named() {
-        let mut g = BTreeMap::new();
-        g.insert("a", vec!["b"]);
-        g.insert("b", vec!["c"]);
-        g.insert("c", vec!["a"]);
-        g.insert("d", vec![]);
-        assert_eq!(find_cycle(&g).unwrap(), vec!["a", "b", "c", "a"]);
-        g.insert("c", vec![]);
-        assert_eq!(find_cycle(&g), None);
     }
 
     #[test]

@@ -1,16 +1,17 @@
 //! The rules a cluster.yaml must follow beyond its types. Every rule reports a
 //! located error that quotes the bad value and says how to fix it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::chart_spec::chart_release;
 use super::cidr::{cidr, cidr_within, has_host_bits};
+use super::graph::{GraphProblem, ReleaseGraph};
 use super::model::{is_arm64, AmiSetting, ChartSpec, ClusterConfig};
 use super::resolve::{Origin, Release};
 use super::rules::{
-    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, find_cycle, is_ami_id,
-    is_region, name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID, VPC_ID,
+    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, is_ami_id, is_region,
+    name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID, VPC_ID,
 };
 use crate::located::{Located, SourceMap};
 
@@ -447,7 +448,15 @@ impl Validator<'_> {
     /// Every chart entry through the one chart check (src/config/chart_spec.rs),
     /// plus what only cluster.yaml has: unique names and values files in the work tree.
     fn charts(&mut self, dir: &Path, charts: &[ChartSpec]) -> Vec<Release> {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let graph = ReleaseGraph::new(charts);
+        let first_of: HashMap<usize, usize> = graph
+            .duplicates()
+            .into_iter()
+            .filter_map(|p| match p {
+                GraphProblem::Duplicate { release, first } => Some((release, first)),
+                _ => None,
+            })
+            .collect();
         let mut releases = Vec::new();
         for (i, c) in charts.iter().enumerate() {
             let base = format!("charts[{i}]");
@@ -477,7 +486,7 @@ impl Validator<'_> {
             for p in name {
                 self.err(&p.path(&base), p.message);
             }
-            if let Some(first) = seen.insert(c.name.as_str(), i) {
+            if let Some(first) = first_of.get(&i) {
                 self.err(
                     &format!("{base}.name"),
                     format!(
@@ -498,39 +507,26 @@ impl Validator<'_> {
                 }
             }
         }
-        self.dependencies(charts);
+        self.dependencies(&graph, charts);
         releases
     }
 
-    fn dependencies(&mut self, charts: &[ChartSpec]) {
-        let names: Vec<&str> = charts.iter().map(|c| c.name.as_str()).collect();
-        let known: HashSet<&str> = names.iter().copied().collect();
-        for (i, c) in charts.iter().enumerate() {
-            for (j, d) in c.depends_on.iter().enumerate() {
-                let path = format!("charts[{i}].dependsOn[{j}]");
-                // Targets that are not cluster.yaml releases may be plugin releases: the plugin
-                // stage, which knows every release, reports the unknown ones.
-                if d == &c.name {
-                    self.err(&path, format!("release {:?} depends on itself", c.name));
-                }
+    /// The release graph's rules that cluster.yaml alone can break: a chart
+    /// depending on itself, and cycles among its charts. Targets that are not
+    /// cluster.yaml releases may be plugin releases: the plugin stage, which
+    /// knows every release, reports the unknown ones.
+    fn dependencies(&mut self, graph: &ReleaseGraph<ChartSpec>, charts: &[ChartSpec]) {
+        for p in graph.bad_targets() {
+            if let GraphProblem::SelfDependency { release, dep } = p {
+                self.err(
+                    &format!("charts[{release}].dependsOn[{dep}]"),
+                    format!("release {:?} depends on itself", charts[release].name),
+                );
             }
         }
-        let graph: BTreeMap<&str, Vec<&str>> = charts
-            .iter()
-            .map(|c| {
-                let deps = c
-                    .depends_on
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|d| known.contains(d) && *d != c.name)
-                    .collect();
-                (c.name.as_str(), deps)
-            })
-            .collect();
-        if let Some(cycle) = find_cycle(&graph) {
-            let first = cycle[0];
-            let i = charts.iter().position(|c| c.name == first).unwrap_or(0);
-            let j = charts[i].depends_on.iter().position(|d| d == cycle[1]).unwrap_or(0);
+        if let Some(GraphProblem::Cycle { cycle }) = graph.cycle() {
+            let i = charts.iter().position(|c| c.name == cycle[0]).unwrap_or(0);
+            let j = charts[i].depends_on.iter().position(|d| *d == cycle[1]).unwrap_or(0);
             self.err(
                 &format!("charts[{i}].dependsOn[{j}]"),
                 format!(

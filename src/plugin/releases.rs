@@ -3,15 +3,13 @@
 //! directory, and its values layer; then the rules over every release of the
 //! cluster (unique names, known and acyclic `dependsOn`).
 
-use std::collections::{BTreeMap, HashMap};
-
 use serde_json::Value;
 
 use super::collector::Collector;
 use super::discover::{safe_relative, PluginDef};
 use super::hooks::{PluginRelease, PluginValues, ResolvedPlugins};
 use super::template::Renderer;
-use crate::config::{chart_release, find_cycle, ChartSpec, Cluster, Origin, Release};
+use crate::config::{chart_release, ChartSpec, Cluster, GraphProblem, Origin, Release, ReleaseGraph};
 use crate::located::{did_you_mean, join_index, Located, Pos};
 
 /// The release of the plugin's `spec.charts[i]`, or None after recording why not.
@@ -130,109 +128,111 @@ fn values_layer(r: &Renderer, base: &str, c: &ChartSpec, errors: &mut Collector)
     values
 }
 
-/// Release names unique across cluster.yaml and plugins; dependsOn known and acyclic.
+/// The release graph's rules over every release (src/config/graph.rs),
+/// located: a plugin release named like an earlier one, `dependsOn` targets
+/// that no release answers to (cluster.yaml releases may depend on plugin
+/// releases, so their targets are checked here, where every release is
+/// known), and a cycle through a plugin release.
 pub fn check_releases(cluster: &Cluster, defs: &[PluginDef], out: &ResolvedPlugins) -> Vec<Located> {
-    let mut errors = Vec::new();
-    let def_of = |p: &str| defs.iter().find(|d| d.name() == p);
-    let mut seen: HashMap<&str, String> = HashMap::new();
-    for r in &cluster.releases {
-        if let Origin::Cluster { index } = r.origin {
-            seen.insert(
-                &r.name,
-                format!(
-                    "cluster.yaml charts[{index}] ({}:{})",
-                    cluster.file.display(),
-                    cluster.source.locate(&format!("charts[{index}].name")).line
-                ),
-            );
-        }
-    }
-    for pr in &out.releases {
-        let Origin::Plugin { plugin, index } = &pr.release.origin else {
-            continue;
-        };
-        let Some(def) = def_of(plugin) else { continue };
-        let key = format!("spec.charts[{index}].name");
-        let here = format!(
-            "plugin {plugin:?} ({}:{})",
-            def.file.display(),
-            def.map.locate(&key).line
-        );
-        if let Some(first) = seen.get(pr.release.name.as_str()) {
-            errors.push(def.err(
-                &key,
-                format!(
-                    "release {:?} of plugin {plugin:?} collides with the release of the same name from {first} (rename one, or disable the plugin)",
-                    pr.release.name
-                ),
-            ));
-        } else {
-            seen.insert(&pr.release.name, here);
-        }
-    }
     let all: Vec<&Release> = cluster
         .releases
         .iter()
         .chain(out.releases.iter().map(|p| &p.release))
         .collect();
-    let known: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
-    // cluster.yaml releases may depend on plugin releases, so their targets are checked here,
-    // where every release is known.
-    for r in &cluster.releases {
-        let Origin::Cluster { index } = r.origin else { continue };
-        for (j, d) in r.depends_on.iter().enumerate() {
-            if !known.contains(&d.as_str()) {
-                let path = format!("charts[{index}].dependsOn[{j}]");
-                let mut hint = did_you_mean(d, &known);
-                if hint.is_empty() {
-                    hint = " (list it under charts, enable the plugin that declares it, or remove it)".into();
-                }
-                errors.push(Located::new(
-                    &cluster.file,
-                    cluster.source.locate(&path),
-                    &path,
-                    format!("{d:?} is not a release in this cluster or its enabled plugins{hint}"),
-                ));
-            }
-        }
-    }
-    for pr in &out.releases {
-        let Origin::Plugin { plugin, index } = &pr.release.origin else {
+    let graph = ReleaseGraph::new(&all);
+    let known = graph.names();
+    // The plugin that declares release `i`, with its index in spec.charts.
+    let plugin_of = |i: usize| match &all[i].origin {
+        Origin::Plugin { plugin, index } => defs.iter().find(|d| d.name() == plugin).map(|d| (d, *index)),
+        Origin::Cluster { .. } => None,
+    };
+    let mut errors = Vec::new();
+    for p in graph.duplicates() {
+        let GraphProblem::Duplicate { release, first } = p else {
             continue;
         };
-        let Some(def) = def_of(plugin) else { continue };
-        for (j, d) in pr.release.depends_on.iter().enumerate() {
-            if !known.contains(&d.as_str()) {
-                let msg = format!(
-                    "release {:?} depends on {d:?}, which no chart or enabled plugin declares{}",
-                    pr.release.name,
-                    did_you_mean(d, &known)
-                );
-                errors.push(def.err(&format!("spec.charts[{index}].dependsOn[{j}]"), msg));
-            }
-        }
+        let Some((def, index)) = plugin_of(release) else {
+            continue;
+        };
+        let first = match (&all[first].origin, plugin_of(first)) {
+            (Origin::Cluster { index }, _) => format!(
+                "cluster.yaml charts[{index}] ({}:{})",
+                cluster.file.display(),
+                cluster.source.locate(&format!("charts[{index}].name")).line
+            ),
+            (_, Some((d, i))) => format!(
+                "plugin {:?} ({}:{})",
+                d.name(),
+                d.file.display(),
+                d.map.locate(&format!("spec.charts[{i}].name")).line
+            ),
+            (_, None) => continue,
+        };
+        errors.push(def.err(
+            &format!("spec.charts[{index}].name"),
+            format!(
+                "release {:?} of plugin {:?} collides with the release of the same name from {first} (rename one, or disable the plugin)",
+                all[release].name,
+                def.name()
+            ),
+        ));
     }
-    if errors.is_empty() {
-        let graph: BTreeMap<&str, Vec<&str>> = all
-            .iter()
-            .map(|r| (r.name.as_str(), r.depends_on.iter().map(String::as_str).collect()))
-            .collect();
-        if let Some(cycle) = find_cycle(&graph) {
-            let culprit = out.releases.iter().find(|p| cycle.contains(&p.release.name.as_str()));
-            if let Some(pr) = culprit {
-                if let Origin::Plugin { plugin, index } = &pr.release.origin {
-                    if let Some(def) = def_of(plugin) {
-                        errors.push(def.err(
-                            &format!("spec.charts[{index}].dependsOn"),
-                            format!(
-                                "dependency cycle: {} (remove one of these dependsOn entries)",
-                                cycle.join(" -> ")
-                            ),
+    let mut self_cycle = None;
+    for p in graph.bad_targets() {
+        match p {
+            GraphProblem::Unknown { release, dep } => {
+                let d = &all[release].depends_on[dep];
+                match (&all[release].origin, plugin_of(release)) {
+                    (Origin::Cluster { index }, _) => {
+                        let path = format!("charts[{index}].dependsOn[{dep}]");
+                        let mut hint = did_you_mean(d, &known);
+                        if hint.is_empty() {
+                            hint = " (list it under charts, enable the plugin that declares it, or remove it)".into();
+                        }
+                        errors.push(Located::new(
+                            &cluster.file,
+                            cluster.source.locate(&path),
+                            &path,
+                            format!("{d:?} is not a release in this cluster or its enabled plugins{hint}"),
                         ));
                     }
+                    (_, Some((def, index))) => {
+                        let msg = format!(
+                            "release {:?} depends on {d:?}, which no chart or enabled plugin declares{}",
+                            all[release].name,
+                            did_you_mean(d, &known)
+                        );
+                        errors.push(def.err(&format!("spec.charts[{index}].dependsOn[{dep}]"), msg));
+                    }
+                    (_, None) => {}
                 }
             }
+            // cluster.yaml's own are config's (src/config/validate.rs); a plugin's is a cycle of one.
+            GraphProblem::SelfDependency { release, .. } if plugin_of(release).is_some() => {
+                let name = all[release].name.clone();
+                self_cycle.get_or_insert(vec![name.clone(), name]);
+            }
+            _ => {}
         }
+    }
+    if !errors.is_empty() {
+        return errors;
+    }
+    let cycle = match graph.cycle() {
+        Some(GraphProblem::Cycle { cycle }) => Some(cycle),
+        _ => self_cycle,
+    };
+    let Some(cycle) = cycle else { return errors };
+    // Cycles within cluster.yaml are config's; this one runs through the first such plugin release.
+    let culprit = (cluster.releases.len()..all.len()).find(|&i| cycle.contains(&all[i].name));
+    if let Some((def, index)) = culprit.and_then(plugin_of) {
+        errors.push(def.err(
+            &format!("spec.charts[{index}].dependsOn"),
+            format!(
+                "dependency cycle: {} (remove one of these dependsOn entries)",
+                cycle.join(" -> ")
+            ),
+        ));
     }
     errors
 }
