@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{parse_cluster, validate, CLUSTER_FILE};
+use super::{cidr, has_host_bits, is_dns_label, is_region, parse_cluster, parse_s3_uri, CLUSTER_FILE};
 use crate::fsutil::write_atomic;
 
 const TEMPLATE: &str = include_str!("cluster.yaml.tmpl");
@@ -77,7 +77,7 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
         Some(n) => n.clone(),
         None => default_name(&opts.dir),
     };
-    if !validate::is_dns_label(&name, 63) {
+    if !is_dns_label(&name, 63) {
         return Err(InitError::BadOption {
             flag: "cluster-name",
             value: name,
@@ -88,14 +88,14 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
         .s3_uri
         .clone()
         .unwrap_or_else(|| format!("s3://{name}-kube-aws/clusters"));
-    if let Err(why) = validate::parse_s3_uri(&s3_uri) {
+    if let Err(why) = parse_s3_uri(&s3_uri) {
         return Err(InitError::BadOption {
             flag: "s3-uri",
             value: s3_uri,
             why: format!("is not valid: {why}"),
         });
     }
-    if !validate::is_region(&opts.region) {
+    if !is_region(&opts.region) {
         return Err(InitError::BadOption {
             flag: "region",
             value: opts.region.clone(),
@@ -103,7 +103,7 @@ pub fn init_work_tree(opts: &InitOptions) -> Result<InitReport, InitError> {
         });
     }
     for c in &opts.api_allowed_cidrs {
-        let canonical = validate::parse_cidr(c).filter(|(addr, bits)| validate::cidr_network(*addr, *bits) == *addr);
+        let canonical = cidr(c).filter(|n| !has_host_bits(n));
         if canonical.is_none() {
             return Err(InitError::BadOption {
                 flag: "api-allowed-cidr",
@@ -184,7 +184,7 @@ fn default_name(dir: &Path) -> String {
         .and_then(|p| p.file_name().map(|s| s.to_string_lossy().to_lowercase()))
         .or_else(|| dir.file_name().map(|s| s.to_string_lossy().to_lowercase()))
         .unwrap_or_default();
-    if validate::is_dns_label(&base, 63) {
+    if is_dns_label(&base, 63) {
         base
     } else {
         "demo".into()

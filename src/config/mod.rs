@@ -1,27 +1,32 @@
 //! The cluster.yaml stage: load it raw with positions, resolve defaults that
 //! need the work tree, and validate it. Every error is located.
 
+mod chart_spec;
+mod cidr;
+mod graph;
 mod init;
 mod maxpods;
 mod model;
 mod reference;
 mod resolve;
+mod rules;
 mod validate;
 mod versions;
 
 use std::path::{Path, PathBuf};
 
+pub use chart_spec::{chart_release, ChartProblem};
+pub use cidr::{cidr, cidr_network, cidr_within, has_host_bits, is_cidr, parse_cidr, Ipv4Net};
+pub use graph::{find_cycle, GraphNode, GraphProblem, ReleaseGraph};
 pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
 pub use maxpods::{eni_limits, kubelet_max_pods, max_pods, EniLimits, FAMILIES as MAX_PODS_FAMILIES};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
-pub use resolve::{
-    default_chart_name, resolve_release, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
-};
-pub use validate::{
-    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, cidr_network, find_cycle,
-    is_ami_id, is_dns_label, is_dns_subdomain, is_region, normalize_constraint, oci_reference_problem, parse_cidr,
-    parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
+pub use resolve::{default_chart_name, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+pub use rules::{
+    check_flag_value, check_label_value, check_qualified_name, check_version_constraint, is_ami_id, is_dns_label,
+    is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
+    BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 
@@ -62,16 +67,8 @@ pub fn load_cluster(dir: &Path) -> Result<Cluster, ConfigError> {
 /// Parses, resolves and validates cluster.yaml text; `file` is used in messages.
 pub fn parse_cluster(dir: &Path, file: &Path, text: &str) -> Result<Cluster, ConfigError> {
     let (config, source): (ClusterConfig, _) = parse_yaml(file, text).map_err(|e| ConfigError::Invalid(e.into()))?;
-    let errors = validate::validate(file, dir, &config, &source);
-    if !errors.is_empty() {
-        return Err(ConfigError::Invalid(Diagnostics::sorted(errors)));
-    }
-    let releases = config
-        .charts
-        .iter()
-        .enumerate()
-        .map(|(i, c)| resolve_release(dir, i, c))
-        .collect();
+    let releases = validate::validate(file, dir, &config, &source)
+        .map_err(|errors| ConfigError::Invalid(Diagnostics::sorted(errors)))?;
     Ok(Cluster {
         dir: dir.to_path_buf(),
         file: file.to_path_buf(),

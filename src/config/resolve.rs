@@ -1,12 +1,12 @@
 //! From the raw cluster.yaml to the resolved cluster: defaults that need the
 //! work tree (values files), chart sources, and timeouts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::model::{ChartSpec, ClusterConfig};
+use super::model::ClusterConfig;
 use crate::located::SourceMap;
 
 /// Where a chart comes from.
@@ -96,52 +96,6 @@ pub fn default_chart_name(source: &ChartSource, release: &str) -> String {
             last.split(':').next().unwrap_or(last).to_string()
         }
         _ => release.to_string(),
-    }
-}
-
-/// Resolves one cluster.yaml chart entry. Validation has already checked that
-/// exactly one source is set and the timeout parses.
-pub fn resolve_release(dir: &Path, index: usize, spec: &ChartSpec) -> Release {
-    let source = if let Some(r) = &spec.repo {
-        ChartSource::Repo(r.clone())
-    } else if let Some(o) = &spec.oci {
-        ChartSource::Oci(o.clone())
-    } else {
-        ChartSource::Path(spec.path.clone().unwrap_or_default())
-    };
-    let chart = spec
-        .chart
-        .clone()
-        .unwrap_or_else(|| default_chart_name(&source, &spec.name));
-    let values_files = match &spec.values {
-        Some(list) => list.clone(),
-        None => {
-            let default = format!("values/{}.yaml", spec.name);
-            // Present in any form: the input reader refuses what is not a regular file.
-            if std::fs::symlink_metadata(dir.join(&default)).is_ok() {
-                vec![default]
-            } else {
-                Vec::new()
-            }
-        }
-    };
-    Release {
-        name: spec.name.clone(),
-        chart,
-        source,
-        version: spec.version.clone(),
-        namespace: spec.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
-        values_files,
-        set: spec.set.clone(),
-        depends_on: spec.depends_on.clone(),
-        timeout: spec
-            .timeout
-            .as_deref()
-            .and_then(|t| humantime::parse_duration(t).ok())
-            .unwrap_or(DEFAULT_TIMEOUT),
-        create_namespace: spec.create_namespace.unwrap_or(true),
-        bootstrap: spec.bootstrap,
-        origin: Origin::Cluster { index },
     }
 }
 

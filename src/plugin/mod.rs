@@ -4,12 +4,16 @@
 //! Entry points: [`discover`] lists the plugins a work tree sees, and
 //! [`resolve_plugins`] turns a loaded cluster into [`ResolvedPlugins`].
 
+mod checks;
+mod collector;
 pub mod discover;
 pub mod exec;
 pub mod guard;
 pub mod hooks;
+mod merge;
 pub mod model;
 pub mod params;
+mod releases;
 pub mod resolve;
 pub mod template;
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::discover::PluginDef;
 use super::model::{ParamSpec, ParamType};
-use crate::located::{closest, join_key, Located, SourceMap};
+use crate::located::{did_you_mean, join_key, Located, SourceMap};
 
 static PARAM_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z][A-Za-z0-9_]*$").unwrap());
 
@@ -191,12 +191,15 @@ pub fn resolve_values(
         for (key, v) in layer.values {
             let path = join_key(&layer.path, key);
             let Some(spec) = params.get(key) else {
-                let mut msg = format!("plugin {:?} has no parameter {key:?}", def.name());
-                match closest(key, &names) {
-                    Some(best) => msg.push_str(&format!(" (did you mean {best:?}?)")),
-                    None if names.is_empty() => msg.push_str(" (it takes no parameters)"),
-                    None => msg.push_str(&format!(" (parameters: {})", names.join(", "))),
+                let mut hint = did_you_mean(key, &names);
+                if hint.is_empty() {
+                    hint = if names.is_empty() {
+                        " (it takes no parameters)".into()
+                    } else {
+                        format!(" (parameters: {})", names.join(", "))
+                    };
                 }
+                let msg = format!("plugin {:?} has no parameter {key:?}{hint}", def.name());
                 errors.push(Located::new(
                     file,
                     map.key(&path).unwrap_or_else(|| map.locate(&path)),

@@ -180,8 +180,19 @@ impl<'a> Renderer<'a> {
         self.render_text(rel, &text, &shown, Pos { line: 1, col: 1 }, "", true)
     }
 
-    /// Renders every string (and map key) inside `v`, found at plugin.yaml key `key`.
-    pub fn json(&self, key: &str, v: &Value, errors: &mut Vec<Located>) -> Value {
+    /// Renders every string (and map key) inside `v`, found at plugin.yaml
+    /// key `key`; the errors of every string that does not render.
+    pub fn json(&self, key: &str, v: &Value) -> Result<Value, Vec<Located>> {
+        let mut errors = Vec::new();
+        let out = self.json_into(key, v, &mut errors);
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(errors)
+        }
+    }
+
+    fn json_into(&self, key: &str, v: &Value, errors: &mut Vec<Located>) -> Value {
         match v {
             Value::String(s) => match self.field(key, s) {
                 Ok(r) => Value::String(r),
@@ -194,7 +205,7 @@ impl<'a> Renderer<'a> {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(i, x)| self.json(&join_index(key, i), x, errors))
+                    .map(|(i, x)| self.json_into(&join_index(key, i), x, errors))
                     .collect(),
             ),
             Value::Object(m) => {
@@ -208,7 +219,7 @@ impl<'a> Renderer<'a> {
                             k.clone()
                         }
                     };
-                    out.insert(k2, self.json(&path, x, errors));
+                    out.insert(k2, self.json_into(&path, x, errors));
                 }
                 Value::Object(out)
             }

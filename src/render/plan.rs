@@ -3,14 +3,14 @@
 //! report and signal. It is the only input of the reconciler (`kube-aws-node
 //! reconcile`, src/node/kube_aws_node/reconcile.py).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::input::{HelmBinary, RenderInput};
 use super::layout;
 use super::{Ctx, RenderError};
-use crate::config::Origin;
+use crate::config::{GraphProblem, Origin, Release, ReleaseGraph};
 
 /// Installer retry policy.
 pub const ATTEMPTS: u32 = 3;
@@ -114,67 +114,43 @@ impl Plan {
     }
 }
 
-/// Orders releases: bootstrap ones first, each group in dependency order, ties in input order.
+/// Orders releases: bootstrap ones first, each group in dependency order, ties
+/// in input order (the release graph, src/config/graph.rs, owns the rules;
+/// here a problem is named by release, as render input has no file positions).
 fn install_order(input: &RenderInput) -> Result<Vec<usize>, RenderError> {
-    let index: BTreeMap<&str, usize> = input
-        .addons
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.release.name.as_str(), i))
-        .collect();
-    if index.len() != input.addons.len() {
-        let mut seen = BTreeSet::new();
-        for a in &input.addons {
-            if !seen.insert(a.release.name.as_str()) {
-                return Err(RenderError::Addon {
-                    release: a.release.name.clone(),
-                    message: "is declared twice (by cluster.yaml or plugins); rename one release".into(),
-                });
-            }
+    let releases: Vec<&Release> = input.addons.iter().map(|a| &a.release).collect();
+    let err = |i: usize, message: String| RenderError::Addon {
+        release: releases[i].name.clone(),
+        message,
+    };
+    ReleaseGraph::new(&releases).install_order().map_err(|p| match p {
+        GraphProblem::Duplicate { release, .. } => err(
+            release,
+            "is declared twice (by cluster.yaml or plugins); rename one release".into(),
+        ),
+        GraphProblem::Unknown { release, dep } => {
+            let d = &releases[release].depends_on[dep];
+            err(
+                release,
+                format!("depends on {d:?}, which is not a release of this cluster"),
+            )
         }
-    }
-    for a in &input.addons {
-        for d in &a.release.depends_on {
-            let Some(&j) = index.get(d.as_str()) else {
-                return Err(RenderError::Addon {
-                    release: a.release.name.clone(),
-                    message: format!("depends on {d:?}, which is not a release of this cluster"),
-                });
-            };
-            if a.release.bootstrap && !input.addons[j].release.bootstrap {
-                return Err(RenderError::Addon {
-                    release: a.release.name.clone(),
-                    message: format!(
-                        "is a bootstrap addon but depends on {d:?}, which is not; mark {d:?} bootstrap too"
-                    ),
-                });
-            }
+        GraphProblem::NotBootstrap { release, dep } => {
+            let d = &releases[release].depends_on[dep];
+            err(
+                release,
+                format!("is a bootstrap addon but depends on {d:?}, which is not; mark {d:?} bootstrap too"),
+            )
         }
-    }
-    let mut order = Vec::with_capacity(input.addons.len());
-    let mut done = vec![false; input.addons.len()];
-    for bootstrap in [true, false] {
-        loop {
-            let next = (0..input.addons.len()).find(|&i| {
-                let r = &input.addons[i].release;
-                !done[i] && r.bootstrap == bootstrap && r.depends_on.iter().all(|d| done[index[d.as_str()]])
-            });
-            match next {
-                Some(i) => {
-                    done[i] = true;
-                    order.push(i);
-                }
-                None => break,
-            }
-        }
-    }
-    if let Some(i) = (0..input.addons.len()).find(|&i| !done[i]) {
-        return Err(RenderError::Addon {
-            release: input.addons[i].release.name.clone(),
+        GraphProblem::Unordered { release } | GraphProblem::SelfDependency { release, .. } => err(
+            release,
+            "is part of a dependsOn cycle; remove one of the dependencies".into(),
+        ),
+        GraphProblem::Cycle { cycle } => RenderError::Addon {
+            release: cycle.first().cloned().unwrap_or_default(),
             message: "is part of a dependsOn cycle; remove one of the dependencies".into(),
-        });
-    }
-    Ok(order)
+        },
+    })
 }
 
 /// `metrics-server` -> `MetricsServer` (logical IDs are alphanumeric).

@@ -194,6 +194,24 @@ bad!(
         "  kubernetes:\n    apiServer:\n      flags: {oidc-issuer-url: '{{ cluster.issuer }}'}\n"
     ))
 );
+// The one chart check (src/config/chart_spec.rs): a plugin's chart entry
+// meets the rules and wording of a cluster.yaml one.
+bad!(
+    chart_repo_is_an_oci_reference,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  charts:\n    - {name: demo, repo: 'oci://r.example.com/charts/demo', timeout: 0s}\n"
+    ))
+);
+bad!(
+    chart_oci_pins_a_manifest_digest,
+    "plugins/demo/plugin.yaml",
+    format!("{BASE}{ENABLE}"),
+    &files(&with_demo(
+        "  charts:\n    - {name: Demo, oci: 'oci://r.example.com/charts/demo@sha256:0123', timeout: soon}\n"
+    ))
+);
 bad!(
     path_escapes_plugin_directory,
     "plugins/demo/plugin.yaml",

@@ -288,7 +288,7 @@ pub fn all_hooks() -> ResolvedPlugins {
             param: "clientSecret".into(),
             reference: "kube-aws-secret.dex.clientSecret".into(),
             scope: "cluster".into(),
-            value: kube_aws::plugin::SecretValue(serde_json::json!("not-in-any-artifact")),
+            value: kube_aws::plugin::SecretParamValue(serde_json::json!("not-in-any-artifact")),
         }],
         service_accounts: vec![kube_aws::plugin::ServiceAccountRole {
             plugin: "cluster-autoscaler".into(),

@@ -1,6 +1,12 @@
 //! The hook contributions of the active plugins, merged per scope: the cluster
 //! scope (control-plane flags, manifests, CloudFormation), the controller, and
-//! each node pool. This is what `render` consumes.
+//! each node pool. This is what `render` consumes. The merging itself is in
+//! [`cluster`] (cluster scope), [`node`] (controller and pools) and
+//! [`accounts`] (service accounts with IAM roles).
+
+pub(super) mod accounts;
+pub(super) mod cluster;
+pub(super) mod node;
 
 use std::collections::BTreeMap;
 
@@ -144,24 +150,24 @@ pub struct SecretRef {
     pub scope: String,
     /// The value to encrypt; never serialized, never printed.
     #[serde(skip)]
-    pub value: SecretValue,
+    pub value: SecretParamValue,
 }
 
 /// A secret parameter's value. `Debug` hides it and serde skips it, so it
 /// cannot leak into `-o json`, logs or rendered files by accident.
 #[derive(Clone, PartialEq, Eq, Default)]
-pub struct SecretValue(pub serde_json::Value);
+pub struct SecretParamValue(pub serde_json::Value);
 
-impl SecretValue {
+impl SecretParamValue {
     /// The plaintext, for the one place that encrypts it.
     pub fn expose(&self) -> &serde_json::Value {
         &self.0
     }
 }
 
-impl std::fmt::Debug for SecretValue {
+impl std::fmt::Debug for SecretParamValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SecretValue(<hidden>)")
+        f.write_str("SecretParamValue(<hidden>)")
     }
 }
 
