@@ -3,12 +3,13 @@
 
 use std::net::Ipv4Addr;
 
+use ipnet::Ipv4Net;
 use serde_json::{json, Map, Value};
 
 use super::super::{Ctx, RenderError, RenderInput};
 use super::network::default_zone_count;
 use super::tags;
-use crate::config::{cidr_network, parse_cidr, NatGateways};
+use crate::config::{parse_cidr, NatGateways};
 
 /// Splits `cidr` into `count` subnets four bits longer (`10.0.0.0/16` -> /20s).
 pub(super) fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, RenderError> {
@@ -28,10 +29,17 @@ pub(super) fn subnet_cidrs(cidr: &str, count: usize) -> Result<Vec<String>, Rend
             ),
         });
     }
-    let sub = bits + 4;
-    let base = cidr_network(addr, bits);
-    Ok((0..count as u32)
-        .map(|i| format!("{}/{sub}", Ipv4Addr::from(base + (i << (32 - sub)))))
+    // bits is 8..=24 here, so both prefixes are valid and a /bits holds
+    // 16 subnets of /bits+4, enough for count.
+    let bad = |e: ipnet::PrefixLenError| RenderError::Network {
+        message: format!("network.vpcCIDR {cidr:?}: {e}"),
+    };
+    let vpc = Ipv4Net::new(Ipv4Addr::from(addr), bits as u8).map_err(bad)?.trunc();
+    Ok(vpc
+        .subnets(vpc.prefix_len() + 4)
+        .map_err(bad)?
+        .take(count)
+        .map(|n| n.to_string())
         .collect())
 }
 
