@@ -177,7 +177,11 @@ fn layers_over(
 ) -> Result<Vec<ValuesLayer>, ValuesError> {
     let mut layers: Vec<ValuesLayer> = plugin.into_iter().collect();
     if let Some(text) = built_in {
-        layers.push(ValuesLayer::from_yaml(&release.name, &built_in::label(&release.name), text)?);
+        layers.push(ValuesLayer::from_yaml(
+            &release.name,
+            &built_in::label(&release.name),
+            text,
+        )?);
     }
     let default = format!("values/{}.yaml", release.name);
     let mut files = Vec::new();

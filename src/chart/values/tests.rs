@@ -167,7 +167,10 @@ fn only_releases_plugins_bring_get_the_built_in_values() {
 #[test]
 fn every_built_in_values_file_is_a_mapping() {
     let names = built_in::releases();
-    assert!(names.contains(&"metrics-server") && names.contains(&"external-dns"), "{names:?}");
+    assert!(
+        names.contains(&"metrics-server") && names.contains(&"external-dns"),
+        "{names:?}"
+    );
     for name in names {
         let text = built_in::values_text(name).unwrap();
         let l = ValuesLayer::from_yaml(name, &built_in::label(name), text).unwrap();

@@ -109,7 +109,10 @@ fn subnets_and_durations() {
         ["172.16.0.0/20", "172.16.16.0/20"]
     );
     let all = subnet_cidrs("192.168.7.0/24", 16).unwrap();
-    assert_eq!((all[0].as_str(), all[15].as_str()), ("192.168.7.0/28", "192.168.7.240/28"));
+    assert_eq!(
+        (all[0].as_str(), all[15].as_str()),
+        ("192.168.7.0/28", "192.168.7.240/28")
+    );
     assert!(subnet_cidrs("10.0.0.0/16", 17).is_err());
     assert_eq!(subnet_cidrs("10.0.0.0/8", 1).unwrap(), ["10.0.0.0/12"]);
     assert_eq!(iso_duration(5400), "PT1H30M");
