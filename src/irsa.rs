@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::{parse_s3_uri, ClusterConfig};
+use crate::digest::sha256_hex;
 
 /// The audience the pod identity webhook projects tokens for, and the only
 /// client ID of the OIDC provider.
@@ -48,7 +49,7 @@ pub fn role_name(cluster: &str, namespace: &str, name: &str) -> String {
     if full.len() <= ROLE_NAME_LIMIT {
         return full;
     }
-    let hash = hex::encode(Sha256::digest(full.as_bytes()));
+    let hash = sha256_hex(full.as_bytes());
     let keep = ROLE_NAME_LIMIT - 9;
     format!("{}-{}", full[..keep].trim_end_matches(['-', '.']), &hash[..8])
 }

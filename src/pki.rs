@@ -30,8 +30,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SerialNumber,
 };
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
+
+use crate::digest::Sha256Digest;
 
 /// Bundle entry names: the path under `/etc/kubernetes/pki`, prefixed `pki/`.
 pub const CA_CERT: &str = "pki/ca.crt";
@@ -227,10 +228,7 @@ pub fn ca_cert_hash(cert_pem: &str) -> Result<String, PkiError> {
         what: "CA certificate".into(),
         detail: e.to_string(),
     })?;
-    Ok(format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(cert.tbs_certificate.subject_pki.raw))
-    ))
+    Ok(Sha256Digest::of(cert.tbs_certificate.subject_pki.raw).prefixed())
 }
 
 /// The expiry of a certificate.

@@ -1,7 +1,9 @@
 //! Values layering exactly as Helm does it, and the checks on the result.
 //!
-//! Lowest first: the chart's values.yaml < plugin values < values/<release>.yaml
-//! < the release's listed files < `set`. The user layers merge like Helm's
+//! Lowest first: the chart's values.yaml < plugin values < the built-in
+//! values/<release>.yaml (embedded, see [`built_in`]; releases plugins bring
+//! only) < the work tree's values/<release>.yaml < the release's listed files
+//! < `set`. The user layers merge like Helm's
 //! `-f` files (maps merge, everything else replaces, a null is kept as null);
 //! the result is then coalesced over the chart's values like Helm's
 //! `CoalesceValues` (a null deletes the chart's key).
@@ -11,9 +13,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+pub mod built_in;
+#[cfg(test)]
+mod tests;
+
 use crate::chart::archive::ChartFiles;
 use crate::chart::version::version_satisfies;
-use crate::config::Release;
+use crate::config::{Origin, Release};
 use crate::located::{join_index, join_key, Located, SourceMap};
 
 #[derive(Debug, thiserror::Error)]
@@ -147,14 +153,36 @@ fn kind(v: &Value) -> &'static str {
 }
 
 /// The user layers of a release, lowest first: `plugin` (already rendered
-/// plugin values), values/<release>.yaml when it exists, the listed files,
-/// then `set`.
+/// plugin values), the built-in values/<release>.yaml when a plugin brings
+/// the release and the tool ships one, the work tree's values/<release>.yaml
+/// when it exists, the listed files, then `set`.
 pub fn load_user_layers(
     dir: &Path,
     release: &Release,
     plugin: Option<ValuesLayer>,
 ) -> Result<Vec<ValuesLayer>, ValuesError> {
+    let built_in = match release.origin {
+        Origin::Plugin { .. } => built_in::values_text(&release.name),
+        Origin::Cluster { .. } => None,
+    };
+    layers_over(dir, release, plugin, built_in)
+}
+
+/// [`load_user_layers`] with the built-in layer's text given.
+fn layers_over(
+    dir: &Path,
+    release: &Release,
+    plugin: Option<ValuesLayer>,
+    built_in: Option<&str>,
+) -> Result<Vec<ValuesLayer>, ValuesError> {
     let mut layers: Vec<ValuesLayer> = plugin.into_iter().collect();
+    if let Some(text) = built_in {
+        layers.push(ValuesLayer::from_yaml(
+            &release.name,
+            &built_in::label(&release.name),
+            text,
+        )?);
+    }
     let default = format!("values/{}.yaml", release.name);
     let mut files = Vec::new();
     // Present in any form: the reader refuses what is not a regular file.
@@ -620,70 +648,4 @@ fn lookup<'a>(v: &'a Value, segments: &[String]) -> Option<&'a Value> {
         };
     }
     Some(cur)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn layer(label: &str, v: Value) -> ValuesLayer {
-        ValuesLayer {
-            label: label.into(),
-            values: v,
-            source: None,
-        }
-    }
-
-    #[test]
-    fn maps_merge_lists_replace_nulls_delete() {
-        let chart = json!({"a": {"b": 1, "c": [1, 2], "d": {"e": 1}}, "keep": true, "gone": 1});
-        let layers = [
-            layer("one", json!({"a": {"c": [3], "d": {"f": 2}}, "gone": null})),
-            layer("two", json!({"a": {"b": 5, "d": null}})),
-        ];
-        let user = merge_layers(&layers);
-        assert_eq!(user, json!({"a": {"c": [3], "d": null, "b": 5}, "gone": null}));
-        let merged = coalesce(&user, &chart);
-        assert_eq!(merged, json!({"a": {"c": [3], "b": 5}, "keep": true}));
-    }
-
-    #[test]
-    fn schema_errors_name_release_path_and_file() {
-        let chart = ChartFiles {
-            metadata: serde_yaml::from_str("name: c\nversion: 1.0.0\nkubeVersion: '>=1.20.0-0'\n").unwrap(),
-            values: Some("replicas: 1\n".into()),
-            schema: Some(json!({"properties": {"replicas": {"type": "integer"}}})),
-            crds: vec![],
-        };
-        let text = "replicas: two\n";
-        let l = ValuesLayer::from_yaml("r", Path::new("values/r.yaml"), text).unwrap();
-        let err = check_release_values("r", &chart, &[l], "1.31").unwrap_err().to_string();
-        assert!(
-            err.contains("values/r.yaml:1:") && err.contains("\"r\"") && err.contains("replicas"),
-            "{err}"
-        );
-        let err = check_release_values("r", &chart, &[], "1.19").unwrap_err().to_string();
-        assert!(err.contains(">=1.20.0-0") && err.contains("1.19"), "{err}");
-    }
-
-    #[test]
-    fn autoscaler_minor_must_equal_the_clusters() {
-        let l = ValuesLayer::from_yaml("ca", Path::new("values/ca.yaml"), "image:\n  tag: v1.34.2\n").unwrap();
-        let user = merge_layers(std::slice::from_ref(&l));
-        let e = check_minor_skew("ca", "cluster-autoscaler", &user, std::slice::from_ref(&l), "1.35")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("values/ca.yaml:2:") && e.contains("cluster-autoscaler 1.34") && e.contains("v1.35.0"),
-            "{e}"
-        );
-        let ok = json!({"image": {"tag": "v1.36.0"}});
-        assert!(check_minor_skew("ca", "cluster-autoscaler", &ok, &[], "1.36.1").is_ok());
-        assert!(check_minor_skew("x", "other-chart", &user, &[], "1.35").is_ok());
-        assert!(check_minor_skew("ca", "cluster-autoscaler", &json!({}), &[], "1.35").is_ok());
-        let latest = json!({"image": {"tag": "latest"}});
-        let e = check_minor_skew("ca", "cluster-autoscaler", &latest, &[], "1.35").unwrap_err();
-        assert!(e.to_string().contains("has no MAJOR.MINOR"), "{e}");
-    }
 }

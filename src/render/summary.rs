@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::Rendered;
 
+/// A rendered file's name and size in bytes.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Sized {
+pub struct FileSize {
     pub name: String,
     pub bytes: usize,
 }
@@ -28,8 +29,8 @@ pub struct AddonLine {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    pub stacks: Vec<Sized>,
-    pub user_data: Vec<Sized>,
+    pub stacks: Vec<FileSize>,
+    pub user_data: Vec<FileSize>,
     /// In install order, as the plan lists them.
     pub addons: Vec<AddonLine>,
     /// IAM roles and their inline statements, per scope.
@@ -91,11 +92,11 @@ fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
 
 /// Summarizes rendered output.
 pub fn summarize(r: &Rendered) -> Summary {
-    let sized = |prefix: &str| -> Vec<Sized> {
+    let sizes = |prefix: &str| -> Vec<FileSize> {
         r.files
             .iter()
             .filter_map(|(path, bytes)| {
-                path.strip_prefix(prefix).map(|name| Sized {
+                path.strip_prefix(prefix).map(|name| FileSize {
                     name: name.to_string(),
                     bytes: bytes.len(),
                 })
@@ -117,8 +118,8 @@ pub fn summarize(r: &Rendered) -> Summary {
         })
         .collect();
     Summary {
-        stacks: sized(&format!("{}/", super::layout::STACKS_DIR)),
-        user_data: sized(&format!("{}/", super::layout::USERDATA_DIR)),
+        stacks: sizes(&format!("{}/", super::layout::STACKS_DIR)),
+        user_data: sizes(&format!("{}/", super::layout::USERDATA_DIR)),
         addons,
         iam: iam_scopes(r),
     }

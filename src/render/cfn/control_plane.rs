@@ -1,0 +1,114 @@
+//! The `control-plane` stack: the controllers' group (see `nodes`), their
+//! etcd membership and settings, the addon plan pointer, and one wait
+//! condition per addon release in dependency order.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::super::plan::{AddonBundle, Plan};
+use super::super::{Ctx, RenderError, RenderInput};
+use super::etcd::{etcd_membership, etcd_settings, ETCD_SETTINGS};
+use super::nodes::{node_group, node_stack_parameters, Group, NodeUserData};
+use super::{is_arm64, template};
+
+/// The control-plane stack's addon plan pointer (an SSM parameter).
+pub const PLAN_POINTER: &str = "AddonPlan";
+
+/// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
+pub fn iso_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    let mut out = "PT".to_string();
+    if h > 0 {
+        out.push_str(&format!("{h}H"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}M"));
+    }
+    if s > 0 || (h == 0 && m == 0) {
+        out.push_str(&format!("{s}S"));
+    }
+    out
+}
+
+/// The control-plane stack's pointer to the current addon bundle: its S3 URI
+/// and sha256, which the controllers' reconciler polls. Wait conditions
+/// depend on it, so a new plan's wait conditions exist only once it is live.
+pub(super) fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle) -> Value {
+    let value = json!({"uri": format!("{}/{}", ctx.s3_base, bundle.key), "sha256": bundle.sha256});
+    json!({"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": super::super::cloudconfig::plan_parameter_name(ctx),
+        "Type": "String",
+        "Value": value.to_string(),
+        "Description": format!("kube-aws cluster {}: the addon plan the controllers install", ctx.cluster)}})
+}
+
+pub(super) fn control_plane_stack(
+    input: &RenderInput,
+    ctx: &Ctx,
+    plan: &Plan,
+    bundle: &AddonBundle,
+    node: &NodeUserData,
+) -> Result<Map<String, Value>, RenderError> {
+    let c = &input.cluster.controller;
+    if is_arm64(&c.instance_type) && input.helm_binary.url.contains("amd64") {
+        return Err(RenderError::Network {
+            message: format!(
+                "controller.instanceType {:?} is arm64 but the helm client is linux-amd64; pick an x86_64 type",
+                c.instance_type
+            ),
+        });
+    }
+    let mut t = template(format!(
+        "kube-aws cluster {}: control plane and addon wait conditions",
+        ctx.cluster
+    ));
+    let mut r = Map::new();
+    let g = Group {
+        prefix: "Controller",
+        role: "controller",
+        controller: true,
+        instance_type: &c.instance_type,
+        root_volume: c.root_volume_size,
+        min: c.count,
+        max: c.count,
+        desired: Some(c.count),
+        template_tags: vec![],
+        security_group: "ControllerSecurityGroupId",
+        hooks: &input.plugins.controller,
+        secrets: &node.secrets,
+        extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
+    };
+    t.insert("Parameters".into(), node_stack_parameters(&g));
+    node_group(input, ctx, &g, &node.stub, &mut r);
+    etcd_membership(ctx, &mut r);
+    r.insert(ETCD_SETTINGS.into(), etcd_settings(input, ctx)?);
+    r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle));
+    let ids: BTreeMap<&str, &str> = plan
+        .releases
+        .iter()
+        .map(|e| (e.name.as_str(), e.wait_condition.as_str()))
+        .collect();
+    for e in &plan.releases {
+        let mut deps = vec![json!("ControllerGroup"), json!(PLAN_POINTER)];
+        deps.extend(
+            e.depends_on
+                .iter()
+                .filter_map(|d| ids.get(d.as_str()))
+                .map(|w| json!(w)),
+        );
+        r.insert(
+            e.wait_condition.clone(),
+            json!({"Type": "AWS::CloudFormation::WaitCondition", "DependsOn": deps,
+                "CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": iso_duration(e.wait_timeout_seconds)}},
+                "Metadata": {"Release": e.name, "Namespace": e.namespace, "Chart": e.chart,
+                             "ChartVersion": e.chart_version}}),
+        );
+    }
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"ControllerRoleArn": {"Value": {"Fn::GetAtt": ["ControllerRole", "Arn"]}}}),
+    );
+    Ok(t)
+}

@@ -1,0 +1,115 @@
+//! The controllers' etcd in CloudFormation: the termination lifecycle hook
+//! that lets a leaving controller remove its member, the settings parameter
+//! (backups, controller count), and the IAM statements of the etcd tools.
+
+use serde_json::{json, Map, Value};
+
+use super::super::layout::ETCD_BACKUP_DIR;
+use super::super::{Ctx, RenderError, RenderInput};
+
+/// The name of the controller group's termination lifecycle hook; the
+/// controllers' `kube-aws-node lifecycle` completes it by this name.
+pub const ETCD_LIFECYCLE_HOOK: &str = "kube-aws-etcd-member";
+/// How long a leaving controller may take to remove its etcd member before
+/// the group goes on without it (the hook's heartbeat timeout, seconds).
+pub const ETCD_LIFECYCLE_TIMEOUT: u32 = 300;
+/// The control-plane stack's etcd settings parameter (backups, controller count).
+pub const ETCD_SETTINGS: &str = "EtcdSettings";
+
+/// The SSM parameter holding the controllers' etcd settings.
+pub fn etcd_parameter_name(ctx: &Ctx) -> String {
+    format!("/kube-aws/{}/etcd", ctx.cluster)
+}
+
+/// A leaving controller removes its own etcd member first: the group's
+/// termination lifecycle hook holds the instance in Terminating:Wait until the
+/// node (watching IMDS `autoscaling/target-lifecycle-state`, "Retrieve the
+/// target lifecycle state through instance metadata", EC2 Auto Scaling user
+/// guide) completes the action, or HeartbeatTimeout passes; DefaultResult
+/// CONTINUE, so a node that cannot answer never holds the group. A separate
+/// resource rather than the group's LifecycleHookSpecificationList, so that a
+/// stack delete removes the hook before the group and does not wait on it.
+/// CompleteLifecycleAction takes the autoScalingGroup resource type
+/// (`arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/${Name}`,
+/// Service Authorization Reference, Amazon EC2 Auto Scaling): the grant is
+/// its own group's only, in a policy of its own since the role cannot name
+/// the group it is an input of. DescribeAutoScalingInstances (the node finds
+/// its group's name) has no resource-level scope.
+pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
+    r.insert(
+        "ControllerTerminationHook".into(),
+        json!({"Type": "AWS::AutoScaling::LifecycleHook", "Properties": {
+            "AutoScalingGroupName": {"Ref": "ControllerGroup"},
+            "LifecycleHookName": ETCD_LIFECYCLE_HOOK,
+            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            "HeartbeatTimeout": ETCD_LIFECYCLE_TIMEOUT,
+            "DefaultResult": "CONTINUE"}}),
+    );
+    r.insert(
+        "ControllerLifecyclePolicy".into(),
+        json!({"Type": "AWS::IAM::Policy", "Properties": {
+            "PolicyName": format!("kube-aws-{}-controller-lifecycle", ctx.cluster),
+            "Roles": [{"Ref": "ControllerRole"}],
+            "PolicyDocument": {"Version": "2012-10-17", "Statement": [
+                {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow",
+                 "Action": ["autoscaling:CompleteLifecycleAction"],
+                 "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}},
+                {"Sid": "FindOwnGroup", "Effect": "Allow",
+                 "Action": ["autoscaling:DescribeAutoScalingInstances"], "Resource": "*"}]}}}),
+    );
+}
+
+/// The controllers' etcd settings, as an SSM parameter the stack manages
+/// rather than user data: a changed backup interval, retention or controller
+/// count updates the parameter and replaces no controller.
+pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, RenderError> {
+    let b = &input.cluster.etcd.backup;
+    let interval = humantime::parse_duration(b.interval.trim()).map_err(|e| RenderError::Network {
+        message: format!("etcd.backup.interval {:?}: {e}", b.interval),
+    })?;
+    let value = json!({
+        "bucket": ctx.bucket,
+        "backupPrefix": format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix),
+        "intervalSeconds": interval.as_secs(),
+        "retention": b.retention,
+        "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
+        "controllerCount": input.cluster.controller.count,
+        "lifecycleHook": ETCD_LIFECYCLE_HOOK,
+        "lifecycleTimeoutSeconds": ETCD_LIFECYCLE_TIMEOUT,
+    });
+    Ok(json!({"Type": "AWS::SSM::Parameter", "Properties": {
+        "Name": etcd_parameter_name(ctx),
+        "Type": "String",
+        "Value": value.to_string(),
+        "Description": format!("kube-aws cluster {}: etcd backups and membership", ctx.cluster)}}))
+}
+
+/// What the controllers' etcd tools may do: read their settings; write, list
+/// and delete snapshots under `etcd/` only; encrypt them with the cluster's
+/// key (SSE-KMS: S3 asks KMS for a data key in the caller's name, and for
+/// Decrypt on multipart uploads and on the download of a restore; the
+/// encryption context S3 passes is the object's ARN, or the bucket's with S3
+/// Bucket Keys, "Using server-side encryption with AWS KMS keys", Amazon S3
+/// user guide).
+pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
+    let dir = format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix);
+    let objects = format!("arn:aws:s3:::{}/{dir}*", ctx.bucket);
+    let mut s = vec![
+        json!({"Sid": "ReadEtcdSettings", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}", etcd_parameter_name(ctx))}}),
+        json!({"Sid": "WriteEtcdSnapshots", "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Resource": [objects]}),
+        json!({"Sid": "ListEtcdSnapshots", "Effect": "Allow", "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
+            "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
+    ];
+    if let Some(k) = &input.cluster.kms_key_arn {
+        s.push(json!({"Sid": "EncryptEtcdSnapshots", "Effect": "Allow",
+            "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": k,
+            "Condition": {
+                "StringEquals": {"kms:ViaService": format!("s3.{}.amazonaws.com", ctx.region)},
+                "StringLike": {"kms:EncryptionContext:aws:s3:arn": [objects, format!("arn:aws:s3:::{}", ctx.bucket)]}}}));
+    }
+    s
+}

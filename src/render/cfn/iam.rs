@@ -1,0 +1,145 @@
+//! IAM in the stacks: the statements of each node role, and the roles of
+//! plugin service accounts (IRSA) with the cluster's OIDC provider.
+
+use serde_json::{json, Map, Value};
+
+use super::super::layout::{self, SECRET_BUNDLE};
+use super::super::plan::camel;
+use super::super::secrets::{CONTEXT_CLUSTER, CONTEXT_SECRET};
+use super::super::{Ctx, RenderError, RenderInput};
+use super::etcd::etcd_statements;
+use super::nodes::Group;
+
+/// The statements every node role gets, plus its scope's plugin statements.
+/// Nodes write nothing secret (locks and status reports), so they only ever
+/// decrypt, and only their own bundle entries: workers the bootstrap token and
+/// their plugin secrets, never a PKI key (the KMS encryption-context condition
+/// names each entry).
+pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
+    let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
+    let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLE)];
+    let mut write = vec![];
+    if g.controller {
+        read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
+        read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
+        write.push(obj(&format!("{}*", layout::BOOTSTRAP_DIR)));
+        write.push(obj(&format!("{}*", layout::STATUS_DIR)));
+    }
+    let mut s =
+        vec![json!({"Sid": "ReadClusterObjects", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": read})];
+    if g.controller {
+        s.push(
+            json!({"Sid": "WriteBootstrapAndStatus", "Effect": "Allow", "Action": ["s3:PutObject"], "Resource": write}),
+        );
+        // The kubelet serving-certificate approver checks each request against
+        // the cluster's instances; DescribeInstances has no resource-level scope.
+        s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
+            "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
+        s.extend(reconciler_statements(ctx));
+        s.extend(etcd_statements(input, ctx));
+    } else {
+        // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
+        s.push(
+            json!({"Sid": "WriteFailureReport", "Effect": "Allow", "Action": ["s3:PutObject"],
+            "Resource": [obj(&format!("{}*", layout::NODE_REPORTS_DIR))]}),
+        );
+    }
+    s.push(json!({
+        "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],
+        "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
+    }));
+    if let Some(k) = &input.cluster.kms_key_arn {
+        s.push(json!({
+            "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": k,
+            "Condition": {"StringEquals": {
+                format!("kms:EncryptionContext:{CONTEXT_CLUSTER}"): ctx.cluster,
+                format!("kms:EncryptionContext:{CONTEXT_SECRET}"): g.secrets,
+            }},
+        }));
+    }
+    s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
+    s
+}
+
+/// The addon reconciler reads exactly the plan pointer, and asks its own
+/// stack whether a wait condition still waits before signalling it.
+pub(super) fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
+    let name = super::super::cloudconfig::plan_parameter_name(ctx);
+    vec![
+        json!({"Sid": "ReadAddonPlanPointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{name}")}}),
+        json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
+            "Action": ["cloudformation:DescribeStackResource"],
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
+    ]
+}
+
+/// The logical ID of the cluster's IAM OIDC provider (root stack).
+pub const OIDC_PROVIDER: &str = "ServiceAccountIssuer";
+
+/// The logical ID of a service account's role: `SaRole<Namespace><Name>`.
+pub fn service_account_role_id(namespace: &str, name: &str) -> String {
+    format!("SaRole{}{}", camel(namespace), camel(name))
+}
+
+/// IAM roles for service accounts, in the root stack: the IAM OIDC provider
+/// for the cluster's service-account issuer (audience `sts.amazonaws.com`),
+/// and per plugin service account a role with its statements, assumable only
+/// with a token for exactly that service account (src/irsa.rs
+/// `trust_policy`). No ThumbprintList: the issuer is served by S3 (or by
+/// `issuerURL`), and IAM verifies the JWKS endpoint's certificate against its
+/// own library of trusted root CAs, using thumbprints only for an IdP whose
+/// certificate no trusted CA signs (IAM API reference,
+/// UpdateOpenIDConnectProviderThumbprint; the property is optional in
+/// AWS::IAM::OIDCProvider).
+pub(super) fn service_account_resources(input: &RenderInput, root: &mut Map<String, Value>) -> Result<(), RenderError> {
+    let issuer = crate::irsa::issuer_url(&input.cluster);
+    let mut r = Map::new();
+    r.insert(
+        OIDC_PROVIDER.into(),
+        json!({"Type": "AWS::IAM::OIDCProvider", "Properties": {
+            "Url": issuer,
+            "ClientIdList": [crate::irsa::AUDIENCE],
+        }}),
+    );
+    for sa in &input.plugins.service_accounts {
+        let id = service_account_role_id(&sa.namespace, &sa.name);
+        if r.contains_key(&id) {
+            return Err(RenderError::Plugin {
+                plugin: sa.plugin.clone(),
+                message: format!(
+                    "service account {}/{}: its role's logical ID {id:?} is another service account's too (rename one)",
+                    sa.namespace, sa.name
+                ),
+            });
+        }
+        r.insert(
+            id,
+            json!({"Type": "AWS::IAM::Role", "Properties": {
+                "RoleName": sa.role_name,
+                "Path": "/",
+                "Description": format!("kube-aws cluster {}: service account {}/{} (plugin {})",
+                    input.cluster.cluster_name, sa.namespace, sa.name, sa.plugin),
+                "AssumeRolePolicyDocument": crate::irsa::trust_policy(
+                    json!({"Ref": OIDC_PROVIDER}), &issuer, &sa.namespace, &sa.name),
+                "Policies": [{"PolicyName": format!("kube-aws-{}", sa.plugin), "PolicyDocument": {
+                    "Version": "2012-10-17", "Statement": sa.statements}}]}}),
+        );
+    }
+    let resources = root
+        .entry("Resources")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or_else(|| RenderError::Template {
+            name: "root".into(),
+            message: "Resources is not an object".into(),
+        })?;
+    resources.extend(r);
+    if let Some(o) = root.get_mut("Outputs").and_then(Value::as_object_mut) {
+        o.insert(
+            "ServiceAccountIssuerArn".into(),
+            json!({"Value": {"Ref": OIDC_PROVIDER}}),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! One node kind's resources (role, instance profile, launch template, auto
+//! scaling group with its rolling update), the parameters every node stack
+//! takes, and the `node-pool-<name>` stacks with their sizes.
+
+use serde_json::{json, Map, Value};
+
+use super::super::{Ctx, RenderInput};
+use super::iam::policy_statements;
+use super::{cluster_tag, instance_name, tags, template};
+use crate::config::NodePool;
+use crate::plugin::NodeHooks;
+
+/// The AWS managed policy for SSM Session Manager on every node role.
+pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
+/// How long a node has to boot, join and signal.
+pub(super) const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
+
+/// A node stack's AMI: a concrete image ID the root passes down. The root's
+/// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
+/// at `up` and kept by later `update`s (src/aws/deploy.rs): a new Amazon
+/// Linux release never replaces nodes unless `update --refresh-ami` asks.
+pub(super) fn ami_parameter() -> Value {
+    json!({"Type": "AWS::EC2::Image::Id", "Description": "Amazon Linux 2023 AMI, pinned by kube-aws"})
+}
+
+pub(super) struct Group<'a> {
+    pub(super) prefix: &'a str,
+    pub(super) role: &'a str,
+    pub(super) controller: bool,
+    pub(super) instance_type: &'a str,
+    pub(super) root_volume: u32,
+    pub(super) min: u32,
+    pub(super) max: u32,
+    /// None for groups the cluster-autoscaler sizes: see `PoolBounds`.
+    pub(super) desired: Option<u32>,
+    /// Extra group tags (the autoscaler's node templates), not propagated.
+    pub(super) template_tags: Vec<(String, String)>,
+    pub(super) security_group: &'a str,
+    pub(super) hooks: &'a NodeHooks,
+    /// Bundle entries this role may decrypt.
+    pub(super) secrets: &'a [String],
+    pub(super) extra_target_groups: Vec<Value>,
+}
+
+/// What the stacks need of one node role's user data.
+#[derive(Debug, Clone, Default)]
+pub struct NodeUserData {
+    pub stub: String,
+    /// The secret bundle entries the role decrypts (its IAM is narrowed to them).
+    pub secrets: Vec<String>,
+}
+
+pub(super) fn sub_escape(stub: &str) -> String {
+    stub.replace("${", "${!")
+        .replace("${!AWS::StackName}", "${AWS::StackName}")
+        .replace("${!AWS::Region}", "${AWS::Region}")
+        .replace("${!ApiEndpoint}", "${ApiEndpoint}")
+        .replace("${!SecretsVersion}", "${SecretsVersion}")
+        .replace("${!CACertHash}", "${CACertHash}")
+}
+
+/// The group's rolling update: one instance at a time, every other one in
+/// service, and the next only once the new one has signalled (its kubeadm
+/// join is done). CloudFormation's UpdatePolicy attribute: MinInstancesInService
+/// "must be less than the MaxSize of the Auto Scaling group", and with
+/// WaitOnResourceSignals PauseTime is how long it waits for the batch's
+/// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
+/// For controllers (count 1, 3 or 5, MinSize = MaxSize = count) that is
+/// count - 1 in service: etcd keeps its quorum while one member is replaced.
+/// Controllers also suspend the processes that would replace or move an
+/// instance behind the update's back (AWS knowledge center,
+/// auto-scaling-group-rolling-updates: HealthCheck, ReplaceUnhealthy,
+/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate).
+pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
+    let mut policy = json!({
+        "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
+        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true});
+    if g.controller {
+        policy["SuspendProcesses"] = json!([
+            "HealthCheck",
+            "ReplaceUnhealthy",
+            "AZRebalance",
+            "AlarmNotification",
+            "ScheduledActions"
+        ]);
+    }
+    json!({ "AutoScalingRollingUpdate": policy })
+}
+
+/// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
+/// second hop, so pods cannot reach the node role's credentials. Their AWS
+/// access is their service account's role (src/irsa.rs). The components that
+/// use the node role run on the host network, where one hop is enough: the
+/// VPC CNI's aws-node DaemonSet (`hostNetwork: true` in the chart) and the
+/// cloud controller manager (`hostNetworking: true` in its values); the EBS CSI
+/// node plugin reads its metadata from the Node object instead
+/// (`metadataSources: kubernetes`). Controllers and workers alike.
+pub(super) fn metadata_options() -> Value {
+    json!({"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1})
+}
+
+/// Role, instance profile, launch template and auto scaling group of one node kind.
+pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
+    let p = g.prefix;
+    let mut role = json!({"Type": "AWS::IAM::Role", "Properties": {
+            "Path": "/",
+            "AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
+            "Policies": [{"PolicyName": format!("kube-aws-{}", g.role), "PolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": policy_statements(input, ctx, g)}}]}});
+    if input.cluster.node_access.ssm {
+        // SSM Session Manager: the AWS managed policy AWS documents for it
+        // ("Configure instance permissions required for Systems Manager"); its
+        // actions (ssm:UpdateInstanceInformation, ssmmessages:*Channel,
+        // ec2messages:*, ssm:GetParameter(s), ...) take no resource scope. The
+        // AL2023 AMI runs the SSM agent already.
+        role["Properties"]["ManagedPolicyArns"] =
+            json!([{"Fn::Sub": format!("arn:${{AWS::Partition}}:iam::aws:policy/{SSM_MANAGED_POLICY}")}]);
+    }
+    r.insert(format!("{p}Role"), role);
+    r.insert(
+        format!("{p}InstanceProfile"),
+        json!({"Type": "AWS::IAM::InstanceProfile", "Properties": {"Path": "/", "Roles": [{"Ref": format!("{p}Role")}]}}),
+    );
+    let name = instance_name(&ctx.cluster, g.role);
+    let mut launch_template = json!({"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {
+        "ImageId": {"Ref": "ImageId"},
+        "InstanceType": g.instance_type,
+        "IamInstanceProfile": {"Arn": {"Fn::GetAtt": [format!("{p}InstanceProfile"), "Arn"]}},
+        "SecurityGroupIds": [{"Ref": g.security_group}],
+        "MetadataOptions": metadata_options(),
+        "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
+            "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
+        "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
+    }}});
+    if let Some(key) = &input.cluster.node_access.key_name {
+        launch_template["Properties"]["LaunchTemplateData"]["KeyName"] = json!(key);
+    }
+    r.insert(format!("{p}LaunchTemplate"), launch_template);
+    // The cluster tag also reaches instances the group launches (the cloud
+    // controller manager finds the cluster's instances by it).
+    let mut group_tags = vec![
+        json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true}),
+        json!({"Key": cluster_tag(ctx), "Value": "owned", "PropagateAtLaunch": true}),
+    ];
+    for (k, v) in &g.hooks.asg_tags {
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+    }
+    for (k, v) in &g.template_tags {
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+    }
+    // What the group starts with: DesiredCapacity, or MinSize when it is left out.
+    let initial = g.desired.unwrap_or(g.min);
+    let mut props = json!({
+        "VPCZoneIdentifier": {"Ref": "SubnetIds"},
+        "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate")},
+                           "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate"), "LatestVersionNumber"]}},
+        "MinSize": g.min.to_string(), "MaxSize": g.max.to_string(),
+        "Tags": group_tags,
+    });
+    if let Some(d) = g.desired {
+        props["DesiredCapacity"] = json!(d.to_string());
+    }
+    let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": props,
+        "UpdatePolicy": rolling_update(g, initial),
+    });
+    if !g.extra_target_groups.is_empty() {
+        asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
+    }
+    if initial > 0 {
+        asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
+    }
+    r.insert(format!("{p}Group"), asg);
+}
+
+/// The size of one pool's auto scaling group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolBounds {
+    pub min: u32,
+    pub max: u32,
+    /// DesiredCapacity, or None for a group the cluster-autoscaler sizes.
+    /// CloudFormation passes the property to CreateAutoScalingGroup, which
+    /// starts a group without it at MinSize, and to UpdateAutoScalingGroup,
+    /// which leaves properties it is not given unchanged: so a stack update
+    /// never resets the size the autoscaler chose (AWS Auto Scaling API
+    /// reference, CreateAutoScalingGroup DesiredCapacity and
+    /// UpdateAutoScalingGroup; aws-cdk#5507 for the reset it avoids).
+    pub desired: Option<u32>,
+}
+
+/// A pool's bounds: the plugins' (cluster-autoscaler's per-pool `minSize` and
+/// `maxSize`) over the pool's own `count` or `minSize`/`maxSize`.
+pub fn pool_bounds(p: &NodePool, hooks: &NodeHooks) -> PoolBounds {
+    let own_min = p.count.or(p.min_size).unwrap_or(1);
+    let own_max = p.count.or(p.max_size).unwrap_or(own_min);
+    let min = hooks.asg_min_size.unwrap_or(own_min);
+    let max = hooks.asg_max_size.unwrap_or(own_max).max(min).max(1);
+    PoolBounds {
+        min,
+        max,
+        desired: (!hooks.autoscaled()).then_some(min),
+    }
+}
+
+pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: &NodeUserData) -> Map<String, Value> {
+    let mut t = template(format!("kube-aws cluster {}: node pool {}", ctx.cluster, pool.name));
+    let default_hooks = NodeHooks::default();
+    let hooks = input.plugins.pools.get(&pool.name).unwrap_or(&default_hooks);
+    let bounds = pool_bounds(pool, hooks);
+    let role = format!("worker-{}", pool.name);
+    let g = Group {
+        prefix: "Worker",
+        role: &role,
+        controller: false,
+        instance_type: &pool.instance_type,
+        root_volume: pool.root_volume_size,
+        min: bounds.min,
+        max: bounds.max,
+        desired: bounds.desired,
+        template_tags: hooks.node_template_tags(pool),
+        security_group: "WorkerSecurityGroupId",
+        hooks,
+        secrets: &node.secrets,
+        extra_target_groups: vec![],
+    };
+    t.insert("Parameters".into(), node_stack_parameters(&g));
+    let mut r = Map::new();
+    node_group(input, ctx, &g, &node.stub, &mut r);
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"WorkerRoleArn": {"Value": {"Fn::GetAtt": ["WorkerRole", "Arn"]}},
+               "AutoScalingGroupName": {"Value": {"Ref": "WorkerGroup"}}}),
+    );
+    t
+}
+
+/// The parameters of a node stack (control plane or pool), which the root
+/// passes: subnets, the role's secrets version, the CA hash, the group's
+/// security group, the API endpoint (and its target group for controllers),
+/// the AMI.
+pub(super) fn node_stack_parameters(g: &Group) -> Value {
+    let mut p = Map::new();
+    p.insert("SubnetIds".into(), json!({"Type": "List<AWS::EC2::Subnet::Id>"}));
+    p.insert("SecretsVersion".into(), secrets_version_parameter());
+    p.insert("CACertHash".into(), ca_cert_hash_parameter());
+    p.insert(g.security_group.into(), json!({"Type": "AWS::EC2::SecurityGroup::Id"}));
+    p.insert(
+        "ApiEndpoint".into(),
+        json!({"Type": "String", "Description": "DNS name of the API load balancer"}),
+    );
+    if g.controller {
+        p.insert("ApiTargetGroupArn".into(), json!({"Type": "String"}));
+    }
+    p.insert("ImageId".into(), ami_parameter());
+    Value::Object(p)
+}
+
+pub(super) fn secrets_version_parameter() -> Value {
+    json!({"Type": "String", "Default": "",
+        "Description": "hash of this role's secret bundle entries: a changed secret replaces its nodes"})
+}
+
+pub(super) fn ca_cert_hash_parameter() -> Value {
+    json!({"Type": "String", "AllowedPattern": "^sha256:[0-9a-f]{64}$",
+        "Description": "sha256 of the cluster CA's SubjectPublicKeyInfo (kubeadm caCertHashes), set by kube-aws"})
+}

@@ -1,0 +1,138 @@
+//! The `root` stack: the nested stacks by TemplateURL, the pinned AMI and
+//! secrets-version parameters the publisher fills, and their metadata.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::super::plan::camel;
+use super::super::{Ctx, RenderInput};
+use super::nodes::{ca_cert_hash_parameter, secrets_version_parameter, NodeUserData};
+use super::{is_arm64, template};
+
+pub(super) const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
+pub(super) const AMI_ARM: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64";
+
+/// The root parameter carrying the pinned AMI of an instance type's architecture.
+pub(super) fn ami_root_parameter(instance_type: &str) -> &'static str {
+    if is_arm64(instance_type) {
+        "ImageIdArm64"
+    } else {
+        "ImageIdX86"
+    }
+}
+
+pub(super) fn ami_description(source: &str) -> String {
+    if source.starts_with("ami-") {
+        "the AMI set in cluster.yaml (ami)".to_string()
+    } else {
+        format!("the pinned AMI, resolved from {source} at up or update --refresh-ami")
+    }
+}
+
+/// Root metadata naming, per AMI parameter, the SSM public parameter the
+/// publisher resolves it from, or the explicit image ID (`ami-…`) cluster.yaml gives.
+pub const AMI_METADATA: &str = "kube-aws:amis";
+
+/// The root parameter that carries a nested stack's secrets version.
+pub(super) fn secrets_version_key(stack_logical_id: &str) -> String {
+    format!("{stack_logical_id}SecretsVersion")
+}
+
+/// The parameter carrying kubeadm's `caCertHashes` value for the cluster CA,
+/// which kube-aws generates at the first publish (src/pki.rs); the publisher
+/// passes it to the root stack, which hands it to every node stack.
+pub const CA_CERT_HASH: &str = "CACertHash";
+
+/// Root metadata naming, per secrets version parameter, the bundle entries it
+/// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
+pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
+
+pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserData>) -> Map<String, Value> {
+    let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
+    // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
+    // stack's content-addressed key (see src/aws/publish.rs).
+    let base = format!(
+        "https://{}.s3.{}.amazonaws.com/{}",
+        ctx.bucket, ctx.region, ctx.key_prefix
+    );
+    let mut params = Map::new();
+    params.insert(
+        "ArtifactBaseURL".into(),
+        json!({"Type": "String", "Default": base,
+            "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
+    );
+    params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
+    let mut amis = Map::new();
+    // Each AMI parameter's source: the SSM public parameter, or the image
+    // cluster.yaml's `ami` names for that architecture (the publisher passes
+    // an explicit image as it is, see src/aws/deploy.rs pin_amis).
+    let mut ami = |instance_type: &str| -> Value {
+        let p = ami_root_parameter(instance_type);
+        let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
+        let source = input.cluster.explicit_ami(instance_type).unwrap_or(path);
+        amis.insert(p.to_string(), json!(source));
+        json!({"Ref": p})
+    };
+    let controller_ami = ami(&input.cluster.controller.instance_type);
+    let pool_amis: Vec<Value> = input
+        .cluster
+        .worker
+        .node_pools
+        .iter()
+        .map(|p| ami(&p.instance_type))
+        .collect();
+    for (p, path) in &amis {
+        params.insert(
+            p.clone(),
+            json!({"Type": "String", "Description": ami_description(path.as_str().unwrap_or_default())}),
+        );
+    }
+    let mut covered = Map::new();
+    let mut node_stack = |logical_id: &str, role: &str| -> Value {
+        let key = secrets_version_key(logical_id);
+        params.insert(key.clone(), secrets_version_parameter());
+        let names = nodes.get(role).map(|n| n.secrets.clone()).unwrap_or_default();
+        covered.insert(key.clone(), json!(names));
+        json!({"Ref": key})
+    };
+    let out = |o: &str| json!({"Fn::GetAtt": ["Network", format!("Outputs.{o}")]});
+    let url = |s: &str| json!({"Fn::Sub": format!("${{ArtifactBaseURL}}/stacks/{s}.json")});
+    let mut r = Map::new();
+    r.insert(
+        "Network".into(),
+        json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("network")}}),
+    );
+    let version = node_stack("ControlPlane", "controller");
+    r.insert(
+        "ControlPlane".into(),
+        json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
+            "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
+                           "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
+                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": controller_ami}}}),
+    );
+    for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
+        let id = format!("NodePool{}", camel(&pool.name));
+        let version = node_stack(&id, &format!("worker-{}", pool.name));
+        r.insert(
+            id,
+            json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
+                "TemplateURL": url(&format!("node-pool-{}", pool.name)),
+                "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
+                               "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
+                               "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": pool_ami}}}),
+        );
+    }
+    t.insert(
+        "Metadata".into(),
+        json!({ SECRETS_METADATA: covered, AMI_METADATA: amis }),
+    );
+    t.insert("Parameters".into(), Value::Object(params));
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"ApiEndpoint": {"Value": out("ApiEndpoint")},
+               "ControlPlaneStack": {"Value": {"Ref": "ControlPlane"}}}),
+    );
+    t
+}
