@@ -66,7 +66,7 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
     let mut amis = Map::new();
     // Each AMI parameter's source: the SSM public parameter, or the image
     // cluster.yaml's `ami` names for that architecture (the publisher passes
-    // an explicit image as it is, see src/aws/deploy.rs pin_amis).
+    // an explicit image as it is, see src/aws/ami.rs pin_amis).
     let mut ami = |instance_type: &str| -> Value {
         let p = ami_root_parameter(instance_type);
         let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
