@@ -27,6 +27,14 @@ impl Pos {
             col: m.col() + 1,
         }
     }
+
+    /// Where serde_yaml says its error is, when it says.
+    pub fn of_yaml_error(e: &serde_yaml::Error) -> Option<Pos> {
+        e.location().map(|l| Pos {
+            line: l.line(),
+            col: l.column(),
+        })
+    }
 }
 
 /// The deepest nesting of maps and lists any YAML input may have.
@@ -346,13 +354,7 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<(T, So
         Err(e) => {
             let path = clean_path(&e.path().to_string());
             let inner = e.into_inner();
-            let fallback = inner
-                .location()
-                .map(|l| Pos {
-                    line: l.line(),
-                    col: l.column(),
-                })
-                .unwrap_or(Pos { line: 1, col: 1 });
+            let fallback = Pos::of_yaml_error(&inner).unwrap_or(Pos { line: 1, col: 1 });
             let raw = inner.to_string();
             let raw = strip_serde_path(strip_serde_location(&raw), &path);
             Err(explain_serde_error(file, &map, &path, raw, fallback))
@@ -363,13 +365,7 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<(T, So
 /// A serde_yaml error at `file:line:col` (serde_yaml's own " at line N
 /// column M" removed): the one format for YAML read as plain data.
 pub fn serde_yaml_error(file: &Path, e: &serde_yaml::Error) -> Located {
-    let pos = e
-        .location()
-        .map(|l| Pos {
-            line: l.line(),
-            col: l.column(),
-        })
-        .unwrap_or(Pos { line: 1, col: 1 });
+    let pos = Pos::of_yaml_error(e).unwrap_or(Pos { line: 1, col: 1 });
     let raw = e.to_string();
     Located::new(file, pos, "", format!("malformed YAML: {}", strip_serde_location(&raw)))
 }

@@ -136,13 +136,7 @@ pub fn check_manifest(file: &Path, content: &str) -> Result<(), Located> {
     crate::located::check_yaml(file, content, &crate::reader::TEXT_LIMIT)?;
     for doc in serde_yaml::Deserializer::from_str(content) {
         let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).map_err(|e| {
-            let pos = e
-                .location()
-                .map(|l| Pos {
-                    line: l.line(),
-                    col: l.column(),
-                })
-                .unwrap_or_default();
+            let pos = Pos::of_yaml_error(&e).unwrap_or_default();
             Located::new(file, pos, "", format!("the rendered manifest is not YAML: {e}"))
         })?;
         if v.is_null() {

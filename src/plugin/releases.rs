@@ -99,13 +99,7 @@ fn values_layer(r: &Renderer, base: &str, c: &ChartSpec, errors: &mut Collector)
                 format!("plugin {:?}: rendered values must be a YAML map", def.name()),
             )),
             Err(e) => {
-                let pos = e
-                    .location()
-                    .map(|l| Pos {
-                        line: l.line(),
-                        col: l.column(),
-                    })
-                    .unwrap_or_default();
+                let pos = Pos::of_yaml_error(&e).unwrap_or_default();
                 errors.push(Located::new(
                     &shown,
                     pos,
