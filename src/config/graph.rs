@@ -19,29 +19,24 @@ pub trait GraphNode {
     fn bootstrap(&self) -> bool;
 }
 
-impl GraphNode for Release {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn depends_on(&self) -> &[String] {
-        &self.depends_on
-    }
-    fn bootstrap(&self) -> bool {
-        self.bootstrap
-    }
+/// A resolved release and a raw chart entry carry the same three fields.
+macro_rules! graph_node {
+    ($($t:ty),*) => {$(
+        impl GraphNode for $t {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn depends_on(&self) -> &[String] {
+                &self.depends_on
+            }
+            fn bootstrap(&self) -> bool {
+                self.bootstrap
+            }
+        }
+    )*};
 }
 
-impl GraphNode for ChartSpec {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn depends_on(&self) -> &[String] {
-        &self.depends_on
-    }
-    fn bootstrap(&self) -> bool {
-        self.bootstrap
-    }
-}
+graph_node!(Release, ChartSpec);
 
 impl<T: GraphNode> GraphNode for &T {
     fn name(&self) -> &str {
