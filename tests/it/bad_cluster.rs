@@ -3,25 +3,7 @@
 
 use assert_cmd::Command;
 
-fn validate(yaml: &str, extra_files: &[(&str, &str)]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
-    for (name, body) in extra_files {
-        let p = dir.path().join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
-    let out = Command::cargo_bin("kube-aws")
-        .unwrap()
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .arg("validate")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    (out.status.code().unwrap_or(-1), stderr)
-}
+use crate::common::validate_work_tree as validate;
 
 const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
 

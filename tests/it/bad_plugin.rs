@@ -2,8 +2,6 @@
 //! with an error located at the offending cluster.yaml or plugin file key,
 //! naming the plugin(s), and never panic. The exact text is snapshotted.
 
-use assert_cmd::Command;
-
 const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
 const POOLS: &str = "worker:\n  nodePools:\n    - name: general\n      count: 1\n    - name: gpu\n      count: 1\n";
 
@@ -19,25 +17,7 @@ spec:
     password: {type: string, secret: true, pattern: '^[a-z]+$'}
 ";
 
-fn validate(yaml: &str, files: &[(&str, &str)]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
-    for (name, body) in files {
-        let p = dir.path().join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
-    let out = Command::cargo_bin("kube-aws")
-        .unwrap()
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .arg("validate")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    (out.status.code().unwrap_or(-1), stderr)
-}
+use crate::common::validate_work_tree as validate;
 
 macro_rules! bad {
     ($name:ident, $located_in:expr, $yaml:expr, $files:expr) => {

@@ -294,6 +294,29 @@ impl MotoEnv {
         cmd.output().unwrap()
     }
 }
+/// `kube-aws validate` on a temporary work tree of `cluster.yaml` = `yaml`
+/// plus `files` (relative paths): its exit code and stderr, which must not
+/// hold a panic.
+pub fn validate_work_tree(yaml: &str, files: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.yaml"), yaml).unwrap();
+    for (name, body) in files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    let out = assert_cmd::Command::cargo_bin("kube-aws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .arg("validate")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
 pub mod charts;
 pub mod installer_bed;
 pub mod testbed;
