@@ -9,7 +9,7 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::aws::deploy::ProgressSink;
-use crate::aws::wait::{ProgressLine, StackProgress};
+use crate::aws::wait::{ProgressLine, StackProgress, WaitingOn};
 
 /// Draws successive progress models.
 pub enum ProgressView {
@@ -44,14 +44,32 @@ impl ProgressView {
     }
 }
 
+/// The "waiting on" line: the wait conditions CloudFormation is waiting on,
+/// each with its timeout and the time it gives up (stable between polls).
+fn waiting_line(p: &StackProgress) -> Option<ProgressLine> {
+    if p.waiting.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = p.waiting.iter().map(WaitingOn::describe).collect();
+    Some(ProgressLine {
+        name: "waiting on".into(),
+        status: names.join("; "),
+        detail: String::new(),
+        finished: false,
+        failed: false,
+    })
+}
+
 impl ProgressSink for ProgressView {
     fn draw(&mut self, p: &StackProgress) {
+        let waiting = waiting_line(p);
         let lines = p
             .stacks
             .iter()
             .map(|l| (format!("stack {}", l.name), l))
             .chain(p.addons.iter().map(|l| (format!("addon {}", l.name), l)))
-            .chain(p.nodes.iter().map(|l| (format!("node {}", l.name), l)));
+            .chain(p.nodes.iter().map(|l| (format!("node {}", l.name), l)))
+            .chain(waiting.iter().map(|l| (l.name.clone(), l)));
         match self {
             ProgressView::Tty { multi, bars } => {
                 for (label, line) in lines {
@@ -68,6 +86,11 @@ impl ProgressSink for ProgressView {
                     bar.set_message(message(line));
                     if line.finished && !bar.is_finished() {
                         bar.finish_with_message(message(line));
+                    }
+                }
+                if waiting.is_none() {
+                    if let Some(b) = bars.get("waiting on") {
+                        b.set_message("no wait condition is running");
                     }
                 }
             }
