@@ -68,7 +68,7 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
             println!("stack {:?} is deleted", cfg.cluster_name);
         }
         if args.purge {
-            let purged = deploy::purge(&clients, &cfg, &location).await?;
+            let purged = deploy::purge(&clients, cfg, &location).await?;
             println!("purged {} object(s) under {}", purged.objects, location.s3_uri());
             if let Some(b) = purged.issuer_bucket {
                 println!("deleted the service-account issuer's bucket {b:?}");

@@ -133,3 +133,47 @@ fn message(l: &ProgressLine) -> String {
         format!("{status}  {}", l.detail)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::wait::WaitingOn;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn plain_output_names_the_wait_condition_awaited_once_per_change() {
+        let out = Shared::default();
+        let mut view = ProgressView::plain(Box::new(out.clone()));
+        let dex = WaitingOn {
+            release: "dex".into(),
+            wait_condition: "AddonDex0123456789".into(),
+            timeout_secs: 7560,
+            since_ms: 1_700_000_000_000,
+        };
+        let mut p = StackProgress {
+            waiting: vec![dex.clone()],
+            ..Default::default()
+        };
+        // The same state polled three times prints one line.
+        for _ in 0..3 {
+            view.draw(&p);
+        }
+        p.waiting.clear();
+        view.draw(&p);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text, "waiting on: dex: at most 2h6m, until 00:19:20 UTC\n");
+    }
+}
