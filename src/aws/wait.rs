@@ -444,8 +444,16 @@ fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> 
             // How long CloudFormation waits for its signal: until a time once
             // it waits, the timeout before. Stable between polls (plain output
             // prints a line again only when it changes).
+            // A wait condition that completed or failed in this operation waits no more.
+            let settled = a.wait_condition.as_deref().is_some_and(|wc| {
+                events
+                    .iter()
+                    .rev()
+                    .find(|e| e.logical_id == wc)
+                    .is_some_and(|e| is_terminal(&e.status))
+            });
             let limit = match (
-                finished,
+                finished || settled,
                 waiting.iter().find(|w| w.release == a.release),
                 a.wait_timeout_secs,
             ) {

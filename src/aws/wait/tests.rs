@@ -236,11 +236,17 @@ fn the_wait_names_the_release_it_waits_on_and_until_when() {
         "",
     ));
     events.push(ev(601, &cp, "AddonDexReady", WAIT_CONDITION, "CREATE_IN_PROGRESS", ""));
-    let mut o3 = obs(Operation::Create, "CREATE_IN_PROGRESS", &stacks, events);
+    let mut o3 = obs(Operation::Create, "CREATE_IN_PROGRESS", &stacks, events.clone());
+    // Without its status object (moto completes wait conditions unsignalled),
+    // a completed wait condition has no limit left to show either.
+    let settled = assess(&o3);
+    assert_eq!(settled.progress.addons[0].status, "pending");
+    assert_eq!(settled.progress.addons[0].detail, "");
     o3.reports = vec![report("cert-manager", AddonPhase::Ready, "")];
     let a = assess(&o3);
     let waiting: Vec<String> = a.progress.waiting.iter().map(WaitingOn::describe).collect();
     assert_eq!(waiting, ["dex: at most 1h30m, until 23:53:21 UTC"]);
+    assert_eq!(a.progress.addons[0].detail, "", "cert-manager's wait is over");
 }
 
 #[test]
