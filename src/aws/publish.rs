@@ -301,6 +301,7 @@ pub fn addons_of(plan: &Plan) -> Vec<ExpectedAddon> {
         .map(|r| ExpectedAddon {
             release: r.name.clone(),
             wait_condition: Some(r.wait_condition.clone()).filter(|w| !w.is_empty()),
+            wait_timeout_secs: Some(r.wait_timeout_seconds).filter(|t| *t > 0),
         })
         .collect()
 }

@@ -60,7 +60,13 @@ pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
 pub const ETCD_BACKUP_DIR: &str = "etcd";
 /// The published chart archives, `charts/<sha256>.tgz`.
 pub const CHARTS_DIR: &str = "charts/";
-/// The OIDC issuer's directory, its discovery document and keys (public-read).
+/// The service-account issuer's documents, relative to the issuer's root:
+/// the keys of the issuer bucket (src/aws/issuer.rs), which serves them
+/// publicly, and of the private copies under `s3URI/<cluster>/oidc/`.
+pub const ISSUER_DISCOVERY: &str = ".well-known/openid-configuration";
+pub const ISSUER_JWKS: &str = "keys.json";
+/// The private copies' directory in the cluster's prefix, and their keys
+/// (for copying to the host of `issuerURL`; never public).
 pub const OIDC_DIR: &str = "oidc";
 pub const OIDC_DISCOVERY: &str = "oidc/.well-known/openid-configuration";
 pub const OIDC_JWKS: &str = "oidc/keys.json";
