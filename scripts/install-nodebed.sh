@@ -198,7 +198,13 @@ mkdir -p "$BIN"
 # exactly what kubeadm asks for at this version
 mapfile -t IMAGES < <("$TB/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>>"$LOG/images.log")
 [ "${#IMAGES[@]}" -ge 7 ] || die "\`kubeadm config images list --kubernetes-version $K8S\` listed ${#IMAGES[*]} images (see .testbed/node/log/images.log)"
-IMG=$NB/images-$inputs
+img_key=$(
+  {
+    printf '%s\n' "$bin_pins" "$(cat "$TB/pins")"
+    cat scripts/nodebed/oci_image.py
+  } | sha256sum | cut -c1-12
+)
+IMG=$NB/images-$img_key
 write_images() {
   mkdir -p "$IMG"
   local ref name bin entry
@@ -232,7 +238,8 @@ debootstrap_base() {
 [ -d "$BASE" ] || timed base debootstrap_base
 
 # The images go into the node's containerd store with the host's containerd
-# (the same Debian build as the node's), started on a private socket.
+# (the same Debian build as the node's), started on a private socket; its CRI
+# plugin labels them io.cri-containerd.image=managed, as a pull would.
 import_images() {
   local r=$1 sock state pid i
   state=$(mktemp -d)
@@ -243,8 +250,6 @@ root = "$r/var/lib/containerd"
 state = "$state/state"
 [grpc]
   address = "$sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  disable = true
 EOF
   containerd --config "$state/config.toml" >>"$LOG/import.log" 2>&1 &
   pid=$!
@@ -301,4 +306,10 @@ make_rootfs() {
 }
 timed rootfs make_rootfs
 ln -sfn "$inputs" "$NB/current"
+# Older node images and image sets go (each is 1.5 GB); nodes still running
+# from one keep their own copies under run/.
+for old in "$NB"/[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] "$NB"/images-*; do
+  case $old in "$DIR" | "$IMG") continue ;; esac
+  [ -d "$old" ] && rm -rf "$old"
+done
 say "done ($bin_pins; $SUITE $PACKAGES) in .testbed/node/$inputs"
