@@ -194,40 +194,7 @@ mkdir -p "$BIN"
 [ -x "$BIN/crictl" ] || timed crictl install_go crictl "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL"
 [ -x "$BIN/coredns" ] || timed coredns build_coredns
 
-# --- 2. images ----------------------------------------------------------------
-# exactly what kubeadm asks for at this version
-mapfile -t IMAGES < <("$TB/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>>"$LOG/images.log")
-[ "${#IMAGES[@]}" -ge 7 ] || die "\`kubeadm config images list --kubernetes-version $K8S\` listed ${#IMAGES[*]} images (see .testbed/node/log/images.log)"
-img_key=$(
-  {
-    printf '%s\n' "$bin_pins" "$(cat "$TB/pins")"
-    cat scripts/nodebed/oci_image.py
-  } | sha256sum | cut -c1-12
-)
-IMG=$NB/images-$img_key
-write_images() {
-  mkdir -p "$IMG"
-  local ref name bin entry
-  for ref in "${IMAGES[@]}"; do
-    name=${ref%:*}
-    name=${name##*/}
-    entry=
-    case $name in
-    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
-    kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy ;;
-    coredns) bin=$BIN/coredns dest=/coredns entry=/coredns ;;
-    pause) bin=$BIN/pause dest=/pause entry=/pause ;;
-    *) die "kubeadm lists an image this bed cannot build: $ref" ;;
-    esac
-    run images python3 scripts/nodebed/oci_image.py "$IMG/$name.tar" "$ref" --file "$bin=$dest" ${entry:+--entrypoint "$entry"}
-  done
-}
-[ -f "$IMG/done" ] || {
-  timed images write_images
-  touch "$IMG/done"
-}
-
-# --- 3. root filesystem -------------------------------------------------------
+# --- 2. the Debian base (before the images: kube-proxy's takes iptables from it)
 debootstrap_base() {
   rm -rf "$BASE.tmp"
   mkdir -p "$NB/debs"
@@ -237,6 +204,66 @@ debootstrap_base() {
 }
 [ -d "$BASE" ] || timed base debootstrap_base
 
+# --- 3. images ----------------------------------------------------------------
+# exactly what kubeadm asks for at this version
+mapfile -t IMAGES < <("$TB/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>>"$LOG/images.log")
+[ "${#IMAGES[@]}" -ge 7 ] || die "\`kubeadm config images list --kubernetes-version $K8S\` listed ${#IMAGES[*]} images (see .testbed/node/log/images.log)"
+# kube-proxy (iptables mode) runs iptables and conntrack: its image also
+# holds Debian's iptables-nft (xtables-nft-multi under each name kube-proxy
+# calls), conntrack, the xtables extensions, and the libraries they link,
+# all taken from the Debian base; the binaries are dynamically linked.
+kube_proxy_files() {
+  local f n lib
+  local -A libs=()
+  for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore xtables-nft-multi; do
+    echo "--file=$BASE/usr/sbin/xtables-nft-multi=/usr/sbin/$n"
+  done
+  echo "--file=$BASE/usr/sbin/conntrack=/usr/sbin/conntrack"
+  for f in "$BASE"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
+    echo "--file=$f=/usr/lib/x86_64-linux-gnu/xtables/${f##*/}"
+  done
+  for f in /usr/sbin/xtables-nft-multi /usr/sbin/conntrack "${BASE}"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
+    f=${f#"$BASE"}
+    while read -r lib; do
+      [ -n "$lib" ] && libs[$lib]=1
+    done < <(chroot "$BASE" ldd "$f" | sed -n 's#.*[[:space:]]\(/[^ ]*\) (0x.*#\1#p')
+  done
+  for lib in "${!libs[@]}"; do
+    echo "--file=$(readlink -f "$BASE$lib")=$lib"
+  done
+}
+
+write_images() {
+  mkdir -p "$IMG"
+  local ref name bin entry dest extra
+  for ref in "${IMAGES[@]}"; do
+    name=${ref%:*}
+    name=${name##*/}
+    entry= extra=
+    case $name in
+    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy extra=$(kube_proxy_files) ;;
+    coredns) bin=$BIN/coredns dest=/coredns entry=/coredns ;;
+    pause) bin=$BIN/pause dest=/pause entry=/pause ;;
+    *) die "kubeadm lists an image this bed cannot build: $ref" ;;
+    esac
+    run images python3 scripts/nodebed/oci_image.py "$IMG/$name.tar" "$ref" --file "$bin=$dest" ${entry:+--entrypoint "$entry"} $extra
+  done
+}
+img_key=$(
+  {
+    printf '%s\n' "$bin_pins" "$base_pins" "$(cat "$TB/pins")"
+    cat scripts/nodebed/oci_image.py
+    declare -f write_images kube_proxy_files
+  } | sha256sum | cut -c1-12
+)
+IMG=$NB/images-$img_key
+[ -f "$IMG/done" ] || {
+  timed images write_images
+  touch "$IMG/done"
+}
+
+# --- 4. the node's root filesystem ------------------------------------------------
 # The images go into the node's containerd store with the host's containerd
 # (the same Debian build as the node's), started on a private socket; its CRI
 # plugin labels them io.cri-containerd.image=managed, as a pull would.
