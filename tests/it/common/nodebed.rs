@@ -8,8 +8,9 @@
 //!
 //! - A node is stopped by its container id when its handle drops, also when
 //!   the test fails: the container is killed and deleted, its cgroups and its
-//!   network namespace removed, its copy of the root filesystem deleted
-//!   (kept, with its path printed, when the test panicked, for the logs).
+//!   network namespace removed, its root filesystem (an overlay on the
+//!   image) unmounted and its files deleted (kept, with their path printed,
+//!   when the test panicked, for the logs).
 //! - When the bed cannot start (not root, no runc, no cgroups, no image) a
 //!   test fails with the missing piece named; `KUBE_AWS_TESTBED=skip` or
 //!   `KUBE_AWS_NODEBED=skip` makes it skip and say so.
@@ -189,9 +190,9 @@ impl Drop for Node {
     fn drop(&mut self) {
         let keep = std::thread::panicking();
         let mut cmd = Command::new("bash");
-        cmd.arg(node_sh()).args(["stop", &self.name]);
-        if !keep {
-            cmd.arg(&self.work);
+        cmd.arg(node_sh()).args(["stop", &self.name]).arg(&self.work);
+        if keep {
+            cmd.arg("keep");
         }
         let out = cmd.stdin(Stdio::null()).output();
         match out {
@@ -201,7 +202,7 @@ impl Drop for Node {
         }
         if keep {
             say(&format!(
-                "node {} stopped; its files (console.log, rootfs/var/log/journal) are kept in {}",
+                "node {} stopped; its files (console.log, and what it wrote, under upper/: var/log/journal, var/log/pods) are kept in {}",
                 self.name,
                 self.work.display()
             ));
