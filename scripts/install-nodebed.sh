@@ -239,7 +239,7 @@ write_images() {
   for ref in "${IMAGES[@]}"; do
     name=${ref%:*}
     name=${name##*/}
-    entry= extra=
+    entry='' extra=''
     case $name in
     kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
     kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy extra=$(kube_proxy_files) ;;
@@ -268,7 +268,7 @@ IMG=$NB/images-$img_key
 # (the same Debian build as the node's), started on a private socket; its CRI
 # plugin labels them io.cri-containerd.image=managed, as a pull would.
 import_images() {
-  local r=$1 sock state pid i
+  local r=$1 sock state pid
   state=$(mktemp -d)
   sock=$state/containerd.sock
   cat >"$state/config.toml" <<EOF
@@ -280,7 +280,7 @@ state = "$state/state"
 EOF
   containerd --config "$state/config.toml" >>"$LOG/import.log" 2>&1 &
   pid=$!
-  for i in $(seq 100); do
+  for _ in $(seq 100); do
     [ -S "$sock" ] && ctr -a "$sock" version >/dev/null 2>&1 && break
     sleep 0.1
   done

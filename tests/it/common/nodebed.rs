@@ -40,7 +40,9 @@ fn node_sh() -> PathBuf {
 pub fn image_dir(test: &str) -> Option<PathBuf> {
     for var in ["KUBE_AWS_TESTBED", "KUBE_AWS_NODEBED"] {
         if std::env::var(var).as_deref() == Ok("skip") {
-            say(&format!("{test}: SKIPPED: {var}=skip (needs the real-node bed of scripts/install-nodebed.sh)"));
+            say(&format!(
+                "{test}: SKIPPED: {var}=skip (needs the real-node bed of scripts/install-nodebed.sh)"
+            ));
             return None;
         }
     }
@@ -55,8 +57,7 @@ pub fn image_dir(test: &str) -> Option<PathBuf> {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", node_sh().display()));
     assert!(
         out.status.success(),
-        "{test}: {} (build the image with `make nodebed`, scripts/install-nodebed.sh; \
-         or set KUBE_AWS_NODEBED=skip to skip these tests)",
+        "{test}: {} (`make nodebed` builds the image; KUBE_AWS_NODEBED=skip skips these tests)",
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Some(dir)
