@@ -6,9 +6,11 @@
 # root, as kind's node containers do on a cgroup v1 host).
 #
 #   node.sh check                       what the host lacks, if anything
-#   node.sh start NAME IP WORKDIR [ROOTFS]
-#                                       copies ROOTFS (default .testbed/node/current/rootfs)
-#                                       to WORKDIR/rootfs and boots it; prints the init's host PID
+#   node.sh start NAME IP WORKDIR [ROOTFS [USERDATA]]
+#                                       mounts an overlay on ROOTFS (default
+#                                       .testbed/node/current/rootfs) at WORKDIR/rootfs and
+#                                       boots it; prints the init's host PID. With USERDATA,
+#                                       cloud-init runs it (NoCloud seed) at boot
 #   node.sh exec NAME CMD...            runs CMD in the node
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
 #                                       its cgroups and its network namespace, unmounts
@@ -158,7 +160,7 @@ EOF
 # Copying and deleting a full 1.5 GB copy took 9 s and 30-45 s on the CI
 # machine's disk; this takes well under a second each.
 start() {
-  local name=$1 ip=$2 work=$3 rootfs=${4:-$ROOT/.testbed/node/current/rootfs} db
+  local name=$1 ip=$2 work=$3 rootfs=${4:-$ROOT/.testbed/node/current/rootfs} userdata=${5:-} db
   check "$rootfs"
   rootfs=$(cd "$rootfs" && pwd -P)
   mkdir -p "$work"
@@ -178,6 +180,15 @@ start() {
   # host's bridge address answers nothing, which is all the bed needs.
   echo "nameserver $HOST_IP" >"$work/rootfs/etc/resolv.conf"
   limits_dropins "$work/rootfs"
+  if [ -n "$userdata" ]; then
+    # cloud-init's NoCloud datasource stands in for EC2's instance metadata:
+    # the same user-data, from a seed directory instead of 169.254.169.254.
+    rm -f "$work/rootfs/etc/cloud/cloud-init.disabled"
+    mkdir -p "$work/rootfs/var/lib/cloud/seed/nocloud"
+    cp "$userdata" "$work/rootfs/var/lib/cloud/seed/nocloud/user-data"
+    printf 'instance-id: i-%s\nlocal-hostname: %s\n' "$(printf '%s' "$name" | sha256sum | cut -c1-17)" "$name" \
+      >"$work/rootfs/var/lib/cloud/seed/nocloud/meta-data"
+  fi
   netns_up "$name" "$ip"
   config_json "$name" "$work" "kanb-$name"
   runc run -d -b "$work" --pid-file "$work/pid" "$name" </dev/null >"$work/console.log" 2>&1 ||
