@@ -71,11 +71,13 @@ bin_key=$(printf '%s' "$bin_pins" | sha256sum | cut -c1-12)
 base_pins="recipe=$ROOTFS_RECIPE suite=$SUITE packages=$PACKAGES"
 base_key=$(printf '%s' "$base_pins" | sha256sum | cut -c1-12)
 # The node image: its binaries, the test bed's binaries, its base, and the
-# files that configure it (this script and scripts/nodebed/*).
+# files that make it (this script and scripts/nodebed/*, but node.sh, which
+# only runs nodes).
 inputs=$(
   {
     printf '%s\n' "$bin_pins" "$base_pins" "$(cat "$TB/pins")"
-    cat scripts/install-nodebed.sh scripts/nodebed/*
+    cat scripts/install-nodebed.sh scripts/nodebed/oci_image.py scripts/nodebed/containerd.toml.in \
+      scripts/nodebed/10-bridge.conflist scripts/nodebed/kubelet.service scripts/nodebed/crictl.yaml
   } | sha256sum | cut -c1-12
 )
 NB=$ROOT/.testbed/node
@@ -333,10 +335,12 @@ make_rootfs() {
 }
 timed rootfs make_rootfs
 ln -sfn "$inputs" "$NB/current"
-# Older node images and image sets go (each is 1.5 GB); nodes still running
-# from one keep their own copies under run/.
+# Older node images and image sets go (each is 1.5 GB), but not one a
+# running node's overlay still has as its lower layer.
 for old in "$NB"/[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] "$NB"/images-*; do
   case $old in "$DIR" | "$IMG") continue ;; esac
-  [ -d "$old" ] && rm -rf "$old"
+  [ -d "$old" ] || continue
+  grep -qF "lowerdir=$(cd "$old" && pwd -P)/" /proc/self/mountinfo && continue
+  rm -rf "$old"
 done
 say "done ($bin_pins; $SUITE $PACKAGES) in .testbed/node/$inputs"
