@@ -35,8 +35,12 @@ const IGNORE_PREFLIGHT: &[&str] = &["SystemVerification"];
 const BOOT_LIMIT: Duration = Duration::from_secs(120);
 const READY_LIMIT: Duration = Duration::from_secs(300);
 
-/// kubeadm's documents for the node. Two settings are the bed's, not
-/// kube-aws's: `failCgroupV1: false` (the host's cgroups are v1) and kube-proxy's
+/// kubeadm's documents for the node. Three settings are the bed's, not
+/// kube-aws's: `failCgroupV1: false` (the host's cgroups are v1); kubelet's
+/// disk eviction thresholds at 0% and image GC at 100% (the node's disk is the
+/// CI machine's, which reports 252 GiB of which often less than 15% is
+/// available: kubelet then tainted the node with disk-pressure and CoreDNS
+/// waited 40 s to be scheduled; kind sets the same); and kube-proxy's
 /// `conntrack.maxPerCore: 0`, which keeps it from writing
 /// net.netfilter.nf_conntrack_max, a sysctl of the host's initial network
 /// namespace that a node container may not write (kind sets the same).
@@ -64,6 +68,11 @@ kind: KubeletConfiguration
 cgroupDriver: systemd
 failCgroupV1: false
 failSwapOn: false
+evictionHard:
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
