@@ -9,14 +9,17 @@
 //!   kube-controller-manager and kube-scheduler as static pods run by the real
 //!   kubelet through containerd; the apiserver's `/readyz` answers `ok` at the
 //!   node's own address from the host; the node becomes Ready (the CNI is
-//!   Debian's bridge plugin with host-local IPAM); CoreDNS, run from its own
-//!   image on the pod network, becomes Ready.
+//!   Debian's bridge plugin with host-local IPAM); kube-proxy (iptables-nft)
+//!   writes the service rules through which CoreDNS, run from its own image
+//!   on the pod network, reaches the API and becomes Ready.
 //!
-//! Not covered yet (docs/testing.md says what is left): booting from
-//! kube-aws's rendered user-data through cloud-init (needs moto's S3 and an
-//! IMDS emulator), joining nodes, kube-proxy (its image holds no iptables),
-//! the node program's steps. A host that cannot run the bed (not root, no
-//! runc, no cgroups, no image) fails these tests, naming what is missing.
+//! Not covered yet (docs/testing.md, "The real-node bed", says what is
+//! left): booting from kube-aws's rendered user-data through cloud-init
+//! (needs the aws CLI in the image, moto's S3 and an IMDS emulator), the node
+//! program's steps, joining nodes, addons. The fakes of
+//! tests/it/node_bootstrap.rs, node_secrets.rs and installer.rs still cover
+//! those. A host that cannot run the bed (not root, no runc, no cgroups, no
+//! image) fails these tests, naming what is missing.
 
 use std::time::{Duration, Instant};
 
