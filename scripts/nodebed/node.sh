@@ -12,6 +12,7 @@
 #                                       boots it; prints the init's host PID. With USERDATA,
 #                                       cloud-init runs it (NoCloud seed) at boot
 #   node.sh exec NAME CMD...            runs CMD in the node
+#   node.sh sweep                       stops the nodes of test processes that are gone
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
 #                                       its cgroups and its network namespace, unmounts
 #                                       its root filesystem and (unless keep) deletes its files
@@ -24,6 +25,10 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BRIDGE=kanb0
 HOST_IP=10.250.0.1
 CGROUP_PARENT=kube-aws-nodebed
+
+# Serialises the bridge's creation and deletion between nodes started and
+# stopped at the same time (tests run in parallel).
+LOCK=/run/kube-aws-nodebed.lock
 
 die() {
   echo "nodebed: $*" >&2
@@ -162,6 +167,7 @@ EOF
 start() {
   local name=$1 ip=$2 work=$3 rootfs=${4:-$ROOT/.testbed/node/current/rootfs} userdata=${5:-} db
   check "$rootfs"
+  sweep
   rootfs=$(cd "$rootfs" && pwd -P)
   mkdir -p "$work"
   work=$(cd "$work" && pwd -P)
@@ -189,7 +195,10 @@ start() {
     printf 'instance-id: i-%s\nlocal-hostname: %s\n' "$(printf '%s' "$name" | sha256sum | cut -c1-17)" "$name" \
       >"$work/rootfs/var/lib/cloud/seed/nocloud/meta-data"
   fi
-  netns_up "$name" "$ip"
+  {
+    flock 8
+    netns_up "$name" "$ip"
+  } 8>"$LOCK"
   config_json "$name" "$work" "kanb-$name"
   runc run -d -b "$work" --pid-file "$work/pid" "$name" </dev/null >"$work/console.log" 2>&1 ||
     die "runc run $name failed: $(tail -n 5 "$work/console.log")"
@@ -217,17 +226,36 @@ stop() {
     runc delete -f "$name" 2>/dev/null || true
   fi
   cgroups_down "$name"
-  ip netns del "kanb-$name" 2>/dev/null || true
-  # the bridge goes with its last node
-  if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
-    ip link del "$BRIDGE" 2>/dev/null || true
-  fi
+  {
+    flock 8
+    ip netns del "kanb-$name" 2>/dev/null || true
+    # the bridge goes with its last node
+    if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
+      ip link del "$BRIDGE" 2>/dev/null || true
+    fi
+  } 8>"$LOCK"
   # With keep the node's files stay (its journal and pod logs are in
   # WORKDIR/upper/var/log), but the overlay is unmounted all the same.
   if [ -n "$work" ]; then
     umount "$work/rootfs" 2>/dev/null || umount -l "$work/rootfs" 2>/dev/null || true
     [ "$keep" = keep ] || rm -rf "$work/rootfs" "$work/upper" "$work/ovl" "$work/containerd"
   fi
+}
+
+# Stops the nodes a test process left behind when it was killed before its
+# handles dropped: tests name nodes kanb-<role>-<pid>-<n> (tests/it/common/
+# nodebed.rs), so a node whose <pid> no longer runs is an orphan. Each is
+# stopped by its container id, like any other; other nodes are left alone.
+sweep() {
+  local id owner
+  for id in $({ runc list -q 2>/dev/null; ip netns list 2>/dev/null | sed -n 's/^kanb-\(kanb-[^ ]*\).*/\1/p'; } | sort -u); do
+    owner=$(printf '%s' "$id" | sed -n 's/^kanb-[a-z0-9]*-\([0-9]*\)-[0-9]*$/\1/p')
+    [ -n "$owner" ] || continue
+    kill -0 "$owner" 2>/dev/null && continue
+    echo "nodebed: stopping $id, left behind by process $owner" >&2
+    stop "$id" "$ROOT/.testbed/node/run/$id"
+    rm -rf "${ROOT:?}/.testbed/node/run/$id"
+  done
 }
 
 cmd=${1:-}
@@ -241,5 +269,6 @@ exec)
   exec runc exec "$name" "$@"
   ;;
 stop) stop "$@" ;;
-*) die "usage: node.sh check|start|exec|stop ..." ;;
+sweep) sweep ;;
+*) die "usage: node.sh check|start|exec|stop|sweep ..." ;;
 esac
