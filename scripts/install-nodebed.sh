@@ -11,8 +11,9 @@
 #      `kubeadm config images list` names, each one layer holding the test
 #      bed's binary (scripts/nodebed/oci_image.py);
 #   3. a Debian root filesystem (debootstrap) with systemd, containerd, runc,
-#      the CNI plugins, cloud-init and python3, the binaries in
-#      /usr/local/bin, and the images already imported into its containerd.
+#      the CNI plugins, cloud-init and python3, the aws CLI (PyPI, the tools
+#      venv's pin), the binaries in /usr/local/bin, and the images already
+#      imported into its containerd.
 #
 # Needs the control-plane test bed (scripts/install-testbed.sh) first: kubeadm,
 # kubectl and the control-plane binaries come from it. Needs root (debootstrap,
@@ -63,6 +64,11 @@ MIRROR=${KUBE_AWS_NODEBED_MIRROR:-http://deb.debian.org/debian}
 # python3-cffi-backend is named because debootstrap does not resolve the
 # virtual package python3-cryptography needs (cloud-init fails to configure).
 PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,iptables,iproute2,conntrack,ethtool,socat,kmod,ca-certificates,procps,util-linux,mount,python3,python3-cffi-backend,cloud-init,curl
+# The aws CLI nodes use (the stub's `aws s3 cp`, the signals): the version
+# the tools venv pins (scripts/install-tools.sh), from PyPI. Debian's awscli
+# (2.9) is too old to take its endpoint from AWS_ENDPOINT_URL.
+AWSCLI=$(sed -n 's/^[[:space:]]*"awscli==\([0-9.]*\)"$/\1/p' scripts/install-tools.sh)
+[ -n "$AWSCLI" ] || die "cannot read the awscli pin from scripts/install-tools.sh"
 BIN_RECIPE=1 # bump when the way binaries are built changes
 ROOTFS_RECIPE=1
 
@@ -75,7 +81,7 @@ base_key=$(printf '%s' "$base_pins" | sha256sum | cut -c1-12)
 # only runs nodes).
 inputs=$(
   {
-    printf '%s\n' "$bin_pins" "$base_pins" "$(cat "$TB/pins")"
+    printf '%s\n' "$bin_pins" "$base_pins" "awscli=$AWSCLI" "$(cat "$TB/pins")"
     cat scripts/install-nodebed.sh scripts/nodebed/oci_image.py scripts/nodebed/containerd.toml.in \
       scripts/nodebed/10-bridge.conflist scripts/nodebed/kubelet.service scripts/nodebed/crictl.yaml
   } | sha256sum | cut -c1-12
@@ -206,6 +212,16 @@ debootstrap_base() {
 }
 [ -d "$BASE" ] || timed base debootstrap_base
 
+# The aws CLI, in a directory of its own in the image (/usr/local/lib/kube-aws-awscli),
+# so that its botocore, urllib3 and PyYAML do not meet Debian's (cloud-init's).
+AWSDIR=$NB/awscli-$AWSCLI
+awscli() {
+  rm -rf "$AWSDIR.tmp"
+  run awscli python3 -m pip install --quiet --no-compile --disable-pip-version-check --target "$AWSDIR.tmp" "awscli==$AWSCLI"
+  mv "$AWSDIR.tmp" "$AWSDIR"
+}
+[ -d "$AWSDIR" ] || timed awscli awscli
+
 # --- 3. images ----------------------------------------------------------------
 # exactly what kubeadm asks for at this version
 mapfile -t IMAGES < <("$TB/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>>"$LOG/images.log")
@@ -306,6 +322,11 @@ make_rootfs() {
   mkdir -p "$DIR.tmp"
   cp -a "$BASE" "$r"
   install -m 0755 "$BIN/kubelet" "$BIN/kube-proxy" "$BIN/crictl" "$TB/bin/kubeadm" "$TB/bin/kubectl" "$r/usr/local/bin/"
+  cp -a "$AWSDIR" "$r/usr/local/lib/kube-aws-awscli"
+  printf '%s\n' '#!/usr/bin/python3' '# the aws CLI (scripts/install-nodebed.sh)' 'import sys' \
+    'sys.path.insert(0, "/usr/local/lib/kube-aws-awscli")' 'from awscli.clidriver import main' 'sys.exit(main())' \
+    >"$r/usr/local/bin/aws"
+  chmod 0755 "$r/usr/local/bin/aws"
   mkdir -p "$r/etc/containerd" "$r/etc/cni/net.d" "$r/etc/kubernetes/manifests" "$r/var/lib/kubelet" "$r/etc/systemd/system/multi-user.target.wants"
   sed "s#@PAUSE_IMAGE@#$(printf '%s\n' "${IMAGES[@]}" | grep /pause:)#" scripts/nodebed/containerd.toml.in >"$r/etc/containerd/config.toml"
   install -m 0644 scripts/nodebed/10-bridge.conflist "$r/etc/cni/net.d/"
