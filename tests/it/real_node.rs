@@ -201,3 +201,21 @@ fn kubeadm_init_in_a_real_node_makes_a_ready_control_plane() {
         (started + booted + init + ready_after).as_secs_f64()
     );
 }
+
+/// A bed that cannot start names what is missing (here, the node image) and
+/// exits non-zero, so the tests above fail instead of skipping.
+#[test]
+fn a_bed_that_cannot_start_names_the_missing_piece() {
+    let out = std::process::Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/nodebed/node.sh"))
+        .args(["check", "/nonexistent/kube-aws-node-image/rootfs"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("the real-node bed cannot start: missing ")
+            && err.contains("the node image (run scripts/install-nodebed.sh)"),
+        "{err}"
+    );
+}
