@@ -228,6 +228,9 @@ stop() {
   cgroups_down "$name"
   {
     flock 8
+    # the host's end of the veth first: deleting the namespace removes it
+    # only later, and the bridge would still count it as a port
+    ip link del "kv$(printf '%s' "$name" | sha256sum | cut -c1-10)" 2>/dev/null || true
     ip netns del "kanb-$name" 2>/dev/null || true
     # the bridge goes with its last node
     if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
