@@ -5,7 +5,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools testbed lint unit fuzz-short fuzz example bench bench-installer
+.PHONY: test tools testbed nodebed lint unit fuzz-short fuzz example bench bench-installer
 
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
@@ -17,6 +17,11 @@ tools:
 
 testbed:
 	@bash scripts/install-testbed.sh
+	@bash scripts/install-nodebed.sh
+
+# The real-node bed alone (scripts/install-nodebed.sh; needs the test bed and root).
+nodebed:
+	@bash scripts/install-nodebed.sh
 
 lint:
 	cargo fmt --check

@@ -40,6 +40,7 @@ mod pki;
 mod plugin_commands;
 mod plugins;
 mod real_charts;
+mod real_node;
 mod render;
 mod servers;
 mod testbed;

@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# Builds the real-node bed (docs/testing.md, "The real-node bed"): what a
+# node container needs to boot systemd, containerd, kubelet and kubeadm.
+#
+#   1. binaries, from the Go module proxy at the test bed's pins:
+#      kubelet and kube-proxy (k8s.io/kubernetes, through the test bed's own
+#      wrapper module), crictl (sigs.k8s.io/cri-tools), CoreDNS
+#      (github.com/coredns/coredns at kubeadm's CoreDNSVersion), and pause
+#      (Kubernetes' own build/pause/linux/pause.c, compiled static with gcc);
+#   2. OCI image archives, written without a registry, for exactly the images
+#      `kubeadm config images list` names, each one layer holding the test
+#      bed's binary (scripts/nodebed/oci_image.py);
+#   3. a Debian root filesystem (debootstrap) with systemd, containerd, runc,
+#      the CNI plugins, cloud-init and python3, the aws CLI (PyPI, the tools
+#      venv's pin), the binaries in /usr/local/bin, and the images already
+#      imported into its containerd.
+#
+# Needs the control-plane test bed (scripts/install-testbed.sh) first: kubeadm,
+# kubectl and the control-plane binaries come from it. Needs root (debootstrap,
+# containerd) and Debian's runc, containerd, debootstrap and gcc.
+# Everything lands in .testbed/node/<hash of its inputs>/; .testbed/node/current
+# points at it. A second run builds nothing ("up to date").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+say() { echo "install-nodebed: $*"; }
+die() {
+  echo "install-nodebed: $*" >&2
+  exit 1
+}
+
+if [ "${KUBE_AWS_TESTBED:-}" = skip ] || [ "${KUBE_AWS_NODEBED:-}" = skip ]; then
+  say "KUBE_AWS_TESTBED or KUBE_AWS_NODEBED=skip: not building; the real-node tests will skip and say so"
+  exit 0
+fi
+
+TB=$(readlink -f .testbed/bin 2>/dev/null)/.. || true
+[ -f "$TB/pins" ] || die "the control-plane test bed is missing (.testbed/bin): run scripts/install-testbed.sh first"
+TB=$(cd "$TB" && pwd)
+for b in kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler etcd; do
+  [ -x "$TB/bin/$b" ] || die "the control-plane test bed has no $b ($TB/bin): run scripts/install-testbed.sh first"
+done
+[ -f "$TB/src/kubernetes/go.mod" ] || die "the test bed's wrapper module $TB/src/kubernetes is missing: run scripts/install-testbed.sh"
+
+# --- pins -------------------------------------------------------------------
+K8S=$(sed -n 's/.*kubernetes=\(v[0-9.]*\).*/\1/p' "$TB/pins")
+[ -n "$K8S" ] || die "cannot read the kubernetes pin from $TB/pins"
+minor=${K8S#v}
+minor=${minor%.*}
+K8SDIR=$(cd "$TB/src/kubernetes" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+[ -d "$K8SDIR" ] || die "k8s.io/kubernetes@$K8S is not in the module cache"
+consts=$K8SDIR/cmd/kubeadm/app/constants/constants.go
+COREDNS=$(sed -n 's/^[[:space:]]*CoreDNSVersion = "\(v[0-9.]*\)"$/\1/p' "$consts")
+PAUSE=$(sed -n 's/^[[:space:]]*PauseVersion = "\([0-9.]*\)"$/\1/p' "$consts")
+ETCD_TAG=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.-]*\)"$/\1/p' "$consts")
+# crictl: the version k8s.io/kubernetes' build/dependencies.yaml names.
+CRICTL=v$(sed -n '/name: "crictl"/{n;s/^[[:space:]]*version: \([0-9.]*\)$/\1/p}' "$K8SDIR/build/dependencies.yaml")
+{ [ -n "$COREDNS" ] && [ -n "$PAUSE" ] && [ -n "$ETCD_TAG" ] && [ "$CRICTL" != v ]; } ||
+  die "cannot read CoreDNSVersion, PauseVersion, DefaultEtcdVersion from $consts or crictl from build/dependencies.yaml"
+SUITE=bookworm
+MIRROR=${KUBE_AWS_NODEBED_MIRROR:-http://deb.debian.org/debian}
+# The node image's Debian packages (besides debootstrap's minbase);
+# python3-cffi-backend is named because debootstrap does not resolve the
+# virtual package python3-cryptography needs (cloud-init fails to configure).
+PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,iptables,iproute2,conntrack,ethtool,socat,kmod,ca-certificates,procps,util-linux,mount,python3,python3-cffi-backend,cloud-init,curl
+# The aws CLI nodes use (the stub's `aws s3 cp`, the signals): the version
+# the tools venv pins (scripts/install-tools.sh), from PyPI. Debian's awscli
+# (2.9) is too old to take its endpoint from AWS_ENDPOINT_URL.
+AWSCLI=$(sed -n 's/^[[:space:]]*"awscli==\([0-9.]*\)"$/\1/p' scripts/install-tools.sh)
+[ -n "$AWSCLI" ] || die "cannot read the awscli pin from scripts/install-tools.sh"
+BIN_RECIPE=1 # bump when the way binaries are built changes
+ROOTFS_RECIPE=1
+
+bin_pins="recipe=$BIN_RECIPE kubernetes=$K8S coredns=$COREDNS crictl=$CRICTL pause=$PAUSE"
+bin_key=$(printf '%s' "$bin_pins" | sha256sum | cut -c1-12)
+base_pins="recipe=$ROOTFS_RECIPE suite=$SUITE packages=$PACKAGES"
+base_key=$(printf '%s' "$base_pins" | sha256sum | cut -c1-12)
+# The node image: its binaries, the test bed's binaries, its base, and the
+# files that make it (this script and scripts/nodebed/*, but node.sh, which
+# only runs nodes).
+inputs=$(
+  {
+    printf '%s\n' "$bin_pins" "$base_pins" "awscli=$AWSCLI" "$(cat "$TB/pins")"
+    cat scripts/install-nodebed.sh scripts/nodebed/oci_image.py scripts/nodebed/containerd.toml.in \
+      scripts/nodebed/10-bridge.conflist scripts/nodebed/kubelet.service scripts/nodebed/crictl.yaml
+  } | sha256sum | cut -c1-12
+)
+NB=$ROOT/.testbed/node
+BIN=$NB/bin-$bin_key
+BASE=$NB/base-$base_key
+DIR=$NB/$inputs
+mkdir -p "$NB/log"
+LOG=$NB/log
+
+if [ -f "$DIR/ready" ]; then
+  ln -sfn "$inputs" "$NB/current"
+  say "up to date ($bin_pins; $SUITE) in .testbed/node/$inputs"
+  exit 0
+fi
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, and containerd to import the images); the real-node tests need root too"
+missing=()
+for p in runc:runc containerd:containerd ctr:containerd debootstrap:debootstrap gcc:gcc ip:iproute2; do
+  command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}")
+done
+dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null 2>&1 || die "go not found on PATH: the node's binaries are built with Go (as the test bed's)"
+
+exec 9>"$NB/.lock"
+flock 9
+
+export CGO_ENABLED=0
+export GOFLAGS="-trimpath -buildvcs=false"
+export GOWORK=off
+
+run() {
+  local comp=$1
+  shift
+  if ! "$@" >>"$LOG/$comp.log" 2>&1; then
+    echo "install-nodebed: building $comp failed: \`$*\` exited non-zero; the last lines of .testbed/node/log/$comp.log:" >&2
+    tail -n 25 "$LOG/$comp.log" | sed 's/^/  /' >&2
+    exit 1
+  fi
+}
+
+timed() {
+  local name=$1 start secs
+  shift
+  start=$(date +%s)
+  : >"$LOG/$name.log"
+  "$@"
+  secs=$(($(date +%s) - start))
+  say "$name built in ${secs}s"
+  echo "$(date -u +%FT%TZ) $name ${secs}s" >>"$NB/build-times"
+}
+
+# --- 1. binaries --------------------------------------------------------------
+k8s_ldflags() {
+  local v p
+  v="-X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1"
+  v="$v -X k8s.io/component-base/version.gitMinor=${minor#*.} -X k8s.io/component-base/version.gitTreeState=clean"
+  p=${v//component-base\/version/client-go\/pkg\/version}
+  echo "-s -w $v $p"
+}
+build_k8s() {
+  local name=$1
+  (cd "$TB/src/kubernetes" && run "$name" go build -mod=mod -ldflags "$(k8s_ldflags)" -o "$BIN/$name.tmp" "k8s.io/kubernetes/cmd/$name")
+  mv "$BIN/$name.tmp" "$BIN/$name"
+}
+install_go() {
+  local name=$1 ldflags=$2 pkg=$3
+  rm -rf "$BIN/tmp-$name"
+  mkdir -p "$NB/src"
+  (cd "$NB/src" && GOBIN="$BIN/tmp-$name" run "$name" go install -ldflags "$ldflags" "$pkg")
+  mv "$BIN/tmp-$name"/* "$BIN/$name"
+  rm -rf "$BIN/tmp-$name"
+}
+build_pause() {
+  run pause gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE-kube-aws-nodebed" -o "$BIN/pause.tmp" "$K8SDIR/build/pause/linux/pause.c"
+  strip "$BIN/pause.tmp"
+  mv "$BIN/pause.tmp" "$BIN/pause"
+}
+# CoreDNS at kubeadm's version, with the plugins kubeadm's Corefile uses and
+# every other in-tree plugin but the cloud and tracing ones (azure, clouddns,
+# route53, nomad, etcd, trace, dnstap, geoip), whose SDKs would double the
+# build: coremain and the plugins are CoreDNS's own packages at $COREDNS.
+build_coredns() {
+  local w=$NB/src/coredns-$COREDNS p
+  mkdir -p "$w"
+  {
+    echo "// Generated by scripts/install-nodebed.sh: CoreDNS $COREDNS without the cloud plugins."
+    echo "package main"
+    echo
+    echo "import ("
+    for p in acl any auto autopath bind bufsize cache cancel chaos debug dns64 dnssec errors file forward \
+      grpc header health hosts k8s_external kubernetes loadbalance local log loop metadata metrics minimal \
+      multisocket nsid pprof ready reload rewrite root secondary sign template timeouts tls transfer tsig \
+      view whoami; do
+      echo "	_ \"github.com/coredns/coredns/plugin/$p\""
+    done
+    echo "	_ \"github.com/coredns/caddy/onevent\""
+    echo "	\"github.com/coredns/coredns/coremain\""
+    echo ")"
+    echo
+    echo "func main() { coremain.Run() }"
+  } >"$w/main.go"
+  printf '%s\n' "module kube-aws.nodebed/coredns" "" "go 1.24.0" "" "require github.com/coredns/coredns $COREDNS" >"$w/go.mod"
+  (cd "$w" && run coredns go build -mod=mod -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS" -o "$BIN/coredns.tmp" .)
+  mv "$BIN/coredns.tmp" "$BIN/coredns"
+}
+
+mkdir -p "$BIN"
+[ -x "$BIN/kubelet" ] || timed kubelet build_k8s kubelet
+[ -x "$BIN/kube-proxy" ] || timed kube-proxy build_k8s kube-proxy
+[ -x "$BIN/pause" ] || timed pause build_pause
+[ -x "$BIN/crictl" ] || timed crictl install_go crictl "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL"
+[ -x "$BIN/coredns" ] || timed coredns build_coredns
+
+# --- 2. the Debian base (before the images: kube-proxy's takes iptables from it)
+debootstrap_base() {
+  rm -rf "$BASE.tmp"
+  mkdir -p "$NB/debs"
+  run base debootstrap --variant=minbase --cache-dir="$NB/debs" --include="$PACKAGES" "$SUITE" "$BASE.tmp" "$MIRROR"
+  rm -rf "$BASE.tmp/var/cache/apt/archives"/*.deb "$BASE.tmp/var/lib/apt/lists"/*_Packages
+  mv "$BASE.tmp" "$BASE"
+}
+[ -d "$BASE" ] || timed base debootstrap_base
+
+# The aws CLI, in a directory of its own in the image (/usr/local/lib/kube-aws-awscli),
+# so that its botocore, urllib3 and PyYAML do not meet Debian's (cloud-init's).
+AWSDIR=$NB/awscli-$AWSCLI
+awscli() {
+  rm -rf "$AWSDIR.tmp"
+  run awscli python3 -m pip install --quiet --no-compile --disable-pip-version-check --target "$AWSDIR.tmp" "awscli==$AWSCLI"
+  mv "$AWSDIR.tmp" "$AWSDIR"
+}
+[ -d "$AWSDIR" ] || timed awscli awscli
+
+# --- 3. images ----------------------------------------------------------------
+# exactly what kubeadm asks for at this version
+mapfile -t IMAGES < <("$TB/bin/kubeadm" config images list --kubernetes-version "$K8S" 2>>"$LOG/images.log")
+[ "${#IMAGES[@]}" -ge 7 ] || die "\`kubeadm config images list --kubernetes-version $K8S\` listed ${#IMAGES[*]} images (see .testbed/node/log/images.log)"
+# kube-proxy (iptables mode) runs iptables and conntrack: its image also
+# holds Debian's iptables-nft (xtables-nft-multi under each name kube-proxy
+# calls), conntrack, the xtables extensions, and the libraries they link,
+# all taken from the Debian base; the binaries are dynamically linked.
+kube_proxy_files() {
+  local f n lib
+  local -A libs=()
+  for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore xtables-nft-multi; do
+    echo "--file=$BASE/usr/sbin/xtables-nft-multi=/usr/sbin/$n"
+  done
+  echo "--file=$BASE/usr/sbin/conntrack=/usr/sbin/conntrack"
+  for f in "$BASE"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
+    echo "--file=$f=/usr/lib/x86_64-linux-gnu/xtables/${f##*/}"
+  done
+  for f in /usr/sbin/xtables-nft-multi /usr/sbin/conntrack "${BASE}"/usr/lib/x86_64-linux-gnu/xtables/*.so; do
+    f=${f#"$BASE"}
+    while read -r lib; do
+      [ -n "$lib" ] && libs[$lib]=1
+    done < <(chroot "$BASE" ldd "$f" | sed -n 's#.*[[:space:]]\(/[^ ]*\) (0x.*#\1#p')
+  done
+  for lib in "${!libs[@]}"; do
+    echo "--file=$(readlink -f "$BASE$lib")=$lib"
+  done
+}
+
+write_images() {
+  mkdir -p "$IMG"
+  local ref name bin entry dest extra
+  for ref in "${IMAGES[@]}"; do
+    name=${ref%:*}
+    name=${name##*/}
+    entry='' extra=''
+    case $name in
+    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy extra=$(kube_proxy_files) ;;
+    coredns) bin=$BIN/coredns dest=/coredns entry=/coredns ;;
+    pause) bin=$BIN/pause dest=/pause entry=/pause ;;
+    *) die "kubeadm lists an image this bed cannot build: $ref" ;;
+    esac
+    run images python3 scripts/nodebed/oci_image.py "$IMG/$name.tar" "$ref" --file "$bin=$dest" ${entry:+--entrypoint "$entry"} $extra
+  done
+}
+img_key=$(
+  {
+    printf '%s\n' "$bin_pins" "$base_pins" "$(cat "$TB/pins")"
+    cat scripts/nodebed/oci_image.py
+    declare -f write_images kube_proxy_files
+  } | sha256sum | cut -c1-12
+)
+IMG=$NB/images-$img_key
+[ -f "$IMG/done" ] || {
+  timed images write_images
+  touch "$IMG/done"
+}
+
+# --- 4. the node's root filesystem ------------------------------------------------
+# The images go into the node's containerd store with the host's containerd
+# (the same Debian build as the node's), started on a private socket; its CRI
+# plugin labels them io.cri-containerd.image=managed, as a pull would.
+import_images() {
+  local r=$1 sock state pid
+  state=$(mktemp -d)
+  sock=$state/containerd.sock
+  cat >"$state/config.toml" <<EOF
+version = 2
+root = "$r/var/lib/containerd"
+state = "$state/state"
+[grpc]
+  address = "$sock"
+EOF
+  containerd --config "$state/config.toml" >>"$LOG/import.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    [ -S "$sock" ] && ctr -a "$sock" version >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  local ok=1 f
+  for f in "$IMG"/*.tar; do
+    ctr -a "$sock" -n k8s.io images import --no-unpack=false "$f" >>"$LOG/import.log" 2>&1 || {
+      ok=0
+      break
+    }
+  done
+  ctr -a "$sock" -n k8s.io images ls >>"$LOG/import.log" 2>&1 || true
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$state"
+  [ "$ok" = 1 ] || die "importing $f into the node's containerd failed; see .testbed/node/log/import.log"
+}
+
+make_rootfs() {
+  local r=$DIR.tmp/rootfs
+  rm -rf "$DIR.tmp"
+  mkdir -p "$DIR.tmp"
+  cp -a "$BASE" "$r"
+  install -m 0755 "$BIN/kubelet" "$BIN/kube-proxy" "$BIN/crictl" "$TB/bin/kubeadm" "$TB/bin/kubectl" "$r/usr/local/bin/"
+  cp -a "$AWSDIR" "$r/usr/local/lib/kube-aws-awscli"
+  printf '%s\n' '#!/usr/bin/python3' '# the aws CLI (scripts/install-nodebed.sh)' 'import sys' \
+    'sys.path.insert(0, "/usr/local/lib/kube-aws-awscli")' 'from awscli.clidriver import main' 'sys.exit(main())' \
+    >"$r/usr/local/bin/aws"
+  chmod 0755 "$r/usr/local/bin/aws"
+  mkdir -p "$r/etc/containerd" "$r/etc/cni/net.d" "$r/etc/kubernetes/manifests" "$r/var/lib/kubelet" "$r/etc/systemd/system/multi-user.target.wants"
+  sed "s#@PAUSE_IMAGE@#$(printf '%s\n' "${IMAGES[@]}" | grep /pause:)#" scripts/nodebed/containerd.toml.in >"$r/etc/containerd/config.toml"
+  install -m 0644 scripts/nodebed/10-bridge.conflist "$r/etc/cni/net.d/"
+  install -m 0644 scripts/nodebed/crictl.yaml "$r/etc/crictl.yaml"
+  install -m 0644 scripts/nodebed/kubelet.service "$r/etc/systemd/system/kubelet.service"
+  ln -sf /etc/systemd/system/kubelet.service "$r/etc/systemd/system/multi-user.target.wants/kubelet.service"
+  # What a container does not need, or cannot do (kind masks the same).
+  local u
+  for u in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+    systemd-modules-load.service systemd-remount-fs.service systemd-sysctl.service \
+    systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
+    ln -sf /dev/null "$r/etc/systemd/system/$u"
+  done
+  # cloud-init runs only when a test gives the node a datasource.
+  touch "$r/etc/cloud/cloud-init.disabled"
+  : >"$r/etc/machine-id"
+  echo "node" >"$r/etc/hostname"
+  printf '127.0.0.1 localhost\n' >"$r/etc/hosts"
+  : >"$r/etc/resolv.conf"
+  printf 'overlay\nbr_netfilter\n' >"$r/etc/modules-load.d/k8s.conf"
+  import_images "$r"
+  printf '%s\n' "${IMAGES[@]}" >"$DIR.tmp/images"
+  echo "$K8S" >"$DIR.tmp/kubernetes-version"
+  rm -rf "$DIR"
+  mv "$DIR.tmp" "$DIR"
+  touch "$DIR/ready"
+}
+timed rootfs make_rootfs
+ln -sfn "$inputs" "$NB/current"
+# Older node images and image sets go (each is 1.5 GB), but not one a
+# running node's overlay still has as its lower layer.
+for old in "$NB"/[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] "$NB"/images-*; do
+  case $old in "$DIR" | "$IMG") continue ;; esac
+  [ -d "$old" ] || continue
+  grep -qF "lowerdir=$(cd "$old" && pwd -P)/" /proc/self/mountinfo && continue
+  rm -rf "$old"
+done
+say "done ($bin_pins; $SUITE $PACKAGES) in .testbed/node/$inputs"

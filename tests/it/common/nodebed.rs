@@ -1,0 +1,214 @@
+//! The real-node bed (docs/testing.md, "The real-node bed"): a node is a
+//! privileged runc container with systemd as PID 1, booted from the Debian
+//! root filesystem scripts/install-nodebed.sh builds (containerd, runc, the
+//! CNI plugins, kubelet, kubeadm, the control-plane images imported), in a
+//! network namespace of its own on the host bridge `kanb0` (10.250.0.0/16).
+//! `scripts/nodebed/node.sh` does the starting and stopping; this is the
+//! handle tests hold.
+//!
+//! - A node is stopped by its container id when its handle drops, also when
+//!   the test fails: the container is killed and deleted, its cgroups and its
+//!   network namespace removed, its root filesystem (an overlay on the
+//!   image) unmounted and its files deleted (kept, with their path printed,
+//!   when the test panicked, for the logs).
+//! - When the bed cannot start (not root, no runc, no cgroups, no image) a
+//!   test fails with the missing piece named; `KUBE_AWS_TESTBED=skip` or
+//!   `KUBE_AWS_NODEBED=skip` makes it skip and say so.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn node_sh() -> PathBuf {
+    repo().join("scripts/nodebed/node.sh")
+}
+
+/// The node image's directory (`.testbed/node/current`, or
+/// `KUBE_AWS_NODEBED_DIR`), or None (after saying so) when skipped. Panics
+/// with the missing piece when the bed cannot start.
+pub fn image_dir(test: &str) -> Option<PathBuf> {
+    for var in ["KUBE_AWS_TESTBED", "KUBE_AWS_NODEBED"] {
+        if std::env::var(var).as_deref() == Ok("skip") {
+            say(&format!(
+                "{test}: SKIPPED: {var}=skip (needs the real-node bed of scripts/install-nodebed.sh)"
+            ));
+            return None;
+        }
+    }
+    let dir = std::env::var_os("KUBE_AWS_NODEBED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".testbed/node/current"));
+    let out = Command::new("bash")
+        .arg(node_sh())
+        .arg("check")
+        .arg(dir.join("rootfs"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node_sh().display()));
+    assert!(
+        out.status.success(),
+        "{test}: {} (`make nodebed` builds the image; KUBE_AWS_NODEBED=skip skips these tests)",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Some(dir)
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A running node; stopped by its container id on drop.
+pub struct Node {
+    pub name: String,
+    pub ip: String,
+    pub work: PathBuf,
+    /// The container's init (systemd) as the host sees it.
+    pub pid: u32,
+    pub started: Instant,
+}
+
+impl Node {
+    /// Boots a node from the image in `image` (its `rootfs`).
+    pub fn start(image: &Path, role: &str) -> Node {
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let name = format!("kanb-{role}-{pid}-{seq}");
+        // 10.250.<1..250>.<2..250>: distinct per node of this process, and
+        // unlikely to meet another test process's.
+        let ip = format!("10.250.{}.{}", 1 + pid % 250, 2 + seq % 248);
+        let work = repo().join(".testbed/node/run").join(&name);
+        let started = Instant::now();
+        let out = Command::new("bash")
+            .arg(node_sh())
+            .args(["start", &name, &ip])
+            .arg(&work)
+            .arg(image.join("rootfs"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run node.sh start");
+        let mut node = Node {
+            name,
+            ip,
+            work,
+            pid: 0,
+            started,
+        };
+        assert!(
+            out.status.success(),
+            "starting node {} failed: {}",
+            node.name,
+            super::output_text(&out)
+        );
+        node.pid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        node
+    }
+
+    /// The node's root filesystem as the host sees it.
+    pub fn rootfs(&self) -> PathBuf {
+        self.work.join("rootfs")
+    }
+
+    /// Runs a command in the node (`runc exec`), returning its output.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("runc")
+            .arg("exec")
+            .arg(&self.name)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("runc exec")
+    }
+
+    /// Runs a shell command in the node; its stdout, or a panic with its output.
+    pub fn sh(&self, script: &str) -> String {
+        let out = self.exec(&["sh", "-c", script]);
+        assert!(
+            out.status.success(),
+            "in node {}: `{script}` failed ({}):\n{}",
+            self.name,
+            out.status,
+            super::output_text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `check` (a shell command in the node) until it succeeds.
+    pub fn wait_for(&self, what: &str, script: &str, limit: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        loop {
+            let out = self.exec(&["sh", "-c", script]);
+            if out.status.success() {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "node {}: {what} not after {limit:?}; `{script}` said:\n{}\n{}",
+                    self.name,
+                    super::output_text(&out),
+                    self.diagnostics()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// What the node's systemd, containerd and kubelet said, for failure messages.
+    pub fn diagnostics(&self) -> String {
+        let out = self.exec(&[
+            "sh",
+            "-c",
+            "systemctl --failed --no-pager; journalctl --no-pager -n 40 -u containerd -u kubelet; \
+             crictl ps -a 2>&1 | head -20",
+        ]);
+        format!(
+            "--- node {} ({}) ---\n{}\n--- console ---\n{}",
+            self.name,
+            self.work.display(),
+            super::output_text(&out),
+            std::fs::read_to_string(self.work.join("console.log"))
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let keep = std::thread::panicking();
+        let mut cmd = Command::new("bash");
+        cmd.arg(node_sh()).args(["stop", &self.name]).arg(&self.work);
+        if keep {
+            cmd.arg("keep");
+        }
+        let out = cmd.stdin(Stdio::null()).output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => say(&format!("stopping node {}: {}", self.name, super::output_text(&o))),
+            Err(e) => say(&format!("stopping node {}: {e}", self.name)),
+        }
+        if keep {
+            say(&format!(
+                "node {} stopped; its files (console.log, and what it wrote, under upper/: var/log/journal, var/log/pods) are kept in {}",
+                self.name,
+                self.work.display()
+            ));
+        } else {
+            let _ = std::fs::remove_dir_all(&self.work);
+        }
+    }
+}
