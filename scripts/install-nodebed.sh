@@ -316,6 +316,25 @@ EOF
   [ "$ok" = 1 ] || die "importing $f into the node's containerd failed; see .testbed/node/log/import.log"
 }
 
+# Empty Debian packages named as Amazon Linux 2023 names what the
+# cloud-config installs, each depending on Debian's package of the same tools.
+al2023_aliases() {
+  local r=$1 d name dep
+  d=$(mktemp -d)
+  for name in conntrack-tools:conntrack iptables-nft:iptables iproute-tc:iproute2; do
+    dep=${name#*:}
+    name=${name%%:*}
+    mkdir -p "$d/$name/DEBIAN"
+    printf '%s\n' "Package: $name" "Version: 1.0+kube-aws-nodebed" "Architecture: all" "Depends: $dep" \
+      "Maintainer: kube-aws <kube-aws@localhost>" \
+      "Description: Amazon Linux 2023's name for Debian's $dep (the real-node bed)" >"$d/$name/DEBIAN/control"
+    dpkg-deb --build --root-owner-group "$d/$name" "$r/tmp/$name.deb" >>"$LOG/rootfs.log" 2>&1
+    chroot "$r" dpkg -i "/tmp/$name.deb" >>"$LOG/rootfs.log" 2>&1 || die "installing $name in the node image failed; see .testbed/node/log/rootfs.log"
+    rm -f "$r/tmp/$name.deb"
+  done
+  rm -rf "$d"
+}
+
 make_rootfs() {
   local r=$DIR.tmp/rootfs
   rm -rf "$DIR.tmp"
@@ -340,6 +359,15 @@ make_rootfs() {
     systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
     ln -sf /dev/null "$r/etc/systemd/system/$u"
   done
+  # As on Amazon Linux 2023: systemd-networkd runs (the node program's
+  # network step reloads it), and the packages the cloud-config's `packages`
+  # names under AL2023's names are installed (cloud-init's packages module
+  # asks apt for them by those names: conntrack-tools, iptables-nft and
+  # iproute-tc are empty packages that depend on Debian's conntrack,
+  # iptables and iproute2). Nodes have no internet: no apt source.
+  chroot "$r" systemctl enable systemd-networkd.service >>"$LOG/rootfs.log" 2>&1
+  al2023_aliases "$r"
+  : >"$r/etc/apt/sources.list"
   # cloud-init runs only when a test gives the node a datasource.
   touch "$r/etc/cloud/cloud-init.disabled"
   : >"$r/etc/machine-id"

@@ -5,8 +5,10 @@ comes from the data files /etc/kube-aws/{runtime,node,kubeadm}.json.
 Steps: metadata (IMDS: instance id, private DNS name as node name, MAC),
 network (systemd-networkd manages the primary ENI only), secrets (secrets.py:
 decrypt, place the cluster PKI on controllers, fill plugin files), packages
-(the Kubernetes packages at the exact patch), kernel, containerd, plugin
-units; then the first controller (the S3 init lock, If-None-Match) runs
+(the Kubernetes packages at the exact patch; none when the image
+already has them at those versions, as a baked AMI does), kernel (modprobe;
+a module the kernel already has is fine when modprobe cannot load it),
+containerd (kubeadm's pause image as the sandbox image), plugin units; then the first controller (the S3 init lock, If-None-Match) runs
 `kubeadm init` with the bundle's token; other controllers join the control
 plane one at a time (the S3 join lock, released after the join, broken when
 stale; under it, stale etcd members are pruned first), except that the replacement of a single controller restores etcd's
@@ -36,6 +38,100 @@ from .console import Console
 IMDS = "http://169.254.169.254/latest"
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+
+
+# The commands of the Kubernetes packages (node.json kubernetesPackages,
+# `NAME-VERSION` specs) and how each prints its version.
+PACKAGE_COMMANDS = {
+    "kubelet": ["kubelet", "--version"],  # Kubernetes v1.35.4
+    "kubeadm": ["kubeadm", "version", "-o", "short"],  # v1.35.4
+    "kubectl": ["kubectl", "version", "--client"],  # Client Version: v1.35.4
+    "cri-tools": ["crictl", "--version"],  # crictl version v1.34.0
+}
+VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)\b")
+
+
+def version_matches(spec_version, found, name):
+    """Whether `found` ("1.35.4") is what the spec's version ("1.35.4", or
+    "1.35.*" for cri-tools) pins. cri-tools is released per minor and pinned to
+    the minor; Kubernetes itself pairs a release with the previous minor's
+    crictl (build/dependencies.yaml of v1.35 names crictl 1.34.0), so that one
+    counts too."""
+    want = spec_version.split(".")
+    have = found.split(".")
+    if want[-1] == "*":
+        if name == "cri-tools" and have[0] == want[0] and want[1].isdigit():
+            return have[1] in (want[1], str(int(want[1]) - 1))
+        return have[:len(want) - 1] == want[:-1]
+    return have == want
+
+
+def baked_packages(specs, run):
+    """(True, notes) when every package of `specs` is installed at its pinned
+    version (a baked image: the package manager is not needed), else (False,
+    notes); `run(args)` returns a command's stdout or None when it cannot run.
+    The notes say what was found, for the boot log."""
+    notes = []
+    baked = True
+    for spec in specs:
+        name, _, want = spec.rpartition("-")
+        command = PACKAGE_COMMANDS.get(name)
+        if not name or command is None:
+            return False, ["no way to tell the installed version of %s" % spec]
+        out = run(command)
+        m = VERSION.search(out or "")
+        if not m:
+            notes.append("%s: not installed" % command[0])
+            baked = False
+            continue
+        found = ".".join(m.groups())
+        if version_matches(want, found, name):
+            notes.append("%s %s is installed (%s)" % (command[0], found, spec))
+        else:
+            notes.append("%s %s is installed, not %s" % (command[0], found, spec))
+            baked = False
+    return baked, notes
+
+
+# Kernel modules the node needs, and what shows the running kernel has each
+# (loaded, or built in) when modprobe cannot load it: a container node has no
+# /lib/modules of the host's kernel.
+KERNEL_FEATURES = {
+    "overlay": "/sys/module/overlay",
+    "br_netfilter": "/proc/sys/net/bridge/bridge-nf-call-iptables",
+}
+
+
+def has_cap(name_bit, status_path="/proc/self/status"):
+    """Whether this process has capability number `name_bit` (CapEff)."""
+    try:
+        with open(status_path) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> name_bit & 1)
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def containerd_config(default, pause_image, can_lower_oom):
+    """containerd's config from `containerd config default`: runc under the
+    systemd cgroup driver (kubeadm's default for the kubelet), the pause image
+    kubeadm uses as the sandbox image (containerd's default is an older one,
+    which kubeadm warns about and a node without a registry cannot pull), and,
+    where this node may not lower OOM scores (no CAP_SYS_RESOURCE: an
+    unprivileged or sandboxed host), pods' scores no lower than containerd's
+    own, or every pod sandbox fails to start."""
+    text = default.replace("SystemdCgroup = false", "SystemdCgroup = true")
+    if pause_image:
+        text = re.sub(r'(?m)^(\s*sandbox(?:_image)? = )["\'][^"\'\n]*["\']', lambda m: m.group(1) + '"%s"' % pause_image,
+                      text)
+    if not can_lower_oom:
+        text = text.replace("restrict_oom_score_adj = false", "restrict_oom_score_adj = true")
+    return text
 
 
 class StepFailed(Exception):
@@ -200,17 +296,30 @@ class Boot(object):
             raise StepFailed(1, "kube-aws-node secrets", str(e))
         # The Kubernetes packages, pinned to the exact patch (node.json). The
         # repository excludes them so no later `dnf upgrade` moves them.
+        # An image that already has them at the exact version (a baked AMI)
+        # needs no package manager; Amazon Linux 2023 installs them.
         self.step("packages")
-        self.sh(["dnf", "install", "-y", "--disableexcludes=kubernetes"] + list(self.node["kubernetesPackages"]))
+        specs = list(self.node["kubernetesPackages"])
+        baked, notes = baked_packages(specs, self.output_of)
+        for n in notes:
+            self.say(n)
+        if baked:
+            self.say("the Kubernetes packages are installed at the pinned versions: no dnf install")
+        else:
+            self.sh(["dnf", "install", "-y", "--disableexcludes=kubernetes"] + specs)
         self.step("kernel")
-        self.sh(["modprobe", "overlay"])
-        self.sh(["modprobe", "br_netfilter"])
+        for module, present in sorted(KERNEL_FEATURES.items()):
+            try:
+                self.sh(["modprobe", module])
+            except StepFailed:
+                if not os.path.exists(present):
+                    raise
+                self.say("the kernel has %s already (%s)" % (module, present))
         self.sh(["sysctl", "--system"], capture=True)
         self.step("containerd")
-        config = self.sh(["containerd", "config", "default"], capture=True)
-        fsutil.write_atomic(paths.path("/etc/containerd/config.toml"),
-                            config.replace("SystemdCgroup = false", "SystemdCgroup = true").encode("utf-8"),
-                            mode=0o644)
+        config = containerd_config(self.sh(["containerd", "config", "default"], capture=True), self.pause_image(),
+                                   has_cap(CAP_SYS_RESOURCE))
+        fsutil.write_atomic(paths.path("/etc/containerd/config.toml"), config.encode("utf-8"), mode=0o644)
         self.sh(["systemctl", "daemon-reload"])
         self.sh(["systemctl", "enable", "--now", "containerd"])
         self.sh(["systemctl", "enable", "kubelet"])
@@ -219,14 +328,40 @@ class Boot(object):
             # `--`: a unit name is never read as an option.
             self.sh(["systemctl", "enable", "--now", "--", unit])
 
+    def output_of(self, args):
+        """A command's stdout, or None when it cannot run or fails."""
+        try:
+            p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               universal_newlines=True, errors="replace")
+        except OSError:
+            return None
+        return p.stdout if p.returncode == 0 else None
+
+    def pause_image(self):
+        """The pause image this kubeadm uses (`kubeadm config images list`), or ""."""
+        out = self.output_of(["kubeadm", "config", "images", "list", "--kubernetes-version",
+                              "v" + self.node["kubernetesVersion"].lstrip("v")]) or ""
+        return next((line.strip() for line in out.splitlines() if "/pause:" in line), "")
+
+    def kubeadm_patches(self):
+        """The documents of /etc/kube-aws/kubeadm.d/*.json (plugin files), in name order."""
+        d = paths.etc("kubeadm.d")
+        out = []
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if name.endswith(".json"):
+                doc = jsonio.read(os.path.join(d, name))
+                out.extend(doc if isinstance(doc, list) else [doc])
+        return out
+
     def kubeadm_config(self, mode):
         version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
         with open(os.path.join(self.store, "kubeadm", "bootstrap-token")) as f:
             token = f.read().strip()
         docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
         path = os.path.join(self.work, "kubeadm.yaml")
+        documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version)
         fsutil.write_atomic(path, kubeadmcfg.text(
-            kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version)).encode("utf-8"))
+            kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
         return path
 
     def lock_key(self, name):

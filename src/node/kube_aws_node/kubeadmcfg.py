@@ -8,6 +8,10 @@ token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
 to 30 minutes for discovery (nodes boot together with the first controller's
 init; kubeadm's default is 5); a joining controller gets `controlPlane: {}`
 (the shared CAs are already in /etc/kubernetes/pki: no certificate key).
+
+`patch` merges the documents of plugin files under /etc/kube-aws/kubeadm.d
+(a plugin's `nodes.<role>.files`) into them, by kind: the real-node bed's
+settings (docs/testing.md, "The real-node bed") come this way.
 """
 import copy
 import json
@@ -53,3 +57,33 @@ def documents(docs, runtime, node_name, mode, token, version):
 def text(docs):
     """The multi-document file kubeadm reads (JSON documents are YAML)."""
     return "\n---\n".join(json.dumps(d) for d in docs) + "\n"
+
+
+def _merge(base, over):
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
+
+
+# Kinds a patch may add when the documents lack them: only `kubeadm init`
+# takes them (joining nodes download the cluster's).
+ADDABLE = ("KubeletConfiguration", "KubeProxyConfiguration")
+
+
+def patch(docs, patches, mode):
+    """`docs` with each patch document (a dict with `kind`) deep-merged into the
+    document of the same kind (dicts merge, anything else replaces); a patch of
+    a kind `docs` lacks is added in init mode when it is in ADDABLE, otherwise
+    left out (a joining node takes only JoinConfiguration)."""
+    out = copy.deepcopy(docs)
+    for p in patches:
+        if not isinstance(p, dict) or not isinstance(p.get("kind"), str):
+            raise ValueError("a kubeadm patch document must be an object with a kind")
+        same = [d for d in out if d["kind"] == p["kind"]]
+        for d in same:
+            _merge(d, {k: v for k, v in p.items() if k not in ("kind", "apiVersion")})
+        if not same and mode == "init" and p["kind"] in ADDABLE and "apiVersion" in p:
+            out.append(copy.deepcopy(p))
+    return out
