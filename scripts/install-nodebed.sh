@@ -366,6 +366,10 @@ make_rootfs() {
   # iproute-tc are empty packages that depend on Debian's conntrack,
   # iptables and iproute2). Nodes have no internet: no apt source.
   chroot "$r" systemctl enable systemd-networkd.service >>"$LOG/rootfs.log" 2>&1
+  # The host configures a node's eth0 (node.sh), not networkd, so networkd's
+  # wait-online would wait its 2 minutes for a link it does not manage, and
+  # cloud-init's network stage with it: the network is up when the node starts.
+  ln -sf /dev/null "$r/etc/systemd/system/systemd-networkd-wait-online.service"
   al2023_aliases "$r"
   : >"$r/etc/apt/sources.list"
   # cloud-init runs only when a test gives the node a datasource.

@@ -11,6 +11,18 @@
 #                                       .testbed/node/current/rootfs) at WORKDIR/rootfs and
 #                                       boots it; prints the init's host PID. With USERDATA,
 #                                       cloud-init runs it (NoCloud seed) at boot
+#                                       In the environment, NODEBED_AWS_ENDPOINT (a URL)
+#                                       becomes the node's AWS_ENDPOINT_URL (every unit's and
+#                                       login's), and NODEBED_IMDS (HOST:PORT) answers for
+#                                       169.254.169.254:80 in the node's network namespace
+#                                       (a DNAT): the only settings of the bed a node carries.
+#                                       NODEBED_MAC sets eth0's MAC address (what the IMDS
+#                                       says), NODEBED_HOSTS adds "IP NAME" lines (";"
+#                                       between) to /etc/hosts: the names EC2's DNS would
+#                                       answer (the node's private DNS name, the API's load
+#                                       balancer, which the bed has not: its controller's IP)
+#   node.sh bridge                      makes the host bridge (kanb0, 10.250.0.1), so that a
+#                                       test's servers (moto, IMDS) can bind to its address
 #   node.sh exec NAME CMD...            runs CMD in the node
 #   node.sh sweep                       stops the nodes of test processes that are gone
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
@@ -49,21 +61,32 @@ check() {
   fi
 }
 
+bridge_up() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge 2>/dev/null || true
+  fi
+  ip addr show dev "$BRIDGE" | grep -qF " $HOST_IP/16 " || ip addr add "$HOST_IP/16" dev "$BRIDGE" 2>/dev/null || true
+  ip link set "$BRIDGE" up
+}
+
 netns_up() {
   local name=$1 ip=$2 ns=kanb-$1 hv
   hv=kv$(printf '%s' "$name" | sha256sum | cut -c1-10)
-  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-    ip link add "$BRIDGE" type bridge 2>/dev/null || true
-    ip addr add "$HOST_IP/16" dev "$BRIDGE" 2>/dev/null || true
-    ip link set "$BRIDGE" up
-  fi
+  bridge_up
   ip netns add "$ns"
   ip link add "$hv" type veth peer name eth0 netns "$ns"
   ip link set "$hv" master "$BRIDGE" up
   ip -n "$ns" link set lo up
+  [ -z "${NODEBED_MAC:-}" ] || ip -n "$ns" link set eth0 address "$NODEBED_MAC"
   ip -n "$ns" addr add "$ip/16" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" route add default via "$HOST_IP"
+  # The instance metadata endpoint, as EC2's link-local one: the test's
+  # emulator on the host, for this node alone.
+  if [ -n "${NODEBED_IMDS:-}" ]; then
+    ip netns exec "$ns" iptables -t nat -A OUTPUT -d 169.254.169.254/32 -p tcp --dport 80 \
+      -j DNAT --to-destination "$NODEBED_IMDS" || die "cannot route 169.254.169.254 to $NODEBED_IMDS in $ns"
+  fi
 }
 
 # Units that raise limits above this host's hard ones, or lower their OOM
@@ -182,10 +205,19 @@ start() {
   done
   echo "$name" >"$work/rootfs/etc/hostname"
   printf '127.0.0.1 localhost\n%s %s\n' "$ip" "$name" >"$work/rootfs/etc/hosts"
+  [ -z "${NODEBED_HOSTS:-}" ] || printf '%s\n' "$NODEBED_HOSTS" | tr ';' '\n' >>"$work/rootfs/etc/hosts"
   # CoreDNS (dnsPolicy Default) refuses to start without an upstream; the
   # host's bridge address answers nothing, which is all the bed needs.
   echo "nameserver $HOST_IP" >"$work/rootfs/etc/resolv.conf"
   limits_dropins "$work/rootfs"
+  if [ -n "${NODEBED_AWS_ENDPOINT:-}" ]; then
+    # moto stands for AWS: every unit (cloud-init's, the node program's
+    # timers) and every login gets its endpoint.
+    mkdir -p "$work/rootfs/etc/systemd/system.conf.d"
+    printf '%s\n' "# node.sh: the bed's AWS endpoint (moto)" "[Manager]" \
+      "DefaultEnvironment=AWS_ENDPOINT_URL=$NODEBED_AWS_ENDPOINT" >"$work/rootfs/etc/systemd/system.conf.d/50-nodebed-aws.conf"
+    echo "AWS_ENDPOINT_URL=$NODEBED_AWS_ENDPOINT" >>"$work/rootfs/etc/environment"
+  fi
   if [ -n "$userdata" ]; then
     # cloud-init's NoCloud datasource stands in for EC2's instance metadata:
     # the same user-data, from a seed directory instead of 169.254.169.254.
@@ -265,6 +297,12 @@ cmd=${1:-}
 shift || true
 case $cmd in
 check) check "$@" ;;
+bridge)
+  {
+    flock 8
+    bridge_up
+  } 8>"$LOCK"
+  ;;
 start) start "$@" ;;
 exec)
   name=$1
@@ -273,5 +311,5 @@ exec)
   ;;
 stop) stop "$@" ;;
 sweep) sweep ;;
-*) die "usage: node.sh check|start|exec|stop|sweep ..." ;;
+*) die "usage: node.sh check|start|bridge|exec|stop|sweep ..." ;;
 esac

@@ -219,3 +219,296 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
         "{err}"
     );
 }
+
+const BED_BUCKET: &str = "kube-aws-nodebed";
+const BED_CLUSTER: &str = "bed";
+const BED_REGION: &str = "us-west-2";
+
+/// The bed's own kubeadm settings (see `kubeadm_config` above for why each),
+/// as a plugin of the test's work tree: kube-aws renders its file into the
+/// controller's cloud-config, and the node program merges it into its kubeadm
+/// documents (`/etc/kube-aws/kubeadm.d`, kubeadmcfg.patch). Nothing of the bed
+/// is in kube-aws's own rendering.
+const BED_PLUGIN: &str = r#"apiVersion: kube-aws/v1
+kind: Plugin
+metadata:
+  name: nodebed
+  version: 0.1.0
+  description: the real-node bed's kubeadm settings (tests/it/real_node.rs)
+enabledByDefault: true
+spec:
+  nodes:
+    controller:
+      files:
+        - path: /etc/kube-aws/kubeadm.d/50-nodebed.json
+          content: |
+            [
+             {"kind": "InitConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
+             {"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
+             {"kind": "KubeletConfiguration", "failCgroupV1": false, "failSwapOn": false,
+              "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+              "imageGCHighThresholdPercent": 100},
+             {"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+              "conntrack": {"maxPerCore": 0}}
+            ]
+"#;
+
+/// The first `(instance id, private DNS name)` moto's EC2 lists with `Name` = `name`.
+fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
+    let r = env.aws_json(&[
+        "ec2",
+        "describe-instances",
+        "--filters",
+        &format!("Name=tag:Name,Values={name}"),
+    ]);
+    let i = r["Reservations"]
+        .as_array()
+        .and_then(|rs| rs.iter().flat_map(|r| r["Instances"].as_array().unwrap().iter()).next())
+        .unwrap_or_else(|| panic!("no instance {name} in moto: {r}"))
+        .clone();
+    (
+        i["InstanceId"].as_str().unwrap().to_string(),
+        i["PrivateDnsName"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The user-data of the launch template whose user-data is `role`'s stub, as
+/// moto's CloudFormation substituted it (`Fn::Sub`), decoded.
+fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String {
+    use base64::Engine;
+    let lts = env.aws_json(&["ec2", "describe-launch-templates"]);
+    let mut seen = Vec::new();
+    for lt in lts["LaunchTemplates"].as_array().unwrap() {
+        let id = lt["LaunchTemplateId"].as_str().unwrap();
+        let v = env.aws_json(&[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-id",
+            id,
+            "--versions",
+            "$Latest",
+        ]);
+        let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
+            .as_str()
+            .unwrap_or_default();
+        let text = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default())
+            .unwrap_or_default();
+        if text.contains(&format!("kube-aws {role} user-data stub")) {
+            return text;
+        }
+        seen.push(lt["LaunchTemplateName"].as_str().unwrap_or_default().to_string());
+    }
+    panic!("no launch template in moto holds the {role} stub; templates: {seen:?}")
+}
+
+/// `kube-aws up` of a one-controller work tree against moto (listening on
+/// the bed's bridge), then a node boots from the controller launch
+/// template's user-data as EC2 would run it: cloud-init runs the stub, which
+/// fetches the cloud-config from moto's S3 and runs the node program, whose
+/// steps (IMDS, secrets from SSM, S3 and KMS, packages, kubeadm init under
+/// the S3 init lock) bring the node to Ready.
+#[test]
+fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
+    use std::path::Path;
+    use std::process::Command;
+    let test = "real_node::a_controller_boots_from_its_rendered_user_data_to_a_ready_node";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    nodebed::bridge();
+    let env = crate::common::MotoEnv::new();
+    // The nodes reach moto through a relay on the bridge address (see
+    // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).
+    let relay_port = crate::common::free_port();
+    let mut relay = Command::new("python3");
+    relay
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
+        .args([nodebed::HOST_IP, &relay_port.to_string(), "127.0.0.1", &env.moto.port.to_string()]);
+    let relay = crate::common::Server::start_on(relay, nodebed::HOST_IP, relay_port);
+    env.aws(&["s3", "mb", &format!("s3://{BED_BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: {BED_CLUSTER}\nregion: {BED_REGION}\ns3URI: s3://{BED_BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("plugins/nodebed")).unwrap();
+    std::fs::write(dir.join("plugins/nodebed/plugin.yaml"), BED_PLUGIN).unwrap();
+    let up = env.kube_aws(dir, &["up"]);
+    assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
+    let t_up = t0.elapsed();
+
+    let stub = launch_template_user_data(&env, "controller");
+    assert!(!stub.contains("${"), "moto left a placeholder in the stub:\n{stub}");
+    let userdata = dir.join("controller.user-data");
+    std::fs::write(&userdata, &stub).unwrap();
+    let runtime: serde_json::Value = {
+        // runtime.json is the stub's first file: the API endpoint the node uses.
+        let doc: serde_yaml::Value = serde_yaml::from_str(&stub).unwrap();
+        let f = doc["write_files"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"].as_str() == Some("/etc/kube-aws/runtime.json"))
+            .expect("runtime.json in the stub");
+        serde_json::from_str(f["content"].as_str().unwrap()).unwrap()
+    };
+    let api = runtime["apiEndpoint"].as_str().unwrap().to_string();
+
+    // The instance moto launched for the controller group: the node is it.
+    let (instance_id, dns_name) = moto_instance(&env, &format!("{BED_CLUSTER}-controller"));
+    // Its instance profile's role: moto's STS gives the IMDS its credentials.
+    let roles = env.aws_json(&["iam", "list-roles"]);
+    let role = roles["Roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["RoleName"].as_str().unwrap_or_default().contains("-ControllerRole-"))
+        .unwrap_or_else(|| panic!("no controller role in moto: {roles}"));
+    let role_name = role["RoleName"].as_str().unwrap().to_string();
+    let creds = env.aws_json(&[
+        "sts",
+        "assume-role",
+        "--role-arn",
+        role["Arn"].as_str().unwrap(),
+        "--role-session-name",
+        &instance_id,
+    ])["Credentials"]
+        .clone();
+
+    let plan = Node::plan("ctl");
+    let node_ip = plan.ip.clone();
+    let mac = {
+        let o: Vec<u8> = plan.ip.split('.').map(|p| p.parse().unwrap()).collect();
+        format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
+    };
+    let imds_conf = dir.join("imds.json");
+    std::fs::write(
+        &imds_conf,
+        serde_json::json!({
+            "instanceId": instance_id,
+            "localHostname": dns_name,
+            "localIpv4": plan.ip,
+            "mac": mac,
+            "region": BED_REGION,
+            "availabilityZone": format!("{BED_REGION}a"),
+            "role": role_name,
+            "credentials": creds,
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let imds_port = crate::common::free_port();
+    let mut cmd = Command::new("python3");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
+        .args(["--bind", nodebed::HOST_IP, "--port", &imds_port.to_string(), "--config"])
+        .arg(&imds_conf);
+    let _imds = crate::common::Server::start_on(cmd, nodebed::HOST_IP, imds_port);
+
+    let t_boot = Instant::now();
+    let node = Node::boot(
+        &image,
+        plan,
+        &nodebed::Boot {
+            userdata: Some(&userdata),
+            env: vec![
+                ("NODEBED_AWS_ENDPOINT", relay.url()),
+                ("NODEBED_IMDS", format!("{}:{imds_port}", nodebed::HOST_IP)),
+                ("NODEBED_MAC", mac.clone()),
+                // EC2's DNS: the node's private DNS name, and the API's load
+                // balancer, which here is the controller itself.
+                ("NODEBED_HOSTS", format!("{node_ip} {dns_name};{node_ip} {api}")),
+            ],
+        },
+    );
+
+    // Each step of the node program as it appears in its boot log.
+    let log = node.rootfs().join("var/lib/kube-aws/bootstrap.log");
+    let limit = BOOT_LIMIT + READY_LIMIT;
+    let mut steps: Vec<(String, Duration)> = Vec::new();
+    let ready_line = format!("node {dns_name} is Ready");
+    let outcome = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        for l in text.lines() {
+            if let Some(s) = l.strip_prefix("kube-aws: step ") {
+                if !steps.iter().any(|(n, _)| n == s) {
+                    steps.push((s.to_string(), t_boot.elapsed()));
+                }
+            }
+        }
+        if text.contains(&ready_line) {
+            break Ok(());
+        }
+        if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {
+            break Err(format!("the node program failed: {l}"));
+        }
+        // cloud-init's final stage ran the stub (which execs the node
+        // program): once cloud-init is done, nothing more will come.
+        if node.rootfs().join("var/lib/cloud/data/result.json").exists() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if !text.contains(&ready_line) {
+                break Err("cloud-init finished without the node program saying the node is Ready".into());
+            }
+        }
+        if t_boot.elapsed() > limit {
+            break Err(format!("not Ready after {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let ready = t_boot.elapsed();
+    let times: Vec<String> = steps
+        .iter()
+        .map(|(n, t)| format!("{n} {:.1}s", t.as_secs_f64()))
+        .collect();
+    if let Err(e) = outcome {
+        let cloud_init = node.exec(&["sh", "-c", "tail -n 60 /var/log/cloud-init-output.log; cloud-init status --long"]);
+        panic!(
+            "node {} ({dns_name}): {e}\nsteps: {}\n--- bootstrap.log ---\n{}\n--- cloud-init ---\n{}\n{}",
+            node.name,
+            times.join(", "),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            output_text(&cloud_init),
+            node.diagnostics()
+        );
+    }
+    // The node as the cluster sees it, through admin.conf from the host.
+    let kubeconfig = node.rootfs().join("etc/kubernetes/admin.conf");
+    let kubectl = crate::common::testbed::bin_dir(test)
+        .expect("the control-plane test bed")
+        .join("kubectl");
+    let get = Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--server", &format!("https://{}:6443", node.ip)])
+        .args(["get", "node", &dns_name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "True", "{}", output_text(&get));
+    // The init lock the node took in moto's S3.
+    let keys = env.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+        "--output",
+        "text",
+    ]);
+    assert!(
+        keys.split_whitespace().any(|k| k.ends_with("/bootstrap/init-lock")),
+        "no init lock in moto's S3: {keys}"
+    );
+    eprintln!(
+        "{test}: up against moto {:.1}s; node boot to Ready {:.1}s; steps (from node start): {}",
+        t_up.as_secs_f64(),
+        ready.as_secs_f64(),
+        times.join(", ")
+    );
+}

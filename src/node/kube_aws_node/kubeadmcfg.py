@@ -20,7 +20,11 @@ MODES = ("init", "control-plane", "worker")
 
 
 def documents(docs, runtime, node_name, mode, token, version):
-    endpoint = runtime["apiEndpoint"] + ":6443"
+    # A load balancer's DNS name as AWS gives it keeps the capitals of its
+    # name (CloudFormation's generated names have some); kubeadm refuses an
+    # endpoint that is not a lowercase RFC 1123 name, and DNS ignores case.
+    host = runtime["apiEndpoint"].lower()
+    endpoint = host + ":6443"
     out = []
     for d in copy.deepcopy(docs):
         kind = d["kind"]
@@ -34,7 +38,7 @@ def documents(docs, runtime, node_name, mode, token, version):
         if kind == "ClusterConfiguration":
             d["controlPlaneEndpoint"] = endpoint
             d["kubernetesVersion"] = version
-            d.setdefault("apiServer", {})["certSANs"] = [runtime["apiEndpoint"]]
+            d.setdefault("apiServer", {})["certSANs"] = [host]
         # KubeletConfiguration is cluster-wide: init stores it in the kubelet-config
         # ConfigMap, which joining kubelets download; join takes only JoinConfiguration.
         if kind in ("InitConfiguration", "ClusterConfiguration", "KubeletConfiguration") and mode != "init":

@@ -24,6 +24,17 @@ class Documents(unittest.TestCase):
         self.assertEqual(d[1]["kubernetesVersion"], "v1.31.2")
         self.assertNotIn("certificateKey", d[0])
 
+    def test_a_load_balancer_name_with_capitals_is_lowercased(self):
+        # AWS keeps the capitals of a generated load balancer name in its DNS
+        # name; kubeadm refuses them (found booting a real node against moto).
+        rt = dict(RT, apiEndpoint="bed-Network-BT84ABM-QFCL8I5FEF3U-1.us-west-2.elb.amazonaws.com")
+        d = documents(DOCS, rt, "ip-1", "init", "t.0123", "v1.35.4")
+        self.assertEqual(d[1]["controlPlaneEndpoint"], "bed-network-bt84abm-qfcl8i5fef3u-1.us-west-2.elb.amazonaws.com:6443")
+        self.assertEqual(d[1]["apiServer"]["certSANs"], ["bed-network-bt84abm-qfcl8i5fef3u-1.us-west-2.elb.amazonaws.com"])
+        w = documents(DOCS, rt, "ip-3", "worker", "t.0123", "v1.35.4")
+        self.assertEqual(w[0]["discovery"]["bootstrapToken"]["apiServerEndpoint"],
+                         "bed-network-bt84abm-qfcl8i5fef3u-1.us-west-2.elb.amazonaws.com:6443")
+
     def test_joins(self):
         cp = documents(DOCS, RT, "ip-2", "control-plane", "t.0123", "v1.31.2")
         self.assertEqual(len(cp), 1)

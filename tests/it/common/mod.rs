@@ -76,9 +76,9 @@ pub fn free_port() -> u16 {
 
 /// Does an HTTP server answer on `port`? (A bare TCP accept can come before
 /// the application is ready.)
-fn http_answers(port: u16) -> bool {
+fn http_answers(host: &str, port: u16) -> bool {
     use std::io::{Read, Write};
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Ok(mut s) = TcpStream::connect((host, port)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -93,11 +93,18 @@ fn http_answers(port: u16) -> bool {
 pub struct Server {
     child: Child,
     pub port: u16,
+    /// The address it listens on (127.0.0.1 unless started with `start_on`).
+    pub host: String,
 }
 
 impl Server {
     /// Starts `cmd` (which must listen on `port`) and waits until the port accepts.
-    pub fn start(mut cmd: Command, port: u16) -> Server {
+    pub fn start(cmd: Command, port: u16) -> Server {
+        Server::start_on(cmd, "127.0.0.1", port)
+    }
+
+    /// Starts `cmd` (which must listen on `host`:`port`) and waits until it answers.
+    pub fn start_on(mut cmd: Command, host: &str, port: u16) -> Server {
         // KUBE_AWS_TEST_SERVER_LOG=FILE keeps the servers' output, for debugging.
         let log = std::env::var_os("KUBE_AWS_TEST_SERVER_LOG")
             .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
@@ -106,7 +113,11 @@ impl Server {
             None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
         };
         let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let mut server = Server { child, port };
+        let mut server = Server {
+            child,
+            port,
+            host: host.to_string(),
+        };
         server.wait_ready(Duration::from_secs(30));
         server
     }
@@ -117,7 +128,7 @@ impl Server {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("server on port {} exited early: {status}", self.port);
             }
-            if http_answers(self.port) {
+            if http_answers(&self.host, self.port) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -126,8 +137,14 @@ impl Server {
     }
 
     /// `http://localhost:PORT` (moto wants `localhost`, not an IP, in S3 URLs).
+    /// On another address than 127.0.0.1, `http://HOST:PORT` (moto takes an IP
+    /// host as path-style S3, as it does `localhost`).
     pub fn url(&self) -> String {
-        format!("http://localhost:{}", self.port)
+        if self.host == "127.0.0.1" {
+            format!("http://localhost:{}", self.port)
+        } else {
+            format!("http://{}:{}", self.host, self.port)
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -146,11 +163,17 @@ impl Drop for Server {
 /// tests/support/moto_server.py: moto's own server with narrow patches for
 /// the moto bugs our rendered templates hit (each one documented there).
 pub fn start_moto() -> Server {
+    start_moto_on("127.0.0.1")
+}
+
+/// moto server as `start_moto`, listening on `host` (the real-node bed's
+/// bridge address, which its nodes reach).
+pub fn start_moto_on(host: &str) -> Server {
     let port = free_port();
     let mut cmd = Command::new(tool("python"));
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_server.py"))
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()]);
-    Server::start(cmd, port)
+        .args(["-H", host, "-p", &port.to_string()]);
+    Server::start_on(cmd, host, port)
 }
 
 /// A static HTTP server over `dir` (a chart repository), on a free port.
@@ -202,6 +225,14 @@ impl MotoEnv {
     pub fn new() -> MotoEnv {
         MotoEnv {
             moto: start_moto(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// moto listening on `host` instead of 127.0.0.1.
+    pub fn on(host: &str) -> MotoEnv {
+        MotoEnv {
+            moto: start_moto_on(host),
             home: tempfile::tempdir().unwrap(),
         }
     }

@@ -75,25 +75,70 @@ pub struct Node {
     pub started: Instant,
 }
 
+/// The host's address on the bed's bridge, which nodes reach (moto, the IMDS
+/// emulators listen there).
+pub const HOST_IP: &str = "10.250.0.1";
+
+/// Makes the bridge (so that servers can bind to `HOST_IP` before a node starts).
+pub fn bridge() {
+    let out = Command::new("bash")
+        .arg(node_sh())
+        .arg("bridge")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run node.sh bridge");
+    assert!(out.status.success(), "node.sh bridge: {}", super::output_text(&out));
+}
+
+/// A node's name and address, chosen before it starts (its IMDS answers them).
+pub struct Planned {
+    pub name: String,
+    pub ip: String,
+}
+
+/// How a node boots: its cloud-init user-data and the bed's settings
+/// (`NODEBED_*`, scripts/nodebed/node.sh start).
+#[derive(Default)]
+pub struct Boot<'a> {
+    pub userdata: Option<&'a Path>,
+    pub env: Vec<(&'static str, String)>,
+}
+
 impl Node {
-    /// Boots a node from the image in `image` (its `rootfs`).
-    pub fn start(image: &Path, role: &str) -> Node {
+    /// A name and address for a node of `role`.
+    pub fn plan(role: &str) -> Planned {
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let pid = std::process::id();
-        let name = format!("kanb-{role}-{pid}-{seq}");
         // 10.250.<1..250>.<2..250>: distinct per node of this process, and
         // unlikely to meet another test process's.
-        let ip = format!("10.250.{}.{}", 1 + pid % 250, 2 + seq % 248);
+        Planned {
+            name: format!("kanb-{role}-{pid}-{seq}"),
+            ip: format!("10.250.{}.{}", 1 + pid % 250, 2 + seq % 248),
+        }
+    }
+
+    /// Boots a node from the image in `image` (its `rootfs`).
+    pub fn start(image: &Path, role: &str) -> Node {
+        Node::boot(image, Node::plan(role), &Boot::default())
+    }
+
+    /// Boots the planned node from `image`, as `how` says.
+    pub fn boot(image: &Path, plan: Planned, how: &Boot) -> Node {
+        let Planned { name, ip } = plan;
         let work = repo().join(".testbed/node/run").join(&name);
         let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(node_sh())
+        let mut cmd = Command::new("bash");
+        cmd.arg(node_sh())
             .args(["start", &name, &ip])
             .arg(&work)
-            .arg(image.join("rootfs"))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run node.sh start");
+            .arg(image.join("rootfs"));
+        if let Some(u) = how.userdata {
+            cmd.arg(u);
+        }
+        for (k, v) in &how.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.stdin(Stdio::null()).output().expect("run node.sh start");
         let mut node = Node {
             name,
             ip,
