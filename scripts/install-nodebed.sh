@@ -372,6 +372,10 @@ make_rootfs() {
   ln -sf /dev/null "$r/etc/systemd/system/systemd-networkd-wait-online.service"
   al2023_aliases "$r"
   : >"$r/etc/apt/sources.list"
+  # cloud-init's locale module sets Debian's en_US.UTF-8, which the image
+  # does not generate; Amazon Linux 2023's is C.UTF-8.
+  printf '%s\n' "# scripts/install-nodebed.sh: Amazon Linux 2023's locale" "locale: C.UTF-8" \
+    >"$r/etc/cloud/cloud.cfg.d/90-kube-aws-nodebed.cfg"
   # cloud-init runs only when a test gives the node a datasource.
   touch "$r/etc/cloud/cloud-init.disabled"
   : >"$r/etc/machine-id"

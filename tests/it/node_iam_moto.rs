@@ -32,14 +32,14 @@ const BUCKET: &str = "kube-aws-iam";
 const CLUSTER: &str = "iam";
 const REGION: &str = "us-west-2";
 
-struct Creds {
-    key: String,
-    secret: String,
-    token: Option<String>,
+pub(crate) struct Creds {
+    pub key: String,
+    pub secret: String,
+    pub token: Option<String>,
 }
 
 /// The aws CLI as `who`, against `env`'s moto.
-fn aws_as(env: &Env, who: &Creds, args: &[&str]) -> (bool, String) {
+pub(crate) fn aws_as(env: &Env, who: &Creds, args: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(common::tool("aws"));
     env.apply(&mut cmd);
     cmd.env("AWS_ACCESS_KEY_ID", &who.key)
@@ -51,14 +51,14 @@ fn aws_as(env: &Env, who: &Creds, args: &[&str]) -> (bool, String) {
     (o.status.success(), common::output_text(&o))
 }
 
-fn must(env: &Env, who: &Creds, args: &[&str]) -> Value {
+pub(crate) fn must(env: &Env, who: &Creds, args: &[&str]) -> Value {
     let (ok, out) = aws_as(env, who, args);
     assert!(ok, "aws {args:?}: {out}");
     serde_json::from_str(out.trim()).unwrap_or(Value::Null)
 }
 
 /// Switches moto's IAM enforcement on (every later request is checked).
-fn enforce_iam(env: &Env) {
+pub(crate) fn enforce_iam(env: &Env) {
     let o = Command::new("curl")
         .args([
             "-fsS",
@@ -76,7 +76,7 @@ fn enforce_iam(env: &Env) {
 }
 
 /// An admin user and its access key, made while moto still lets anyone in.
-fn admin(env: &Env) -> (Creds, String) {
+pub(crate) fn admin(env: &Env) -> (Creds, String) {
     env.aws(&["iam", "create-user", "--user-name", "admin"]);
     env.aws(&[
         "iam",
@@ -103,7 +103,7 @@ fn admin(env: &Env) -> (Creds, String) {
 
 /// The rendered role whose name holds `logical` (CloudFormation names it
 /// `<stack>-<logical>-<suffix>`), assumed by the admin.
-fn assume(env: &Env, admin: &Creds, admin_arn: &str, logical: &str) -> Creds {
+pub(crate) fn assume(env: &Env, admin: &Creds, admin_arn: &str, logical: &str) -> Creds {
     let roles = must(env, admin, &["iam", "list-roles"]);
     let name = roles["Roles"]
         .as_array()

@@ -363,7 +363,7 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
 
     // The instance moto launched for the controller group: the node is it.
     let (instance_id, dns_name) = moto_instance(&env, &format!("{BED_CLUSTER}-controller"));
-    // Its instance profile's role: moto's STS gives the IMDS its credentials.
+    // Its instance profile's role.
     let roles = env.aws_json(&["iam", "list-roles"]);
     let role = roles["Roles"]
         .as_array()
@@ -372,15 +372,13 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         .find(|r| r["RoleName"].as_str().unwrap_or_default().contains("-ControllerRole-"))
         .unwrap_or_else(|| panic!("no controller role in moto: {roles}"));
     let role_name = role["RoleName"].as_str().unwrap().to_string();
-    let creds = env.aws_json(&[
-        "sts",
-        "assume-role",
-        "--role-arn",
-        role["Arn"].as_str().unwrap(),
-        "--role-session-name",
-        &instance_id,
-    ])["Credentials"]
-        .clone();
+    // EC2's instance profile stands aside: with IAM enforced from here on,
+    // an admin assumes the role and the IMDS hands the node its credentials;
+    // every call the node makes is checked against the rendered policies.
+    let (admin, admin_arn) = crate::node_iam_moto::admin(&env);
+    crate::node_iam_moto::enforce_iam(&env);
+    let c = crate::node_iam_moto::assume(&env, &admin, &admin_arn, "ControllerRole");
+    let creds = serde_json::json!({"AccessKeyId": c.key, "SecretAccessKey": c.secret, "Token": c.token});
 
     let plan = Node::plan("ctl");
     let node_ip = plan.ip.clone();
@@ -477,6 +475,16 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
             node.diagnostics()
         );
     }
+    // The node program returns (after its signal) and cloud-init finishes
+    // without an error in any module.
+    let done = node.wait_for(
+        "cloud-init done",
+        "cloud-init status --wait >/dev/null 2>&1; cloud-init status --long | grep -qx 'status: done'",
+        BOOT_LIMIT,
+    );
+    if let Err(e) = done {
+        panic!("{e}\n{}", output_text(&node.exec(&["cloud-init", "status", "--long"])));
+    }
     // The node as the cluster sees it, through admin.conf from the host.
     let kubeconfig = node.rootfs().join("etc/kubernetes/admin.conf");
     let kubectl = crate::common::testbed::bin_dir(test)
@@ -491,18 +499,16 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "True", "{}", output_text(&get));
     // The init lock the node took in moto's S3.
-    let keys = env.aws(&[
-        "s3api",
-        "list-objects-v2",
-        "--bucket",
-        BED_BUCKET,
-        "--query",
-        "Contents[].Key",
-        "--output",
-        "text",
-    ]);
+    let keys = crate::node_iam_moto::must(
+        &env,
+        &admin,
+        &["s3api", "list-objects-v2", "--bucket", BED_BUCKET, "--query", "Contents[].Key"],
+    );
     assert!(
-        keys.split_whitespace().any(|k| k.ends_with("/bootstrap/init-lock")),
+        keys.as_array()
+            .into_iter()
+            .flatten()
+            .any(|k| k.as_str().unwrap_or_default().ends_with("/bootstrap/init-lock")),
         "no init lock in moto's S3: {keys}"
     );
     eprintln!(

@@ -34,6 +34,7 @@ def tree(c):
     if "SessionToken" in creds:
         creds.setdefault("Token", creds.pop("SessionToken"))
     creds.setdefault("Code", "Success")
+    creds.setdefault("Expiration", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 6 * 3600)))
     creds.setdefault("Type", "AWS-HMAC")
     creds.setdefault("LastUpdated", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     role = c["role"]
