@@ -13,13 +13,19 @@
 //!   writes the service rules through which CoreDNS, run from its own image
 //!   on the pod network, reaches the API and becomes Ready.
 //!
+//! - A controller boots from its rendered user-data as on EC2: `kube-aws up`
+//!   against moto, the launch template's user-data (moto substituted it)
+//!   seeds cloud-init, the stub fetches the cloud-config from moto's S3, and
+//!   the node program runs every step (IMDS from tests/support/imds.py,
+//!   secrets under the controller role with IAM enforced, the baked packages,
+//!   kubeadm init under the S3 init lock) to a Ready node.
+//!
 //! Not covered yet (docs/testing.md, "The real-node bed", says what is
-//! left): booting from kube-aws's rendered user-data through cloud-init
-//! (needs the aws CLI in the image, moto's S3 and an IMDS emulator), the node
-//! program's steps, joining nodes, addons. The fakes of
-//! tests/it/node_bootstrap.rs, node_secrets.rs and installer.rs still cover
-//! those. A host that cannot run the bed (not root, no runc, no cgroups, no
-//! image) fails these tests, naming what is missing.
+//! left): the node's CloudFormation signal (moto has no SignalResource), the
+//! API through the cluster's endpoint from the host, joining nodes, addons.
+//! The fakes of tests/it/node_bootstrap.rs, node_secrets.rs and installer.rs
+//! still cover those. A host that cannot run the bed (not root, no runc, no
+//! cgroups, no image) fails these tests, naming what is missing.
 
 use std::time::{Duration, Instant};
 
@@ -291,8 +297,12 @@ fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String
         let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
             .as_str()
             .unwrap_or_default();
-        let text = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default())
-            .unwrap_or_default();
+        let text = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
         if text.contains(&format!("kube-aws {role} user-data stub")) {
             return text;
         }
@@ -324,7 +334,12 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     let mut relay = Command::new("python3");
     relay
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
-        .args([nodebed::HOST_IP, &relay_port.to_string(), "127.0.0.1", &env.moto.port.to_string()]);
+        .args([
+            nodebed::HOST_IP,
+            &relay_port.to_string(),
+            "127.0.0.1",
+            &env.moto.port.to_string(),
+        ]);
     let relay = crate::common::Server::start_on(relay, nodebed::HOST_IP, relay_port);
     env.aws(&["s3", "mb", &format!("s3://{BED_BUCKET}")]);
     let kms = env.create_kms_key();
@@ -465,7 +480,11 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         .map(|(n, t)| format!("{n} {:.1}s", t.as_secs_f64()))
         .collect();
     if let Err(e) = outcome {
-        let cloud_init = node.exec(&["sh", "-c", "tail -n 60 /var/log/cloud-init-output.log; cloud-init status --long"]);
+        let cloud_init = node.exec(&[
+            "sh",
+            "-c",
+            "tail -n 60 /var/log/cloud-init-output.log; cloud-init status --long",
+        ]);
         panic!(
             "node {} ({dns_name}): {e}\nsteps: {}\n--- bootstrap.log ---\n{}\n--- cloud-init ---\n{}\n{}",
             node.name,
@@ -494,15 +513,33 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--server", &format!("https://{}:6443", node.ip)])
-        .args(["get", "node", &dns_name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"])
+        .args([
+            "get",
+            "node",
+            &dns_name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "True", "{}", output_text(&get));
+    assert_eq!(
+        String::from_utf8_lossy(&get.stdout).trim(),
+        "True",
+        "{}",
+        output_text(&get)
+    );
     // The init lock the node took in moto's S3.
     let keys = crate::node_iam_moto::must(
         &env,
         &admin,
-        &["s3api", "list-objects-v2", "--bucket", BED_BUCKET, "--query", "Contents[].Key"],
+        &[
+            "s3api",
+            "list-objects-v2",
+            "--bucket",
+            BED_BUCKET,
+            "--query",
+            "Contents[].Key",
+        ],
     );
     assert!(
         keys.as_array()
