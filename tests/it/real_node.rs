@@ -548,6 +548,45 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
             .any(|k| k.as_str().unwrap_or_default().ends_with("/bootstrap/init-lock")),
         "no init lock in moto's S3: {keys}"
     );
+
+    // `kube-aws kubeconfig` with the admin's credentials (it decrypts the CA
+    // key with them) gives a working `kubectl get nodes`. The host cannot
+    // resolve the load balancer's name, so kubectl dials the controller and
+    // checks the apiserver's certificate for that name.
+    let mut kc = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+    env.apply(&mut kc);
+    kc.env("AWS_ACCESS_KEY_ID", &admin.key)
+        .env("AWS_SECRET_ACCESS_KEY", &admin.secret)
+        .arg("--dir")
+        .arg(dir)
+        .args(["kubeconfig", "--file"])
+        .arg(dir.join("kubeconfig"))
+        .stdin(std::process::Stdio::null());
+    let kc = kc.output().unwrap();
+    assert!(kc.status.success(), "kube-aws kubeconfig: {}", output_text(&kc));
+    let with_kube_aws = |args: &[&str]| {
+        Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .args(["--server", &format!("https://{}:6443", node.ip)])
+            .args(["--tls-server-name", &api.to_lowercase()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let readyz = with_kube_aws(&["get", "--raw", "/readyz"]);
+    assert_eq!(
+        String::from_utf8_lossy(&readyz.stdout).trim(),
+        "ok",
+        "/readyz: {}",
+        output_text(&readyz)
+    );
+    let nodes = with_kube_aws(&["get", "nodes", "-o", "name"]);
+    assert!(
+        nodes.status.success() && String::from_utf8_lossy(&nodes.stdout).trim() == format!("node/{dns_name}"),
+        "kubectl get nodes with kube-aws kubeconfig's credentials: {}",
+        output_text(&nodes)
+    );
     eprintln!(
         "{test}: up against moto {:.1}s; node boot to Ready {:.1}s; steps (from node start): {}",
         t_up.as_secs_f64(),
