@@ -504,6 +504,17 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     if let Err(e) = done {
         panic!("{e}\n{}", output_text(&node.exec(&["cloud-init", "status", "--long"])));
     }
+    // containerd runs with the node program's config (restarted on it), not
+    // the image's: kubeadm's pause image, the systemd cgroup driver, and
+    // restrict_oom_score_adj (this host lacks CAP_SYS_RESOURCE, or it runs
+    // as on EC2 without it).
+    let config = std::fs::read_to_string(node.rootfs().join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        !config.contains("scripts/install-nodebed.sh")
+            && config.contains("SystemdCgroup = true")
+            && config.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""),
+        "containerd's config is not the node program's:\n{config}"
+    );
     // The node as the cluster sees it, through admin.conf from the host.
     let kubeconfig = node.rootfs().join("etc/kubernetes/admin.conf");
     let kubectl = crate::common::testbed::bin_dir(test)

@@ -321,7 +321,10 @@ class Boot(object):
                                    has_cap(CAP_SYS_RESOURCE))
         fsutil.write_atomic(paths.path("/etc/containerd/config.toml"), config.encode("utf-8"), mode=0o644)
         self.sh(["systemctl", "daemon-reload"])
-        self.sh(["systemctl", "enable", "--now", "containerd"])
+        # A restart, not `enable --now`: on an image where containerd already
+        # runs (a baked AMI that enables it) the new config must take effect.
+        self.sh(["systemctl", "enable", "containerd"])
+        self.sh(["systemctl", "restart", "containerd"])
         self.sh(["systemctl", "enable", "kubelet"])
         self.step("plugin-units")
         for unit in self.node.get("enableUnits", []):
