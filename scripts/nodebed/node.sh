@@ -23,6 +23,7 @@
 #                                       balancer, which the bed has not: its controller's IP)
 #   node.sh bridge                      makes the host bridge (kanb0, 10.250.0.1), so that a
 #                                       test's servers (moto, IMDS) can bind to its address
+#   node.sh unbridge                    deletes the bridge when no node is on it
 #   node.sh exec NAME CMD...            runs CMD in the node
 #   node.sh sweep                       stops the nodes of test processes that are gone
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
@@ -67,6 +68,13 @@ bridge_up() {
   fi
   ip addr show dev "$BRIDGE" | grep -qF " $HOST_IP/16 " || ip addr add "$HOST_IP/16" dev "$BRIDGE" 2>/dev/null || true
   ip link set "$BRIDGE" up
+}
+
+# The bridge goes with its last node (call under the lock).
+bridge_down() {
+  if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
+    ip link del "$BRIDGE" 2>/dev/null || true
+  fi
 }
 
 netns_up() {
@@ -264,10 +272,7 @@ stop() {
     # only later, and the bridge would still count it as a port
     ip link del "kv$(printf '%s' "$name" | sha256sum | cut -c1-10)" 2>/dev/null || true
     ip netns del "kanb-$name" 2>/dev/null || true
-    # the bridge goes with its last node
-    if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
-      ip link del "$BRIDGE" 2>/dev/null || true
-    fi
+    bridge_down
   } 8>"$LOCK"
   # With keep the node's files stay (its journal and pod logs are in
   # WORKDIR/upper/var/log), but the overlay is unmounted all the same.
@@ -303,6 +308,12 @@ bridge)
     bridge_up
   } 8>"$LOCK"
   ;;
+unbridge)
+  {
+    flock 8
+    bridge_down
+  } 8>"$LOCK"
+  ;;
 start) start "$@" ;;
 exec)
   name=$1
@@ -311,5 +322,5 @@ exec)
   ;;
 stop) stop "$@" ;;
 sweep) sweep ;;
-*) die "usage: node.sh check|start|bridge|exec|stop|sweep ..." ;;
+*) die "usage: node.sh check|start|bridge|unbridge|exec|stop|sweep ..." ;;
 esac

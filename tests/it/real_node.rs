@@ -326,7 +326,7 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         return;
     };
     let t0 = Instant::now();
-    nodebed::bridge();
+    let _bridge = nodebed::bridge();
     let env = crate::common::MotoEnv::new();
     // The nodes reach moto through a relay on the bridge address (see
     // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).

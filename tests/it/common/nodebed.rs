@@ -79,8 +79,13 @@ pub struct Node {
 /// emulators listen there).
 pub const HOST_IP: &str = "10.250.0.1";
 
-/// Makes the bridge (so that servers can bind to `HOST_IP` before a node starts).
-pub fn bridge() {
+/// The host bridge, made so that servers can bind to `HOST_IP` before a node
+/// starts; on drop it goes if no node is on it (the last node's stop also
+/// deletes it), so a test that fails before its nodes start leaves none.
+pub struct Bridge;
+
+/// Makes the bridge.
+pub fn bridge() -> Bridge {
     let out = Command::new("bash")
         .arg(node_sh())
         .arg("bridge")
@@ -88,6 +93,17 @@ pub fn bridge() {
         .output()
         .expect("run node.sh bridge");
     assert!(out.status.success(), "node.sh bridge: {}", super::output_text(&out));
+    Bridge
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(node_sh())
+            .arg("unbridge")
+            .stdin(Stdio::null())
+            .output();
+    }
 }
 
 /// A node's name and address, chosen before it starts (its IMDS answers them).
