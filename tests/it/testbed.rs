@@ -35,7 +35,11 @@
 //!   instead of the Service): while it is down a pod of a kube-aws role is
 //!   refused and any other pod is created; once it is up, a pod created right
 //!   after its annotated service account gets AWS_ROLE_ARN,
-//!   AWS_WEB_IDENTITY_TOKEN_FILE and the projected `sts.amazonaws.com` token.
+//!   AWS_WEB_IDENTITY_TOKEN_FILE and the projected `sts.amazonaws.com` token;
+//!   its rendered Deployment passes the rollout the plan asks the reconciler
+//!   to wait for, with its two replicas on two nodes (zone and host spread,
+//!   on nodes labelled with zones as the cloud controller manager labels
+//!   them) and a disruption budget allowing one eviction.
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
@@ -929,4 +933,95 @@ fn pod_identity_webhook_mutates_a_pod_of_an_annotated_service_account() {
         "{plain}"
     );
     drop(proc);
+}
+
+/// The gate the plan asks the reconciler for (`manifestRollouts`: `kubectl
+/// rollout status`) passes on the rendered Deployment on kwok nodes (a
+/// controller and two pools): both replicas are Ready on two different
+/// nodes (the soft spread by host), with the priority class, and the
+/// disruption budget lets one of them be evicted, not both.
+#[test]
+fn pod_identity_webhook_rolls_out_two_spread_replicas_with_a_disruption_budget() {
+    let test = "pod_identity_webhook_rolls_out_two_spread_replicas_with_a_disruption_budget";
+    let Some(cp) = testbed::shared(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
+         worker:\n  nodePools: [{name: a, count: 1}]\n",
+    )
+    .unwrap();
+    let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
+    let docs = webhook_documents(&cluster);
+    // In a namespace of its own (the shared control plane's kube-system is
+    // the installer tests'); kwok runs no container, so the certificate
+    // Secret the pods mount is not needed.
+    let ns = cp.namespace("piwh");
+    // The zone label the cloud controller manager gives every node when it
+    // initializes it (kubelet registers none with an external cloud
+    // provider). kube-scheduler leaves a node missing any of a pod's spread
+    // keys out of the spread's scoring (podtopologyspread/scoring.go), so
+    // without it the host spread would do nothing either.
+    for (i, n) in cp.nodes.iter().enumerate() {
+        let zone = format!("topology.kubernetes.io/zone=us-west-2{}", ['a', 'b', 'c'][i % 3]);
+        cp.kubectl(&["label", "node", &n.name, &zone, "--overwrite"])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut items = Vec::new();
+    for k in ["ServiceAccount", "Deployment", "PodDisruptionBudget"] {
+        let mut d = kind(&docs, k).clone();
+        assert_eq!(d["metadata"]["namespace"], "kube-system", "{d}");
+        d["metadata"]["namespace"] = serde_json::json!(ns);
+        items.push(d);
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    cp.kubectl_stdin(&["apply", "-f", "-"], &list.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    cp.kubectl(&[
+        "-n",
+        &ns,
+        "rollout",
+        "status",
+        "deployment/pod-identity-webhook",
+        &format!(
+            "--timeout={}s",
+            kube_aws::render::plan::MANIFEST_ROLLOUT_TIMEOUT_SECONDS
+        ),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pods: serde_json::Value = serde_json::from_str(
+        &cp.kubectl(&["-n", &ns, "get", "pods", "-l", "app=pod-identity-webhook", "-o", "json"])
+            .unwrap(),
+    )
+    .unwrap();
+    let pods = pods["items"].as_array().unwrap();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    let nodes: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .map(|p| {
+            assert_eq!(p["spec"]["priorityClassName"], "system-cluster-critical");
+            assert!(p["spec"]["priority"].as_i64().unwrap() >= 2_000_000_000, "{p}");
+            p["spec"]["nodeName"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "both replicas on one node: {nodes:?}");
+    // The disruption controller's view: two healthy, one may go.
+    let mut status = serde_json::Value::Null;
+    for _ in 0..120 {
+        let pdb: serde_json::Value = serde_json::from_str(
+            &cp.kubectl(&["-n", &ns, "get", "pdb", "pod-identity-webhook", "-o", "json"])
+                .unwrap(),
+        )
+        .unwrap();
+        status = pdb["status"].clone();
+        if status["currentHealthy"] == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(status["currentHealthy"], 2, "{status}");
+    assert_eq!(status["desiredHealthy"], 1, "{status}");
+    assert_eq!(status["disruptionsAllowed"], 1, "{status}");
 }
