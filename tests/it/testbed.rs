@@ -873,17 +873,26 @@ fn pod_identity_webhook_mutates_a_pod_of_an_annotated_service_account() {
     .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{test}: the webhook answered /healthz after {:?}", started.elapsed());
 
-    // The account and its pod at once, as a chart creates them: the pod waits
-    // for the account to reach the webhook's cache (the grace period) and is
-    // mutated.
-    cp.kubectl_stdin(&["apply", "-f", "-"], &sa.to_string())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pod = cp
-        .kubectl_stdin(
-            &["create", "-o", "json", "-f", "-"],
-            &pod_json("app", "cluster-autoscaler"),
-        )
+    // The account and its pod in one request stream, as a chart's
+    // ServiceAccount and workload arrive; the pod is mutated. (Here the
+    // webhook's informer sees the account before the pod arrives even
+    // without `--service-account-lookup-grace-period`: the flag covers a
+    // loaded controller, where the pod could otherwise go through unmutated.)
+    let both = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [sa, serde_json::from_str::<serde_json::Value>(&pod_json("app", "cluster-autoscaler")).unwrap()],
+    });
+    let created = cp
+        .kubectl_stdin(&["create", "-o", "json", "-f", "-"], &both.to_string())
         .unwrap_or_else(|e| panic!("{e}\nwebhook log:\n{}", proc.log_tail(30)));
+    // kubectl prints each created object, one JSON document after another.
+    let pod = serde_json::Deserializer::from_str(&created)
+        .into_iter::<serde_json::Value>()
+        .map(|d| d.unwrap())
+        .find(|d| d["kind"] == "Pod")
+        .unwrap_or_else(|| panic!("no pod in {created}"))
+        .to_string();
     let pod: serde_json::Value = serde_json::from_str(&pod).unwrap();
     let container = &pod["spec"]["containers"][0];
     let env: BTreeMap<String, String> = container["env"]
