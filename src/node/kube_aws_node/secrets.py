@@ -16,6 +16,10 @@ each public entry of the bundle's `certificates` at <pki.dir>/X (0644), before
 stored under DIR replaced by `<secret NAME>`: `blank()` is the one rule the
 reconciler (status messages) and the bootstrap (failure reports) use.
 
+The reconciler decrypts the plugin secrets again before each run
+(`decrypt_plugin_secrets`, the same code): the store is tmpfs, empty after a
+reboot.
+
 Invariant: no plaintext is ever printed or put in an argument; running it
 again is harmless. The reference rule is shared with src/render/secrets.rs
 (the longest known reference wins, and it must not run on into
@@ -173,10 +177,12 @@ def place_pki(pki, bundle, store):
         fsutil.write_atomic(target, certs[name].encode("utf-8"), mode=0o644)
 
 
-def decrypt_all(aws, runtime, node):
-    """Decrypts, stores and fills this node's secrets (see the module header)."""
+def decrypt_all(aws, runtime, node, plugin_only=False):
+    """Decrypts, stores and fills this node's secrets (see the module header).
+    `plugin_only`: only the plugin secrets (PREFIX), into the store, and
+    nothing placed or filled (decrypt_plugin_secrets)."""
     want = node.get("secrets", {})
-    names = want.get("names", [])
+    names = [n for n in want.get("names", []) if not plugin_only or n.startswith(PREFIX)]
     if not names:
         return
     cluster = runtime["cluster"]
@@ -217,9 +223,18 @@ def decrypt_all(aws, runtime, node):
         if name.startswith(PREFIX):
             plain[name] = value.decode("utf-8")
     os.unlink(bundle_path)
+    if plugin_only:
+        return
     if want.get("pki"):
         place_pki(want["pki"], bundle, store)
     fill_files(paths.root() or "/", want.get("files", []), plain)
+
+
+def decrypt_plugin_secrets(aws, runtime, node):
+    """The reconciler's step before each run: the plugin secrets of node.json
+    decrypted again into the store (tmpfs: empty after a reboot), by the same
+    code as the boot; the PKI and the node's own files are left alone."""
+    decrypt_all(aws, runtime, node, plugin_only=True)
 
 
 def run(argv):
