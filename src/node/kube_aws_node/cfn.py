@@ -28,3 +28,13 @@ def resource_state(aws, stack, logical_id):
         return out["StackResourceDetail"]["ResourceStatus"]
     except (TypeError, KeyError):
         return "error"
+
+
+def stack_in_progress(aws, stack):
+    """True unless DescribeStacks says the stack is in no *_IN_PROGRESS state
+    (only then can a wait condition of it wait); an error counts as True."""
+    try:
+        out = aws(["cloudformation", "describe-stacks", "--stack-name", stack], attempts=2)
+        return str(out["Stacks"][0]["StackStatus"]).endswith("_IN_PROGRESS")
+    except (AwsError, TypeError, KeyError, IndexError):
+        return True
