@@ -1,28 +1,40 @@
 //! The addon reconciler (`kube-aws-node reconcile`, the node program as the
 //! controller's cloud-config ships it) run for real with python3, with helm,
 //! kubectl, aws and curl replaced by recording fakes on PATH: the fakes map
-//! `s3://` to a directory, keep the plan pointer (the SSM parameter) and the
-//! S3 lock objects there, and answer DescribeStackResource from it.
+//! `s3://` to a directory (with S3's conditional writes, If-None-Match and
+//! If-Match on ETags, for the installer's lease and the installed record),
+//! keep the plan pointer (the SSM parameter) there, decrypt with a stand-in
+//! KMS, answer DescribeStacks and DescribeStackResource from it, and keep
+//! each helm release's status (so a killed helm leaves it pending).
 //!
-//! The real helm and kubectl on the control-plane test bed, with S3 and SSM on
-//! moto, run in tests/it/installer_testbed.rs (the built-in plan, a rejected
-//! release, a plan change). What stays here is what the test bed cannot
-//! reach or stage: Helm v2 (Tiller cannot run on simulated nodes); helm
+//! The real helm and kubectl on the control-plane test bed, with S3, SSM and
+//! KMS on moto, run in tests/it/installer_testbed.rs (the built-in plan, a
+//! rejected release, a plan change). What stays here is what the test bed
+//! cannot reach or stage: Helm v2 (Tiller cannot run on simulated nodes); helm
 //! failing with a secret quoted in its error; a tampered or unlocked chart
 //! object; wait conditions already complete or dropped by a newer plan
-//! (moto ignores WaitConditions); a second controller that finds the plan
-//! taken; install timing precise enough to show releases side by side.
+//! (moto ignores WaitConditions); an installer killed mid-plan and another
+//! controller taking its lease over; a read of the installed record that is
+//! denied; a reboot that empties the secret store; install timing precise
+//! enough to show releases side by side.
 //!
 //! Checked: install order (independent releases side by side, up to the
-//! plan's concurrency, log lines whole and named), dependants skipped after a failure, the Tiller step
-//! in Helm v2 mode only, the CRD wait before dependants, signals and status
-//! files, sha256 and lock checks, secret values blanked out of status
-//! messages and filled into the bundle's values; a plan change installs only
-//! the changed releases, uninstalls dropped ones, signals only the new wait
-//! conditions, and a repeat is a no-op; a complete wait condition, or one a
-//! newer plan dropped, is never signalled. Not covered here: real helm/kubectl
-//! behaviour (installer_testbed.rs), IMDS, or whether CloudFormation accepts
-//! the signals (nothing here can).
+//! plan's concurrency, log lines whole and named), dependants skipped after a
+//! failure, every helm upgrade atomic, the Tiller step in Helm v2 mode only,
+//! the CRD wait before dependants, signals and status files, sha256 and lock
+//! checks, secret values blanked out of status messages and filled into the
+//! values helm reads (from tmpfs, removed after the run, decrypted again
+//! after a reboot); a plan change installs only the changed releases,
+//! uninstalls dropped ones, signals only the new wait conditions, and a
+//! repeat is a no-op on every controller (done, from the record); a complete
+//! wait condition, or one a newer plan dropped, is never signalled; a killed
+//! installer's lease is waited for, then taken over, its pending release
+//! undone and the plan resumed and signalled, from the record, by another
+//! controller; a failed plan is not retried before its retryAfter, and a plan
+//! CloudFormation rolls back to is applied again; a denied read of the record
+//! changes nothing. Not covered here: real helm/kubectl behaviour
+//! (installer_testbed.rs), IMDS, IAM (the moto IAM tests), or whether
+//! CloudFormation accepts the signals (nothing here can).
 
 use crate::common;
 use crate::render_fixtures;
@@ -182,11 +194,28 @@ exit 0
 
 const FAKE_HELM: &str = r#"#!/bin/bash
 echo "helm $*" >>"$FAKE_LOG"
+# Each release's last revision and its status, as helm keeps them in the
+# cluster: FAKE_HELM_STATE/<release> holds "STATUS REVISION".
+mkdir -p "$FAKE_HELM_STATE"
+state="$FAKE_HELM_STATE/$2"; [ "$1" = upgrade ] && state="$FAKE_HELM_STATE/$3"
+read -r status rev <"$state" 2>/dev/null || { status=""; rev=0; }
+case "$1" in
+  history)
+    [ -n "$status" ] || { echo "Error: release: not found" >&2; exit 1; }
+    printf '[{"revision":%s,"status":"%s"}]\n' "$rev" "$status"; exit 0 ;;
+  uninstall|delete) rm -f "$FAKE_HELM_STATE/$2" "$FAKE_HELM_STATE/$3" ;;
+  rollback) echo "deployed $3" >"$state"; exit 0 ;;
+esac
 if [ "$1" = upgrade ]; then
+  case "$status" in pending-*)
+    echo "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress" >&2; exit 1 ;;
+  esac
   # The values helm was given, as it read them (FAKE_VALUES/<release>.yaml).
   prev=""; for a in "$@"; do [ "$prev" = -f ] && cp "$a" "$FAKE_VALUES/$3.yaml"; prev=$a; done
   if [ "$3" = "${FAKE_HELM_DIE:-}" ]; then
-    # The installer is killed (the instance terminated) while helm runs.
+    # The installer is killed (the instance terminated) while helm runs: the
+    # release is left pending.
+    if [ -n "$status" ]; then echo "pending-upgrade $((rev + 1))" >"$state"; else echo "pending-install 1" >"$state"; fi
     echo "helm-killed $3" >>"$FAKE_LOG"; kill -KILL "$PPID"; exit 1
   fi
 fi
@@ -203,6 +232,7 @@ if [ "$1" = upgrade ]; then
       echo "Error: Secret \"$3\" is invalid: stringData.password: $(cat "$FAKE_SECRET_FILE")" >&2
       echo "Error: UPGRADE FAILED: timed out waiting for the condition ($3)" >&2; exit 1 ;;
   esac
+  echo "deployed $((rev + 1))" >"$state"
 fi
 exit 0
 "#;
@@ -440,6 +470,7 @@ impl Bed {
             .env("FAKE_S3", self.s3())
             .env("FAKE_HELM_FAIL", fail)
             .env("FAKE_VALUES", &values)
+            .env("FAKE_HELM_STATE", root.join("helm-state"))
             // A pyenv shim puts its version's bin directory, where an `aws`
             // may be, before the fakes on PATH: the system python has none.
             .env("PYENV_VERSION", "system")
@@ -989,6 +1020,14 @@ fn a_killed_installer_is_taken_over_when_its_lease_expires_and_the_plan_is_finis
     let mut upgraded = two.helm_upgrades();
     upgraded.sort();
     assert_eq!(upgraded, ["cert-manager", "dex", "metrics-server"], "resumed, not restarted");
+    // The killed helm left cert-manager pending-install: undone before it is installed.
+    let undo = two.position("helm uninstall cert-manager").expect("pending install undone");
+    assert!(undo < two.position("helm upgrade --install cert-manager").unwrap(), "{:#?}", two.log);
+    assert!(
+        two.stderr.contains("cert-manager: left pending-install at revision 1 by a stopped installer"),
+        "{}",
+        two.stderr
+    );
     let mut signalled: Vec<String> = two.signals().into_iter().map(|(_, wc, _)| wc).collect();
     signalled.sort();
     let mut rest: Vec<String> = ["cert-manager", "dex", "metrics-server"]

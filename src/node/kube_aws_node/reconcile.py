@@ -28,6 +28,7 @@ record shows at its wait condition is left alone. The others start as soon as
 their dependencies are ready, up to the plan's `concurrency` at once
 (schedule.py decides): bootstrap addons first; then the plugin manifests and
 the Ready-node gate; each release fetches its chart from S3 (sha256 checked),
+is first undone if a stopped installer left it pending (unstick), then
 runs `helm upgrade --install --atomic --wait` (a failed install is
 uninstalled, a failed upgrade rolled back to the last deployed revision),
 waits for its CRDs to be Established, is recorded, writes one status object
@@ -48,6 +49,7 @@ written.
 import collections
 import concurrent.futures
 import datetime
+import json
 import os
 import shutil
 import signal as posix_signal
@@ -421,6 +423,7 @@ class Reconciler(object):
             if r.get("createNamespace"):
                 args.append("--create-namespace")
         helm_log = os.path.join(self.scratch, "helm-%s.log" % name)
+        self.unstick(name, r["namespace"], timeout)
         try:
             self.retried(args, out=helm_log, name=name)
         except RuntimeError:
@@ -430,6 +433,42 @@ class Reconciler(object):
             if why is not None:
                 return "failed", why + "\n"
         return "ready", ""
+
+    def helm_scope(self, ns):
+        if self.helm_major == 2:
+            return ["--tiller-namespace", self.tiller_ns]
+        return ["--namespace", ns]
+
+    def unstick(self, name, ns, timeout):
+        """A release an installer left pending (it was stopped mid-operation:
+        the lease it held expired and this controller took it over) is undone
+        first: helm refuses any operation on a pending release ("another
+        operation (install/upgrade/rollback) is in progress"), and only the
+        lease holder runs helm, so nothing else is operating on it. A pending
+        first install is uninstalled; a pending upgrade or rollback is rolled
+        back to the revision before it."""
+        code, out = self.run([self.helm, "history", name, "--max", "1", "--output", "json"] + self.helm_scope(ns))
+        if code != 0:
+            return  # no such release: `upgrade --install` installs it
+        try:
+            last = json.loads(out[out.index("["):out.rindex("]") + 1])[-1]
+            status = str(last.get("status", "")).lower().replace("_", "-")
+            rev = int(last.get("revision"))
+        except (ValueError, TypeError, IndexError, AttributeError):
+            return
+        if not status.startswith("pending-"):
+            return
+        self.log("left %s at revision %d by a stopped installer: undoing it" % (status, rev), name)
+        log = os.path.join(self.scratch, "helm-%s-unstick.log" % name)
+        if status == "pending-install" or rev <= 1:
+            if not self.uninstall(name, ns):
+                self.log("could not uninstall the pending release", name)
+            return
+        args = [self.helm, "rollback", name, str(rev - 1), "--wait"] + self.helm_scope(ns)
+        args += ["--timeout", str(timeout) if self.helm_major == 2 else "%ss" % timeout]
+        code, out = self.run(args, out=log)
+        if code != 0:
+            self.log("could not roll the pending release back (helm exited %d)" % code, name)
 
     def install_guarded(self, r):
         try:

@@ -253,5 +253,52 @@ class DecryptBeforeEachRun(Base):
         self.assertEqual(len(decrypts), 1)
 
 
+class Unstick(Base):
+    """A release a stopped installer left pending is undone before helm runs again."""
+
+    def setUp(self):
+        Base.setUp(self)
+        self.r.helm_major = 3
+        self.r.tiller_ns = "kube-system"
+        self.r.attempts = 1
+        self.r.delay = 0
+        self.r.scratch = os.path.join(self.root, "scratch")
+        os.makedirs(self.r.scratch)
+        self.ran = []
+        self.history = (1, "")
+
+        def run(args, out=None):
+            self.ran.append(list(args))
+            if args[1] == "history":
+                return self.history
+            return 0, ""
+        self.r.run = run
+
+    def test_a_pending_install_is_uninstalled(self):
+        self.history = (0, '[{"revision":1,"status":"pending-install"}]')
+        self.r.unstick("dns", "dns", 60)
+        self.assertEqual(self.ran[-1][1:], ["uninstall", "dns", "--namespace", "dns", "--wait"])
+        self.assertIn("left pending-install at revision 1", self.stream.getvalue())
+
+    def test_a_pending_upgrade_is_rolled_back_to_the_revision_before_it(self):
+        self.history = (0, 'WARNING: something\n[{"revision":4,"status":"pending-upgrade"}]')
+        self.r.unstick("dns", "dns", 60)
+        self.assertEqual(self.ran[-1][1:], ["rollback", "dns", "3", "--wait", "--namespace", "dns", "--timeout", "60s"])
+
+    def test_helm_v2_statuses_and_flags(self):
+        self.r.helm_major = 2
+        self.history = (0, '[{"revision":2,"status":"PENDING_ROLLBACK"}]')
+        self.r.unstick("dns", "dns", 60)
+        self.assertEqual(self.ran[-1][1:], ["rollback", "dns", "1", "--wait", "--tiller-namespace", "kube-system",
+                                            "--timeout", "60"])
+
+    def test_a_deployed_or_unknown_release_is_left_alone(self):
+        for h in [(0, '[{"revision":2,"status":"deployed"}]'), (1, "Error: release: not found"), (0, "garbage")]:
+            self.ran = []
+            self.history = h
+            self.r.unstick("dns", "dns", 60)
+            self.assertEqual([a[1] for a in self.ran], ["history"], h)
+
+
 if __name__ == "__main__":
     unittest.main()
