@@ -3,9 +3,10 @@
 //! simulating a controller and two pools) with the real helm v3 client and
 //! the real kubectl built by scripts/install-testbed.sh, and the real upstream
 //! charts of `$KUBE_AWS_SHARED_DATA/charts` rendered with the built-in
-//! plugins' values. S3 and SSM are moto, through the real aws CLI: the
-//! bundle, the charts, the plan pointer, the lock objects and the status
-//! objects are real objects there.
+//! plugins' values. S3, SSM and KMS are moto, through the real aws CLI: the
+//! bundle, the charts, the plan pointer, the installer's lease (conditional
+//! writes), the installed record, the status objects and the KMS-encrypted
+//! secret bundle the reconciler decrypts before each run are real there.
 //!
 //! Not covered, and why:
 //! - CloudFormation signals: moto ignores WaitConditions, so `aws
@@ -202,6 +203,20 @@ plugins:
     let wc = |n: &str| bed.releases.iter().find(|(r, _, _)| r == n).unwrap().2.clone();
     assert_eq!(bed.signalled(&wc("broken-descheduler")).as_deref(), Some("FAILURE"));
     assert_eq!(bed.signalled(&wc("after-broken")).as_deref(), Some("FAILURE"));
+    // helm --atomic undid the failed first install: no release record is left.
+    let left = cp
+        .kubectl(&[
+            "get",
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            "owner=helm,name=broken-descheduler",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert!(left.trim().is_empty(), "helm left {left}");
     // Nothing of the skipped release reached the API server.
     let deployed = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
     assert!(!deployed.contains("external-dns"), "{deployed}");
