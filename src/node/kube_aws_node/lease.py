@@ -3,8 +3,8 @@ holding {holder, run, expiresAt}, that says which controller installs the
 current addon plan, and until when.
 
 Taken with a conditional write: PutObject If-None-Match: '*' when there is no
-lease; when there is one, it is read (GetObject, its ETag kept) and taken over
-only once its expiresAt has passed, with PutObject If-Match: <that ETag>, an
+lease; when there is one (that write fails), it is read (GetObject, its ETag
+kept) and taken over only once its expiresAt has passed, with PutObject If-Match: <that ETag>, an
 atomic compare-and-swap (S3 conditional writes, "How to prevent object
 overwrites with conditional writes", S3 user guide): of two controllers that
 read the same expired lease, S3 takes one write and answers the other 412
@@ -39,8 +39,9 @@ LOST = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey")
 DEFAULT_TTL = 600
 
 # The lease as read: holder and run (informational), expires_at (seconds
-# since the epoch) and the ETag S3 gave it.
-State = collections.namedtuple("State", "holder run expires_at etag")
+# since the epoch), the ETag S3 gave it, and whether its holder released it.
+State = collections.namedtuple("State", "holder run expires_at etag released")
+State.__new__.__defaults__ = (False,)
 
 TAKE, TAKEOVER, WAIT = "take", "takeover", "wait"
 
@@ -133,16 +134,17 @@ class Lease(object):
         if at is None:
             # Not a lease this program wrote: taken to be expired, so it is replaced (If-Match).
             self.log("the lease %s is unreadable: taken to be expired" % self.where())
-            return State("", "", 0.0, etag)
-        return State(str(doc.get("holder", "")), str(doc.get("run", "")), at, etag)
+            return State("", "", 0.0, etag, True)
+        return State(str(doc.get("holder", "")), str(doc.get("run", "")), at, etag, bool(doc.get("released")))
 
-    def write(self, expires_at, condition):
+    def write(self, expires_at, condition, released=False):
         """Writes the lease on `condition` (["--if-none-match", "*"] or
         ["--if-match", etag]); its new ETag, or None when the condition failed."""
         fd, body = tempfile.mkstemp(prefix="kube-aws-lease-")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump({"holder": self.holder, "run": self.run, "expiresAt": iso(expires_at)}, f)
+                json.dump({"holder": self.holder, "run": self.run, "expiresAt": iso(expires_at),
+                           "released": released}, f)
             out = self.aws(["s3api", "put-object", "--bucket", self.bucket, "--key", self.key, "--body", body,
                             "--content-type", "application/json"] + condition, attempts=3)
         except AwsError as e:
@@ -159,26 +161,31 @@ class Lease(object):
     # --- the holder's life -----------------------------------------------------
     def acquire(self, run):
         """True when this controller now holds the lease for `run`; False when
-        another holds it (logged with its holder and expiry) or won the race."""
+        another holds it (logged with its holder and expiry) or won the race.
+
+        It first tries to create it (If-None-Match), so it reads the lease
+        only once it exists: a GetObject of a missing key is 403, not 404,
+        without s3:ListBucket (S3 API reference, GetObject)."""
         self.run = run
-        state = self.read()
         now = self.clock()
-        d = decide(state, now)
-        if d == WAIT:
-            self.log("the addon installer's lease is held by %s (run %s) until %s"
-                     % (state.holder or "another controller", state.run or "?", iso(state.expires_at)))
-            return False
-        if d == TAKE:
-            cond = ["--if-none-match", "*"]
-        else:
-            cond = ["--if-match", state.etag]
-            if state.holder and state.holder != self.holder:
+        etag = self.write(now + self.ttl, ["--if-none-match", "*"])
+        if etag is None:
+            state = self.read()
+            now = self.clock()
+            d = decide(state, now)
+            if d == WAIT:
+                self.log("the addon installer's lease is held by %s (run %s) until %s"
+                         % (state.holder or "another controller", state.run or "?", iso(state.expires_at)))
+                return False
+            if d == TAKE:
+                return False  # removed since (destroy --purge): the next tick creates it
+            if not state.released:
                 self.log("the addon installer's lease of %s (run %s) expired at %s: taking it over"
                          % (state.holder, state.run or "?", iso(state.expires_at)))
-        etag = self.write(now + self.ttl, cond)
-        if etag is None:
-            self.log("another controller took the addon installer's lease first")
-            return False
+            etag = self.write(now + self.ttl, ["--if-match", state.etag])
+            if etag is None:
+                self.log("another controller took the addon installer's lease first")
+                return False
         self.etag = etag
         self.renewed_at = now
         return True
@@ -226,7 +233,7 @@ class Lease(object):
             etag, self.etag = self.etag, None
         try:
             if etag is not None and not self.lost.is_set():
-                if self.write(self.clock() - 1, ["--if-match", etag]) is None:
+                if self.write(self.clock() - 1, ["--if-match", etag], released=True) is None:
                     self.log("the addon installer's lease was taken over before it was released")
         except LeaseError as e:
             self.log("cannot release the lease (it expires by itself): %s" % e)

@@ -93,6 +93,8 @@ class Life(unittest.TestCase):
     def test_take_when_absent_with_if_none_match(self):
         l, _ = make(self.s3, "c1", self.clock)
         self.assertTrue(l.acquire("plan-1"))
+        # Created without a read: a GetObject of a missing key is a 403 without s3:ListBucket.
+        self.assertEqual([c[1] for c in self.s3.calls], ["put-object"])
         put = self.s3.calls[-1]
         self.assertEqual(put[put.index("--if-none-match") + 1], "*")
         self.assertEqual(put[put.index("--key") + 1], "p/bootstrap/addons-lease")
@@ -164,8 +166,10 @@ class Life(unittest.TestCase):
         l.release()
         self.assertFalse(l.held())
         self.assertLess(lease.parse_iso(self.s3.body()["expiresAt"]), self.clock.t)
-        other, _ = make(self.s3, "c2", self.clock)
+        self.assertTrue(self.s3.body()["released"])
+        other, logs = make(self.s3, "c2", self.clock)
         self.assertTrue(other.acquire("r2"))
+        self.assertFalse(any("taking it over" in m for m in logs), logs)
 
     def test_release_on_failure_too_and_after_a_takeover_writes_nothing(self):
         l, _ = make(self.s3, "c1", self.clock)
