@@ -2,7 +2,8 @@
 
 Invariant: a wait condition is signalled only while DescribeStackResource says
 it waits (CREATE_IN_PROGRESS); one that is complete, failed or gone is never
-signalled; a signal failure never raises (the caller's work is done).
+signalled; a signal failure never raises (the caller's work is done). Only a
+stack in an *_IN_PROGRESS state (DescribeStacks) can have one that waits.
 """
 from .awscall import AwsError
 

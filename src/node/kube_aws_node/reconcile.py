@@ -20,10 +20,10 @@ failures it is tried again once its `retryAfter` has passed.
 Otherwise the controller that takes the installer's lease (lease.py) installs
 it, renewing the lease while it runs and releasing it however the run ends:
 it decrypts the plugin secrets again (secrets.py: the store is tmpfs, empty
-after a reboot) and unpacks the bundle with them into a private directory on
-tmpfs (/run/kube-aws/addons/<sha>, removed after the run, also on failure);
-waits for /readyz; Helm v2 mode: installs Tiller and waits for it; installs
-the pinned helm client (sha256 checked); then the releases. A release the
+once the node restarts) and unpacks the bundle with them into a private
+directory on tmpfs (/run/kube-aws/addons/<sha>, removed after the run, also
+on failure); waits for /readyz; Helm v2 mode: installs Tiller and waits for
+it; installs the pinned helm client (sha256 checked); then the releases. A release the
 record shows at its wait condition is left alone. The others start as soon as
 their dependencies are ready, up to the plan's `concurrency` at once
 (schedule.py decides): bootstrap addons first; then the plugin manifests and

@@ -17,8 +17,8 @@ stored under DIR replaced by `<secret NAME>`: `blank()` is the one rule the
 reconciler (status messages) and the bootstrap (failure reports) use.
 
 The reconciler decrypts the plugin secrets again before each run
-(`decrypt_plugin_secrets`, the same code): the store is tmpfs, empty after a
-reboot.
+(`decrypt_plugin_secrets`, the same code): the store is tmpfs, empty once the
+node restarts.
 
 Invariant: no plaintext is ever printed or put in an argument; running it
 again is harmless. The reference rule is shared with src/render/secrets.rs
@@ -232,8 +232,9 @@ def decrypt_all(aws, runtime, node, plugin_only=False):
 
 def decrypt_plugin_secrets(aws, runtime, node):
     """The reconciler's step before each run: the plugin secrets of node.json
-    decrypted again into the store (tmpfs: empty after a reboot), by the same
-    code as the boot; the PKI and the node's own files are left alone."""
+    decrypted again into the store (tmpfs: empty once the node restarts), by
+    the same code as the boot; the PKI and the node's own files are left
+    alone."""
     decrypt_all(aws, runtime, node, plugin_only=True)
 
 
