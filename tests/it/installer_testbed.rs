@@ -141,6 +141,23 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
         );
     }
     assert!(!run.stderr.contains("could not be applied"), "{run}");
+    // moto's S3 took the lease's conditional writes: created (If-None-Match),
+    // then released (If-Match its ETag); the record lists every release at its
+    // wait condition.
+    assert!(run.calls.contains("kms decrypt"), "{run}");
+    let lease = bed.object("bootstrap/addons-lease");
+    assert_eq!(lease["released"], true, "{lease}\n{run}");
+    let record = bed.object("status/addons/installed.json");
+    let mut recorded: Vec<(String, String)> = record["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap().into(), r["waitCondition"].as_str().unwrap().into()))
+        .collect();
+    recorded.sort();
+    let mut want: Vec<(String, String)> = bed.releases.iter().map(|(n, _, w)| (n.clone(), w.clone())).collect();
+    want.sort();
+    assert_eq!(recorded, want, "{record}");
     // A second tick with the same plan is a no-op: nothing installed, nothing signalled.
     let again = bed.reconcile();
     assert_eq!(again.code, 0, "{again}");

@@ -338,6 +338,19 @@ impl Bed {
         refs
     }
 
+    /// An object under the cluster's prefix in moto's S3, as JSON.
+    pub fn object(&self, key: &str) -> Value {
+        let out = self.path("object.json");
+        self.env.aws(&[
+            "s3",
+            "cp",
+            "--only-show-errors",
+            &format!("s3://{BUCKET}/{PREFIX}/{key}"),
+            &out.display().to_string(),
+        ]);
+        serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+    }
+
     /// A status object the reconciler wrote to moto's S3.
     pub fn status(&self, release: &str) -> Value {
         let out = self.path(&format!("status-{release}.json"));
