@@ -509,7 +509,11 @@ impl Bed {
         let mut secrets = serde_json::Map::new();
         for n in node_json["secrets"]["names"].as_array().unwrap() {
             let n = n.as_str().unwrap();
-            let v = if n == SECRET_REF { SECRET_VALUE.to_string() } else { format!("plain-{n}") };
+            let v = if n == SECRET_REF {
+                SECRET_VALUE.to_string()
+            } else {
+                format!("plain-{n}")
+            };
             secrets.insert(n.into(), b64(&v).into());
         }
         let doc = serde_json::json!({"encryptionContext": {"kube-aws:cluster": "full"}, "secrets": secrets});
@@ -526,7 +530,9 @@ impl Bed {
     }
 
     fn installed(&self) -> serde_json::Value {
-        let p = self.s3().join("kube-aws-test/clusters/full/status/addons/installed.json");
+        let p = self
+            .s3()
+            .join("kube-aws-test/clusters/full/status/addons/installed.json");
         serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
     }
 }
@@ -832,7 +838,9 @@ fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.helm_upgrades().is_empty() && o.signals().is_empty(), "{:#?}", o.log);
     assert!(
-        !o.log.iter().any(|l| l.contains("addons-lease") || l.contains("kms decrypt")),
+        !o.log
+            .iter()
+            .any(|l| l.contains("addons-lease") || l.contains("kms decrypt")),
         "{:#?}",
         o.log
     );
@@ -936,7 +944,11 @@ fn independent_releases_install_side_by_side_with_whole_log_lines() {
 }
 
 fn with_values(mut input: RenderInput, releases: &[&str], extra: &str) -> RenderInput {
-    for a in input.addons.iter_mut().filter(|a| releases.contains(&a.release.name.as_str())) {
+    for a in input
+        .addons
+        .iter_mut()
+        .filter(|a| releases.contains(&a.release.name.as_str()))
+    {
         a.values_yaml.push_str(extra);
     }
     input
@@ -1019,12 +1031,23 @@ fn a_killed_installer_is_taken_over_when_its_lease_expires_and_the_plan_is_finis
     assert!(two.stderr.contains("taking it over"), "{}", two.stderr);
     let mut upgraded = two.helm_upgrades();
     upgraded.sort();
-    assert_eq!(upgraded, ["cert-manager", "dex", "metrics-server"], "resumed, not restarted");
+    assert_eq!(
+        upgraded,
+        ["cert-manager", "dex", "metrics-server"],
+        "resumed, not restarted"
+    );
     // The killed helm left cert-manager pending-install: undone before it is installed.
-    let undo = two.position("helm uninstall cert-manager").expect("pending install undone");
-    assert!(undo < two.position("helm upgrade --install cert-manager").unwrap(), "{:#?}", two.log);
+    let undo = two
+        .position("helm uninstall cert-manager")
+        .expect("pending install undone");
     assert!(
-        two.stderr.contains("cert-manager: left pending-install at revision 1 by a stopped installer"),
+        undo < two.position("helm upgrade --install cert-manager").unwrap(),
+        "{:#?}",
+        two.log
+    );
+    assert!(
+        two.stderr
+            .contains("cert-manager: left pending-install at revision 1 by a stopped installer"),
         "{}",
         two.stderr
     );
@@ -1067,7 +1090,11 @@ fn a_failed_release_is_rolled_back_and_a_plan_cloudformation_rolls_back_to_is_ap
     assert_eq!(one.code, 0, "{}", one.stderr);
 
     bed.publish(
-        with_values(first.clone(), &["calico", "cert-manager", "metrics-server"], "plan: 2\n"),
+        with_values(
+            first.clone(),
+            &["calico", "cert-manager", "metrics-server"],
+            "plan: 2\n",
+        ),
         |_| {},
     );
     let two = bed.run("cert-manager");
@@ -1114,7 +1141,12 @@ fn a_failed_release_is_rolled_back_and_a_plan_cloudformation_rolls_back_to_is_ap
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["name"].as_str().unwrap().into(), r["waitCondition"].as_str().unwrap().into()))
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().into(),
+                r["waitCondition"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     let mut want = one.wait_conditions.clone();
     want.sort();
@@ -1141,21 +1173,34 @@ fn after_a_reboot_the_secrets_are_decrypted_again_and_no_filled_value_is_left_on
     let dex = std::fs::read_to_string(run.values.join("dex.yaml")).unwrap();
     assert!(dex.contains(SECRET_VALUE) && !dex.contains(SECRET_REF), "{dex}");
     // helm read the values from tmpfs (/run), and that directory is gone.
-    let upgrade = run.log.iter().find(|l| l.starts_with("helm upgrade --install dex ")).unwrap();
+    let upgrade = run
+        .log
+        .iter()
+        .find(|l| l.starts_with("helm upgrade --install dex "))
+        .unwrap();
     let node = bed.dir.path().join("controller-1");
     assert!(
         upgrade.contains(&format!("-f {}/run/kube-aws/addons/", node.display())),
         "{upgrade}"
     );
     let tmp = node.join("run/kube-aws/addons");
-    assert_eq!(std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0), 0, "{}", tmp.display());
+    assert_eq!(
+        std::fs::read_dir(&tmp).map(|d| d.count()).unwrap_or(0),
+        0,
+        "{}",
+        tmp.display()
+    );
     let store = node.join("run/kube-aws/secrets");
     for e in walkdir(&node) {
         if e.starts_with(&store) {
             continue;
         }
         let text = String::from_utf8_lossy(&std::fs::read(&e).unwrap()).into_owned();
-        assert!(!text.contains(SECRET_VALUE), "a filled value outside tmpfs: {}", e.display());
+        assert!(
+            !text.contains(SECRET_VALUE),
+            "a filled value outside tmpfs: {}",
+            e.display()
+        );
     }
 }
 

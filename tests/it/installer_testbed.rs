@@ -152,7 +152,12 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["name"].as_str().unwrap().into(), r["waitCondition"].as_str().unwrap().into()))
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().into(),
+                r["waitCondition"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     recorded.sort();
     let mut want: Vec<(String, String)> = bed.releases.iter().map(|(n, _, w)| (n.clone(), w.clone())).collect();
