@@ -1,6 +1,7 @@
 //! IAM roles for service accounts on a self-managed cluster (issue 16), the
 //! way kops does it: the service-account issuer's discovery documents are
-//! public objects of the cluster's bucket, an IAM OIDC provider trusts that
+//! public objects of a bucket of their own ([`issuer_bucket`], which `up`
+//! creates and owns: src/aws/issuer.rs), an IAM OIDC provider trusts that
 //! issuer, and each plugin service account gets its own role that only a token
 //! for exactly that `system:serviceaccount:<namespace>:<name>` and the
 //! `sts.amazonaws.com` audience can assume. Pure: no I/O, no AWS.
@@ -28,7 +29,12 @@ pub const AUDIENCE: &str = "sts.amazonaws.com";
 /// first is used to generate tokens and all are used to determine which
 /// issuers are accepted").
 pub const LEGACY_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
-pub use crate::render::layout::{OIDC_DIR as ISSUER_DIR, OIDC_DISCOVERY as DISCOVERY_KEY, OIDC_JWKS as JWKS_KEY};
+pub use crate::render::layout::{ISSUER_DISCOVERY, ISSUER_JWKS};
+/// S3's limit on a bucket name.
+pub const BUCKET_NAME_LIMIT: usize = 63;
+/// Bucket-name endings S3 reserves (access point aliases, Object Lambda,
+/// directory and table buckets): a derived name that would end so is hashed.
+const RESERVED_BUCKET_SUFFIXES: [&str; 4] = ["-s3alias", "--ol-s3", "--x-s3", "--table-s3"];
 /// IAM's limit on a role name.
 pub const ROLE_NAME_LIMIT: usize = 64;
 /// The annotation the pod identity webhook reads on a service account.
@@ -83,24 +89,49 @@ pub fn role_arn(cfg: &ClusterConfig, role: &str) -> String {
     format!("arn:{}:iam::{account}:role/{role}", partition(&cfg.region))
 }
 
-/// The issuer: `issuerURL` when set, else the HTTPS URL of `s3URI/<cluster>/oidc`.
+/// The bucket that serves the default issuer: `<bucket>-oidc-<cluster>`,
+/// from the cluster's bucket and name alone, so the issuer URL is known at
+/// render time (offline) and stays the same across updates. A '.' of the
+/// cluster's bucket becomes '-' (S3's wildcard certificate covers one label:
+/// IAM reads the issuer over virtual-hosted HTTPS). Over S3's 63 characters,
+/// or ending as S3 reserves, it is the first 54 characters, '-' and 8 hex
+/// digits of the sha256 of `<bucket>/<cluster>`, so two long names stay apart.
+pub fn issuer_bucket_name(bucket: &str, cluster: &str) -> String {
+    let full = format!("{bucket}-oidc-{cluster}").replace('.', "-");
+    let reserved = RESERVED_BUCKET_SUFFIXES.iter().any(|s| full.ends_with(s));
+    if full.len() <= BUCKET_NAME_LIMIT && !reserved {
+        return full;
+    }
+    let hash = sha256_hex(format!("{bucket}/{cluster}").as_bytes());
+    let keep = BUCKET_NAME_LIMIT - 9;
+    format!("{}-{}", full[..full.len().min(keep)].trim_end_matches('-'), &hash[..8])
+}
+
+/// The issuer bucket of this cluster; None when `issuerURL` hosts the issuer elsewhere.
+pub fn issuer_bucket(cfg: &ClusterConfig) -> Option<String> {
+    if cfg.issuer_url.is_some() {
+        return None;
+    }
+    let (bucket, _) = parse_s3_uri(&cfg.s3_uri).unwrap_or_default();
+    Some(issuer_bucket_name(&bucket, &cfg.cluster_name))
+}
+
+/// The issuer: `issuerURL` when set, else the HTTPS root of the issuer
+/// bucket (`https://<issuer bucket>.s3.<region>.amazonaws.com`).
 pub fn issuer_url(cfg: &ClusterConfig) -> String {
     if let Some(u) = &cfg.issuer_url {
         return u.trim_end_matches('/').to_string();
     }
-    let (bucket, prefix) = parse_s3_uri(&cfg.s3_uri).unwrap_or_default();
-    let key = if prefix.is_empty() {
-        format!("{}/{ISSUER_DIR}", cfg.cluster_name)
-    } else {
-        format!("{prefix}/{}/{ISSUER_DIR}", cfg.cluster_name)
-    };
-    crate::aws::config::object_url(None, &cfg.region, &bucket, &key)
+    let bucket = issuer_bucket(cfg).unwrap_or_default();
+    crate::aws::config::object_url(None, &cfg.region, &bucket, "")
+        .trim_end_matches('/')
+        .to_string()
 }
 
 /// Where the discovery document points for the keys: `<issuer>/keys.json`
-/// (the object [`JWKS_KEY`] under the default issuer).
+/// (the object [`ISSUER_JWKS`] of the issuer bucket under the default issuer).
 pub fn jwks_url(cfg: &ClusterConfig) -> String {
-    format!("{}/keys.json", issuer_url(cfg))
+    format!("{}/{ISSUER_JWKS}", issuer_url(cfg))
 }
 
 /// kube-apiserver flags kube-aws sets for the issuer, in order (the issuer
@@ -232,8 +263,8 @@ pub fn jwks(sa_pub_pem: &str) -> Result<(Value, &'static str), IrsaError> {
     Ok((json!({"keys": [jwk]}), alg))
 }
 
-/// Both discovery objects for the cluster, as (key relative to the cluster
-/// prefix, body): what `up` publishes.
+/// Both discovery objects for the cluster, as (key relative to the issuer's
+/// root, body): what `up` publishes.
 pub fn discovery_objects(cfg: &ClusterConfig, sa_pub_pem: &str) -> Result<Vec<(&'static str, Vec<u8>)>, IrsaError> {
     let (keys, alg) = jwks(sa_pub_pem)?;
     let doc = discovery_document(&issuer_url(cfg), &jwks_url(cfg), alg);
@@ -242,12 +273,40 @@ pub fn discovery_objects(cfg: &ClusterConfig, sa_pub_pem: &str) -> Result<Vec<(&
         s.push(b'\n');
         s
     };
-    Ok(vec![(DISCOVERY_KEY, body(&doc)), (JWKS_KEY, body(&keys))])
+    Ok(vec![(ISSUER_DISCOVERY, body(&doc)), (ISSUER_JWKS, body(&keys))])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issuer_bucket_names_fit_s3_and_stay_apart() {
+        assert_eq!(issuer_bucket_name("my-bucket", "demo"), "my-bucket-oidc-demo");
+        // A '.' would break virtual-hosted HTTPS.
+        assert_eq!(issuer_bucket_name("my.bucket", "demo"), "my-bucket-oidc-demo");
+        let long = "b".repeat(50);
+        let a = issuer_bucket_name(&long, "cluster-a");
+        let b = issuer_bucket_name(&long, "cluster-b");
+        assert_eq!(a.len(), BUCKET_NAME_LIMIT, "{a}");
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("{long}-oid")), "{a}");
+        assert_eq!(issuer_bucket_name(&long, "cluster-a"), a, "deterministic");
+        // Exactly 63 is kept as it is.
+        let exact = issuer_bucket_name(&"c".repeat(63 - "-oidc-demo".len()), "demo");
+        assert!(exact.ends_with("-oidc-demo") && exact.len() == 63, "{exact}");
+        // An ending S3 reserves is hashed away.
+        let reserved = issuer_bucket_name("b", "x-s3alias");
+        assert!(!reserved.ends_with("-s3alias") && reserved.len() <= 63, "{reserved}");
+        for n in [&a, &b, &reserved] {
+            assert!(
+                n.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+                "{n}"
+            );
+            assert!(!n.ends_with('-') && !n.starts_with('-'), "{n}");
+        }
+    }
 
     #[test]
     fn role_names_fit_iam_and_stay_apart() {
@@ -266,7 +325,7 @@ mod tests {
 
     #[test]
     fn trust_policy_binds_exactly_one_service_account_and_the_sts_audience() {
-        let issuer = "https://b.s3.us-west-2.amazonaws.com/p/demo/oidc";
+        let issuer = "https://b-oidc-demo.s3.us-west-2.amazonaws.com";
         let p = trust_policy(json!({"Ref": "P"}), issuer, "kube-system", "external-dns");
         let st = &p["Statement"][0];
         assert_eq!(st["Action"], "sts:AssumeRoleWithWebIdentity");
@@ -280,10 +339,10 @@ mod tests {
         let eq = cond["StringEquals"].as_object().unwrap();
         assert_eq!(eq.len(), 2);
         assert_eq!(
-            eq["b.s3.us-west-2.amazonaws.com/p/demo/oidc:sub"],
+            eq["b-oidc-demo.s3.us-west-2.amazonaws.com:sub"],
             "system:serviceaccount:kube-system:external-dns"
         );
-        assert_eq!(eq["b.s3.us-west-2.amazonaws.com/p/demo/oidc:aud"], "sts.amazonaws.com");
+        assert_eq!(eq["b-oidc-demo.s3.us-west-2.amazonaws.com:aud"], "sts.amazonaws.com");
         assert_eq!(p["Statement"].as_array().unwrap().len(), 1);
     }
 
@@ -354,34 +413,31 @@ dTNULI9QFB38zebILwIDAQAB
     }
 
     #[test]
-    fn the_issuer_is_the_clusters_oidc_prefix_unless_overridden() {
+    fn the_issuer_is_its_own_bucket_unless_overridden() {
         let mut cfg: ClusterConfig = serde_yaml::from_str(
             "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket/team\nkmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n",
         )
         .unwrap();
-        assert_eq!(
-            issuer_url(&cfg),
-            "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc"
-        );
-        assert_eq!(
-            jwks_url(&cfg),
-            "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc/keys.json"
-        );
+        let issuer = "https://bucket-oidc-demo.s3.us-west-2.amazonaws.com";
+        assert_eq!(issuer_bucket(&cfg).as_deref(), Some("bucket-oidc-demo"));
+        assert_eq!(issuer_url(&cfg), issuer);
+        assert_eq!(jwks_url(&cfg), format!("{issuer}/keys.json"));
         assert_eq!(role_arn(&cfg, "demo-a-b"), "arn:aws:iam::111122223333:role/demo-a-b");
         assert_eq!(
             apiserver_flags(&cfg),
             [
-                ("service-account-issuer", "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc"),
-                ("service-account-issuer", LEGACY_ISSUER),
-                ("service-account-jwks-uri", "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc/keys.json"),
+                ("service-account-issuer", issuer.to_string()),
+                ("service-account-issuer", LEGACY_ISSUER.to_string()),
+                ("service-account-jwks-uri", format!("{issuer}/keys.json")),
                 (
                     "api-audiences",
-                    "https://bucket.s3.us-west-2.amazonaws.com/team/demo/oidc,https://kubernetes.default.svc.cluster.local"
+                    format!("{issuer},https://kubernetes.default.svc.cluster.local")
                 ),
             ]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), v))
         );
         cfg.issuer_url = Some("https://oidc.example.com/demo/".into());
+        assert_eq!(issuer_bucket(&cfg), None);
         assert_eq!(issuer_url(&cfg), "https://oidc.example.com/demo");
         cfg.kms_key_arn = None;
         assert_eq!(role_arn(&cfg, "x"), "arn:aws:iam::000000000000:role/x");

@@ -24,6 +24,8 @@ pub struct AwsOptions {
 pub struct Clients {
     pub cfn: aws_sdk_cloudformation::Client,
     pub s3: aws_sdk_s3::Client,
+    /// The account's S3 Block Public Access (src/aws/issuer.rs).
+    pub s3control: aws_sdk_s3control::Client,
     pub kms: aws_sdk_kms::Client,
     #[cfg(feature = "nodes")]
     pub ec2: aws_sdk_ec2::Client,
@@ -64,6 +66,23 @@ fn env_s3_endpoint() -> Option<String> {
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 
+/// An endpoint resolver that answers one URL.
+#[derive(Debug)]
+struct FixedEndpoint(String);
+
+impl aws_sdk_s3control::config::endpoint::ResolveEndpoint for FixedEndpoint {
+    fn resolve_endpoint<'a>(
+        &'a self,
+        _params: &'a aws_sdk_s3control::config::endpoint::Params,
+    ) -> aws_sdk_s3control::config::endpoint::EndpointFuture<'a> {
+        aws_sdk_s3control::config::endpoint::EndpointFuture::ready(Ok(
+            aws_sdk_s3control::config::endpoint::Endpoint::builder()
+                .url(self.0.clone())
+                .build(),
+        ))
+    }
+}
+
 /// Builds the clients and checks that credentials resolve, so a missing
 /// credential is reported once, plainly, before any call.
 pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients, AwsError> {
@@ -92,9 +111,18 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
     let s3_conf = aws_sdk_s3::config::Builder::from(&sdk)
         .force_path_style(s3_endpoint.is_some())
         .build();
+    let mut s3control_conf = aws_sdk_s3control::config::Builder::from(&sdk);
+    if let Some(e) = &s3_endpoint {
+        // S3 Control's endpoint rules put the account ID in front of the
+        // host (`<account>.s3-control.<region>.amazonaws.com`); under a custom
+        // endpoint (moto, LocalStack) that name does not resolve, and the
+        // request goes to the endpoint as it is.
+        s3control_conf = s3control_conf.endpoint_resolver(FixedEndpoint(e.clone()));
+    }
     Ok(Clients {
         cfn: aws_sdk_cloudformation::Client::new(&sdk),
         s3: aws_sdk_s3::Client::from_conf(s3_conf),
+        s3control: aws_sdk_s3control::Client::from_conf(s3control_conf.build()),
         kms: aws_sdk_kms::Client::new(&sdk),
         #[cfg(feature = "nodes")]
         ec2: aws_sdk_ec2::Client::new(&sdk),

@@ -371,12 +371,26 @@ pub async fn plan_update(
     Ok((plan, amis))
 }
 
-/// Deletes every object under the cluster's prefix (`destroy --purge`), and
-/// this cluster's public-read statement from the bucket policy.
-pub async fn purge(clients: &Clients, location: &Location) -> Result<usize, AwsError> {
-    let n = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
+/// What `destroy --purge` deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Purged {
+    /// Objects under the cluster's prefix.
+    pub objects: usize,
+    /// The issuer bucket, when there was one (src/aws/issuer.rs).
+    pub issuer_bucket: Option<String>,
+}
+
+/// Deletes every object under the cluster's prefix (`destroy --purge`), the
+/// cluster's issuer bucket, and an older layout's public-read statement from
+/// the bucket policy.
+pub async fn purge(clients: &Clients, cluster: &ClusterConfig, location: &Location) -> Result<Purged, AwsError> {
+    let objects = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
     super::issuer::withdraw_public_read(clients, location).await?;
-    Ok(n)
+    let issuer_bucket = match super::issuer::delete_issuer_bucket(clients, cluster, location).await? {
+        Some(_) => crate::irsa::issuer_bucket(cluster),
+        None => None,
+    };
+    Ok(Purged { objects, issuer_bucket })
 }
 
 /// What nodes of an earlier cluster of the same name left behind: the kubeadm
@@ -394,7 +408,7 @@ pub async fn clear_runtime_state(clients: &Clients, location: &Location) -> Resu
     Ok(count)
 }
 
-async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<usize, AwsError> {
+pub(super) async fn delete_under(clients: &Clients, bucket: &str, prefix: &str) -> Result<usize, AwsError> {
     let mut count = 0;
     let mut token = None;
     loop {
@@ -439,6 +453,7 @@ mod tests {
                 .map(|n| ExpectedAddon {
                     release: n.to_string(),
                     wait_condition: None,
+                    wait_timeout_secs: None,
                 })
                 .collect()
         };

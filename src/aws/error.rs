@@ -72,14 +72,34 @@ pub enum AwsError {
     #[error("the bucket policy is not JSON ({detail}); fix it in S3 first")]
     BucketPolicy { detail: String },
     #[error(
-        "S3 Block Public Access on the bucket {bucket:?} ({which}) keeps IAM from reading the \
-         service-account issuer's two discovery objects, so no pod could assume its IAM role. Either turn off \
-         BlockPublicPolicy and RestrictPublicBuckets for this bucket (`aws s3api put-public-access-block --bucket {bucket} \
-         --public-access-block-configuration BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=false,RestrictPublicBuckets=false`; \
-         kube-aws then adds one statement granting s3:GetObject on exactly those two keys), or set issuerURL in cluster.yaml \
-         and serve the documents from there"
+        "S3 Block Public Access keeps IAM from reading the service-account issuer in the bucket {bucket:?} ({which}), \
+         so no pod could assume its IAM role. kube-aws set that bucket's own setting to allow exactly one public \
+         statement (s3:GetObject on its two discovery documents); an account-wide setting or your IAM can still refuse it. \
+         Allow it (`aws s3control get-public-access-block --account-id ACCOUNT` shows the account's setting), or set \
+         issuerURL in cluster.yaml and serve the documents from there"
     )]
     PublicAccessBlocked { bucket: String, which: String },
+    #[error(
+        "S3 Block Public Access is on for the account {account} ({which}): it overrides every bucket's own setting, \
+         so IAM could not read the service-account issuer that kube-aws publishes in the bucket {bucket:?}, and no pod \
+         could assume its IAM role. Either turn those two settings off for the account (`aws s3control \
+         put-public-access-block --account-id {account} --public-access-block-configuration \
+         BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=false,RestrictPublicBuckets=false`; kube-aws \
+         makes public only the two discovery documents, in a bucket of their own), or host the documents yourself \
+         over HTTPS (e.g. CloudFront with your domain in front of a private bucket) and set issuerURL in cluster.yaml: \
+         `up` then leaves them under s3URI/<cluster>/oidc/ for you to copy and creates no public bucket"
+    )]
+    AccountPublicAccessBlocked {
+        account: String,
+        bucket: String,
+        which: String,
+    },
+    #[error(
+        "the service-account issuer's bucket {bucket:?} cannot be used: {why}. Its name comes from s3URI's bucket and \
+         clusterName (bucket names are global); change one of them, or set issuerURL in cluster.yaml and host the \
+         issuer yourself"
+    )]
+    IssuerBucketTaken { bucket: String, why: String },
     #[error("the secret {name:?} is {size} bytes; KMS encrypts at most {limit}: keep secret values small (e.g. a password, not a file)")]
     SecretTooLarge { name: String, size: usize, limit: usize },
     #[error("two secrets are named {name:?}: rename one of the plugin parameters")]
@@ -141,6 +161,8 @@ impl AwsError {
             | AwsError::NoKmsKey
             | AwsError::BucketPolicy { .. }
             | AwsError::PublicAccessBlocked { .. }
+            | AwsError::AccountPublicAccessBlocked { .. }
+            | AwsError::IssuerBucketTaken { .. }
             | AwsError::SecretTooLarge { .. }
             | AwsError::DuplicateSecret { .. }
             | AwsError::Random { .. }
@@ -397,9 +419,23 @@ mod tests {
         }
         .to_string();
         assert!(
-            blocked.starts_with("S3 Block Public Access on the bucket \"b\" (BlockPublicPolicy) keeps IAM")
-                && blocked.contains("--bucket b --public-access-block-configuration"),
+            blocked.starts_with(
+                "S3 Block Public Access keeps IAM from reading the service-account issuer in the bucket \"b\""
+            ) && blocked.contains("issuerURL"),
             "{blocked}"
+        );
+        let account = AwsError::AccountPublicAccessBlocked {
+            account: "111122223333".into(),
+            bucket: "b-oidc-demo".into(),
+            which: "BlockPublicPolicy, RestrictPublicBuckets".into(),
+        }
+        .to_string();
+        assert!(
+            account.starts_with(
+                "S3 Block Public Access is on for the account 111122223333 (BlockPublicPolicy, RestrictPublicBuckets)"
+            ) && account.contains("--account-id 111122223333")
+                && account.contains("issuerURL"),
+            "{account}"
         );
     }
 }

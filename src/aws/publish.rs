@@ -301,17 +301,21 @@ pub fn addons_of(plan: &Plan) -> Vec<ExpectedAddon> {
         .map(|r| ExpectedAddon {
             release: r.name.clone(),
             wait_condition: Some(r.wait_condition.clone()).filter(|w| !w.is_empty()),
+            wait_timeout_secs: Some(r.wait_timeout_seconds).filter(|t| *t > 0),
         })
         .collect()
 }
 
 /// Parameters for the root stack: the known ones its template declares, plus
 /// one secrets version per node stack (see [`secrets_versions`]).
+/// `bundle_key` is the published bundle's content-addressed key, relative to
+/// the cluster's prefix (`secrets/<sha256>/bundle.json`).
 pub fn root_parameters(
     root_template: &[u8],
     clients_url: &str,
     location: &Location,
     bundle: &SecretBundle,
+    bundle_key: &str,
 ) -> Result<Vec<(String, String)>, AwsError> {
     let template: serde_json::Value = serde_json::from_slice(root_template).unwrap_or_default();
     let declared: BTreeSet<String> = template
@@ -324,6 +328,7 @@ pub fn root_parameters(
         ("ArtifactS3URI", location.s3_uri()),
         ("ArtifactBucket", location.bucket.clone()),
         ("ArtifactPrefix", location.prefix.clone()),
+        (crate::render::cfn::SECRET_BUNDLE_KEY, bundle_key.to_string()),
     ]
     .into_iter()
     .filter(|(k, _)| declared.contains(*k))
@@ -521,6 +526,11 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         .find(|a| a.source == ROOT_TEMPLATE)
         .ok_or(RenderedError::NoRootTemplate { file: ROOT_TEMPLATE })?
         .clone();
+    let bundle_key = artifacts
+        .iter()
+        .find(|a| a.source == SECRET_BUNDLE)
+        .map(|a| a.key.clone())
+        .unwrap_or_default();
 
     let mut objects = Vec::new();
     for a in artifacts {
@@ -547,7 +557,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     objects.extend(super::issuer::publish_issuer(clients, input.cluster, &location, &bundle).await?);
 
     let base_url = clients.object_url(&location.bucket, &location.prefix);
-    let parameters = root_parameters(&root.body, &base_url, &location, &bundle)?;
+    let parameters = root_parameters(&root.body, &base_url, &location, &bundle, &bundle_key)?;
     Ok(Published {
         root_template_url: clients.object_url(&location.bucket, &location.key(&root.key)),
         root_template_body: String::from_utf8_lossy(&root.body).to_string(),

@@ -166,6 +166,67 @@ pub fn operation_start(events: &[StackEvent]) -> Option<i64> {
 pub struct ExpectedAddon {
     pub release: String,
     pub wait_condition: Option<String>,
+    /// The wait condition's rendered CreationPolicy timeout (the plan's
+    /// `waitTimeoutSeconds`): how long CloudFormation waits for its signal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_timeout_secs: Option<u64>,
+}
+
+/// A wait condition CloudFormation is waiting on, and for how long at most:
+/// it fails the stack at `since_ms` + `timeout_secs` if no signal comes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitingOn {
+    pub release: String,
+    pub wait_condition: String,
+    /// The rendered timeout.
+    pub timeout_secs: u64,
+    /// When CloudFormation began to wait: the wait condition's first
+    /// `CREATE_IN_PROGRESS` event of this operation (ms since the epoch).
+    pub since_ms: i64,
+}
+
+impl WaitingOn {
+    /// When CloudFormation gives up on the signal (ms since the epoch).
+    pub fn deadline_ms(&self) -> i64 {
+        self.since_ms.saturating_add(
+            i64::try_from(self.timeout_secs)
+                .unwrap_or(i64::MAX / 1000)
+                .saturating_mul(1000),
+        )
+    }
+
+    /// `dex: at most 1h3m, until 18:32:10 UTC`
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: at most {}, until {}",
+            self.release,
+            short_duration(self.timeout_secs),
+            utc_time(self.deadline_ms())
+        )
+    }
+}
+
+/// `1h3m`, `45m`, `1m30s`, `0s`: a wait-condition timeout as people read it.
+pub fn short_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+/// `18:32:10 UTC` of a time in ms since the epoch.
+pub fn utc_time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    let stamp = humantime::format_rfc3339_seconds(t).to_string();
+    format!("{} UTC", stamp.get(11..19).unwrap_or(&stamp))
 }
 
 /// Everything observed so far.
@@ -204,6 +265,9 @@ pub struct StackProgress {
     pub addons: Vec<ProgressLine>,
     /// One line per node whose bootstrap failed in this operation.
     pub nodes: Vec<ProgressLine>,
+    /// The addons' wait conditions CloudFormation is waiting on now, the
+    /// one it gives up on first first.
+    pub waiting: Vec<WaitingOn>,
 }
 
 /// What went wrong, root cause first.
@@ -368,17 +432,51 @@ fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> 
     for n in &obs.nested {
         stacks.push(stack_line(n, events, Some(&n.name)));
     }
+    let waiting = waiting_on(obs, events);
     let addons = obs
         .addons
         .iter()
         .map(|a| {
             let report = obs.reports.iter().find(|r| r.release == a.release);
             let phase = report.map(|r| r.phase).unwrap_or(AddonPhase::Pending);
+            let finished = matches!(phase, AddonPhase::Ready | AddonPhase::Skipped | AddonPhase::Failed);
+            let mut detail = report.map(|r| r.message.trim().to_string()).unwrap_or_default();
+            // How long CloudFormation waits for its signal: until a time once
+            // it waits, the timeout before. Stable between polls (plain output
+            // prints a line again only when it changes).
+            // A wait condition that completed or failed in this operation waits no more.
+            let settled = a.wait_condition.as_deref().is_some_and(|wc| {
+                events
+                    .iter()
+                    .rev()
+                    .find(|e| e.logical_id == wc)
+                    .is_some_and(|e| is_terminal(&e.status))
+            });
+            let limit = match (
+                finished || settled,
+                waiting.iter().find(|w| w.release == a.release),
+                a.wait_timeout_secs,
+            ) {
+                (true, _, _) => None,
+                (false, Some(w), _) => Some(format!(
+                    "signal awaited until {} at most ({})",
+                    utc_time(w.deadline_ms()),
+                    short_duration(w.timeout_secs)
+                )),
+                (false, None, Some(t)) => Some(format!("timeout {} once its wait condition starts", short_duration(t))),
+                (false, None, None) => None,
+            };
+            if let Some(l) = limit {
+                if !detail.is_empty() {
+                    detail.push_str("; ");
+                }
+                detail.push_str(&l);
+            }
             ProgressLine {
                 name: a.release.clone(),
                 status: phase.as_str().into(),
-                detail: report.map(|r| r.message.clone()).unwrap_or_default(),
-                finished: matches!(phase, AddonPhase::Ready | AddonPhase::Skipped | AddonPhase::Failed),
+                detail,
+                finished,
                 failed: phase == AddonPhase::Failed,
             }
         })
@@ -397,7 +495,46 @@ fn progress(obs: &Observation, events: &[&StackEvent], nodes: &[NodeReport]) -> 
             failed: true,
         })
         .collect();
-    StackProgress { stacks, addons, nodes }
+    StackProgress {
+        stacks,
+        addons,
+        nodes,
+        waiting,
+    }
+}
+
+/// The addons whose wait condition CloudFormation is waiting on now: its
+/// latest event of this operation is `CREATE_IN_PROGRESS` (a received signal
+/// is one too, until the `CREATE_COMPLETE`) and its status object does not
+/// say it is done. The clock starts at its first `CREATE_IN_PROGRESS`. The
+/// one CloudFormation gives up on first comes first.
+pub fn waiting_on(obs: &Observation, events: &[&StackEvent]) -> Vec<WaitingOn> {
+    let mut out: Vec<WaitingOn> = obs
+        .addons
+        .iter()
+        .filter_map(|a| {
+            let wc = a.wait_condition.as_deref()?;
+            let timeout = a.wait_timeout_secs?;
+            let done = obs.reports.iter().any(|r| {
+                r.release == a.release
+                    && matches!(r.phase, AddonPhase::Ready | AddonPhase::Skipped | AddonPhase::Failed)
+            });
+            let mine: Vec<&&StackEvent> = events.iter().filter(|e| e.logical_id == wc).collect();
+            let last = mine.last()?;
+            if done || last.status != "CREATE_IN_PROGRESS" {
+                return None;
+            }
+            let since = mine.iter().find(|e| e.status == "CREATE_IN_PROGRESS")?.timestamp;
+            Some(WaitingOn {
+                release: a.release.clone(),
+                wait_condition: wc.to_string(),
+                timeout_secs: timeout,
+                since_ms: since,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.deadline_ms().cmp(&b.deadline_ms()).then(a.release.cmp(&b.release)));
+    out
 }
 
 fn stack_line(state: &StackState, events: &[&StackEvent], logical: Option<&str>) -> ProgressLine {
@@ -566,9 +703,19 @@ fn pending(obs: &Observation, events: &[&StackEvent]) -> Vec<String> {
             last.insert((e.stack_name.as_str(), e.logical_id.as_str()), e);
         }
     }
+    let waiting = waiting_on(obs, events);
     for e in last.values() {
         if e.status.ends_with("_IN_PROGRESS") && e.resource_type != STACK_TYPE {
-            out.push(format!("{} ({})", e.logical_id, e.resource_type));
+            match waiting.iter().find(|w| w.wait_condition == e.logical_id) {
+                Some(w) => out.push(format!(
+                    "{} ({}, addon {}): CloudFormation waits for its signal until {} at most",
+                    e.logical_id,
+                    e.resource_type,
+                    w.release,
+                    utc_time(w.deadline_ms())
+                )),
+                None => out.push(format!("{} ({})", e.logical_id, e.resource_type)),
+            }
         }
     }
     for n in &obs.nested {

@@ -538,6 +538,7 @@ mod tests {
         failing.addons = vec![ExpectedAddon {
             release: "dex".into(),
             wait_condition: None,
+            wait_timeout_secs: None,
         }];
         failing.reports = vec![AddonReport {
             release: "dex".into(),

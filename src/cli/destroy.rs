@@ -68,8 +68,11 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
             println!("stack {:?} is deleted", cfg.cluster_name);
         }
         if args.purge {
-            let n = deploy::purge(&clients, &location).await?;
-            println!("purged {n} object(s) under {}", location.s3_uri());
+            let purged = deploy::purge(&clients, cfg, &location).await?;
+            println!("purged {} object(s) under {}", purged.objects, location.s3_uri());
+            if let Some(b) = purged.issuer_bucket {
+                println!("deleted the service-account issuer's bucket {b:?}");
+            }
         } else {
             println!(
                 "published objects are kept under {} (use --purge to delete them)",

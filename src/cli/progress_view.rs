@@ -9,7 +9,7 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::aws::deploy::ProgressSink;
-use crate::aws::wait::{ProgressLine, StackProgress};
+use crate::aws::wait::{ProgressLine, StackProgress, WaitingOn};
 
 /// Draws successive progress models.
 pub enum ProgressView {
@@ -44,14 +44,32 @@ impl ProgressView {
     }
 }
 
+/// The "waiting on" line: the wait conditions CloudFormation is waiting on,
+/// each with its timeout and the time it gives up (stable between polls).
+fn waiting_line(p: &StackProgress) -> Option<ProgressLine> {
+    if p.waiting.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = p.waiting.iter().map(WaitingOn::describe).collect();
+    Some(ProgressLine {
+        name: "waiting on".into(),
+        status: names.join("; "),
+        detail: String::new(),
+        finished: false,
+        failed: false,
+    })
+}
+
 impl ProgressSink for ProgressView {
     fn draw(&mut self, p: &StackProgress) {
+        let waiting = waiting_line(p);
         let lines = p
             .stacks
             .iter()
             .map(|l| (format!("stack {}", l.name), l))
             .chain(p.addons.iter().map(|l| (format!("addon {}", l.name), l)))
-            .chain(p.nodes.iter().map(|l| (format!("node {}", l.name), l)));
+            .chain(p.nodes.iter().map(|l| (format!("node {}", l.name), l)))
+            .chain(waiting.iter().map(|l| (l.name.clone(), l)));
         match self {
             ProgressView::Tty { multi, bars } => {
                 for (label, line) in lines {
@@ -68,6 +86,11 @@ impl ProgressSink for ProgressView {
                     bar.set_message(message(line));
                     if line.finished && !bar.is_finished() {
                         bar.finish_with_message(message(line));
+                    }
+                }
+                if waiting.is_none() {
+                    if let Some(b) = bars.get("waiting on") {
+                        b.set_message("no wait condition is running");
                     }
                 }
             }
@@ -108,5 +131,49 @@ fn message(l: &ProgressLine) -> String {
         status
     } else {
         format!("{status}  {}", l.detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::wait::WaitingOn;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn plain_output_names_the_wait_condition_awaited_once_per_change() {
+        let out = Shared::default();
+        let mut view = ProgressView::plain(Box::new(out.clone()));
+        let dex = WaitingOn {
+            release: "dex".into(),
+            wait_condition: "AddonDex0123456789".into(),
+            timeout_secs: 7560,
+            since_ms: 1_700_000_000_000,
+        };
+        let mut p = StackProgress {
+            waiting: vec![dex.clone()],
+            ..Default::default()
+        };
+        // The same state polled three times prints one line.
+        for _ in 0..3 {
+            view.draw(&p);
+        }
+        p.waiting.clear();
+        view.draw(&p);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text, "waiting on: dex: at most 2h6m, until 00:19:20 UTC\n");
     }
 }

@@ -21,8 +21,9 @@ pub struct ClusterConfig {
     #[serde(rename = "kmsKeyARN", default, skip_serializing_if = "Option::is_none")]
     pub kms_key_arn: Option<String>,
     /// The service-account issuer, when you host its discovery documents
-    /// yourself (`https://…`, no trailing slash). By default it is the public
-    /// `oidc/` prefix of `s3URI/<cluster>`, which `up` publishes.
+    /// yourself (`https://…`, no trailing slash). By default it is the bucket
+    /// `<s3URI bucket>-oidc-<clusterName>`, which `up` creates and makes
+    /// public for those two documents only.
     #[serde(rename = "issuerURL", default, skip_serializing_if = "Option::is_none")]
     pub issuer_url: Option<String>,
     /// Kubernetes version: a supported minor (`"1.35"`, `"1.36"` or `"1.37"`), whose

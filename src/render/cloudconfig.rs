@@ -572,6 +572,7 @@ pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
         "apiEndpoint": "${ApiEndpoint}",
         "secretsVersion": "${SecretsVersion}",
         "caCertHash": "${CACertHash}",
+        "secretBundleParameter": super::layout::secret_bundle_parameter(&ctx.cluster, &part.role),
         "bucket": ctx.bucket,
         "keyPrefix": ctx.key_prefix,
         "s3Base": ctx.s3_base,

@@ -26,11 +26,26 @@ pub const TILLER_MANIFEST: &str = "addons/tiller.yaml";
 pub const ROOT_TEMPLATE: &str = "stacks/root.json";
 
 /// The secret bundle (KMS-encrypted values), in the rendered directory and in S3.
+/// In S3 this key holds the latest bundle, which only `kube-aws` reads (the
+/// next publish keeps its secrets); nodes read the content-addressed copy
+/// `secrets/<sha256>/bundle.json` their own stack names ([`secret_bundle_parameter`]).
 pub const SECRET_BUNDLE: &str = "secrets/bundle.json";
+
+/// The SSM parameter a node stack owns, holding the content-addressed key of
+/// the secret bundle that stack version was published with: a node boots
+/// with the bundle of its own stack version, a declined or rolled-back update
+/// leaves it (CloudFormation restores the parameter), and a changed value
+/// replaces no node (user data does not hold it).
+pub fn secret_bundle_parameter(cluster: &str, role: &str) -> String {
+    format!("/kube-aws/{cluster}/secret-bundle/{role}")
+}
 
 // Under `s3URI/<cluster>/`, written by the nodes at run time.
 /// The prefixes the nodes write at run time (`update`/`destroy --purge` treat them apart).
 pub const BOOTSTRAP_DIR: &str = "bootstrap/";
+/// The controllers' join lock: one `kubeadm join --control-plane` at a time
+/// (src/node/kube_aws_node/bootstrap.py); taken, listed and released.
+pub const JOIN_LOCK: &str = "bootstrap/join-lock";
 pub const STATUS_DIR: &str = "status/";
 /// The reconciler's per-release status objects, `<release>.json`.
 pub const ADDON_STATUS_DIR: &str = "status/addons/";
@@ -45,7 +60,13 @@ pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
 pub const ETCD_BACKUP_DIR: &str = "etcd";
 /// The published chart archives, `charts/<sha256>.tgz`.
 pub const CHARTS_DIR: &str = "charts/";
-/// The OIDC issuer's directory, its discovery document and keys (public-read).
+/// The service-account issuer's documents, relative to the issuer's root:
+/// the keys of the issuer bucket (src/aws/issuer.rs), which serves them
+/// publicly, and of the private copies under `s3URI/<cluster>/oidc/`.
+pub const ISSUER_DISCOVERY: &str = ".well-known/openid-configuration";
+pub const ISSUER_JWKS: &str = "keys.json";
+/// The private copies' directory in the cluster's prefix, and their keys
+/// (for copying to the host of `issuerURL`; never public).
 pub const OIDC_DIR: &str = "oidc";
 pub const OIDC_DISCOVERY: &str = "oidc/.well-known/openid-configuration";
 pub const OIDC_JWKS: &str = "oidc/keys.json";

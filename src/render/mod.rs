@@ -12,6 +12,7 @@ pub mod node_program;
 pub mod plan;
 pub mod secrets;
 pub mod summary;
+pub mod timeouts;
 pub mod yaml;
 
 use std::collections::BTreeMap;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::input::{HelmBinary, RenderInput};
 use super::layout;
+use super::timeouts::{release_budget, wait_timeouts, Schedule, Step};
 use super::{Ctx, RenderError};
 use crate::config::{GraphProblem, Origin, Release, ReleaseGraph};
 
@@ -16,15 +17,14 @@ use crate::config::{GraphProblem, Origin, Release, ReleaseGraph};
 pub const ATTEMPTS: u32 = 3;
 /// Seconds between attempts (the installer multiplies it by the attempt number).
 pub const RETRY_DELAY_SECONDS: u64 = 10;
-/// How long the installer waits for `/readyz`, then for a Ready node.
+/// How long the installer waits for `/readyz`, then (once the bootstrap
+/// releases, the CNI among them, are ready) for a Ready node: a kubelet
+/// reports Ready within seconds of its CNI's config, so ten minutes is ample
+/// and every non-bootstrap release's wait condition includes it.
 pub const READYZ_TIMEOUT_SECONDS: u64 = 900;
-pub const NODE_READY_TIMEOUT_SECONDS: u64 = 1800;
+pub const NODE_READY_TIMEOUT_SECONDS: u64 = 600;
 /// Releases the reconciler installs at once (each once its dependencies are ready).
 pub const CONCURRENCY: u32 = 4;
-/// Slack added per release to the wait condition timeout: chart fetch, CRD wait, status writes.
-const PER_RELEASE_SLACK_SECONDS: u64 = 180;
-/// CloudFormation's longest CreationPolicy timeout.
-const MAX_WAIT_SECONDS: u64 = 12 * 3600;
 /// The Tiller image for Helm v2 mode.
 pub const TILLER_IMAGE: &str = "ghcr.io/helm/tiller:v2.17.0";
 
@@ -102,7 +102,8 @@ pub struct PlanRelease {
     pub origin: String,
     /// The control-plane stack's wait condition this release signals.
     pub wait_condition: String,
-    /// Its CreationPolicy timeout: this release and every one installed before it.
+    /// Its CreationPolicy timeout: the reconciler's start, this release and
+    /// the longest chain of releases before it (src/render/timeouts.rs).
     pub wait_timeout_seconds: u64,
 }
 
@@ -181,12 +182,10 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
     let order = install_order(input)?;
     let tiller_install = helm.version == 2 && !input.addons.is_empty();
     let mut releases = Vec::with_capacity(order.len());
-    let mut elapsed = READYZ_TIMEOUT_SECONDS + NODE_READY_TIMEOUT_SECONDS;
     for i in order {
         let a = &input.addons[i];
         let r = &a.release;
         let timeout = r.timeout.as_secs().max(1);
-        elapsed += timeout * u64::from(ATTEMPTS) + PER_RELEASE_SLACK_SECONDS;
         let chart_object = match &a.digest {
             Some(d) => format!("{}/{}", ctx.s3_base, layout::chart_object(d)),
             None => format!(
@@ -222,8 +221,20 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         // so a changed addon gets a new wait condition and is waited for again.
         let hashed = serde_json::to_vec(&entry).unwrap_or_default();
         entry.wait_condition = format!("Addon{}{}", camel(&r.name), &sha256_hex(&hashed)[..10]);
-        entry.wait_timeout_seconds = elapsed.min(MAX_WAIT_SECONDS);
         releases.push(entry);
+    }
+    let steps: Vec<Step> = releases
+        .iter()
+        .map(|e| Step {
+            name: &e.name,
+            depends_on: &e.depends_on,
+            bootstrap: e.bootstrap,
+            budget: release_budget(e.timeout_seconds),
+        })
+        .collect();
+    let timeouts = wait_timeouts(&steps, &Schedule::reconciler(CONCURRENCY));
+    for (e, t) in releases.iter_mut().zip(timeouts) {
+        e.wait_timeout_seconds = t;
     }
     Ok(Plan {
         api_version: "kube-aws/v1".into(),

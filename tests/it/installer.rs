@@ -441,7 +441,8 @@ impl Bed {
         std::fs::write(
             node.join("etc/kube-aws/runtime.json"),
             r#"{"stackName": "full-ControlPlane-1ABC", "region": "eu-west-1", "bucket": "kube-aws-test",
-                "keyPrefix": "clusters/full", "secretsVersion": "0123456789abcdef", "cluster": "full"}"#,
+                "keyPrefix": "clusters/full", "secretsVersion": "0123456789abcdef", "cluster": "full",
+                "secretBundleParameter": "/kube-aws/full/secret-bundle/controller"}"#,
         )
         .unwrap();
         let secrets = node.join("run/kube-aws/secrets");
@@ -498,9 +499,9 @@ impl Bed {
         }
     }
 
-    /// The secret bundle (`secrets/bundle.json`) as `kube-aws update` writes
-    /// it, for the plugin secrets the controller's node.json names; the fake
-    /// KMS's ciphertext is the plaintext.
+    /// The secret bundle as `kube-aws update` publishes it (content-addressed,
+    /// named by the stack's SSM pointer), for the plugin secrets the
+    /// controller's node.json names; the fake KMS's ciphertext is the plaintext.
     fn publish_secret_bundle(&self, node: &Path) {
         use base64::Engine;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -517,9 +518,14 @@ impl Bed {
             secrets.insert(n.into(), b64(&v).into());
         }
         let doc = serde_json::json!({"encryptionContext": {"kube-aws:cluster": "full"}, "secrets": secrets});
-        let p = self.s3().join("kube-aws-test/clusters/full/secrets/bundle.json");
+        let text = doc.to_string();
+        let key = format!("secrets/{}/bundle.json", sha_bytes(text.as_bytes()));
+        let p = self.s3().join("kube-aws-test/clusters/full").join(&key);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, doc.to_string()).unwrap();
+        std::fs::write(p, text).unwrap();
+        let param = self.s3().join(".ssm/kube-aws/full/secret-bundle/controller");
+        std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+        std::fs::write(param, format!("{key}\n")).unwrap();
     }
 
     /// The controller reboots: its tmpfs (the secret store, /run) is empty.

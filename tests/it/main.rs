@@ -32,6 +32,8 @@ mod installer_testbed;
 mod issuer_moto;
 mod node_access_moto;
 mod node_bootstrap;
+mod node_iam;
+mod node_iam_moto;
 mod node_program;
 mod node_secrets;
 mod pki;

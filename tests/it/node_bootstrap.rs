@@ -202,15 +202,33 @@ fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered
         "certificates": certificates,
     });
     let path = dir.join("bundle.json");
-    std::fs::write(&path, bundle.to_string()).unwrap();
+    let body = bundle.to_string();
+    std::fs::write(&path, &body).unwrap();
+    // As `up` publishes it for nodes: at its content-addressed key, which each
+    // role's stack names in its pointer parameter.
+    let key = format!("secrets/{}/bundle.json", kube_aws::digest::sha256_hex(body.as_bytes()));
     moto.aws(&[
         "s3",
         "cp",
         path.to_str().unwrap(),
-        &format!("s3://{BUCKET}/clusters/full/secrets/bundle.json"),
+        &format!("s3://{BUCKET}/clusters/full/{key}"),
         "--region",
         "eu-west-1",
     ]);
+    for role in ["controller", "worker-general"] {
+        moto.aws(&[
+            "ssm",
+            "put-parameter",
+            "--region",
+            "eu-west-1",
+            "--type",
+            "String",
+            "--name",
+            &kube_aws::render::layout::secret_bundle_parameter("full", role),
+            "--value",
+            &key,
+        ]);
+    }
 }
 
 impl Cluster {

@@ -378,12 +378,34 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
     }
 }
 
+/// The secret bundle key a role's stack points its nodes at (the SSM
+/// parameter of src/render/layout.rs `secret_bundle_parameter`), under the
+/// cluster's prefix.
+fn pointed_bundle(env: &Env, role: &str) -> String {
+    let v = env.aws_json(&[
+        "ssm",
+        "get-parameter",
+        "--name",
+        &format!("/kube-aws/{CLUSTER}/secret-bundle/{role}"),
+    ]);
+    let key = v["Parameter"]["Value"].as_str().unwrap().to_string();
+    assert!(
+        regex::Regex::new(r"^secrets/[0-9a-f]{64}/bundle\.json$")
+            .unwrap()
+            .is_match(&key),
+        "{key}"
+    );
+    format!("clusters/{CLUSTER}/{key}")
+}
+
 #[test]
 fn a_ciphertext_under_another_name_is_refused() {
     let (env, tree) = published_env();
     let dir = tree.path();
     let up = env.kube_aws(dir, &["up"]);
-    let key = format!("clusters/{CLUSTER}/secrets/bundle.json");
+    assert!(up.status.success(), "{}", text(&up));
+    // The bundle the worker's stack points at (nodes never read the latest).
+    let key = pointed_bundle(&env, "worker-general");
     let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
     let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
     // Someone swaps the controller-only CA key's ciphertext in as the
@@ -536,6 +558,32 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
     assert!(yaml.contains(new_value));
     std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
     let rendered_before = std::fs::read(dir.join("rendered/stacks/control-plane.json")).unwrap();
+
+    // A declined update publishes the new bundle but points no node at it: a
+    // node that boots now (a scale-up, a health replacement) still gets the
+    // value its stack version was rolled out with.
+    let pointed_before = pointed_bundle(&env, "controller");
+    let declined = run(&["update"]);
+    assert_ne!(declined.status.code(), Some(0), "{}", text(&declined));
+    assert_eq!(
+        pointed_bundle(&env, "controller"),
+        pointed_before,
+        "{}",
+        text(&declined)
+    );
+    let latest = env.aws(&[
+        "s3",
+        "cp",
+        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
+        "-",
+    ]);
+    let old = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{pointed_before}"), "-"]);
+    assert_ne!(latest, old, "the declined update published a new latest bundle");
+    let c = node(dir, "controller");
+    let boot = run_node_script(&env, c.path());
+    assert!(boot.status.success(), "{}", text(&boot));
+    assert_eq!(read(c.path(), "etc/vault/env"), format!("PASSWORD={CLUSTER_VALUE}\n"));
+
     let upd = run(&["update", "--yes", "--wait", "--timeout", "2m"]);
     assert!(upd.status.success(), "{}", text(&upd));
     // The rendered files are the same: only the published versions differ.
@@ -559,10 +607,19 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
     // The preview names the changed versions (moto's change set lists no
     // resource for a change of parameters only; AWS lists the nested stacks).
     assert!(
-        text(&upd).contains("parameters changed: ControlPlaneSecretsVersion, NodePoolGeneralSecretsVersion\n"),
+        text(&upd).contains(
+            "parameters changed: SecretBundleKey, ControlPlaneSecretsVersion, NodePoolGeneralSecretsVersion\n"
+        ),
         "{}",
         text(&upd)
     );
+    // Now the controllers' stack points at the new bundle, and a node that
+    // boots gets the new value.
+    assert_ne!(pointed_bundle(&env, "controller"), pointed_before);
+    let c = node(dir, "controller");
+    let boot = run_node_script(&env, c.path());
+    assert!(boot.status.success(), "{}", text(&boot));
+    assert_eq!(read(c.path(), "etc/vault/env"), format!("PASSWORD={new_value}\n"));
     // Each node stack got its version, and its nodes' user data carries it, so
     // CloudFormation replaces them.
     for (stack, param) in [

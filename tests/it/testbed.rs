@@ -571,7 +571,7 @@ fn the_apiserver_signs_tokens_the_published_jwks_verifies() {
     let pki = kube_aws::pki::generate("testbed", now).unwrap();
     let cp = ControlPlane::start_api_with_pki(&bin, &pki_files(&pki));
 
-    // A cluster whose issuer is its bucket's oidc/ prefix, with kube-aws's flags.
+    // A cluster whose issuer is its issuer bucket (`<bucket>-oidc-<cluster>`), with kube-aws's flags.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("cluster.yaml"),
@@ -616,7 +616,7 @@ print(json.dumps({'header': tok.header, 'claims': tok.claims}))\n";
     assert_eq!(out["claims"]["iss"], doc["issuer"]);
     assert_eq!(
         out["claims"]["iss"],
-        "https://tb-bucket.s3.us-west-2.amazonaws.com/c/testbed/oidc"
+        "https://tb-bucket-oidc-testbed.s3.us-west-2.amazonaws.com"
     );
     assert_eq!(out["claims"]["aud"], serde_json::json!(["sts.amazonaws.com"]));
     assert_eq!(out["claims"]["sub"], "system:serviceaccount:default:demo");

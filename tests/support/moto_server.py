@@ -54,8 +54,30 @@ Patches (moto 5.2.5):
    with the stack (after its routes and associations, which depend on it).
    The patch gives RouteTable the delete that moto's ResourceMap calls; moto
    retries a resource that fails on a dependency in a later pass.
+
+5. iam access_control IAMPolicyStatement._check_element_matches: with IAM
+   enforced (tests/it/node_iam_moto.rs switches it on through
+   /moto-api/reset-auth), moto authorizes every request of a service other
+   than S3, SQS, IAM and STS against the resource "*", because it does not
+   compute the request's resource; a statement scoped to an ARN (the plan
+   pointer's ssm:GetParameter, the stack's cloudformation:SignalResource)
+   then never matches and every such call is refused. AWS matches the
+   request's actual resource against the statement's. The patch lets the
+   unknown resource "*" match any Resource element, so moto still enforces
+   the action for these services; their resources are checked by
+   tests/it/node_iam.rs against the rendered policies. S3 requests carry
+   their bucket and object ARN and are matched as they were.
+
+6. iam access_control IAMPolicy.__init__ reads an inline policy as a JSON
+   string (as PutRolePolicy stores it) or as a managed policy, but the
+   inline policies of an AWS::IAM::Role created through CloudFormation
+   (`Policies`, and AWS::IAM::Policy attached to a role) are stored as the
+   template's dict: with IAM enforced, every request of such a role fails
+   with KeyError 'policy_document' (HTTP 500). AWS evaluates the document
+   whatever API created it. The patch serialises a dict document first.
 """
 
+import json
 import sys
 
 import moto
@@ -63,6 +85,7 @@ from moto.cloudformation import models as cloudformation_models
 from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
 from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
+from moto.iam import access_control
 from moto.server import main
 
 PATCHED_FOR = "5.2.5"
@@ -106,6 +129,24 @@ def _route_table_delete(self, account_id, region_name):
     self.ec2_backend.delete_route_table(self.id)
 
 
+def _resource_unknown_matches_any(original):
+    def check(self, statement_element, value):
+        if statement_element == "Resource" and value == "*":
+            return True
+        return original(self, statement_element, value)
+
+    return check
+
+
+def _policy_from_dict(original):
+    def init(self, policy):
+        if isinstance(policy, dict) and "policy_document" not in policy and "Statement" in policy:
+            policy = json.dumps(policy)
+        original(self, policy)
+
+    return init
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -118,6 +159,9 @@ def apply_patches():
     assert not hasattr(RouteTable, "delete")
     RouteTable.delete = _route_table_delete
     cloudformation_models.Stack.stack_resources = _deleted_stack_resources(cloudformation_models.Stack.stack_resources)
+    statement = access_control.IAMPolicyStatement
+    statement._check_element_matches = _resource_unknown_matches_any(statement._check_element_matches)
+    access_control.IAMPolicy.__init__ = _policy_from_dict(access_control.IAMPolicy.__init__)
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ fn root_parameters_are_those_declared() {
     };
     let t = br#"{"Parameters": {"ArtifactBaseURL": {"Type": "String"}, "Other": {"Type": "String"}}}"#;
     assert_eq!(
-        root_parameters(t, "http://x/b/p/demo", &loc, &bundle(&[])).unwrap(),
+        root_parameters(t, "http://x/b/p/demo", &loc, &bundle(&[]), "secrets/0/bundle.json").unwrap(),
         vec![("ArtifactBaseURL".to_string(), "http://x/b/p/demo".to_string())]
     );
 }
@@ -132,9 +132,9 @@ fn the_ca_hash_parameter_comes_from_the_bundles_ca() {
     let pki = crate::pki::generate("demo", time::OffsetDateTime::now_utc()).unwrap();
     let mut b = bundle(&[]);
     b.certificates = pki.public.clone();
-    let params = root_parameters(t, "http://x", &loc, &b).unwrap();
+    let params = root_parameters(t, "http://x", &loc, &b, "k").unwrap();
     assert_eq!(params, vec![("CACertHash".to_string(), pki.ca_cert_hash().unwrap())]);
-    let err = root_parameters(t, "http://x", &loc, &bundle(&[]))
+    let err = root_parameters(t, "http://x", &loc, &bundle(&[]), "k")
         .unwrap_err()
         .to_string();
     assert!(err.contains("no cluster CA certificate"), "{err}");

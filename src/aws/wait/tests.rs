@@ -49,10 +49,12 @@ fn obs(op: Operation, root: &str, nested: &[(&str, &str)], events: Vec<StackEven
             ExpectedAddon {
                 release: "cert-manager".into(),
                 wait_condition: Some("AddonCertManagerReady".into()),
+                wait_timeout_secs: Some(3600),
             },
             ExpectedAddon {
                 release: "dex".into(),
                 wait_condition: Some("AddonDexReady".into()),
+                wait_timeout_secs: Some(5400),
             },
         ],
         reports: vec![],
@@ -146,6 +148,115 @@ fn halfway_through_a_create_is_in_progress() {
     assert_eq!(a.progress.stacks[2].detail, "AddonDexReady CREATE_IN_PROGRESS");
     assert_eq!(a.progress.addons[0].status, "installing");
     assert_eq!(a.progress.addons[1].status, "pending");
+    // dex's wait condition started at event 11 (22:13:31 UTC) with a 1h30m timeout.
+    assert_eq!(
+        a.progress.waiting,
+        [WaitingOn {
+            release: "dex".into(),
+            wait_condition: "AddonDexReady".into(),
+            timeout_secs: 5400,
+            since_ms: 1_700_000_011_000,
+        }]
+    );
+    assert_eq!(
+        a.progress.waiting[0].describe(),
+        "dex: at most 1h30m, until 23:43:31 UTC"
+    );
+    assert_eq!(
+        a.progress.addons[1].detail,
+        "signal awaited until 23:43:31 UTC at most (1h30m)"
+    );
+    // cert-manager's wait condition has not started: its timeout, not a time.
+    assert_eq!(
+        a.progress.addons[0].detail,
+        "helm upgrade --install; timeout 1h once its wait condition starts"
+    );
+}
+
+/// A chain: dex depends on cert-manager, so CloudFormation creates dex's
+/// wait condition (and starts its clock) only when cert-manager's completes.
+/// The wait names the release it waits on, and until when, at each step.
+#[test]
+fn the_wait_names_the_release_it_waits_on_and_until_when() {
+    let cp = nested_name("ControlPlane");
+    let mut events = vec![
+        ev(1, ROOT, ROOT, STACK_TYPE, "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(
+            2,
+            ROOT,
+            "ControlPlane",
+            STACK_TYPE,
+            "CREATE_IN_PROGRESS",
+            "Resource creation Initiated",
+        ),
+        ev(3, &cp, &cp, STACK_TYPE, "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(
+            10,
+            &cp,
+            "AddonCertManagerReady",
+            WAIT_CONDITION,
+            "CREATE_IN_PROGRESS",
+            "",
+        ),
+        ev(
+            11,
+            &cp,
+            "AddonCertManagerReady",
+            WAIT_CONDITION,
+            "CREATE_IN_PROGRESS",
+            "Resource creation Initiated",
+        ),
+    ];
+    let stacks = [("ControlPlane", "CREATE_IN_PROGRESS")];
+    let o = obs(Operation::Create, "CREATE_IN_PROGRESS", &stacks, events.clone());
+    let a = assess(&o);
+    let waiting: Vec<String> = a.progress.waiting.iter().map(WaitingOn::describe).collect();
+    // The clock starts at the first CREATE_IN_PROGRESS (22:13:30) and runs 1h.
+    assert_eq!(waiting, ["cert-manager: at most 1h, until 23:13:30 UTC"]);
+    assert_eq!(
+        a.progress.addons[1].detail,
+        "timeout 1h30m once its wait condition starts"
+    );
+
+    // Its signal arrives (the status object says ready before CloudFormation's
+    // CREATE_COMPLETE): nothing is waited on for it any more.
+    let mut o2 = obs(Operation::Create, "CREATE_IN_PROGRESS", &stacks, events.clone());
+    o2.reports = vec![report("cert-manager", AddonPhase::Ready, "")];
+    let a = assess(&o2);
+    assert!(a.progress.waiting.is_empty(), "{:?}", a.progress.waiting);
+    assert_eq!(a.progress.addons[0].detail, "");
+
+    // cert-manager completes at 22:23:20 and dex's wait condition starts.
+    events.push(ev(
+        600,
+        &cp,
+        "AddonCertManagerReady",
+        WAIT_CONDITION,
+        "CREATE_COMPLETE",
+        "",
+    ));
+    events.push(ev(601, &cp, "AddonDexReady", WAIT_CONDITION, "CREATE_IN_PROGRESS", ""));
+    let mut o3 = obs(Operation::Create, "CREATE_IN_PROGRESS", &stacks, events.clone());
+    // Without its status object (moto completes wait conditions unsignalled),
+    // a completed wait condition has no limit left to show either.
+    let settled = assess(&o3);
+    assert_eq!(settled.progress.addons[0].status, "pending");
+    assert_eq!(settled.progress.addons[0].detail, "");
+    o3.reports = vec![report("cert-manager", AddonPhase::Ready, "")];
+    let a = assess(&o3);
+    let waiting: Vec<String> = a.progress.waiting.iter().map(WaitingOn::describe).collect();
+    assert_eq!(waiting, ["dex: at most 1h30m, until 23:53:21 UTC"]);
+    assert_eq!(a.progress.addons[0].detail, "", "cert-manager's wait is over");
+}
+
+#[test]
+fn durations_read_as_people_write_them() {
+    assert_eq!(short_duration(3780), "1h3m");
+    assert_eq!(short_duration(3600), "1h");
+    assert_eq!(short_duration(2700), "45m");
+    assert_eq!(short_duration(90), "1m30s");
+    assert_eq!(short_duration(0), "0s");
+    assert_eq!(utc_time(1_700_000_000_000), "22:13:20 UTC");
 }
 
 /// A resource fails, the others are cancelled, the nested stack and the root
@@ -326,7 +437,8 @@ fn timeout_names_what_is_still_pending() {
     assert_eq!(
         pending,
         [
-            "AddonDexReady (AWS::CloudFormation::WaitCondition)",
+            "AddonDexReady (AWS::CloudFormation::WaitCondition, addon dex): CloudFormation waits for its signal \
+             until 23:43:31 UTC at most",
             "stack ControlPlane",
             "addon dex (installing)"
         ]
@@ -562,6 +674,7 @@ fn the_closing_line_claims_only_what_status_objects_show() {
             .map(|n| ExpectedAddon {
                 release: n.to_string(),
                 wait_condition: Some(format!("Addon{n}")),
+                wait_timeout_secs: None,
             })
             .collect()
     };

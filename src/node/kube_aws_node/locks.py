@@ -42,14 +42,22 @@ def release(aws, bucket, key):
 
 
 def age_seconds(aws, bucket, key, now):
-    """How old the lock object is, or None when it is gone."""
+    """How old the lock object is, or None when it is gone.
+
+    A listing of exactly the key, not HeadObject: S3 answers HeadObject on a
+    missing key with 403, not 404, unless the caller may list the bucket (S3
+    API reference, HeadObject, "Permissions"), and whether a prefix-conditioned
+    s3:ListBucket counts for that is not documented. A listing under the
+    granted prefix tells both "gone" and "how old" with one permission."""
     try:
-        head = aws(["s3api", "head-object", "--bucket", bucket, "--key", key], attempts=1)
+        out = aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", key, "--max-keys", "1"],
+                  attempts=1)
     except AwsError as e:
-        if "Not Found" in e.message or "404" in e.message or "NoSuchKey" in e.message:
-            return None
         raise LockError("cannot read the lock s3://%s/%s: %s" % (bucket, key, e))
-    stamp = (head or {}).get("LastModified", "")
+    found = [o for o in (out or {}).get("Contents") or [] if o.get("Key") == key]
+    if not found:
+        return None
+    stamp = found[0].get("LastModified", "")
     at = parse_time(stamp)
     if at is None:
         raise LockError("the lock s3://%s/%s has no readable LastModified (%r)" % (bucket, key, stamp))

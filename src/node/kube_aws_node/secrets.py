@@ -1,6 +1,9 @@
 """`kube-aws-node secrets`: this node's secrets, decrypted and filled in.
 
-Fetches the published secret bundle, decrypts the entries this node's role
+Fetches the secret bundle this node's stack version was published with (the
+content-addressed key its stack's SSM parameter holds, runtime.json
+secretBundleParameter: never the latest bundle, which an unconfirmed or
+rolled-back `update` may have written), decrypts the entries this node's role
 may read (node.json secrets.names) with `aws kms decrypt` under the
 encryption context {kube-aws:cluster, kube-aws:secret}, keeps each plaintext
 in /run/kube-aws/secrets/<name> (tmpfs, 0600), and fills the plugin secrets
@@ -177,6 +180,26 @@ def place_pki(pki, bundle, store):
         fsutil.write_atomic(target, certs[name].encode("utf-8"), mode=0o644)
 
 
+BUNDLE_KEY = re.compile(r"secrets/[0-9a-f]{64}/bundle\.json")
+
+
+def bundle_uri(aws, runtime):
+    """The S3 URI of the bundle the node's stack points at."""
+    name = runtime.get("secretBundleParameter") or ""
+    if not name:
+        raise SecretsError("runtime.json names no secretBundleParameter; render and publish again with "
+                           "`kube-aws update`")
+    try:
+        out = aws(["ssm", "get-parameter", "--name", name], attempts=10)
+        key = out["Parameter"]["Value"]
+    except (AwsError, KeyError, TypeError) as e:
+        raise SecretsError("cannot read the secret bundle pointer %s: %s" % (name, e))
+    if not isinstance(key, str) or not BUNDLE_KEY.fullmatch(key):
+        raise SecretsError("the secret bundle pointer %s holds %r, not secrets/<sha256>/bundle.json"
+                           % (name, key))
+    return "s3://%s/%s/%s" % (runtime["bucket"], runtime["keyPrefix"], key)
+
+
 def decrypt_all(aws, runtime, node, plugin_only=False):
     """Decrypts, stores and fills this node's secrets (see the module header).
     `plugin_only`: only the plugin secrets (PREFIX), into the store, and
@@ -186,7 +209,7 @@ def decrypt_all(aws, runtime, node, plugin_only=False):
     if not names:
         return
     cluster = runtime["cluster"]
-    uri = "s3://%s/%s/secrets/bundle.json" % (runtime["bucket"], runtime["keyPrefix"])
+    uri = bundle_uri(aws, runtime)
     store = store_dir()
     os.makedirs(store, mode=0o700, exist_ok=True)
     os.chmod(store, 0o700)

@@ -7,7 +7,7 @@ from kube_aws_node.awscall import AwsError
 
 
 class FakeS3(object):
-    """put-object If-None-Match, head-object and delete-object on one key."""
+    """put-object If-None-Match, list-objects-v2 and delete-object on one key."""
 
     def __init__(self, age=None, put_error=None):
         self.held_since = None if age is None else 1000.0 - age
@@ -24,12 +24,15 @@ class FakeS3(object):
                 raise AwsError("An error occurred (PreconditionFailed) when calling the PutObject operation")
             self.held_since = self.now
             return {"ETag": "x"}
-        if args[1] == "head-object":
+        if args[1] == "list-objects-v2":
+            key = args[args.index("--prefix") + 1]
             if self.held_since is None:
-                raise AwsError("An error occurred (404) when calling the HeadObject operation: Not Found")
+                return {"KeyCount": 0}
             import datetime
             t = datetime.datetime.fromtimestamp(self.held_since, datetime.timezone.utc)
-            return {"LastModified": t.strftime("%a, %d %b %Y %H:%M:%S GMT")}
+            # A key that only starts with the lock's name is not the lock.
+            return {"Contents": [{"Key": key, "LastModified": t.strftime("%Y-%m-%dT%H:%M:%S.000Z")},
+                                 {"Key": key + "-other", "LastModified": "2020-01-01T00:00:00.000Z"}]}
         if args[1] == "delete-object":
             self.held_since = None
             return None
@@ -50,7 +53,7 @@ class Locks(unittest.TestCase):
         logged = []
         locks.acquire(s3, "b", "k", "me", wait_seconds=0, stale_seconds=60, poll_seconds=0,
                       clock=lambda: s3.now, sleep=lambda s: None, log=logged.append)
-        self.assertEqual(s3.calls, ["put-object", "head-object", "delete-object", "put-object"])
+        self.assertEqual(s3.calls, ["put-object", "list-objects-v2", "delete-object", "put-object"])
         self.assertIn("stale after 60s", logged[0])
 
     def test_a_held_lock_is_waited_for_then_refused(self):

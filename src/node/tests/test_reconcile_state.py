@@ -77,6 +77,7 @@ class FakeAws(object):
         self.deny = set()
         self.stack_status = "UPDATE_IN_PROGRESS"
         self.wc = {}
+        self.parameters = {}
 
     def __call__(self, args, attempts=None):
         self.calls.append(list(args))
@@ -123,6 +124,8 @@ class FakeAws(object):
             blob = a[a.index("--ciphertext-blob") + 1][len("fileb://"):]
             with open(blob, "rb") as f:
                 return base64.b64encode(f.read()).decode()
+        if a[:2] == ["ssm", "get-parameter"]:
+            return {"Parameter": {"Value": self.parameters[a[a.index("--name") + 1]]}}
         if a[:2] == ["s3", "cp"]:
             body = self.objects[a[-2][len("s3://b/"):]][0]
             with open(a[-1], "wb") as f:
@@ -147,7 +150,7 @@ class Base(unittest.TestCase):
         self.stream = io.StringIO()
         self.r = reconcile.Reconciler(Console("kube-aws-addons", stream=self.stream, timestamps=False), self.aws,
                                       {"stackName": "s", "bucket": "b", "keyPrefix": "k", "secretsVersion": "v1",
-                                       "cluster": "c"},
+                                       "cluster": "c", "secretBundleParameter": "/kube-aws/c/secret-bundle/controller"},
                                       {"planParameter": "/p", "installedURI": "s3://b/" + KEY})
         os.makedirs(self.r.work)
         self.r.releases = RELEASES
@@ -239,7 +242,9 @@ class DecryptBeforeEachRun(Base):
         bundle = {"encryptionContext": {"kube-aws:cluster": "c"},
                   "secrets": {"kube-aws-secret.dex.pw": base64.b64encode(b"pw-value").decode(),
                               "pki/ca.key": base64.b64encode(b"ca").decode()}}
-        self.aws.objects["k/secrets/bundle.json"] = (json.dumps(bundle).encode(), '"b"')
+        key = "secrets/%s/bundle.json" % ("0" * 64)
+        self.aws.parameters["/kube-aws/c/secret-bundle/controller"] = key
+        self.aws.objects["k/" + key] = (json.dumps(bundle).encode(), '"b"')
         node = {"secrets": {"names": ["kube-aws-secret.dex.pw", "pki/ca.key"],
                             "pki": {"dir": "/etc/kubernetes/pki", "keys": ["pki/ca.key"], "certificates": []},
                             "files": [{"path": "/etc/x.yaml", "format": "yaml"}]}}

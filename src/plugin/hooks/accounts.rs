@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::{ResolvedPlugins, ServiceAccountRole};
-use crate::config::{is_dns_label, is_dns_subdomain, parse_s3_uri, Cluster};
+use crate::config::{is_dns_label, is_dns_subdomain, Cluster};
 use crate::located::{join_index, join_key};
 use crate::plugin::checks::check_statement;
 use crate::plugin::collector::Collector;
@@ -77,20 +77,6 @@ pub fn service_account_context(
             sa.name.clone(),
             json!({"roleArn": arn, "roleName": role, "namespace": sa.namespace}),
         );
-    }
-    if !ctx.is_empty() && cfg.issuer_url.is_none() {
-        if let Ok((bucket, _)) = parse_s3_uri(&cfg.s3_uri) {
-            if bucket.contains('.') {
-                errors.push(def.err(
-                    "spec.serviceAccounts",
-                    format!(
-                        "the bucket {bucket:?} has a '.' in its name, so IAM cannot read the service-account \
-                         issuer from it over HTTPS (virtual-hosted TLS); set issuerURL in cluster.yaml and host \
-                         the discovery documents there, or use a bucket without '.'"
-                    ),
-                ));
-            }
-        }
     }
     Value::Object(ctx)
 }

@@ -3,12 +3,16 @@
 
 use serde_json::{json, Map, Value};
 
-use super::super::layout::{self, SECRET_BUNDLE};
+use super::super::layout;
 use super::super::plan::camel;
 use super::super::secrets::{CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::super::{Ctx, RenderError, RenderInput};
 use super::etcd::etcd_statements;
 use super::nodes::Group;
+
+/// The content-addressed secret bundles (`secrets/<sha256>/bundle.json`):
+/// a node reads the one its stack's pointer names, never the latest.
+const SECRET_BUNDLES: &str = "secrets/*/bundle.json";
 
 /// The statements every node role gets, plus its scope's plugin statements.
 /// Nodes write nothing secret (locks and status reports), so they only ever
@@ -17,11 +21,15 @@ use super::nodes::Group;
 /// names each entry).
 pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
-    let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLE)];
+    let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLES)];
     let mut write = vec![];
     if g.controller {
         read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
         read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
+        read.push(obj(layout::INSTALLED_RELEASES));
+        // The addon installer's lease (src/node/kube_aws_node/lease.py), read
+        // only once it exists (it is created with If-None-Match first).
+        read.push(obj(&format!("{}addons-lease", layout::BOOTSTRAP_DIR)));
         write.push(obj(&format!("{}*", layout::BOOTSTRAP_DIR)));
         write.push(obj(&format!("{}*", layout::STATUS_DIR)));
     }
@@ -31,6 +39,7 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         s.push(
             json!({"Sid": "WriteBootstrapAndStatus", "Effect": "Allow", "Action": ["s3:PutObject"], "Resource": write}),
         );
+        s.extend(lock_statements(ctx));
         // The kubelet serving-certificate approver checks each request against
         // the cluster's instances; DescribeInstances has no resource-level scope.
         s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
@@ -44,6 +53,11 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
             "Resource": [obj(&format!("{}*", layout::NODE_REPORTS_DIR))]}),
         );
     }
+    s.push(json!({
+        "Sid": "ReadOwnSecretBundlePointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+        "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}",
+            layout::secret_bundle_parameter(&ctx.cluster, g.role))},
+    }));
     s.push(json!({
         "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],
         "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
@@ -61,15 +75,39 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
     s
 }
 
-/// The addon reconciler reads exactly the plan pointer, and asks its own
-/// stack whether a wait condition still waits before signalling it.
+/// The join lock (`kube-aws-node bootstrap`, src/node/kube_aws_node/locks.py):
+/// a controller takes it with a conditional PutObject (above), finds its age
+/// or that it is gone with a listing of exactly its key, and deletes it when
+/// it has joined or when it is stale. A listing rather than HeadObject: S3
+/// answers HeadObject on a missing key with 403 unless the caller may list
+/// the bucket (S3 API reference, HeadObject, "Permissions"), and the lock is
+/// missing as often as not. The listing is granted under `bootstrap/` only.
+pub(super) fn lock_statements(ctx: &Ctx) -> Vec<Value> {
+    let dir = format!("{}/{}", ctx.key_prefix, layout::BOOTSTRAP_DIR);
+    vec![
+        json!({"Sid": "ReleaseJoinLock", "Effect": "Allow", "Action": ["s3:DeleteObject"],
+            "Resource": [format!("arn:aws:s3:::{}/{}/{}", ctx.bucket, ctx.key_prefix, layout::JOIN_LOCK)]}),
+        json!({"Sid": "ListLocks", "Effect": "Allow", "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
+            "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
+    ]
+}
+
+/// The addon reconciler reads exactly the plan pointer, lists exactly the
+/// installed record's key (so that a missing record is a 404-like empty
+/// listing, never a 403 taken for "nothing installed"), and asks its own
+/// stack whether it is in progress and whether a wait condition still waits
+/// before signalling it.
 pub(super) fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
     let name = super::super::cloudconfig::plan_parameter_name(ctx);
     vec![
         json!({"Sid": "ReadAddonPlanPointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
             "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{name}")}}),
+        json!({"Sid": "ListInstalledRecord", "Effect": "Allow", "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
+            "Condition": {"StringEquals": {"s3:prefix": [format!("{}/{}", ctx.key_prefix, layout::INSTALLED_RELEASES)]}}}),
         json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
-            "Action": ["cloudformation:DescribeStackResource"],
+            "Action": ["cloudformation:DescribeStackResource", "cloudformation:DescribeStacks"],
             "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
     ]
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::super::{Ctx, RenderInput};
+use super::super::{layout, Ctx, RenderInput};
 use super::iam::policy_statements;
 use super::{cluster_tag, instance_name, tags, template};
 use crate::config::NodePool;
@@ -174,6 +174,14 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
     }
     r.insert(format!("{p}Group"), asg);
+    r.insert(
+        format!("{p}SecretBundlePointer"),
+        json!({"Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": layout::secret_bundle_parameter(&ctx.cluster, g.role),
+            "Type": "String",
+            "Value": {"Ref": super::root::SECRET_BUNDLE_KEY},
+            "Description": format!("kube-aws cluster {}: the secret bundle {} nodes boot with", ctx.cluster, g.role)}}),
+    );
 }
 
 /// The size of one pool's auto scaling group.
@@ -247,6 +255,7 @@ pub(super) fn node_stack_parameters(g: &Group) -> Value {
     p.insert("SubnetIds".into(), json!({"Type": "List<AWS::EC2::Subnet::Id>"}));
     p.insert("SecretsVersion".into(), secrets_version_parameter());
     p.insert("CACertHash".into(), ca_cert_hash_parameter());
+    p.insert(super::root::SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
     p.insert(g.security_group.into(), json!({"Type": "AWS::EC2::SecurityGroup::Id"}));
     p.insert(
         "ApiEndpoint".into(),
@@ -262,6 +271,11 @@ pub(super) fn node_stack_parameters(g: &Group) -> Value {
 pub(super) fn secrets_version_parameter() -> Value {
     json!({"Type": "String", "Default": "",
         "Description": "hash of this role's secret bundle entries: a changed secret replaces its nodes"})
+}
+
+pub(super) fn secret_bundle_key_parameter() -> Value {
+    json!({"Type": "String", "AllowedPattern": "^secrets/[0-9a-f]{64}/bundle\\.json$",
+        "Description": "the published secret bundle's content-addressed key, set by kube-aws"})
 }
 
 pub(super) fn ca_cert_hash_parameter() -> Value {

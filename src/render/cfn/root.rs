@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::plan::camel;
 use super::super::{Ctx, RenderInput};
-use super::nodes::{ca_cert_hash_parameter, secrets_version_parameter, NodeUserData};
+use super::nodes::{ca_cert_hash_parameter, secret_bundle_key_parameter, secrets_version_parameter, NodeUserData};
 use super::{is_arm64, template};
 
 pub(super) const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
@@ -44,6 +44,12 @@ pub(super) fn secrets_version_key(stack_logical_id: &str) -> String {
 /// passes it to the root stack, which hands it to every node stack.
 pub const CA_CERT_HASH: &str = "CACertHash";
 
+/// The parameter carrying the published secret bundle's content-addressed
+/// key (`secrets/<sha256>/bundle.json`), which the publisher passes and the
+/// root hands to every node stack's bundle pointer (src/render/layout.rs
+/// `secret_bundle_parameter`).
+pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
+
 /// Root metadata naming, per secrets version parameter, the bundle entries it
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
@@ -63,6 +69,7 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
             "Description": "HTTPS URL of s3URI/<cluster>, where the nested stack templates are published"}),
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
+    params.insert(SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
     let mut amis = Map::new();
     // Each AMI parameter's source: the SSM public parameter, or the image
     // cluster.yaml's `ami` names for that architecture (the publisher passes
@@ -109,7 +116,8 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
                            "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
-                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": controller_ami}}}),
+                           "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH},
+                           SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}}),
     );
     for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
@@ -120,7 +128,8 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
                                "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
-                               "CACertHash": {"Ref": CA_CERT_HASH}, "ImageId": pool_ami}}}),
+                               "CACertHash": {"Ref": CA_CERT_HASH},
+                               SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": pool_ami}}}),
         );
     }
     t.insert(

@@ -251,6 +251,7 @@ impl Bed {
             serde_json::json!({
                 "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
                 "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef", "cluster": "testbed",
+                "secretBundleParameter": "/kube-aws/testbed/secret-bundle/controller",
             })
             .to_string(),
         )
@@ -306,14 +307,28 @@ impl Bed {
             }
         }
         let doc = serde_json::json!({"encryptionContext": {"kube-aws:cluster": "testbed"}, "secrets": secrets});
+        let text = doc.to_string();
         let file = self.path("secret-bundle.json");
-        std::fs::write(&file, doc.to_string()).unwrap();
+        std::fs::write(&file, &text).unwrap();
+        // Content-addressed, named by the stack's pointer, as `up` publishes it.
+        let key = format!("secrets/{}/bundle.json", sha(text.as_bytes()));
         self.env.aws(&[
             "s3",
             "cp",
             "--only-show-errors",
             &file.display().to_string(),
-            &format!("s3://{BUCKET}/{PREFIX}/secrets/bundle.json"),
+            &format!("s3://{BUCKET}/{PREFIX}/{key}"),
+        ]);
+        self.env.aws(&[
+            "ssm",
+            "put-parameter",
+            "--overwrite",
+            "--type",
+            "String",
+            "--name",
+            "/kube-aws/testbed/secret-bundle/controller",
+            "--value",
+            &key,
         ]);
     }
 

@@ -98,7 +98,13 @@ pub struct Server {
 impl Server {
     /// Starts `cmd` (which must listen on `port`) and waits until the port accepts.
     pub fn start(mut cmd: Command, port: u16) -> Server {
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        // KUBE_AWS_TEST_SERVER_LOG=FILE keeps the servers' output, for debugging.
+        let log = std::env::var_os("KUBE_AWS_TEST_SERVER_LOG")
+            .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+        match log.and_then(|f| Some((f.try_clone().ok()?, f))) {
+            Some((out, err)) => cmd.stdout(out).stderr(err),
+            None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
+        };
         let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let mut server = Server { child, port };
         server.wait_ready(Duration::from_secs(30));
