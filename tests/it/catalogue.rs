@@ -20,7 +20,7 @@ worker:
   nodePools:
     - name: general
       minSize: 1
-      maxSize: 3
+      maxSize: 10
       plugins:
         cluster-autoscaler: {minSize: 2, maxSize: 10}
     - name: batch
