@@ -84,34 +84,35 @@ pub fn check_pool_bounds(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Locate
                 .find(|p| src.value(p).is_some() || src.key(p).is_some())
                 .cloned()
                 .unwrap_or_else(|| own_path.clone());
-            let (side, fix) = if upper {
-                (
-                    "above",
+            let side = if upper { "above" } else { "below" };
+            let leave = format!("leave {plugin}'s {param} out: it defaults to the pool's");
+            let fix = match (own_key, upper) {
+                ("count", _) => {
+                    let (lo, hi) = if upper { (own, bound) } else { (bound, own) };
                     format!(
-                        "raise the pool's {own_key} to {bound} (and leave {plugin}'s {param} out: it defaults to                          the pool's), or lower {plugin}'s {param} to at most {own}"
-                    ),
-                )
-            } else {
-                (
-                    "below",
-                    format!(
-                        "lower the pool's {own_key} to {bound} (and leave {plugin}'s {param} out: it defaults to                          the pool's), or raise {plugin}'s {param} to at least {own}"
-                    ),
-                )
+                        "for an autoscaled pool replace count: {own} with minSize: {lo} and maxSize: {hi} \
+                         ({leave}), or opt the pool out ({base}.plugins.{plugin}.enabled: false)"
+                    )
+                }
+                (_, true) => format!(
+                    "raise the pool's maxSize to {bound} ({leave}), or lower {plugin}'s {param} to at most {own}"
+                ),
+                (_, false) => format!(
+                    "lower the pool's minSize to {bound} ({leave}), or raise {plugin}'s {param} to at least {own}"
+                ),
             };
-            let pool_words = if own_key == "count" {
-                "fixed size"
-            } else if upper {
-                "own maxSize"
-            } else {
-                "own minSize"
+            let pool_words = match (own_key, upper) {
+                ("count", _) => "fixed size",
+                (_, true) => "own maxSize",
+                (_, false) => "own minSize",
             };
             errors.push(Located::new(
                 &cluster.file,
                 src.locate(&at),
                 &at,
                 format!(
-                    "{plugin} sets node pool {:?}'s group {asg} to {bound}, {side} the pool's {pool_words} {own}                      ({own_path} at line {}, column {}); {fix}",
+                    "{plugin} sets node pool {:?}'s group {asg} to {bound}, {side} the pool's {pool_words} \
+                     {own} ({own_path} at line {}, column {}); {fix}",
                     pool.name, own_pos.line, own_pos.col
                 ),
             ));
