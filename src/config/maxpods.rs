@@ -417,9 +417,16 @@ t3.2xlarge 58\nt3a.small 8\nt3a.medium 17\nt4g.small 11\nt4g.xlarge 58\n";
             assert_eq!(l.max_pods_with_prefixes(), addressable, "{t}");
             assert_eq!(kubelet_max_pods(VpcPrefixes, t, None), Ok(Some(recommended)), "{t}");
             // Up to what the prefixes address when asked for; not one more.
-            assert_eq!(kubelet_max_pods(VpcPrefixes, t, Some(addressable)), Ok(Some(addressable)), "{t}");
+            assert_eq!(
+                kubelet_max_pods(VpcPrefixes, t, Some(addressable)),
+                Ok(Some(addressable)),
+                "{t}"
+            );
             let e = kubelet_max_pods(VpcPrefixes, t, Some(addressable + 1)).unwrap_err();
-            assert!(e.contains("prefix delegation") && e.contains(&format!("at most {addressable}")), "{e}");
+            assert!(
+                e.contains("prefix delegation") && e.contains(&format!("at most {addressable}")),
+                "{e}"
+            );
         }
         // Without prefixes the same type keeps the secondary-address limit.
         assert_eq!(

@@ -70,10 +70,7 @@ pub fn check_pool_bounds(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Locate
             let own_pos = src.locate(&own_path);
             // Where the plugin's bound was most likely written: the pool's
             // plugin settings, else the cluster-wide ones, else the pool.
-            let plugin = hooks
-                .asg_size_plugin
-                .clone()
-                .unwrap_or_else(|| "a plugin".to_string());
+            let plugin = hooks.asg_size_plugin.clone().unwrap_or_else(|| "a plugin".to_string());
             let candidates = [
                 format!("{base}.plugins.{plugin}.{param}"),
                 format!("plugins.{plugin}.{param}"),

@@ -306,7 +306,8 @@ impl Resolve<'_> {
         if def.name() == VPC_CNI_PLUGIN {
             // One DaemonSet for the cluster: the cluster-scope value is the one
             // its env (ENABLE_PREFIX_DELEGATION) gets, on every node.
-            self.out.vpc_cni_prefix_delegation = cluster_values.get(PREFIX_DELEGATION_PARAM) == Some(&Value::Bool(true));
+            self.out.vpc_cni_prefix_delegation =
+                cluster_values.get(PREFIX_DELEGATION_PARAM) == Some(&Value::Bool(true));
         }
         let accounts = service_account_context(cluster, def, self.merger, self.errors);
         let mut scopes = vec![Scope::Cluster];

@@ -663,9 +663,11 @@ fn rbac_allows(rules: &serde_yaml::Value, group: &str, resource: &str, verb: &st
         list.as_sequence()
             .is_some_and(|l| l.iter().any(|x| x.as_str() == Some("*") || x.as_str() == Some(want)))
     };
-    rules.as_sequence().unwrap().iter().any(|r| {
-        has(&r["apiGroups"], group) && has(&r["resources"], resource) && has(&r["verbs"], verb)
-    })
+    rules
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|r| has(&r["apiGroups"], group) && has(&r["resources"], resource) && has(&r["verbs"], verb))
 }
 
 fn cluster_dump_docs(r: &ResolvedPlugins) -> Vec<serde_yaml::Value> {
@@ -689,7 +691,11 @@ fn cluster_dump_reads_secrets_only_when_included() {
         let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
         let rules = &role["rules"];
         for verb in ["get", "list", "watch"] {
-            assert_eq!(rbac_allows(rules, "", "secrets", verb), include && verb != "watch", "{verb}: {rules:?}");
+            assert_eq!(
+                rbac_allows(rules, "", "secrets", verb),
+                include && verb != "watch",
+                "{verb}: {rules:?}"
+            );
         }
         for (group, resource, verb) in [
             ("", "nodes/proxy", "get"),
@@ -700,7 +706,10 @@ fn cluster_dump_reads_secrets_only_when_included() {
             ("", "pods", "delete"),
             ("apps", "deployments", "update"),
         ] {
-            assert!(!rbac_allows(rules, group, resource, verb), "{group}/{resource} {verb}: {rules:?}");
+            assert!(
+                !rbac_allows(rules, group, resource, verb),
+                "{group}/{resource} {verb}: {rules:?}"
+            );
         }
         for (group, resource) in [
             ("", "pods"),
@@ -713,10 +722,17 @@ fn cluster_dump_reads_secrets_only_when_included() {
             ("apiextensions.k8s.io", "customresourcedefinitions"),
             ("networking.k8s.aws", "policyendpoints"),
         ] {
-            assert!(rbac_allows(rules, group, resource, "list"), "{group}/{resource}: {rules:?}");
+            assert!(
+                rbac_allows(rules, group, resource, "list"),
+                "{group}/{resource}: {rules:?}"
+            );
         }
         assert!(
-            role["rules"].as_sequence().unwrap().iter().all(|r| r.get("nonResourceURLs").is_none()),
+            role["rules"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .all(|r| r.get("nonResourceURLs").is_none()),
             "{rules:?}"
         );
     }
@@ -730,16 +746,30 @@ fn cluster_dump_writes_sse_kms_with_the_cluster_key() {
     let key = "arn:aws:kms:us-west-2:111122223333:key/k";
     let r = resolve(CLUSTER);
     let role = role_of(&r, "cluster-dump");
-    let sid = |s: &str| role.statements.iter().find(|x| x["Sid"] == s).unwrap_or_else(|| panic!("{s}"));
+    let sid = |s: &str| {
+        role.statements
+            .iter()
+            .find(|x| x["Sid"] == s)
+            .unwrap_or_else(|| panic!("{s}"))
+    };
     let put = sid("ClusterDumpWrite");
     assert_eq!(put["Action"], serde_json::json!(["s3:PutObject"]));
     let c = &put["Condition"];
     assert_eq!(c["StringEquals"]["s3:x-amz-server-side-encryption"], "aws:kms", "{c}");
-    assert_eq!(c["StringEqualsIfExists"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], key, "{c}");
-    assert_eq!(c["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], "false", "{c}");
+    assert_eq!(
+        c["StringEqualsIfExists"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], key,
+        "{c}"
+    );
+    assert_eq!(
+        c["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], "false",
+        "{c}"
+    );
     let kms = sid("ClusterDumpEncrypt");
     assert_eq!(kms["Resource"], key);
-    assert_eq!(kms["Condition"]["StringEquals"]["kms:ViaService"], "s3.us-west-2.amazonaws.com");
+    assert_eq!(
+        kms["Condition"]["StringEquals"]["kms:ViaService"],
+        "s3.us-west-2.amazonaws.com"
+    );
     assert_eq!(
         kms["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"][0],
         "arn:aws:s3:::demo-bucket/kube-aws/demo/dumps/*"
@@ -755,7 +785,10 @@ fn cluster_dump_writes_sse_kms_with_the_cluster_key() {
     let cron = docs.iter().find(|d| d["kind"] == "CronJob").unwrap();
     let c = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
     let env = c["env"].as_sequence().unwrap();
-    assert!(env.iter().any(|e| e["name"] == "SSE_KMS_KEY" && e["value"] == key), "{env:?}");
+    assert!(
+        env.iter().any(|e| e["name"] == "SSE_KMS_KEY" && e["value"] == key),
+        "{env:?}"
+    );
     let script = c["args"][0].as_str().unwrap();
     assert!(
         script.contains("--sse aws:kms --sse-kms-key-id \"$SSE_KMS_KEY\"") && script.contains("aws s3 cp \"$@\""),
@@ -767,6 +800,12 @@ fn cluster_dump_writes_sse_kms_with_the_cluster_key() {
     let r = resolve(&CLUSTER.replace("kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n", ""));
     let role = role_of(&r, "cluster-dump");
     let put = role.statements.iter().find(|x| x["Sid"] == "ClusterDumpWrite").unwrap();
-    assert_eq!(put["Condition"]["StringEquals"]["s3:x-amz-server-side-encryption"], "aws:kms");
-    assert_eq!(put["Condition"]["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], "true");
+    assert_eq!(
+        put["Condition"]["StringEquals"]["s3:x-amz-server-side-encryption"],
+        "aws:kms"
+    );
+    assert_eq!(
+        put["Condition"]["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"],
+        "true"
+    );
 }

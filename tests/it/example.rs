@@ -341,7 +341,11 @@ fn example_with_prefix_delegation_follows_the_prefix_formula() {
             "/etc/kube-aws/kubeadm.json",
         );
         let args = join_kubelet_args(&serde_json::from_str(&text).unwrap());
-        assert_eq!(args.get("max-pods").map(String::as_str), Some("110"), "{role}: {args:?}");
+        assert_eq!(
+            args.get("max-pods").map(String::as_str),
+            Some("110"),
+            "{role}: {args:?}"
+        );
     }
 }
 
@@ -349,8 +353,7 @@ fn example_with_prefix_delegation_follows_the_prefix_formula() {
 /// its nodes in private subnets, and no plugin bound widens a pool.
 #[test]
 fn example_api_is_narrowed_and_nodes_private() {
-    let cfg: serde_yaml::Value =
-        serde_yaml::from_str(include_str!("../../src/config/example/cluster.yaml")).unwrap();
+    let cfg: serde_yaml::Value = serde_yaml::from_str(include_str!("../../src/config/example/cluster.yaml")).unwrap();
     assert_eq!(cfg["network"]["privateSubnets"], serde_yaml::Value::Bool(true));
     let cidrs = cfg["apiEndpoint"]["allowedCIDRs"].as_sequence().unwrap();
     assert!(!cidrs.is_empty());
