@@ -30,6 +30,10 @@
 //!   identity webhook's manifests (server-side dry run: the CEL
 //!   matchConditions compile) with the serving certificate kube-aws signs.
 //!   Not covered: the webhook mutating a pod (its image cannot run here).
+//! - the API load balancer's health check (HTTPS GET /readyz, no
+//!   credentials) gets 200 from an apiserver with the example's flags, and
+//!   cluster-dump's service account is denied Secrets, nodes/proxy and
+//!   pods/exec unless includeSecrets is on (`kubectl auth can-i --as`).
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
