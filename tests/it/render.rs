@@ -1110,3 +1110,28 @@ fn pod_identity_webhook_is_ready_before_the_releases_that_need_it() {
     let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
     assert!(plan.get("manifestRollouts").is_none(), "{plan}");
 }
+
+/// Issue 24, finding 10: the API load balancer asks each controller's
+/// apiserver whether it is ready (HTTPS GET /readyz, 200 only), not whether
+/// its port is open: a TCP check keeps an apiserver that lost etcd, or one
+/// draining on shutdown, in service.
+#[test]
+fn the_api_health_check_is_https_readyz() {
+    for input in [minimal(), full()] {
+        let net = stack(&rendered(&input), "network");
+        let tg = &net["Resources"]["ApiTargetGroup"]["Properties"];
+        assert_eq!(tg["Protocol"], "TCP", "{tg}");
+        assert_eq!(tg["HealthCheckProtocol"], "HTTPS", "{tg}");
+        assert_eq!(tg["HealthCheckPath"], "/readyz", "{tg}");
+        assert_eq!(tg["HealthCheckPort"], "6443", "{tg}");
+        assert_eq!(tg["Matcher"], serde_json::json!({"HttpCode": "200"}), "{tg}");
+        // What an NLB accepts for an HTTPS check: an interval of 10 or 30 s,
+        // a timeout of 2 to 120 s below it, thresholds of 2 to 10.
+        let interval = tg["HealthCheckIntervalSeconds"].as_u64().unwrap();
+        let timeout = tg["HealthCheckTimeoutSeconds"].as_u64().unwrap();
+        assert!([10, 30].contains(&interval) && (2..interval).contains(&timeout), "{tg}");
+        for k in ["HealthyThresholdCount", "UnhealthyThresholdCount"] {
+            assert!((2..=10).contains(&tg[k].as_u64().unwrap()), "{k}: {tg}");
+        }
+    }
+}

@@ -40,6 +40,10 @@
 //!   to wait for, with its two replicas on two nodes (zone and host spread,
 //!   on nodes labelled with zones as the cloud controller manager labels
 //!   them) and a disruption budget allowing one eviction.
+//! - the API load balancer's health check (HTTPS GET /readyz, no
+//!   credentials) gets 200 from an apiserver with the example's flags, and
+//!   cluster-dump's service account is denied Secrets, nodes/proxy and
+//!   pods/exec unless includeSecrets is on (`kubectl auth can-i --as`).
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
@@ -1033,4 +1037,113 @@ fn pod_identity_webhook_rolls_out_two_spread_replicas_with_a_disruption_budget()
     assert_eq!(status["currentHealthy"], 2, "{status}");
     assert_eq!(status["desiredHealthy"], 1, "{status}");
     assert_eq!(status["disruptionsAllowed"], 1, "{status}");
+}
+
+/// Issue 24, finding 10: the API load balancer's health check (HTTPS GET
+/// /readyz, healthy on 200, no credentials: an NLB has none) gets 200 from a
+/// real kube-apiserver started with the example's flags, anonymously, through
+/// the default ClusterRole system:public-info-viewer.
+#[test]
+fn the_load_balancer_health_check_reads_readyz_anonymously() {
+    let Some(cp) = testbed::shared("the_load_balancer_health_check_reads_readyz_anonymously") else {
+        return;
+    };
+    let example = example_cloud_configs();
+    let root = tempfile::tempdir().unwrap();
+    let [api, _, _] = plugin_flags(&example).map(|f| rooted(&f, &example["controller"], root.path()));
+    let port = common::free_port();
+    let _api = cp
+        .apiserver_proc("kube-apiserver-readyz", port, &api, "/registry-readyz")
+        .unwrap_or_else(|e| panic!("{e}"));
+    // As the NLB asks: HTTPS, no client certificate, no token, the
+    // certificate not verified.
+    let get = |path: &str| {
+        let mut c = Command::new("curl");
+        c.args([
+            "-sk",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("https://127.0.0.1:{port}{path}"),
+        ]);
+        run(c).unwrap_or_else(|e| panic!("{e}"))
+    };
+    assert_eq!(get("/readyz"), "200", "the health check's request");
+    // Anonymous is no more than that: the API itself stays closed.
+    assert_eq!(get("/api/v1/namespaces/kube-system/secrets"), "403");
+    let rules = cp
+        .kubectl(&["get", "clusterrole", "system:public-info-viewer", "-o", "json"])
+        .unwrap();
+    let rules: serde_json::Value = serde_json::from_str(&rules).unwrap();
+    assert!(rules["rules"].to_string().contains("/readyz"), "{rules}");
+}
+
+/// Issue 24, finding 10: on the real apiserver, cluster-dump's service account
+/// is denied Secrets (and nodes/proxy) unless includeSecrets is on.
+#[test]
+fn cluster_dump_cannot_read_secrets_on_a_real_apiserver() {
+    let Some(cp) = testbed::shared("cluster_dump_cannot_read_secrets_on_a_real_apiserver") else {
+        return;
+    };
+    let sa = "--as=system:serviceaccount:kube-system:cluster-dump";
+    let can = |args: &[&str]| -> String {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        a.push(sa);
+        // `can-i` exits 1 on "no": the answer is its output's line "yes" or "no".
+        let out = cp.kubectl(&a).unwrap_or_else(|e| e);
+        match out.lines().find(|l| matches!(l.trim(), "yes" | "no")) {
+            Some(answer) => answer.trim().to_string(),
+            None => panic!("{out}"),
+        }
+    };
+    for include in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cluster.yaml"),
+            format!(
+                "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
+                 kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n\
+                 plugins:\n  cluster-dump: {{enabled: true, includeSecrets: {include}}}\n"
+            ),
+        )
+        .unwrap();
+        let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
+        let r = kube_aws::plugin::resolve_plugins(&cluster).unwrap_or_else(|e| panic!("{e}"));
+        let m = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
+        // The RBAC objects only: the CronJob would run at its hour.
+        let rbac: Vec<String> = m
+            .content
+            .split("\n---\n")
+            .filter(|d| d.contains("kind: ClusterRole"))
+            .map(String::from)
+            .collect();
+        assert_eq!(rbac.len(), 2, "{}", m.content);
+        cp.kubectl_stdin(&["apply", "-f", "-"], &rbac.join("\n---\n"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let secrets = can(&["list", "secrets", "--all-namespaces"]);
+        assert_eq!(secrets, if include { "yes" } else { "no" }, "includeSecrets {include}");
+        let secret = can(&["get", "secrets/bootstrap-token-abcdef", "-n", "kube-system"]);
+        assert_eq!(secret, if include { "yes" } else { "no" }, "includeSecrets {include}");
+        for denied in [
+            &["get", "nodes", "--subresource=proxy"][..],
+            &["get", "pods", "--subresource=exec", "-n", "kube-system"],
+            &["create", "pods", "--subresource=exec", "-n", "kube-system"],
+            &["delete", "pods", "-n", "kube-system"],
+        ] {
+            let answer = can(denied);
+            assert_eq!(answer, "no", "{denied:?}");
+        }
+        for allowed in [
+            &["list", "pods", "--all-namespaces"][..],
+            &["list", "deployments.apps", "--all-namespaces"],
+            &["list", "nodes"],
+            &["list", "customresourcedefinitions.apiextensions.k8s.io"],
+        ] {
+            assert_eq!(can(allowed), "yes", "{allowed:?}");
+        }
+    }
 }
