@@ -320,6 +320,27 @@ class Reconciler(object):
             except RuntimeError:
                 self.log("manifest %s could not be applied" % m)
 
+    def wait_manifest_rollouts(self):
+        """Waits for the plan's `manifestRollouts` (the pod identity webhook's
+        Deployment): the releases that start next have pods the webhook must
+        mutate, and its MutatingWebhookConfiguration fails closed for them.
+        A rollout that does not finish is logged and the releases go on: the
+        webhook's own failure policy still keeps their pods from starting
+        without credentials, and their failures then name it. Returns the
+        rollouts that did not finish."""
+        late = []
+        for w in self.plan.get("manifestRollouts") or []:
+            ref = "%s/%s" % (w["kind"].lower(), w["name"])
+            code, out = self.run(["kubectl", "-n", w["namespace"], "rollout", "status", ref,
+                                  "--timeout=%ss" % int(w["timeoutSeconds"])])
+            if code == 0:
+                self.log("%s in %s rolled out (%s)" % (ref, w["namespace"], w["manifest"]))
+            else:
+                late.append(ref)
+                self.log("%s in %s did not roll out within %ss: %s" % (ref, w["namespace"], w["timeoutSeconds"],
+                                                                        tail(out, 3)))
+        return late
+
     # --- helm -----------------------------------------------------------
     def install_tiller(self):
         ns = self.plan["helm"]["tiller"]["namespace"]
@@ -587,6 +608,8 @@ class Reconciler(object):
                             # The bootstrap addons are in (decide starts no other before).
                             self.apply_manifests()
                             gate = self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+                            if gate:
+                                self.wait_manifest_rollouts()
                         if not gate:
                             self.finish(name, "failed", "no node became Ready within %ss (is a CNI addon marked "
                                                         "bootstrap: true?)\n" % self.plan["nodeReadyTimeoutSeconds"])
