@@ -598,12 +598,22 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
         "helm v2 has no --create-namespace: {v2}"
     );
 
-    // CRDs Established before any dependant starts.
-    let crd = run.position("crds/crd-issuers.yaml").expect("cert-manager CRD wait");
-    assert!(run.log[crd].starts_with("kubectl wait --for=condition=Established"));
+    // CRDs applied server-side before helm (helm installs crds/ once and
+    // never upgrades them), and Established before any dependant starts.
+    let line = |prefix: &str, file: &str| {
+        run.log
+            .iter()
+            .position(|l| l.starts_with(prefix) && l.contains(file))
+            .unwrap_or_else(|| panic!("no `{prefix} ... {file}`: {:#?}", run.log))
+    };
+    let apply = line(
+        "kubectl apply --server-side --force-conflicts --field-manager=kube-aws -f",
+        "crds/crd-issuers.yaml",
+    );
+    let crd = line("kubectl wait --for=condition=Established", "crds/crd-issuers.yaml");
     let cm = run.position("helm upgrade --install cert-manager").unwrap();
     let ms = run.position("helm upgrade --install metrics-server").unwrap();
-    assert!(cm < crd && crd < ms);
+    assert!(apply < cm && cm < crd && crd < ms, "{:#?}", run.log);
     assert!(run.position("crds/operator.tigera.io_installations.yaml").is_some());
 
     // The plugin manifest is applied once the bootstrap addons are in, before the rest.

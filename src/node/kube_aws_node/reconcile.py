@@ -386,8 +386,9 @@ class Reconciler(object):
                                   "--sort-by=.lastTimestamp"])[1], 20))
         return "\n".join(out) + "\n"
 
-    def wait_crds(self, r, tgz):
-        """None when every CRD of the release is Established, else the reason."""
+    def chart_crds(self, r, tgz):
+        """(the release's crds/ files extracted from its chart, by their path
+        under crds/; None) or (None, the reason one is missing)."""
         d = os.path.join(self.scratch, "crds-" + r["name"])
         shutil.rmtree(d, ignore_errors=True)
         found = {}
@@ -404,7 +405,28 @@ class Reconciler(object):
                 found.setdefault(rel, target)
         for f in r["crds"]:
             if f not in found:
-                return "CRD file crds/%s is not in the chart archive" % f
+                return None, "CRD file crds/%s is not in the chart archive" % f
+        return found, None
+
+    def apply_crds(self, r, found):
+        """Helm installs a chart's crds/ once and never upgrades them ("There
+        is no support at this time for upgrading or deleting CRDs using
+        Helm", Helm docs, Custom Resource Definitions best practices): a chart
+        bump whose CRDs gained a field or a version would run its new
+        controller against the old schema. They are applied here, server-side
+        and before helm, on every install of the release (on the first one
+        helm then finds them present and skips them). --force-conflicts takes
+        the fields over from helm's own field manager. None, or the reason."""
+        for f in r["crds"]:
+            code, out = self.run(["kubectl", "apply", "--server-side", "--force-conflicts",
+                                  "--field-manager=kube-aws", "-f", found[f]])
+            if code != 0:
+                return "%s\nCRDs of crds/%s could not be applied" % (tail(out, 20), f)
+        return None
+
+    def wait_crds(self, r, found):
+        """None when every CRD of the release is Established, else the reason."""
+        for f in r["crds"]:
             code, out = self.run(["kubectl", "wait", "--for=condition=Established",
                                   "--timeout=%ss" % r["timeoutSeconds"], "-f", found[f]])
             if code != 0:
@@ -444,13 +466,19 @@ class Reconciler(object):
             if r.get("createNamespace"):
                 args.append("--create-namespace")
         helm_log = os.path.join(self.scratch, "helm-%s.log" % name)
+        found = {}
+        if r.get("crds"):
+            found, why = self.chart_crds(r, tgz)
+            why = why or self.apply_crds(r, found)
+            if why is not None:
+                return "failed", why + "\n"
         self.unstick(name, r["namespace"], timeout)
         try:
             self.retried(args, out=helm_log, name=name)
         except RuntimeError:
             return "failed", self.describe_failure(name, r["namespace"], helm_log)
         if r.get("crds"):
-            why = self.wait_crds(r, tgz)
+            why = self.wait_crds(r, found)
             if why is not None:
                 return "failed", why + "\n"
         return "ready", ""
