@@ -780,6 +780,8 @@ fn changed_plan(mut input: RenderInput) -> RenderInput {
         .unwrap();
     ms.values_yaml.push_str("replicas: 3\n");
     input.addons.retain(|a| a.release.name != "dex");
+    // dex's plugin is gone with its release: its manifest too.
+    input.plugins.cluster.manifests.retain(|m| m.plugin != "dex");
     input
 }
 
@@ -829,6 +831,33 @@ fn a_new_plan_installs_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
         two.position("helm uninstall dex --namespace dex --wait").is_some(),
         "{:#?}",
         two.log
+    );
+    // The dropped plugin's manifest objects are deleted (issue 24, finding
+    // 10: a leftover fail-closed webhook configuration would block pods).
+    assert!(
+        two.position("kubectl delete --ignore-not-found --wait=false -f")
+            .is_some(),
+        "{:#?}",
+        two.log
+    );
+    assert!(
+        two.stderr.contains("pruned ClusterRoleBinding oidc-admins"),
+        "{}",
+        two.stderr
+    );
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            bed.s3()
+                .join("kube-aws-test/clusters/full/status/addons/installed.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["manifestObjects"], serde_json::json!([]), "{record}");
+    assert!(
+        !one.log.iter().any(|l| l.starts_with("kubectl delete")),
+        "the first plan prunes nothing: {:#?}",
+        one.log
     );
     let signalled: Vec<String> = two.signals().into_iter().map(|(_, wc, _)| wc).collect();
     assert_eq!(signalled, [two.wait_condition("metrics-server")]);

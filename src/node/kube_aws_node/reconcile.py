@@ -107,6 +107,37 @@ def outcome(doc, plan_sha, secrets_version, releases, now):
     return INSTALL
 
 
+def manifest_objects(texts):
+    """[apiVersion, kind, namespace, name] of every object in the plugin
+    manifests' texts (YAML streams), sorted, without duplicates."""
+    import yaml  # PyYAML: on AL2023 with cloud-init (see secrets.py)
+    out = set()
+    for text in texts:
+        for d in yaml.safe_load_all(text):
+            items = d.get("items") if isinstance(d, dict) and str(d.get("kind", "")).endswith("List") else [d]
+            for o in items or []:
+                meta = o.get("metadata") if isinstance(o, dict) else None
+                if isinstance(meta, dict) and o.get("kind") and meta.get("name"):
+                    out.add((str(o.get("apiVersion", "")), str(o["kind"]), str(meta.get("namespace") or ""),
+                             str(meta["name"])))
+    return [list(o) for o in sorted(out)]
+
+
+def object_identity(o):
+    """An object's identity across API versions: (group, kind, namespace,
+    name). A manifest that moves a kind to a new version keeps its object."""
+    api, kind, ns, name = o
+    return (api.rsplit("/", 1)[0] if "/" in api else "", kind, ns, name)
+
+
+def gone_objects(old, new):
+    """The objects kube-aws applied before (`old`, the record's) that no
+    manifest of this plan holds any more (a disabled plugin's, a removed
+    file's): a pure function."""
+    keep = set(object_identity(o) for o in new)
+    return [o for o in old if object_identity(o) not in keep]
+
+
 def due_signals(doc, releases):
     """[(name, wait condition)] of the plan's releases that the record shows
     at the plan's wait condition and not yet known to be signalled."""
@@ -150,6 +181,9 @@ class Reconciler(object):
         self.rec = {}
         self.record_versions = []
         self.retry_after = None
+        # The plugin manifests' objects kube-aws applied (the record's
+        # manifestObjects), pruned when a plan no longer holds them.
+        self.manifest_record = []
         self.bin = paths.path(paths.HELM_BIN_DIR)
         self.helm = os.path.join(self.bin, "helm")
         self.store = secrets.store_dir()
@@ -314,11 +348,52 @@ class Reconciler(object):
         if self.manifests_done:
             return
         self.manifests_done = True
+        applied = True
+        texts = []
         for m in self.plan.get("manifests", []):
+            path = os.path.join(self.addons, m)
             try:
-                self.retried(["kubectl", "apply", "--server-side", "-f", os.path.join(self.addons, m)])
-            except RuntimeError:
+                with open(path, encoding="utf-8") as f:
+                    texts.append(f.read())
+                self.retried(["kubectl", "apply", "--server-side", "-f", path])
+            except (RuntimeError, OSError):
+                applied = False
                 self.log("manifest %s could not be applied" % m)
+        try:
+            new = manifest_objects(texts)
+        except Exception as e:  # noqa: BLE001 - a manifest kubectl took but PyYAML did not: prune nothing
+            self.log("cannot list the manifests' objects (%s): nothing is pruned" % e.__class__.__name__)
+            applied, new = False, []
+        with self.record_lock:
+            old = list(self.manifest_record)
+        if not applied:
+            # Prune only after a plan's manifests all went in: keep knowing both.
+            keep = old + [o for o in new if o not in old]
+        else:
+            keep = new + self.prune_objects(gone_objects(old, new))
+        with self.record_lock:
+            self.manifest_record = keep
+
+    def prune_objects(self, gone):
+        """Deletes the objects a plan no longer holds (a disabled plugin's
+        MutatingWebhookConfiguration with failurePolicy Fail would otherwise
+        block every pod it matches, with nothing left to answer it). Returns
+        those that could not be deleted, to try again next time."""
+        left = []
+        for i, (api, kind, ns, name) in enumerate(gone):
+            doc = {"apiVersion": api, "kind": kind, "metadata": {"name": name}}
+            if ns:
+                doc["metadata"]["namespace"] = ns
+            path = os.path.join(self.scratch or self.work, "prune-%d.json" % i)
+            jsonio.write(path, doc)
+            code, out = self.run(["kubectl", "delete", "--ignore-not-found", "--wait=false", "-f", path])
+            where = "%s/%s" % (ns, name) if ns else name
+            if code == 0:
+                self.log("pruned %s %s (no manifest of the plan holds it)" % (kind, where))
+            else:
+                left.append([api, kind, ns, name])
+                self.log("cannot prune %s %s: %s" % (kind, where, tail(out, 3)))
+        return left
 
     def wait_manifest_rollouts(self):
         """Waits for the plan's `manifestRollouts` (the pod identity webhook's
@@ -589,7 +664,7 @@ class Reconciler(object):
                 raise Stop("the installer's lease was taken over: the new holder goes on from the record")
             doc = {"plan": self.plan_sha, "secretsVersions": self.record_versions,
                    "releases": sorted(self.rec.values(), key=lambda r: r["name"]),
-                   "holder": self.holder, "updatedAt": now_iso()}
+                   "manifestObjects": self.manifest_record, "holder": self.holder, "updatedAt": now_iso()}
             if self.retry_after is not None:
                 doc["retryAfter"] = self.retry_after
             path = os.path.join(self.work, "installed.json")
@@ -725,6 +800,8 @@ class Reconciler(object):
         self.record_etag = record.etag
         installed = recorded(record.doc)
         self.rec = dict((n, dict(e)) for n, e in installed.items())
+        self.manifest_record = [o for o in record.doc.get("manifestObjects") or []
+                                if isinstance(o, list) and len(o) == 4 and all(isinstance(x, str) for x in o)]
         self.record_versions = list(record.doc.get("secretsVersions", [])) if record.doc.get("plan") == self.plan_sha \
             else []
         # Signals nothing waits for any more: noted, so no tick asks again.
