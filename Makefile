@@ -10,7 +10,9 @@ export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
 
-test: tools testbed lint unit fuzz-short
+# The fuzz corpora are replayed by `unit` (tests/it/fuzz_corpus.rs); the
+# libFuzzer build is `fuzz-short` and `fuzz`, outside `make test` (docs/limits.md).
+test: tools testbed lint unit
 
 tools:
 	@bash scripts/install-tools.sh

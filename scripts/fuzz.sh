@@ -12,8 +12,8 @@
 # New inputs found along the way go to a scratch directory, not the corpus.
 #
 # The toolchain is nightly when rustup has it; otherwise stable with
-# RUSTC_BOOTSTRAP=1 (cargo fuzz passes -Z flags). scripts/install-tools.sh
-# installs cargo-fuzz.
+# RUSTC_BOOTSTRAP=1 (cargo fuzz passes -Z flags). The targets' bodies are
+# fuzz/bodies.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,9 +27,12 @@ esac
 timeout_s="${FUZZ_TIMEOUT:-10}"
 rss_mb="${FUZZ_RSS_MB:-2048}"
 
-if ! command -v cargo-fuzz >/dev/null 2>&1; then
-  echo "fuzz: cargo-fuzz is missing: run scripts/install-tools.sh" >&2
-  exit 1
+# cargo-fuzz, pinned (only the fuzz targets need it; `make test` replays the
+# corpora in the ordinary test build, tests/it/fuzz_corpus.rs).
+CARGO_FUZZ_VERSION=0.13.2
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
+  echo "fuzz: cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --quiet
 fi
 toolchain=()
 if rustup run nightly rustc --version >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real tools the tests run: a pinned Python venv (.venv-tools),
-# Debian packages and cargo-fuzz (scripts/fuzz.sh). A second run installs nothing.
+# Debian packages. A second run installs nothing. (cargo-fuzz, which only
+# `make fuzz-short`/`make fuzz` need, is installed by scripts/fuzz.sh.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,14 +45,4 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 else
   echo "install-tools: Debian packages present"
-fi
-
-# cargo-fuzz for scripts/fuzz.sh, pinned. It builds the fuzz targets with the
-# nightly toolchain when rustup has it (else stable with RUSTC_BOOTSTRAP=1).
-CARGO_FUZZ_VERSION=0.13.2
-if [ "$(cargo fuzz --version 2>/dev/null)" = "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
-  echo "install-tools: cargo-fuzz $CARGO_FUZZ_VERSION present"
-else
-  echo "install-tools: cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
-  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --quiet
 fi

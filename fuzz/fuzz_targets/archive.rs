@@ -1,7 +1,11 @@
 //! Chart archive reader: any bytes as a `.tgz`.
+//! The body is fuzz/bodies.rs's `archive`, which the corpus replay in the
+//! ordinary tests (tests/it/fuzz_corpus.rs) runs too.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = kube_aws::chart::archive::read_chart_archive(data, "fuzz.tgz", None);
-});
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
+
+fuzz_target!(|data: &[u8]| bodies::archive(data));

@@ -1,15 +1,11 @@
 //! Values reader: a values file, layered and merged like Helm's `-f` files.
+//! The body is fuzz/bodies.rs's `values`, which the corpus replay in the
+//! ordinary tests (tests/it/fuzz_corpus.rs) runs too.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use std::path::Path;
 
-use kube_aws::chart::values::{coalesce, merge_layers, to_yaml_document, ValuesLayer};
+#[path = "../bodies.rs"]
+#[allow(dead_code)]
+mod bodies;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(layer) = ValuesLayer::from_yaml("fuzz", Path::new("values/fuzz.yaml"), text) {
-        let user = merge_layers(std::slice::from_ref(&layer));
-        let merged = coalesce(&user, &layer.values);
-        let _ = to_yaml_document(&merged);
-    }
-});
+fuzz_target!(|data: &[u8]| bodies::values(data));

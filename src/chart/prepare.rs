@@ -111,6 +111,7 @@ pub fn prepare_releases(opts: &PrepareReleasesOptions) -> Result<Vec<PreparedRel
                     &layers,
                     &opts.kubernetes_version,
                 )?;
+                crate::chart::values::check_plugin_owned_values(&release.name, &release.chart, &layers)?;
                 ReleaseValues {
                     release: release.name.clone(),
                     merged: user.clone(),

@@ -52,6 +52,49 @@ pub enum ValuesError {
     /// A chart image of another Kubernetes minor than the cluster's, located.
     #[error("{0}")]
     VersionSkew(String),
+    /// A value a plugin parameter owns, set otherwise by a user layer, located.
+    #[error("{0}")]
+    PluginOwned(String),
+}
+
+/// The VPC CNI's prefix delegation switch in its chart's values (the
+/// DaemonSet's and the init container's env): the aws-vpc-cni plugin sets both
+/// from `enablePrefixDelegation`, and the kubelet's max-pods follows that
+/// parameter (src/config/maxpods.rs). A user layer that sets it otherwise
+/// would leave max-pods computed for the other mode: with 110 pods and only
+/// secondary addresses, pods wait for addresses that never come.
+const PREFIX_DELEGATION_VALUES: &[&[&str]] = &[
+    &["env", "ENABLE_PREFIX_DELEGATION"],
+    &["init", "env", "ENABLE_PREFIX_DELEGATION"],
+];
+
+/// Refuses a values layer that sets the VPC CNI's ENABLE_PREFIX_DELEGATION to
+/// other than what the aws-vpc-cni plugin's parameter set, located at it.
+pub fn check_plugin_owned_values(release: &str, chart: &str, layers: &[ValuesLayer]) -> Result<(), ValuesError> {
+    if chart != "aws-vpc-cni" {
+        return Ok(());
+    }
+    let plugin_layer = |l: &&ValuesLayer| l.label.starts_with("plugins/aws-vpc-cni/");
+    let Some(plugin) = layers.iter().find(plugin_layer) else {
+        return Ok(());
+    };
+    let user = merge_layers(layers);
+    for path in PREFIX_DELEGATION_VALUES {
+        let segments: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+        let (Some(want), Some(got)) = (lookup(&plugin.values, &segments), lookup(&user, &segments)) else {
+            continue;
+        };
+        if want == got {
+            continue;
+        }
+        let (key, at) = locate_value(&segments, &user, layers);
+        return Err(ValuesError::PluginOwned(format!(
+            "{at}: release {release:?}: value {key} {got} overrides the aws-vpc-cni plugin's {want}: set \
+             plugins.aws-vpc-cni.enablePrefixDelegation in cluster.yaml instead (the kubelet's max-pods follows \
+             that parameter), and remove {key} here"
+        )));
+    }
+    Ok(())
 }
 
 /// Charts whose image must be of the cluster's own Kubernetes minor:
@@ -332,6 +375,7 @@ pub fn check_release_values(
     let user = merge_layers(layers);
     let merged = coalesce(&user, &chart_values);
     check_minor_skew(release, &chart.metadata.name, &merged, layers, kubernetes_version)?;
+    check_plugin_owned_values(release, &chart.metadata.name, layers)?;
     if let Some(schema) = &chart.schema {
         validate_schema(release, &chart.metadata.name, schema, &merged, layers)?;
     }

@@ -19,6 +19,24 @@
 //! not the result, so the formula is checked by the tests against the
 //! published numbers. Instance types outside the table need a per-pool
 //! `maxPods`: kube-aws refuses to guess (see `max_pods`).
+//!
+//! With prefix delegation (the aws-vpc-cni plugin's `enablePrefixDelegation`)
+//! each address slot of an ENI holds a /28 prefix of 16 addresses instead of
+//! one address, and the number that fits is no longer the kubelet's limit:
+//! the EKS AMI's max-pods calculator (awslabs/amazon-eks-ami,
+//! templates/al2/runtime/max-pods-calculator.sh, checked 2026-12-01) gives
+//!
+//! ```text
+//! max pods = ENIs * ((IPv4 per ENI - 1) * 16) + 2
+//! ```
+//!
+//! and recommends at most 110 pods on an instance type with 30 vCPUs or fewer
+//! and 250 above (`if [ "$CPU_COUNT" -gt 30 ]`: 250, else 110), the limits of
+//! the kubelet's own resource reservations. kube-aws uses that recommendation
+//! when `maxPods` is unset, and lets `maxPods` go up to what the prefixes
+//! address. Prefix delegation needs a Nitro instance; every family in the
+//! table is Nitro. The cap applies with prefixes only: with secondary
+//! addresses the EKS AMI's own table (uncapped) stays the default.
 
 /// The ENI limits of one instance type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +52,71 @@ impl EniLimits {
     pub fn max_pods(self) -> u32 {
         self.enis * self.ipv4_per_eni.saturating_sub(1) + 2
     }
+
+    /// With prefix delegation, every slot a /28 of 16 addresses:
+    /// `ENIs * ((IPv4 per ENI - 1) * 16) + 2`.
+    pub fn max_pods_with_prefixes(self) -> u32 {
+        self.enis * (self.ipv4_per_eni.saturating_sub(1) * IPS_PER_PREFIX) + 2
+    }
+}
+
+/// Addresses in one delegated IPv4 prefix (a /28).
+pub const IPS_PER_PREFIX: u32 = 16;
+/// The calculator's recommended ceiling at 30 vCPUs or fewer, and above.
+pub const MAX_PODS_LOW_CPU: u32 = 110;
+pub const MAX_PODS_HIGH_CPU: u32 = 250;
+/// Above this many vCPUs the higher ceiling applies (`-gt 30`).
+pub const HIGH_CPU_ABOVE: u32 = 30;
+
+/// How the cluster's pods get their addresses, which decides the kubelet's max-pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodAddressing {
+    /// Another CNI (an overlay): pods take no VPC addresses.
+    Overlay,
+    /// The VPC CNI with one secondary address per pod.
+    VpcSecondaryIps,
+    /// The VPC CNI with prefix delegation (`ENABLE_PREFIX_DELEGATION`).
+    VpcPrefixes,
+}
+
+/// The default vCPUs of `instance_type` in the table's families (EC2
+/// DescribeInstanceTypes VCpuInfo.DefaultVCpus): 4 per "xlarge" step, 2 for
+/// large, 1 for the Graviton medium; the burstable sizes up to large have 2.
+pub fn vcpus(instance_type: &str) -> Option<u32> {
+    eni_limits(instance_type)?;
+    let (family, size) = instance_type.split_once('.')?;
+    if family.starts_with('t') {
+        return Some(match size {
+            "xlarge" => 4,
+            "2xlarge" => 8,
+            _ => 2,
+        });
+    }
+    Some(match size {
+        "medium" => 1,
+        "large" => 2,
+        "xlarge" => 4,
+        "metal-24xl" => 96,
+        "metal-48xl" => 192,
+        "metal" => match family {
+            "m7g" | "c6g" | "c7g" => 64,
+            "m5" | "c5" | "r5" => 96,
+            "m6a" => 192,
+            _ => 128,
+        },
+        other => 4 * other.strip_suffix("xlarge")?.parse::<u32>().ok()?,
+    })
+}
+
+/// The prefix formula capped at the calculator's recommendation, and the
+/// uncapped number the prefixes address.
+fn prefix_limits(instance_type: &str, limits: EniLimits) -> (u32, u32) {
+    let addressable = limits.max_pods_with_prefixes();
+    let ceiling = match vcpus(instance_type) {
+        Some(n) if n > HIGH_CPU_ABOVE => MAX_PODS_HIGH_CPU,
+        _ => MAX_PODS_LOW_CPU,
+    };
+    (addressable.min(ceiling), addressable)
 }
 
 const fn l(enis: u32, ipv4_per_eni: u32) -> EniLimits {
@@ -203,15 +286,40 @@ pub fn max_pods(instance_type: &str, wanted: Option<u32>) -> Result<u32, String>
     }
 }
 
-/// The kubelet's max-pods on a node: with the VPC CNI (`vpc_cni`) the table's
-/// limit or a `wanted` value within it (see `max_pods`); with another CNI
-/// pods do not take VPC addresses, so only a `wanted` value is set and the
-/// kubelet's default (110) applies otherwise.
-pub fn kubelet_max_pods(vpc_cni: bool, instance_type: &str, wanted: Option<u32>) -> Result<Option<u32>, String> {
-    if vpc_cni {
-        max_pods(instance_type, wanted).map(Some)
-    } else {
-        Ok(wanted)
+/// The kubelet's max-pods with prefix delegation: the prefix formula capped
+/// at 110 (30 vCPUs or fewer) or 250, or `wanted` up to what the prefixes
+/// address. Types outside the table need `wanted`, as in `max_pods`.
+pub fn max_pods_with_prefixes(instance_type: &str, wanted: Option<u32>) -> Result<u32, String> {
+    let Some(limits) = eni_limits(instance_type) else {
+        return max_pods(instance_type, wanted);
+    };
+    let (recommended, addressable) = prefix_limits(instance_type, limits);
+    match wanted {
+        None => Ok(recommended),
+        Some(w) if w <= addressable => Ok(w),
+        Some(w) => Err(format!(
+            "maxPods {w} is above what {instance_type} can address with VPC CNI prefix delegation: {addressable} \
+             ({} ENIs * (({} IPv4 per ENI - 1) * {IPS_PER_PREFIX}) + 2); use at most {addressable} \
+             (kube-aws's default is {recommended})",
+            limits.enis, limits.ipv4_per_eni
+        )),
+    }
+}
+
+/// The kubelet's max-pods on a node: with the VPC CNI the table's limit or a
+/// `wanted` value within it (see `max_pods`, and `max_pods_with_prefixes`
+/// with prefix delegation); with another CNI pods do not take VPC addresses,
+/// so only a `wanted` value is set and the kubelet's default (110) applies
+/// otherwise.
+pub fn kubelet_max_pods(
+    addressing: PodAddressing,
+    instance_type: &str,
+    wanted: Option<u32>,
+) -> Result<Option<u32>, String> {
+    match addressing {
+        PodAddressing::Overlay => Ok(wanted),
+        PodAddressing::VpcSecondaryIps => max_pods(instance_type, wanted).map(Some),
+        PodAddressing::VpcPrefixes => max_pods_with_prefixes(instance_type, wanted).map(Some),
     }
 }
 
@@ -275,9 +383,69 @@ t3.2xlarge 58\nt3a.small 8\nt3a.medium 17\nt4g.small 11\nt4g.xlarge 58\n";
 
     #[test]
     fn other_cnis_keep_the_kubelet_default() {
-        assert_eq!(kubelet_max_pods(false, "g5.xlarge", None), Ok(None));
-        assert_eq!(kubelet_max_pods(false, "m6i.large", Some(200)), Ok(Some(200)));
-        assert_eq!(kubelet_max_pods(true, "m6i.large", None), Ok(Some(29)));
-        assert!(kubelet_max_pods(true, "m6i.large", Some(200)).is_err());
+        use PodAddressing::*;
+        assert_eq!(kubelet_max_pods(Overlay, "g5.xlarge", None), Ok(None));
+        assert_eq!(kubelet_max_pods(Overlay, "m6i.large", Some(200)), Ok(Some(200)));
+        assert_eq!(kubelet_max_pods(VpcSecondaryIps, "m6i.large", None), Ok(Some(29)));
+        assert!(kubelet_max_pods(VpcSecondaryIps, "m6i.large", Some(200)).is_err());
+    }
+
+    /// What the EKS AMI's max-pods-calculator.sh prints with
+    /// `--cni-prefix-delegation-enabled` (recommended) and with
+    /// `--show-max-allowed` too (addressable), from the same EC2 limits.
+    #[test]
+    fn prefix_delegation_follows_the_prefix_formula() {
+        use PodAddressing::VpcPrefixes;
+        for (t, vcpu, addressable, recommended) in [
+            // 3 * (9 * 16) + 2 = 434, 2 vCPUs: 110.
+            ("m6i.large", 2, 434, 110),
+            // 4 * (14 * 16) + 2 = 898, 4 vCPUs: 110.
+            ("m6i.xlarge", 4, 898, 110),
+            // 8 * (29 * 16) + 2 = 3714, 16 vCPUs: 110; 32 vCPUs: 250.
+            ("m6i.4xlarge", 16, 3714, 110),
+            ("m6i.8xlarge", 32, 3714, 250),
+            ("c5.9xlarge", 36, 3714, 250),
+            ("m5.metal", 96, 15 * 49 * 16 + 2, 250),
+            // Small types stay under the ceiling: 2 * (3 * 16) + 2 = 98, 2 * (1 * 16) + 2 = 34.
+            ("c6g.medium", 1, 98, 98),
+            ("t3a.small", 2, 98, 98),
+            ("t3.micro", 2, 34, 34),
+            ("t3.medium", 2, 242, 110),
+        ] {
+            assert_eq!(vcpus(t), Some(vcpu), "{t}");
+            let l = eni_limits(t).unwrap();
+            assert_eq!(l.max_pods_with_prefixes(), addressable, "{t}");
+            assert_eq!(kubelet_max_pods(VpcPrefixes, t, None), Ok(Some(recommended)), "{t}");
+            // Up to what the prefixes address when asked for; not one more.
+            assert_eq!(
+                kubelet_max_pods(VpcPrefixes, t, Some(addressable)),
+                Ok(Some(addressable)),
+                "{t}"
+            );
+            let e = kubelet_max_pods(VpcPrefixes, t, Some(addressable + 1)).unwrap_err();
+            assert!(
+                e.contains("prefix delegation") && e.contains(&format!("at most {addressable}")),
+                "{e}"
+            );
+        }
+        // Without prefixes the same type keeps the secondary-address limit.
+        assert_eq!(
+            kubelet_max_pods(PodAddressing::VpcSecondaryIps, "m6i.large", None),
+            Ok(Some(29))
+        );
+        // Outside the table: maxPods is required either way.
+        assert!(kubelet_max_pods(VpcPrefixes, "g5.xlarge", None).is_err());
+        assert_eq!(kubelet_max_pods(VpcPrefixes, "g5.xlarge", Some(110)), Ok(Some(110)));
+    }
+
+    #[test]
+    fn every_listed_size_has_vcpus() {
+        for (family, sizes) in FAMILIES {
+            for size in *sizes {
+                let t = format!("{family}.{size}");
+                let n = vcpus(&t).unwrap_or_else(|| panic!("{t} has no vCPUs"));
+                assert!((1..=192).contains(&n), "{t}: {n}");
+            }
+        }
     }
 }

@@ -19,7 +19,10 @@ pub use chart_spec::{chart_release, ChartProblem};
 pub use cidr::{cidr, cidr_network, cidr_within, has_host_bits, is_cidr, parse_cidr, Ipv4Net};
 pub use graph::{find_cycle, GraphNode, GraphProblem, ReleaseGraph};
 pub use init::{init_work_tree, InitError, InitOptions, InitReport, WORK_TREE_DIRS};
-pub use maxpods::{eni_limits, kubelet_max_pods, max_pods, EniLimits, FAMILIES as MAX_PODS_FAMILIES};
+pub use maxpods::{
+    eni_limits, kubelet_max_pods, max_pods, max_pods_with_prefixes, vcpus, EniLimits, PodAddressing,
+    FAMILIES as MAX_PODS_FAMILIES,
+};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
 pub use resolve::{default_chart_name, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};

@@ -192,7 +192,10 @@ pub struct Controller {
     pub root_volume_size: u32,
     /// The kubelet's max-pods. Default with the VPC CNI: the instance type's
     /// `ENIs * (IPv4 per ENI - 1) + 2` (kube-aws's table); a value above it is
-    /// refused. Required with the VPC CNI for an instance type outside the table.
+    /// refused. With its prefix delegation: `ENIs * ((IPv4 per ENI - 1) * 16) + 2`,
+    /// capped at 110 (30 vCPUs or fewer) or 250, as the EKS AMI's calculator
+    /// recommends; a value up to the uncapped number is allowed. Required with
+    /// the VPC CNI for an instance type outside the table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pods: Option<u32>,
     /// Plugin parameter overrides for the controller scope.
@@ -345,7 +348,10 @@ pub struct NodePool {
     pub root_volume_size: u32,
     /// The kubelet's max-pods. Default with the VPC CNI: the instance type's
     /// `ENIs * (IPv4 per ENI - 1) + 2` (kube-aws's table); a value above it is
-    /// refused. Required with the VPC CNI for an instance type outside the table.
+    /// refused. With its prefix delegation: `ENIs * ((IPv4 per ENI - 1) * 16) + 2`,
+    /// capped at 110 (30 vCPUs or fewer) or 250, as the EKS AMI's calculator
+    /// recommends; a value up to the uncapped number is allowed. Required with
+    /// the VPC CNI for an instance type outside the table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pods: Option<u32>,
     /// Kubernetes node labels.

@@ -23,10 +23,96 @@ pub fn check_max_pods(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Located> 
     }
     let mut errors = Vec::new();
     for (base, instance_type, wanted) in nodes {
-        if let Err(why) = kubelet_max_pods(out.vpc_cni(), instance_type, wanted) {
+        if let Err(why) = kubelet_max_pods(out.pod_addressing(), instance_type, wanted) {
             let key = if wanted.is_some() { "maxPods" } else { "instanceType" };
             let path = join_key(&base, key);
             errors.push(Located::new(&cluster.file, cluster.source.locate(&path), &path, why));
+        }
+    }
+    errors
+}
+
+/// A plugin's ASG bounds (cluster-autoscaler's `minSize`/`maxSize`) stay
+/// within the bounds the pool sets itself (`count`, or `minSize`/`maxSize`).
+///
+/// Refused rather than warned about: the pool's own bounds are the size its
+/// owner wrote down (a cost ceiling, an availability floor), and a plugin
+/// that renders a wider group would silently overrule them on every render.
+/// There is no case where the wider bound is what both say: a plugin bound
+/// may narrow the pool's range, and a pool that leaves its bounds out leaves
+/// them to the plugin. The fix is one edit either way, and the message names it.
+pub fn check_pool_bounds(cluster: &Cluster, out: &ResolvedPlugins) -> Vec<Located> {
+    let src = &cluster.source;
+    let mut errors = Vec::new();
+    for (i, pool) in cluster.config.worker.node_pools.iter().enumerate() {
+        let Some(hooks) = out.pools.get(&pool.name) else {
+            continue;
+        };
+        let base = format!("worker.nodePools[{i}]");
+        // The pool's own bounds, and the key that set each.
+        let (own_min, own_max, min_key, max_key) = match (pool.count, pool.min_size, pool.max_size) {
+            (Some(n), _, _) => (Some(n), Some(n), "count", "count"),
+            (None, min, max) => (min, max, "minSize", "maxSize"),
+        };
+        let checks = [
+            ("maxSize", "MaxSize", hooks.asg_max_size, own_max, max_key, true),
+            ("minSize", "MinSize", hooks.asg_min_size, own_min, min_key, false),
+        ];
+        for (param, asg, bound, own, own_key, upper) in checks {
+            let (Some(bound), Some(own)) = (bound, own) else {
+                continue;
+            };
+            let wider = if upper { bound > own } else { bound < own };
+            if !wider {
+                continue;
+            }
+            let own_path = join_key(&base, own_key);
+            let own_pos = src.locate(&own_path);
+            // Where the plugin's bound was most likely written: the pool's
+            // plugin settings, else the cluster-wide ones, else the pool.
+            let plugin = hooks.asg_size_plugin.clone().unwrap_or_else(|| "a plugin".to_string());
+            let candidates = [
+                format!("{base}.plugins.{plugin}.{param}"),
+                format!("plugins.{plugin}.{param}"),
+                format!("{base}.plugins.{plugin}"),
+            ];
+            let at = candidates
+                .iter()
+                .find(|p| src.value(p).is_some() || src.key(p).is_some())
+                .cloned()
+                .unwrap_or_else(|| own_path.clone());
+            let side = if upper { "above" } else { "below" };
+            let leave = format!("leave {plugin}'s {param} out: it defaults to the pool's");
+            let fix = match (own_key, upper) {
+                ("count", _) => {
+                    let (lo, hi) = if upper { (own, bound) } else { (bound, own) };
+                    format!(
+                        "for an autoscaled pool replace count: {own} with minSize: {lo} and maxSize: {hi} \
+                         ({leave}), or opt the pool out ({base}.plugins.{plugin}.enabled: false)"
+                    )
+                }
+                (_, true) => format!(
+                    "raise the pool's maxSize to {bound} ({leave}), or lower {plugin}'s {param} to at most {own}"
+                ),
+                (_, false) => format!(
+                    "lower the pool's minSize to {bound} ({leave}), or raise {plugin}'s {param} to at least {own}"
+                ),
+            };
+            let pool_words = match (own_key, upper) {
+                ("count", _) => "fixed size",
+                (_, true) => "own maxSize",
+                (_, false) => "own minSize",
+            };
+            errors.push(Located::new(
+                &cluster.file,
+                src.locate(&at),
+                &at,
+                format!(
+                    "{plugin} sets node pool {:?}'s group {asg} to {bound}, {side} the pool's {pool_words} \
+                     {own} ({own_path} at line {}, column {}); {fix}",
+                    pool.name, own_pos.line, own_pos.col
+                ),
+            ));
         }
     }
     errors

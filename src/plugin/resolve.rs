@@ -6,7 +6,9 @@
 use indexmap::IndexMap;
 use serde_json::{json, Value};
 
-use super::checks::{check_file_references, check_max_pods, check_node_template_tags, unknown_plugins};
+use super::checks::{
+    check_file_references, check_max_pods, check_node_template_tags, check_pool_bounds, unknown_plugins,
+};
 use super::collector::Collector;
 use super::discover::{discover, PluginDef};
 use super::hooks::accounts::{service_account_context, service_accounts};
@@ -30,6 +32,9 @@ pub fn secret_reference(plugin: &str, param: &str, scope: &str) -> String {
         format!("kube-aws-secret.{plugin}.{param}.{scope}")
     }
 }
+
+/// The VPC CNI's parameter that turns prefix delegation on.
+pub const PREFIX_DELEGATION_PARAM: &str = "enablePrefixDelegation";
 
 /// One scope a plugin's hooks are rendered in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +196,7 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
         errors.extend(check_releases(cluster, defs, &out));
         errors.extend(check_max_pods(cluster, &out));
         errors.extend(check_node_template_tags(cluster, &out));
+        errors.extend(check_pool_bounds(cluster, &out));
     }
     if errors.is_empty() {
         Ok(out)
@@ -297,6 +303,12 @@ impl Resolve<'_> {
         let Some(cluster_values) = self.errors.take(scope_values(cluster, def, &Scope::Cluster)) else {
             return;
         };
+        if def.name() == VPC_CNI_PLUGIN {
+            // One DaemonSet for the cluster: the cluster-scope value is the one
+            // its env (ENABLE_PREFIX_DELEGATION) gets, on every node.
+            self.out.vpc_cni_prefix_delegation =
+                cluster_values.get(PREFIX_DELEGATION_PARAM) == Some(&Value::Bool(true));
+        }
         let accounts = service_account_context(cluster, def, self.merger, self.errors);
         let mut scopes = vec![Scope::Cluster];
         if act.controller {

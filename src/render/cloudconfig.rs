@@ -213,7 +213,7 @@ fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String,
     // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
     // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
     // max-pods differs per instance type.
-    match crate::config::kubelet_max_pods(input.plugins.vpc_cni(), instance_type, wanted) {
+    match crate::config::kubelet_max_pods(input.plugins.pod_addressing(), instance_type, wanted) {
         Ok(Some(n)) => {
             kubelet.insert("max-pods".into(), n.to_string());
         }

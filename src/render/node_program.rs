@@ -23,6 +23,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
+    ("lease.py", include_str!("../node/kube_aws_node/lease.py")),
     ("locks.py", include_str!("../node/kube_aws_node/locks.py")),
     ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
     ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),

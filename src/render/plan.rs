@@ -25,6 +25,18 @@ pub const READYZ_TIMEOUT_SECONDS: u64 = 900;
 pub const NODE_READY_TIMEOUT_SECONDS: u64 = 600;
 /// Releases the reconciler installs at once (each once its dependencies are ready).
 pub const CONCURRENCY: u32 = 4;
+/// The annotation (value `"true"`) that puts a Deployment, DaemonSet or
+/// StatefulSet of a plugin's manifests into the plan's `manifestRollouts`:
+/// the reconciler waits for its rollout after the Ready-node gate and before
+/// any release that is not a bootstrap one starts. The pod identity webhook
+/// carries it: the pods of the kube-aws roles' releases cannot be created
+/// before it answers (its failurePolicy is Fail for them).
+pub const READY_BEFORE_RELEASES: &str = "kube-aws.io/ready-before-releases";
+/// How long the reconciler waits for each of the plan's `manifestRollouts`:
+/// two replicas of a small image, on nodes that are Ready.
+pub const MANIFEST_ROLLOUT_TIMEOUT_SECONDS: u64 = 300;
+/// The plugin whose webhook gives pods their service account's IAM role.
+pub const POD_IDENTITY_WEBHOOK_PLUGIN: &str = "pod-identity-webhook";
 /// The Tiller image for Helm v2 mode.
 pub const TILLER_IMAGE: &str = "ghcr.io/helm/tiller:v2.17.0";
 
@@ -47,7 +59,30 @@ pub struct Plan {
     pub concurrency: u32,
     /// Plugin manifests, relative to the addon directory, applied after the bootstrap addons.
     pub manifests: Vec<String>,
+    /// Workloads of those manifests annotated [`READY_BEFORE_RELEASES`]: after
+    /// the Ready-node gate the reconciler waits for each one's rollout
+    /// (`kubectl rollout status`, at most its `timeoutSeconds`) before it
+    /// starts any release that is not a bootstrap one. Every such release's
+    /// wait-condition timeout includes those waits. Left out when empty, so
+    /// a plan without any is the same as before the field existed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub manifest_rollouts: Vec<ManifestRollout>,
     pub releases: Vec<PlanRelease>,
+}
+
+/// A workload of a plugin manifest that is Ready before the releases that
+/// are not bootstrap ones start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ManifestRollout {
+    /// The manifest, relative to the addon directory (one of the plan's `manifests`).
+    pub manifest: String,
+    /// `Deployment`, `DaemonSet` or `StatefulSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// [`MANIFEST_ROLLOUT_TIMEOUT_SECONDS`].
+    pub timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,6 +215,8 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         });
     }
     let order = install_order(input)?;
+    check_bootstrap_roles(input)?;
+    let manifest_rollouts = manifest_rollouts(input);
     let tiller_install = helm.version == 2 && !input.addons.is_empty();
     let mut releases = Vec::with_capacity(order.len());
     for i in order {
@@ -232,7 +269,11 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
             budget: release_budget(e.timeout_seconds),
         })
         .collect();
-    let timeouts = wait_timeouts(&steps, &Schedule::reconciler(CONCURRENCY));
+    let mut schedule = Schedule::reconciler(CONCURRENCY);
+    if !manifest_rollouts.is_empty() {
+        schedule.gate += manifest_rollouts.iter().map(|r| r.timeout_seconds).sum::<u64>();
+    }
+    let timeouts = wait_timeouts(&steps, &schedule);
     for (e, t) in releases.iter_mut().zip(timeouts) {
         e.wait_timeout_seconds = t;
     }
@@ -266,8 +307,62 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
             .iter()
             .map(|m| layout::plugin_manifest(&m.plugin, &m.name))
             .collect(),
+        manifest_rollouts,
         releases,
     })
+}
+
+/// The plugin manifests' workloads annotated [`READY_BEFORE_RELEASES`], in
+/// manifest and document order.
+fn manifest_rollouts(input: &RenderInput) -> Vec<ManifestRollout> {
+    let mut out = Vec::new();
+    for m in &input.plugins.cluster.manifests {
+        for doc in serde_yaml::Deserializer::from_str(&m.content) {
+            // Plugin resolution has checked that every document parses.
+            let Ok(v) = <serde_yaml::Value as Deserialize>::deserialize(doc) else {
+                continue;
+            };
+            let kind = v["kind"].as_str().unwrap_or_default();
+            let marked = v["metadata"]["annotations"][READY_BEFORE_RELEASES].as_str() == Some("true");
+            if marked && matches!(kind, "Deployment" | "DaemonSet" | "StatefulSet") {
+                out.push(ManifestRollout {
+                    manifest: layout::plugin_manifest(&m.plugin, &m.name),
+                    kind: kind.to_string(),
+                    namespace: v["metadata"]["namespace"].as_str().unwrap_or("default").to_string(),
+                    name: v["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                    timeout_seconds: MANIFEST_ROLLOUT_TIMEOUT_SECONDS,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// With the pod identity webhook, a release of a plugin whose service
+/// accounts have IAM roles cannot be a bootstrap one: the webhook refuses
+/// those accounts' pods until it answers (failurePolicy Fail), and it is
+/// applied, and waited for, only after every bootstrap release is in.
+fn check_bootstrap_roles(input: &RenderInput) -> Result<(), RenderError> {
+    if !input.plugins.is_active(POD_IDENTITY_WEBHOOK_PLUGIN) {
+        return Ok(());
+    }
+    for a in input.addons.iter().filter(|a| a.release.bootstrap) {
+        let Origin::Plugin { plugin, .. } = &a.release.origin else {
+            continue;
+        };
+        if let Some(sa) = input.plugins.service_accounts.iter().find(|s| &s.plugin == plugin) {
+            return Err(RenderError::Addon {
+                release: a.release.name.clone(),
+                message: format!(
+                    "is a bootstrap addon of plugin {plugin:?}, whose service account {}/{} has an IAM role: \
+                     its pods are created only once the pod identity webhook answers, which is after the \
+                     bootstrap addons; remove `bootstrap: true`",
+                    sa.namespace, sa.name
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The Tiller manifests (service account, RBAC, deployment) for Helm v2 mode.
@@ -421,4 +516,50 @@ pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonB
         text,
         secret_names,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::Manifest;
+
+    #[test]
+    fn only_annotated_workloads_are_rolled_out_before_the_releases() {
+        let cfg = crate::config::parse_cluster(
+            std::path::Path::new("."),
+            std::path::Path::new("cluster.yaml"),
+            "clusterName: c\nregion: us-west-2\ns3URI: s3://bucket-b\nworker:\n  nodePools: [{name: a, count: 1}]\n",
+        )
+        .unwrap()
+        .config;
+        let mut input = RenderInput::new(cfg, vec![]);
+        let marked = format!("metadata:\n  annotations:\n    {READY_BEFORE_RELEASES}: \"true\"\n");
+        let content = format!(
+            "apiVersion: v1\nkind: ConfigMap\n{marked}  name: cm\n---\n\
+             apiVersion: apps/v1\nkind: DaemonSet\n{marked}  name: ds\n  namespace: n\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: plain\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: off\n  annotations:\n    {READY_BEFORE_RELEASES}: \"false\"\n---\n\
+             apiVersion: apps/v1\nkind: StatefulSet\n{marked}  name: sts\n"
+        );
+        input.plugins.cluster.manifests.push(Manifest {
+            plugin: "p".into(),
+            name: "m.yaml".into(),
+            content,
+        });
+        let got: Vec<(String, String, String)> = manifest_rollouts(&input)
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.manifest, layout::plugin_manifest("p", "m.yaml"));
+                assert_eq!(r.timeout_seconds, MANIFEST_ROLLOUT_TIMEOUT_SECONDS);
+                (r.kind, r.namespace, r.name)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("DaemonSet".to_string(), "n".to_string(), "ds".to_string()),
+                ("StatefulSet".into(), "default".into(), "sts".into())
+            ]
+        );
+    }
 }

@@ -6,7 +6,9 @@
 //! (at update). From there the reconciler must start (its timer's tick, the
 //! bundle, `/readyz`, the helm client: [`RECONCILER_START_SECONDS`]), install
 //! every release on the longest chain that leads to this one, pass the
-//! Ready-node gate if this release is not a bootstrap one, and install this
+//! Ready-node gate if this release is not a bootstrap one (with the rollouts
+//! of the plugin manifests' workloads that must be Ready before such
+//! releases, src/render/plan.rs `manifestRollouts`), and install this
 //! release. So a release's timeout is that start allowance, plus the gate,
 //! plus its **critical path**: the longest chain of per-release budgets
 //! through `dependsOn` and the bootstrap ordering (every bootstrap release

@@ -254,3 +254,23 @@ fn oci_manifest_digest_is_refused_with_its_position() {
     );
     assert!(stderr.contains("oci://r.example.com/charts/a:1.2.3"), "{stderr}");
 }
+
+// ---- issue 24, finding 10: a plugin bound never widens the pool's own ----
+bad!(
+    autoscaler_max_above_pool_max,
+    format!(
+        "{BASE}worker:\n  nodePools:\n    - name: general\n      minSize: 2\n      maxSize: 4\n      plugins:\n        cluster-autoscaler: {{minSize: 2, maxSize: 10}}\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n"
+    )
+);
+bad!(
+    autoscaler_cluster_wide_max_above_a_fixed_pool,
+    format!(
+        "{BASE}worker:\n  nodePools:\n    - name: fixed\n      count: 3\nplugins:\n  cluster-autoscaler: {{enabled: true, maxSize: 6}}\n"
+    )
+);
+bad!(
+    autoscaler_min_below_pool_min,
+    format!(
+        "{BASE}worker:\n  nodePools:\n    - name: general\n      minSize: 2\n      maxSize: 4\n      plugins:\n        cluster-autoscaler: {{minSize: 0}}\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n"
+    )
+);

@@ -375,3 +375,25 @@ bad!(
     format!("{BASE}kubernetesVersion: '1.35'\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n"),
     &[("values/cluster-autoscaler.yaml", "image:\n  tag: v1.34.1\n")]
 );
+
+// ---- issue 24, finding 10: max-pods follows the plugin's prefix delegation,
+// so a values file may not switch it behind the parameter's back ----
+
+bad!(
+    vpc_cni_prefix_delegation_set_in_values,
+    "values/aws-vpc-cni.yaml",
+    format!("{BASE}plugins:\n  aws-vpc-cni: {{enabled: true}}\n"),
+    &[(
+        "values/aws-vpc-cni.yaml",
+        "env:\n  ENABLE_PREFIX_DELEGATION: \"true\"\n"
+    )]
+);
+bad!(
+    vpc_cni_prefix_delegation_unset_in_init_values,
+    "values/aws-vpc-cni.yaml",
+    format!("{BASE}plugins:\n  aws-vpc-cni: {{enabled: true, enablePrefixDelegation: true}}\n"),
+    &[(
+        "values/aws-vpc-cni.yaml",
+        "init:\n  env:\n    ENABLE_PREFIX_DELEGATION: \"false\"\n"
+    )]
+);

@@ -20,7 +20,7 @@ worker:
   nodePools:
     - name: general
       minSize: 1
-      maxSize: 3
+      maxSize: 10
       plugins:
         cluster-autoscaler: {minSize: 2, maxSize: 10}
     - name: batch
@@ -653,4 +653,159 @@ fn pod_identity_webhook_mutates_the_plugins_service_accounts_fail_closed() {
     let deploy = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let labels = &deploy["spec"]["template"]["metadata"]["labels"];
     assert_eq!(labels["eks.amazonaws.com/skip-pod-identity-webhook"], "true");
+}
+
+/// Does one of `rules` (a ClusterRole's) grant `verb` on `resource` of `group`?
+/// RBAC's matching: "*" matches any group, resource or verb; a resource
+/// name matches exactly, so `pods` never covers `pods/exec`.
+fn rbac_allows(rules: &serde_yaml::Value, group: &str, resource: &str, verb: &str) -> bool {
+    let has = |list: &serde_yaml::Value, want: &str| {
+        list.as_sequence()
+            .is_some_and(|l| l.iter().any(|x| x.as_str() == Some("*") || x.as_str() == Some(want)))
+    };
+    rules
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|r| has(&r["apiGroups"], group) && has(&r["resources"], resource) && has(&r["verbs"], verb))
+}
+
+fn cluster_dump_docs(r: &ResolvedPlugins) -> Vec<serde_yaml::Value> {
+    let m = r.cluster.manifests.iter().find(|m| m.plugin == "cluster-dump").unwrap();
+    serde_yaml::Deserializer::from_str(&m.content)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+/// Issue 24, finding 10: cluster-dump's service account cannot read Secrets
+/// (nor reach a node or a pod through a subresource) unless `includeSecrets`
+/// is on; it still reads what a dump is for.
+#[test]
+fn cluster_dump_reads_secrets_only_when_included() {
+    for include in [false, true] {
+        let yaml = CLUSTER.replace(
+            "cluster-dump: {enabled: true, keptRevisions: 5}",
+            &format!("cluster-dump: {{enabled: true, keptRevisions: 5, includeSecrets: {include}}}"),
+        );
+        let docs = cluster_dump_docs(&resolve(&yaml));
+        let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+        let rules = &role["rules"];
+        for verb in ["get", "list", "watch"] {
+            assert_eq!(
+                rbac_allows(rules, "", "secrets", verb),
+                include && verb != "watch",
+                "{verb}: {rules:?}"
+            );
+        }
+        for (group, resource, verb) in [
+            ("", "nodes/proxy", "get"),
+            ("", "pods/exec", "get"),
+            ("", "pods/exec", "create"),
+            ("", "serviceaccounts/token", "create"),
+            ("dex.coreos.com", "signingkeies", "list"),
+            ("", "pods", "delete"),
+            ("apps", "deployments", "update"),
+        ] {
+            assert!(
+                !rbac_allows(rules, group, resource, verb),
+                "{group}/{resource} {verb}: {rules:?}"
+            );
+        }
+        for (group, resource) in [
+            ("", "pods"),
+            ("", "configmaps"),
+            ("", "nodes"),
+            ("", "namespaces"),
+            ("apps", "deployments"),
+            ("batch", "cronjobs"),
+            ("rbac.authorization.k8s.io", "clusterroles"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            ("networking.k8s.aws", "policyendpoints"),
+        ] {
+            assert!(
+                rbac_allows(rules, group, resource, "list"),
+                "{group}/{resource}: {rules:?}"
+            );
+        }
+        assert!(
+            role["rules"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .all(|r| r.get("nonResourceURLs").is_none()),
+            "{rules:?}"
+        );
+    }
+}
+
+/// Issue 24, finding 10: dumps are SSE-KMS with the cluster's key. The job
+/// uploads with it, and the role may put an object only so (the conditions
+/// S3 evaluates on PutObject), and use the key only through S3 for dumps.
+#[test]
+fn cluster_dump_writes_sse_kms_with_the_cluster_key() {
+    let key = "arn:aws:kms:us-west-2:111122223333:key/k";
+    let r = resolve(CLUSTER);
+    let role = role_of(&r, "cluster-dump");
+    let sid = |s: &str| {
+        role.statements
+            .iter()
+            .find(|x| x["Sid"] == s)
+            .unwrap_or_else(|| panic!("{s}"))
+    };
+    let put = sid("ClusterDumpWrite");
+    assert_eq!(put["Action"], serde_json::json!(["s3:PutObject"]));
+    let c = &put["Condition"];
+    assert_eq!(c["StringEquals"]["s3:x-amz-server-side-encryption"], "aws:kms", "{c}");
+    assert_eq!(
+        c["StringEqualsIfExists"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], key,
+        "{c}"
+    );
+    assert_eq!(
+        c["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"], "false",
+        "{c}"
+    );
+    let kms = sid("ClusterDumpEncrypt");
+    assert_eq!(kms["Resource"], key);
+    assert_eq!(
+        kms["Condition"]["StringEquals"]["kms:ViaService"],
+        "s3.us-west-2.amazonaws.com"
+    );
+    assert_eq!(
+        kms["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"][0],
+        "arn:aws:s3:::demo-bucket/kube-aws/demo/dumps/*"
+    );
+    // No statement lets the role put an object another way.
+    for s in &role.statements {
+        let actions = s["Action"].to_string();
+        if actions.contains("s3:PutObject") {
+            assert_eq!(s["Sid"], "ClusterDumpWrite");
+        }
+    }
+    let docs = cluster_dump_docs(&r);
+    let cron = docs.iter().find(|d| d["kind"] == "CronJob").unwrap();
+    let c = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    let env = c["env"].as_sequence().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "SSE_KMS_KEY" && e["value"] == key),
+        "{env:?}"
+    );
+    let script = c["args"][0].as_str().unwrap();
+    assert!(
+        script.contains("--sse aws:kms --sse-kms-key-id \"$SSE_KMS_KEY\"") && script.contains("aws s3 cp \"$@\""),
+        "{script}"
+    );
+
+    // Without kmsKeyARN (an offline render): SSE-KMS with the aws/s3 key,
+    // named by no header, which the conditions then require.
+    let r = resolve(&CLUSTER.replace("kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n", ""));
+    let role = role_of(&r, "cluster-dump");
+    let put = role.statements.iter().find(|x| x["Sid"] == "ClusterDumpWrite").unwrap();
+    assert_eq!(
+        put["Condition"]["StringEquals"]["s3:x-amz-server-side-encryption"],
+        "aws:kms"
+    );
+    assert_eq!(
+        put["Condition"]["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"],
+        "true"
+    );
 }

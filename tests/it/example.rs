@@ -312,3 +312,61 @@ fn example_nodes_fit_the_vpc_cni_the_cloud_provider_and_the_autoscaler() {
     );
     assert_eq!(g["CreationPolicy"]["ResourceSignal"]["Count"], 3);
 }
+
+/// Issue 24, finding 10: with the VPC CNI's prefix delegation, max-pods
+/// follows the prefix formula capped as the EKS AMI's calculator recommends
+/// (m6i.large: 3 * (9 * 16) + 2 = 434, 2 vCPUs: 110; c6i.xlarge: 898, 4
+/// vCPUs: 110), not the secondary-address table (29 and 58).
+#[test]
+fn example_with_prefix_delegation_follows_the_prefix_formula() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    assert!(kube_aws(tmp.path(), &cache, &["init", "--example", "ex"])
+        .status
+        .success());
+    let file = tmp.path().join("ex/cluster.yaml");
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    let on = yaml.replace(
+        "aws-vpc-cni: {enabled: true}",
+        "aws-vpc-cni: {enabled: true, enablePrefixDelegation: true}",
+    );
+    assert_ne!(on, yaml);
+    std::fs::write(&file, on).unwrap();
+    let out = kube_aws(tmp.path(), &cache, &["--dir", "ex", "render"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rendered = tmp.path().join("ex/rendered");
+    for role in ["controller", "worker-general", "worker-batch"] {
+        let text = node_file(
+            &rendered.join(format!("userdata/{role}.cloud-config")),
+            "/etc/kube-aws/kubeadm.json",
+        );
+        let args = join_kubelet_args(&serde_json::from_str(&text).unwrap());
+        assert_eq!(
+            args.get("max-pods").map(String::as_str),
+            Some("110"),
+            "{role}: {args:?}"
+        );
+    }
+}
+
+/// Issue 24, finding 10: the example keeps the API off the open internet and
+/// its nodes in private subnets, and no plugin bound widens a pool.
+#[test]
+fn example_api_is_narrowed_and_nodes_private() {
+    let cfg: serde_yaml::Value = serde_yaml::from_str(include_str!("../../src/config/example/cluster.yaml")).unwrap();
+    assert_eq!(cfg["network"]["privateSubnets"], serde_yaml::Value::Bool(true));
+    let cidrs = cfg["apiEndpoint"]["allowedCIDRs"].as_sequence().unwrap();
+    assert!(!cidrs.is_empty());
+    for c in cidrs {
+        let c = c.as_str().unwrap();
+        let bits: u32 = c.split_once('/').unwrap().1.parse().unwrap();
+        assert!(bits >= 8, "{c} is not narrowed");
+    }
+    for pool in cfg["worker"]["nodePools"].as_sequence().unwrap() {
+        let own = pool["maxSize"].as_u64();
+        let bound = pool["plugins"]["cluster-autoscaler"]["maxSize"].as_u64();
+        if let (Some(own), Some(bound)) = (own, bound) {
+            assert!(bound <= own, "{pool:?}");
+        }
+    }
+}

@@ -3,9 +3,10 @@
 //! simulating a controller and two pools) with the real helm v3 client and
 //! the real kubectl built by scripts/install-testbed.sh, and the real upstream
 //! charts of `$KUBE_AWS_SHARED_DATA/charts` rendered with the built-in
-//! plugins' values. S3 and SSM are moto, through the real aws CLI: the
-//! bundle, the charts, the plan pointer, the lock objects and the status
-//! objects are real objects there.
+//! plugins' values. S3, SSM and KMS are moto, through the real aws CLI: the
+//! bundle, the charts, the plan pointer, the installer's lease (conditional
+//! writes), the installed record, the status objects and the KMS-encrypted
+//! secret bundle the reconciler decrypts before each run are real there.
 //!
 //! Not covered, and why:
 //! - CloudFormation signals: moto ignores WaitConditions, so `aws
@@ -140,6 +141,28 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
         );
     }
     assert!(!run.stderr.contains("could not be applied"), "{run}");
+    // moto's S3 took the lease's conditional writes: created (If-None-Match),
+    // then released (If-Match its ETag); the record lists every release at its
+    // wait condition.
+    assert!(run.calls.contains("kms decrypt"), "{run}");
+    let lease = bed.object("bootstrap/addons-lease");
+    assert_eq!(lease["released"], true, "{lease}\n{run}");
+    let record = bed.object("status/addons/installed.json");
+    let mut recorded: Vec<(String, String)> = record["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().into(),
+                r["waitCondition"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    recorded.sort();
+    let mut want: Vec<(String, String)> = bed.releases.iter().map(|(n, _, w)| (n.clone(), w.clone())).collect();
+    want.sort();
+    assert_eq!(recorded, want, "{record}");
     // A second tick with the same plan is a no-op: nothing installed, nothing signalled.
     let again = bed.reconcile();
     assert_eq!(again.code, 0, "{again}");
@@ -202,6 +225,20 @@ plugins:
     let wc = |n: &str| bed.releases.iter().find(|(r, _, _)| r == n).unwrap().2.clone();
     assert_eq!(bed.signalled(&wc("broken-descheduler")).as_deref(), Some("FAILURE"));
     assert_eq!(bed.signalled(&wc("after-broken")).as_deref(), Some("FAILURE"));
+    // helm --atomic undid the failed first install: no release record is left.
+    let left = cp
+        .kubectl(&[
+            "get",
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            "owner=helm,name=broken-descheduler",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert!(left.trim().is_empty(), "helm left {left}");
     // Nothing of the skipped release reached the API server.
     let deployed = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
     assert!(!deployed.contains("external-dns"), "{deployed}");

@@ -24,6 +24,7 @@ mod deploy_moto;
 mod docs;
 mod example;
 mod exposure;
+mod fuzz_corpus;
 mod hooks_moto;
 mod hostile_io;
 mod hostile_parsers;

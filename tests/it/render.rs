@@ -939,3 +939,199 @@ fn the_plan_reads_back_typed_as_it_was_rendered() {
     assert_eq!(partial.releases[0].wait_condition, "AddonDexReady");
     assert!(Plan::from_json(br#"{"releases": [{"name": 3}]}"#).is_err());
 }
+
+/// The example's render input (`init --example`, charts not fetched).
+fn example_input() -> (tempfile::TempDir, render::RenderInput) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("example");
+    let o = Command::new(env!("CARGO_BIN_EXE_kube-aws"))
+        .args(["init", "--example"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let p = kube_aws::pipeline::prepare(&kube_aws::pipeline::PrepareOptions {
+        dir: tree,
+        cache_dir: tmp.path().join("cache"),
+        require_charts: false,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    (tmp, p.input)
+}
+
+/// The pod identity webhook (issue 24, finding 9): two replicas that a
+/// drain cannot both take, spread over zones and hosts, and Ready before any
+/// release whose pods need it starts: its Deployment is in the plan's
+/// `manifestRollouts`, the releases of plugins with IAM roles are not
+/// bootstrap ones (so they start after that wait), and their wait-condition
+/// timeouts include it.
+#[test]
+fn pod_identity_webhook_is_ready_before_the_releases_that_need_it() {
+    let (_tmp, input) = example_input();
+    let r = rendered(&input);
+    let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
+    let manifest = "manifests/pod-identity-webhook/webhook.yaml";
+    assert!(
+        plan["manifests"].as_array().unwrap().iter().any(|m| m == manifest),
+        "{}",
+        plan["manifests"]
+    );
+    assert_eq!(
+        plan["manifestRollouts"],
+        serde_json::json!([{
+            "manifest": manifest,
+            "kind": "Deployment",
+            "namespace": "kube-system",
+            "name": "pod-identity-webhook",
+            "timeoutSeconds": kube_aws::render::plan::MANIFEST_ROLLOUT_TIMEOUT_SECONDS,
+        }])
+    );
+
+    // The workload: 2 replicas, a PDB keeping one, a soft spread by zone and host.
+    let docs: Vec<serde_yaml::Value> =
+        serde_yaml::Deserializer::from_str(std::str::from_utf8(r.get(manifest).unwrap()).unwrap())
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let deploy = of("Deployment");
+    let spec = &deploy["spec"];
+    assert_eq!(spec["replicas"], 2);
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let labels = &spec["template"]["metadata"]["labels"];
+    let spread: Vec<(&str, &str)> = pod["topologySpreadConstraints"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["maxSkew"], 1);
+            assert_eq!(c["labelSelector"]["matchLabels"]["app"], labels["app"]);
+            (
+                c["topologyKey"].as_str().unwrap(),
+                c["whenUnsatisfiable"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spread,
+        [
+            ("topology.kubernetes.io/zone", "ScheduleAnyway"),
+            ("kubernetes.io/hostname", "ScheduleAnyway")
+        ]
+    );
+    let pdb = of("PodDisruptionBudget");
+    assert_eq!(pdb["metadata"]["namespace"], "kube-system");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], spec["selector"]["matchLabels"]);
+    assert_eq!(labels["app"], spec["selector"]["matchLabels"]["app"]);
+
+    // The releases that need it come after it.
+    let with_roles: std::collections::BTreeSet<&str> = input
+        .plugins
+        .service_accounts
+        .iter()
+        .map(|s| s.plugin.as_str())
+        .collect();
+    let releases = plan["releases"].as_array().unwrap();
+    let needing: Vec<&str> = releases
+        .iter()
+        .filter(|rel| {
+            let origin = rel["origin"].as_str().unwrap();
+            with_roles.iter().any(|p| origin == format!("plugin {p}"))
+        })
+        .map(|rel| rel["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        needing.len() >= 2,
+        "the example has releases with IAM roles: {needing:?}"
+    );
+    for rel in releases {
+        if needing.contains(&rel["name"].as_str().unwrap()) {
+            assert_eq!(rel["bootstrap"], false, "{rel}");
+        }
+    }
+    // Each non-bootstrap release's timeout includes the rollout wait; a
+    // bootstrap one's does not (the rollout is after the bootstrap phase).
+    let deps: Vec<Vec<String>> = releases
+        .iter()
+        .map(|rel| serde_json::from_value(rel["dependsOn"].clone()).unwrap())
+        .collect();
+    let steps: Vec<render::timeouts::Step> = releases
+        .iter()
+        .zip(&deps)
+        .map(|(rel, d)| render::timeouts::Step {
+            name: rel["name"].as_str().unwrap(),
+            depends_on: d,
+            bootstrap: rel["bootstrap"] == true,
+            budget: render::timeouts::release_budget(rel["timeoutSeconds"].as_u64().unwrap()),
+        })
+        .collect();
+    let without = render::timeouts::wait_timeouts(
+        &steps,
+        &render::timeouts::Schedule::reconciler(render::plan::CONCURRENCY),
+    );
+    for ((rel, plain), step) in releases.iter().zip(without).zip(&steps) {
+        let extra = if step.bootstrap {
+            0
+        } else {
+            render::plan::MANIFEST_ROLLOUT_TIMEOUT_SECONDS
+        };
+        assert_eq!(rel["waitTimeoutSeconds"].as_u64().unwrap(), plain + extra, "{rel}");
+    }
+
+    // A release with an IAM role cannot be a bootstrap one: its pods would
+    // wait for a webhook that is only applied after the bootstrap phase.
+    let mut bad = input.clone();
+    let a = bad.addons.iter_mut().find(|a| a.release.name == needing[0]).unwrap();
+    a.release.bootstrap = true;
+    a.release.depends_on.clear();
+    let text = match render::render(&bad) {
+        Ok(_) => panic!("a bootstrap release with an IAM role renders"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        text.contains(needing[0]) && text.contains("bootstrap") && text.contains("pod identity webhook"),
+        "{text}"
+    );
+
+    // Without the webhook nothing waits.
+    let mut off = input.clone();
+    off.plugins.plugins.retain(|p| p.name != "pod-identity-webhook");
+    off.plugins
+        .cluster
+        .manifests
+        .retain(|m| m.plugin != "pod-identity-webhook");
+    let r = rendered(&off);
+    let plan: serde_json::Value = serde_json::from_slice(r.get("addons/plan.json").unwrap()).unwrap();
+    assert!(plan.get("manifestRollouts").is_none(), "{plan}");
+}
+
+/// Issue 24, finding 10: the API load balancer asks each controller's
+/// apiserver whether it is ready (HTTPS GET /readyz, 200 only), not whether
+/// its port is open: a TCP check keeps an apiserver that lost etcd, or one
+/// draining on shutdown, in service.
+#[test]
+fn the_api_health_check_is_https_readyz() {
+    for input in [minimal(), full()] {
+        let net = stack(&rendered(&input), "network");
+        let tg = &net["Resources"]["ApiTargetGroup"]["Properties"];
+        assert_eq!(tg["Protocol"], "TCP", "{tg}");
+        assert_eq!(tg["HealthCheckProtocol"], "HTTPS", "{tg}");
+        assert_eq!(tg["HealthCheckPath"], "/readyz", "{tg}");
+        assert_eq!(tg["HealthCheckPort"], "6443", "{tg}");
+        assert_eq!(tg["Matcher"], serde_json::json!({"HttpCode": "200"}), "{tg}");
+        // What an NLB accepts for an HTTPS check: an interval of 10 or 30 s,
+        // a timeout of 2 to 120 s below it, thresholds of 2 to 10.
+        let interval = tg["HealthCheckIntervalSeconds"].as_u64().unwrap();
+        let timeout = tg["HealthCheckTimeoutSeconds"].as_u64().unwrap();
+        assert!([10, 30].contains(&interval) && (2..interval).contains(&timeout), "{tg}");
+        for k in ["HealthyThresholdCount", "UnhealthyThresholdCount"] {
+            assert!((2..=10).contains(&tg[k].as_u64().unwrap()), "{k}: {tg}");
+        }
+    }
+}

@@ -66,6 +66,7 @@ def call_for(g, v, scratch):
         "cloudformation:SignalResource": lambda: ["cloudformation", "signal-resource"] + stack_id
         + ["--unique-id", "x", "--status", "SUCCESS"],
         "cloudformation:DescribeStackResource": lambda: ["cloudformation", "describe-stack-resource"] + stack_id,
+        "cloudformation:DescribeStacks": lambda: ["cloudformation", "describe-stacks", "--stack-name", v["stack"]],
         "ec2:DescribeInstances": lambda: ["ec2", "describe-instances"],
         "autoscaling:DescribeAutoScalingInstances": lambda: ["autoscaling", "describe-auto-scaling-instances"],
         "autoscaling:CompleteLifecycleAction": lambda: [

@@ -2,7 +2,8 @@
 
 Invariant: a wait condition is signalled only while DescribeStackResource says
 it waits (CREATE_IN_PROGRESS); one that is complete, failed or gone is never
-signalled; a signal failure never raises (the caller's work is done).
+signalled; a signal failure never raises (the caller's work is done). Only a
+stack in an *_IN_PROGRESS state (DescribeStacks) can have one that waits.
 """
 from .awscall import AwsError
 
@@ -28,3 +29,13 @@ def resource_state(aws, stack, logical_id):
         return out["StackResourceDetail"]["ResourceStatus"]
     except (TypeError, KeyError):
         return "error"
+
+
+def stack_in_progress(aws, stack):
+    """True unless DescribeStacks says the stack is in no *_IN_PROGRESS state
+    (only then can a wait condition of it wait); an error counts as True."""
+    try:
+        out = aws(["cloudformation", "describe-stacks", "--stack-name", stack], attempts=2)
+        return str(out["Stacks"][0]["StackStatus"]).endswith("_IN_PROGRESS")
+    except (AwsError, TypeError, KeyError, IndexError):
+        return True

@@ -2,45 +2,149 @@
 kube-aws-addons.service from its timer on every controller.
 
 It reads the control-plane stack's plan pointer (the SSM parameter named in
-/etc/kube-aws/addons/reconciler.json: the addon bundle's S3 URI and sha256)
-and, once per plan and secrets version, under an S3 lock so that one
-controller does it, installs that plan: wait for /readyz; Helm v2 mode:
-install Tiller and wait for it; install the pinned helm client (sha256
-checked); then the releases. A release whose wait condition is the one
-installed last time (its ID hashes chart, digest, values, namespace) is left
-alone and not signalled. The others start as soon as their dependencies are
-ready, up to the plan's `concurrency` at once (schedule.py decides): bootstrap
-addons first; then the plugin manifests and the Ready-node gate; each
-release fetches its chart from S3 (sha256 checked), runs `helm upgrade
---install --wait`, waits for its CRDs to be Established, writes one status
-object to S3 and signals its wait condition (cfn.py). A failed release's
-dependants are skipped with the reason. Releases of the last installed plan
-that this plan no longer lists are uninstalled; what is installed is recorded
-in S3 (installedURI) for the next plan, whichever controller installs it.
+/etc/kube-aws/addons/reconciler.json: the addon bundle's S3 URI and sha256),
+the bundle's plan, and the installed record (installedURI, S3: which release
+is installed at which wait condition, for which plan). Any error reading the
+record other than "there is none" fails the run: nothing is installed or
+uninstalled on a guess.
+
+Every run, on every controller: each release of the current plan that the
+record shows at the plan's wait condition, not yet known to be signalled, is
+signalled SUCCESS if its wait condition still waits (signals come from the
+recorded state, not from the process that installed it, so a plan whose
+installer died is still signalled). The plan is done when the record is of
+this plan, lists every release at its wait condition and nothing the plan
+dropped, and names this controller's secrets version; after a run with
+failures it is tried again once its `retryAfter` has passed.
+
+Otherwise the controller that takes the installer's lease (lease.py) installs
+it, renewing the lease while it runs and releasing it however the run ends:
+it decrypts the plugin secrets again (secrets.py: the store is tmpfs, empty
+once the node restarts) and unpacks the bundle with them into a private
+directory on tmpfs (/run/kube-aws/addons/<sha>, removed after the run, also
+on failure); waits for /readyz; Helm v2 mode: installs Tiller and waits for
+it; installs the pinned helm client (sha256 checked); then the releases. A release the
+record shows at its wait condition is left alone. The others start as soon as
+their dependencies are ready, up to the plan's `concurrency` at once
+(schedule.py decides): bootstrap addons first; then the plugin manifests and
+the Ready-node gate; each release fetches its chart from S3 (sha256 checked),
+is first undone if a stopped installer left it pending (unstick), then
+runs `helm upgrade --install --atomic --wait` (a failed install is
+uninstalled, a failed upgrade rolled back to the last deployed revision),
+waits for its CRDs to be Established, is recorded, writes one status object
+to S3 and signals its wait condition (cfn.py). A failed release's dependants
+are skipped with the reason. Releases the record lists that this plan no
+longer does are uninstalled and struck from the record. The record is
+written after each release (conditional on its ETag), so a controller that
+takes over an expired lease resumes rather than restarts, and a plan that
+CloudFormation rolls back to is applied again (the record is of another plan).
 
 Invariant: every command is an argument list; each release's helm output
 goes to its own file and its log lines carry its name, so nothing
-interleaves mid-line; every message leaving the node is blanked of secrets.
+interleaves mid-line; every message leaving the node is blanked of secrets;
+filled-in values exist only on tmpfs; the record is written only by the
+lease holder, each write conditional on the ETag of the last one read or
+written.
 """
+import collections
 import concurrent.futures
 import datetime
+import json
 import os
 import shutil
+import signal as posix_signal
+import socket
 import subprocess
+import sys
 import tarfile
 import threading
 import time
 
-from . import bundle, cfn, jsonio, locks, paths, schedule, secrets
+from . import bundle, cfn, jsonio, lease, paths, schedule, secrets
 from .awscall import Aws, AwsError
 from .console import Console
 from .retry import retry
 
 DEFAULT_CONCURRENCY = 4
+# After a run with failures, the same plan is tried again this long after it.
+DEFAULT_RETRY_FAILED_SECONDS = 900
+
+DONE, LATER, INSTALL = "done", "later", "install"
 
 
 class Fatal(Exception):
     """Nothing can be installed: every release is reported failed with this message."""
+
+
+class Stop(Exception):
+    """The run cannot go on (the record cannot be read or written, the lease
+    was lost, the secrets or the bundle cannot be had): nothing more is done."""
+
+
+# The installed record as read: its document and its ETag (None: there is none).
+Record = collections.namedtuple("Record", "doc etag")
+
+
+def recorded(doc):
+    """{name: entry} of the record's releases."""
+    return dict((r["name"], r) for r in doc.get("releases", []) if isinstance(r, dict) and r.get("name"))
+
+
+def outcome(doc, plan_sha, secrets_version, releases, now):
+    """DONE, LATER (failed releases wait for retryAfter) or INSTALL: what this
+    tick does with the plan, from the record alone (a pure function)."""
+    if doc.get("plan") != plan_sha:
+        return INSTALL
+    rec = recorded(doc)
+    names = set(r["name"] for r in releases)
+    pending = [r["name"] for r in releases if rec.get(r["name"], {}).get("waitCondition") != r["waitCondition"]]
+    dropped = [n for n in rec if n not in names]
+    if not pending and not dropped and secrets_version in doc.get("secretsVersions", []):
+        return DONE
+    retry_after = doc.get("retryAfter")
+    if isinstance(retry_after, (int, float)) and now < retry_after:
+        return LATER
+    return INSTALL
+
+
+def manifest_objects(texts):
+    """[apiVersion, kind, namespace, name] of every object in the plugin
+    manifests' texts (YAML streams), sorted, without duplicates."""
+    import yaml  # PyYAML: on AL2023 with cloud-init (see secrets.py)
+    out = set()
+    for text in texts:
+        for d in yaml.safe_load_all(text):
+            items = d.get("items") if isinstance(d, dict) and str(d.get("kind", "")).endswith("List") else [d]
+            for o in items or []:
+                meta = o.get("metadata") if isinstance(o, dict) else None
+                if isinstance(meta, dict) and o.get("kind") and meta.get("name"):
+                    out.add((str(o.get("apiVersion", "")), str(o["kind"]), str(meta.get("namespace") or ""),
+                             str(meta["name"])))
+    return [list(o) for o in sorted(out)]
+
+
+def object_identity(o):
+    """An object's identity across API versions: (group, kind, namespace,
+    name). A manifest that moves a kind to a new version keeps its object."""
+    api, kind, ns, name = o
+    return (api.rsplit("/", 1)[0] if "/" in api else "", kind, ns, name)
+
+
+def gone_objects(old, new):
+    """The objects kube-aws applied before (`old`, the record's) that no
+    manifest of this plan holds any more (a disabled plugin's, a removed
+    file's): a pure function."""
+    keep = set(object_identity(o) for o in new)
+    return [o for o in old if object_identity(o) not in keep]
+
+
+def due_signals(doc, releases):
+    """[(name, wait condition)] of the plan's releases that the record shows
+    at the plan's wait condition and not yet known to be signalled."""
+    rec = recorded(doc)
+    return [(r["name"], r["waitCondition"]) for r in releases
+            if rec.get(r["name"], {}).get("waitCondition") == r["waitCondition"]
+            and not rec[r["name"]].get("signalled")]
 
 
 def now_iso():
@@ -52,16 +156,34 @@ def tail(text, n):
 
 
 class Reconciler(object):
-    def __init__(self, log, aws, runtime, reconciler):
+    def __init__(self, log, aws, runtime, reconciler, node=None):
         self.log = log
         self.aws = aws
+        self.runtime = runtime
+        self.node = node if node is not None else {}
         self.stack = runtime["stackName"]
         self.bucket = runtime["bucket"]
         self.prefix = runtime["keyPrefix"]
         self.secrets_version = runtime.get("secretsVersion") or ""
         self.plan_parameter = reconciler["planParameter"]
         self.installed_uri = reconciler["installedURI"]
+        b, _, k = self.installed_uri[len("s3://"):].partition("/")
+        self.installed_bucket, self.installed_key = b, k
         self.work = paths.path(paths.WORK + "/addons")
+        # On tmpfs, beside the secret store: the unpacked plan (filled-in
+        # values), the charts and helm's output, for one run only.
+        self.tmp = os.path.join(os.path.dirname(secrets.store_dir()), "addons")
+        self.scratch = None
+        self.holder = "%s/%d" % (socket.gethostname(), os.getpid())
+        self.lease = None
+        self.record_lock = threading.RLock()
+        self.record_etag = None
+        self.rec = {}
+        self.record_versions = []
+        self.retry_after = None
+        # The plugin manifests' objects kube-aws applied (the record's
+        # manifestObjects), pruned when a plan no longer holds them.
+        self.manifest_record = []
         self.bin = paths.path(paths.HELM_BIN_DIR)
         self.helm = os.path.join(self.bin, "helm")
         self.store = secrets.store_dir()
@@ -142,6 +264,7 @@ class Reconciler(object):
             st = cfn.resource_state(self.aws, self.stack, wc)
             if st == "CREATE_IN_PROGRESS":
                 if cfn.signal(self.aws, self.stack, wc, name, status):
+                    self.mark_signalled(name, wc)
                     return
             elif st == "missing":
                 try:
@@ -153,12 +276,50 @@ class Reconciler(object):
                     return
             elif st != "error":
                 self.log("%s (%s) is %s: nothing waits for its signal" % (wc, name, st))
+                self.mark_signalled(name, wc)
                 return
             time.sleep(delay)
         self.log("cannot signal %s for %s" % (wc, name))
 
+    def mark_signalled(self, name, wc):
+        """Notes in the record that nothing more waits for `name`'s signal at
+        `wc`, so no controller asks CloudFormation about it again."""
+        with self.record_lock:
+            e = self.rec.get(name)
+            if e is None or e.get("waitCondition") != wc or e.get("signalled"):
+                return
+            e["signalled"] = True
+            try:
+                self.record()
+            except Stop as err:
+                self.log(str(err))
+
+    def signal_recorded(self, doc):
+        """Any controller, every tick: signals SUCCESS for each release of the
+        plan that the record shows at its wait condition while that wait
+        condition waits. [(name, wc)] of those nothing waits for any more."""
+        due = due_signals(doc, self.releases)
+        if not due or not cfn.stack_in_progress(self.aws, self.stack):
+            return []
+        settled = []
+        for name, wc in due:
+            st = cfn.resource_state(self.aws, self.stack, wc)
+            if st == "CREATE_IN_PROGRESS":
+                if cfn.signal(self.aws, self.stack, wc, name, "SUCCESS"):
+                    self.log("%s (%s) signalled SUCCESS: the installed record has it at this wait condition"
+                             % (wc, name))
+                    settled.append((name, wc))
+            elif st not in ("missing", "error"):
+                settled.append((name, wc))
+        return settled
+
     def finish(self, name, phase, message=""):
         self.finished[name] = phase
+        if phase == "ready":
+            r = self.by_name[name]
+            with self.record_lock:
+                self.rec[name] = {"name": name, "namespace": r["namespace"], "waitCondition": r["waitCondition"]}
+                self.record()
         self.status(name, phase, message)
         self.signal(name, "SUCCESS" if phase == "ready" else "FAILURE")
         if phase != "ready":
@@ -187,11 +348,73 @@ class Reconciler(object):
         if self.manifests_done:
             return
         self.manifests_done = True
+        applied = True
+        texts = []
         for m in self.plan.get("manifests", []):
+            path = os.path.join(self.addons, m)
             try:
-                self.retried(["kubectl", "apply", "--server-side", "-f", os.path.join(self.addons, m)])
-            except RuntimeError:
+                with open(path, encoding="utf-8") as f:
+                    texts.append(f.read())
+                self.retried(["kubectl", "apply", "--server-side", "-f", path])
+            except (RuntimeError, OSError):
+                applied = False
                 self.log("manifest %s could not be applied" % m)
+        try:
+            new = manifest_objects(texts)
+        except Exception as e:  # noqa: BLE001 - a manifest kubectl took but PyYAML did not: prune nothing
+            self.log("cannot list the manifests' objects (%s): nothing is pruned" % e.__class__.__name__)
+            applied, new = False, []
+        with self.record_lock:
+            old = list(self.manifest_record)
+        if not applied:
+            # Prune only after a plan's manifests all went in: keep knowing both.
+            keep = old + [o for o in new if o not in old]
+        else:
+            keep = new + self.prune_objects(gone_objects(old, new))
+        with self.record_lock:
+            self.manifest_record = keep
+
+    def prune_objects(self, gone):
+        """Deletes the objects a plan no longer holds (a disabled plugin's
+        MutatingWebhookConfiguration with failurePolicy Fail would otherwise
+        block every pod it matches, with nothing left to answer it). Returns
+        those that could not be deleted, to try again next time."""
+        left = []
+        for i, (api, kind, ns, name) in enumerate(gone):
+            doc = {"apiVersion": api, "kind": kind, "metadata": {"name": name}}
+            if ns:
+                doc["metadata"]["namespace"] = ns
+            path = os.path.join(self.scratch or self.work, "prune-%d.json" % i)
+            jsonio.write(path, doc)
+            code, out = self.run(["kubectl", "delete", "--ignore-not-found", "--wait=false", "-f", path])
+            where = "%s/%s" % (ns, name) if ns else name
+            if code == 0:
+                self.log("pruned %s %s (no manifest of the plan holds it)" % (kind, where))
+            else:
+                left.append([api, kind, ns, name])
+                self.log("cannot prune %s %s: %s" % (kind, where, tail(out, 3)))
+        return left
+
+    def wait_manifest_rollouts(self):
+        """Waits for the plan's `manifestRollouts` (the pod identity webhook's
+        Deployment): the releases that start next have pods the webhook must
+        mutate, and its MutatingWebhookConfiguration fails closed for them.
+        A rollout that does not finish is logged and the releases go on: the
+        webhook's own failure policy still keeps their pods from starting
+        without credentials, and their failures then name it. Returns the
+        rollouts that did not finish."""
+        late = []
+        for w in self.plan.get("manifestRollouts") or []:
+            ref = "%s/%s" % (w["kind"].lower(), w["name"])
+            code, out = self.run(["kubectl", "-n", w["namespace"], "rollout", "status", ref,
+                                  "--timeout=%ss" % int(w["timeoutSeconds"])])
+            if code == 0:
+                self.log("%s in %s rolled out (%s)" % (ref, w["namespace"], w["manifest"]))
+            else:
+                late.append(ref)
+                self.log("%s in %s did not roll out within %ss: %s" % (ref, w["namespace"], w["timeoutSeconds"],
+                                                                        tail(out, 3)))
+        return late
 
     # --- helm -----------------------------------------------------------
     def install_tiller(self):
@@ -238,9 +461,10 @@ class Reconciler(object):
                                   "--sort-by=.lastTimestamp"])[1], 20))
         return "\n".join(out) + "\n"
 
-    def wait_crds(self, r, tgz):
-        """None when every CRD of the release is Established, else the reason."""
-        d = os.path.join(self.work, "crds-" + r["name"])
+    def chart_crds(self, r, tgz):
+        """(the release's crds/ files extracted from its chart, by their path
+        under crds/; None) or (None, the reason one is missing)."""
+        d = os.path.join(self.scratch, "crds-" + r["name"])
         shutil.rmtree(d, ignore_errors=True)
         found = {}
         with tarfile.open(tgz) as t:
@@ -256,7 +480,28 @@ class Reconciler(object):
                 found.setdefault(rel, target)
         for f in r["crds"]:
             if f not in found:
-                return "CRD file crds/%s is not in the chart archive" % f
+                return None, "CRD file crds/%s is not in the chart archive" % f
+        return found, None
+
+    def apply_crds(self, r, found):
+        """Helm installs a chart's crds/ once and never upgrades them ("There
+        is no support at this time for upgrading or deleting CRDs using
+        Helm", Helm docs, Custom Resource Definitions best practices): a chart
+        bump whose CRDs gained a field or a version would run its new
+        controller against the old schema. They are applied here, server-side
+        and before helm, on every install of the release (on the first one
+        helm then finds them present and skips them). --force-conflicts takes
+        the fields over from helm's own field manager. None, or the reason."""
+        for f in r["crds"]:
+            code, out = self.run(["kubectl", "apply", "--server-side", "--force-conflicts",
+                                  "--field-manager=kube-aws", "-f", found[f]])
+            if code != 0:
+                return "%s\nCRDs of crds/%s could not be applied" % (tail(out, 20), f)
+        return None
+
+    def wait_crds(self, r, found):
+        """None when every CRD of the release is Established, else the reason."""
+        for f in r["crds"]:
             code, out = self.run(["kubectl", "wait", "--for=condition=Established",
                                   "--timeout=%ss" % r["timeoutSeconds"], "-f", found[f]])
             if code != 0:
@@ -271,7 +516,7 @@ class Reconciler(object):
         self.log("installing", name)
         if not r.get("locked"):
             return "failed", "chart is not locked (no sha256): run `kube-aws charts lock` and publish again\n"
-        tgz = os.path.join(self.work, name + ".tgz")
+        tgz = os.path.join(self.scratch, name + ".tgz")
         try:
             self.aws(["s3", "cp", "--only-show-errors", r["chartObject"], tgz])
         except AwsError as e:
@@ -279,7 +524,15 @@ class Reconciler(object):
         if bundle.sha256_file(tgz) != r["sha256"]:
             return "failed", "chart archive %s does not match its sha256 %s\n" % (r["chartObject"], r["sha256"])
         timeout = r["timeoutSeconds"]
-        args = [self.helm, "upgrade", "--install", name, tgz, "--namespace", r["namespace"], "--wait",
+        # --atomic (Helm v3, and v2 since 2.13): when the release fails, helm
+        # undoes it before it exits. A first install (`upgrade --install` of
+        # a release that does not exist runs the install action with Atomic
+        # set) is uninstalled: "release X failed, and has been uninstalled due
+        # to atomic being set" (pkg/action/install.go, failRelease); a failed
+        # upgrade is rolled back to the last deployed or superseded revision
+        # (pkg/action/upgrade.go, failRelease, helm v3.16). So a failed release
+        # is left as it was before this plan, which is what the record says.
+        args = [self.helm, "upgrade", "--install", name, tgz, "--namespace", r["namespace"], "--wait", "--atomic",
                 "-f", os.path.join(self.addons, r["valuesFile"])]
         if self.helm_major == 2:
             args += ["--timeout", str(timeout), "--tiller-namespace", self.tiller_ns]
@@ -287,16 +540,59 @@ class Reconciler(object):
             args += ["--timeout", "%ss" % timeout]
             if r.get("createNamespace"):
                 args.append("--create-namespace")
-        helm_log = os.path.join(self.work, "helm-%s.log" % name)
+        helm_log = os.path.join(self.scratch, "helm-%s.log" % name)
+        found = {}
+        if r.get("crds"):
+            found, why = self.chart_crds(r, tgz)
+            why = why or self.apply_crds(r, found)
+            if why is not None:
+                return "failed", why + "\n"
+        self.unstick(name, r["namespace"], timeout)
         try:
             self.retried(args, out=helm_log, name=name)
         except RuntimeError:
             return "failed", self.describe_failure(name, r["namespace"], helm_log)
         if r.get("crds"):
-            why = self.wait_crds(r, tgz)
+            why = self.wait_crds(r, found)
             if why is not None:
                 return "failed", why + "\n"
         return "ready", ""
+
+    def helm_scope(self, ns):
+        if self.helm_major == 2:
+            return ["--tiller-namespace", self.tiller_ns]
+        return ["--namespace", ns]
+
+    def unstick(self, name, ns, timeout):
+        """A release an installer left pending (it was stopped mid-operation:
+        the lease it held expired and this controller took it over) is undone
+        first: helm refuses any operation on a pending release ("another
+        operation (install/upgrade/rollback) is in progress"), and only the
+        lease holder runs helm, so nothing else is operating on it. A pending
+        first install is uninstalled; a pending upgrade or rollback is rolled
+        back to the revision before it."""
+        code, out = self.run([self.helm, "history", name, "--max", "1", "--output", "json"] + self.helm_scope(ns))
+        if code != 0:
+            return  # no such release: `upgrade --install` installs it
+        try:
+            last = json.loads(out[out.index("["):out.rindex("]") + 1])[-1]
+            status = str(last.get("status", "")).lower().replace("_", "-")
+            rev = int(last.get("revision"))
+        except (ValueError, TypeError, IndexError, AttributeError):
+            return
+        if not status.startswith("pending-"):
+            return
+        self.log("left %s at revision %d by a stopped installer: undoing it" % (status, rev), name)
+        log = os.path.join(self.scratch, "helm-%s-unstick.log" % name)
+        if status == "pending-install" or rev <= 1:
+            if not self.uninstall(name, ns):
+                self.log("could not uninstall the pending release", name)
+            return
+        args = [self.helm, "rollback", name, str(rev - 1), "--wait"] + self.helm_scope(ns)
+        args += ["--timeout", str(timeout) if self.helm_major == 2 else "%ss" % timeout]
+        code, out = self.run(args, out=log)
+        if code != 0:
+            self.log("could not roll the pending release back (helm exited %d)" % code, name)
 
     def install_guarded(self, r):
         try:
@@ -310,15 +606,19 @@ class Reconciler(object):
         else:
             args = [self.helm, "uninstall", name, "--namespace", ns, "--wait"]
         try:
-            self.retried(args, out=os.path.join(self.work, "helm-%s.log" % name))
+            self.retried(args, out=os.path.join(self.scratch, "helm-%s.log" % name))
             return True
-        except RuntimeError:
+        except RuntimeError as e:
+            try:
+                why = secrets.blank(str(e), self.store)
+            except OSError:
+                why = "(helm's output could not be blanked of secrets)"
+            self.log("could not be uninstalled: %s" % why, name)
             return False
 
     # --- one plan ---------------------------------------------------------
-    def load_plan(self, addons):
-        self.addons = addons
-        self.plan = jsonio.read(os.path.join(addons, "plan.json"))
+    def load_plan(self, plan):
+        self.plan = plan
         p = self.plan
         self.cluster = p["cluster"]
         self.status_uri = p["statusURI"]
@@ -331,26 +631,57 @@ class Reconciler(object):
         self.by_name = dict((r["name"], r) for r in self.releases)
 
     def load_installed(self):
-        path = os.path.join(self.work, "installed.json")
+        """The installed record. Only a record that is not there is taken for
+        "nothing installed": ListObjectsV2 on its exact key says so (a
+        missing key is then unambiguous, where GetObject without
+        s3:ListBucket would answer 403); any other answer raises Stop."""
+        where = self.installed_uri
         try:
-            self.aws(["s3", "cp", "--only-show-errors", self.installed_uri, path], attempts=1)
-            doc = jsonio.read(path)
-        except (AwsError, jsonio.JsonError):
-            doc = {"releases": []}
-        return dict((r["name"], r) for r in doc.get("releases", []) if r.get("name"))
-
-    def record(self, kept):
-        rel = [{"name": n, "namespace": self.by_name[n]["namespace"],
-                "waitCondition": self.by_name[n]["waitCondition"]}
-               for n, phase in self.finished.items() if phase == "ready"]
-        rel += kept
-        path = os.path.join(self.work, "installed.json")
-        jsonio.write(path, {"plan": self.plan_sha, "releases": sorted(rel, key=lambda r: r["name"])})
-        try:
-            self.aws(["s3", "cp", "--only-show-errors", "--content-type", "application/json", path,
-                      self.installed_uri])
+            out = self.aws(["s3api", "list-objects-v2", "--bucket", self.installed_bucket, "--prefix",
+                            self.installed_key, "--max-keys", "1"])
         except AwsError as e:
-            self.log("cannot record the installed releases: %s" % e)
+            raise Stop("cannot read the installed record %s: %s" % (where, e))
+        keys = [o.get("Key") for o in ((out or {}).get("Contents") or []) if isinstance(o, dict)]
+        if self.installed_key not in keys:
+            return Record({"releases": []}, None)
+        path = os.path.join(self.work, "installed-read.json")
+        try:
+            meta = self.aws(["s3api", "get-object", "--bucket", self.installed_bucket, "--key", self.installed_key,
+                             path])
+            doc = jsonio.read(path)
+        except (AwsError, jsonio.JsonError) as e:
+            raise Stop("cannot read the installed record %s: %s" % (where, e))
+        etag = (meta or {}).get("ETag")
+        if not isinstance(doc, dict) or not isinstance(doc.get("releases", []), list) or not etag:
+            raise Stop("the installed record %s is not one this program wrote" % where)
+        return Record(doc, etag)
+
+    def record(self, final=False):
+        """Writes the record: this plan, the releases installed now, on the
+        condition that it is still the one this run read or wrote last."""
+        with self.record_lock:
+            if self.lease is not None and self.lease.lost.is_set():
+                raise Stop("the installer's lease was taken over: the new holder goes on from the record")
+            doc = {"plan": self.plan_sha, "secretsVersions": self.record_versions,
+                   "releases": sorted(self.rec.values(), key=lambda r: r["name"]),
+                   "manifestObjects": self.manifest_record, "holder": self.holder, "updatedAt": now_iso()}
+            if self.retry_after is not None:
+                doc["retryAfter"] = self.retry_after
+            path = os.path.join(self.work, "installed.json")
+            jsonio.write(path, doc)
+            cond = ["--if-match", self.record_etag] if self.record_etag else ["--if-none-match", "*"]
+            try:
+                out = self.aws(["s3api", "put-object", "--bucket", self.installed_bucket, "--key", self.installed_key,
+                                "--body", path, "--content-type", "application/json"] + cond)
+            except AwsError as e:
+                if lease.lost(e):
+                    raise Stop("the installed record %s was written by another controller: %s"
+                               % (self.installed_uri, e))
+                raise Stop("cannot record the installed releases in %s: %s" % (self.installed_uri, e))
+            etag = (out or {}).get("ETag")
+            if not etag:
+                raise Stop("S3 gave no ETag for the installed record %s" % self.installed_uri)
+            self.record_etag = etag
 
     def install_releases(self, installed):
         """Installs the plan's releases, in parallel as schedule.decide allows."""
@@ -359,8 +690,9 @@ class Reconciler(object):
         for r in self.releases:
             old = installed.get(r["name"])
             if old is not None and old.get("waitCondition") == r["waitCondition"]:
-                # Installed by an earlier plan exactly as this one has it; its
-                # wait condition is complete, so nothing waits for a signal.
+                # Installed exactly as this plan has it (by an earlier plan, or
+                # by this one before its installer stopped): signalled from the
+                # record (signal_recorded), never installed again.
                 self.finished[r["name"]] = "ready"
                 self.log("unchanged", r["name"])
         gate = None
@@ -379,6 +711,8 @@ class Reconciler(object):
                             # The bootstrap addons are in (decide starts no other before).
                             self.apply_manifests()
                             gate = self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+                            if gate:
+                                self.wait_manifest_rollouts()
                         if not gate:
                             self.finish(name, "failed", "no node became Ready within %ss (is a CNI addon marked "
                                                         "bootstrap: true?)\n" % self.plan["nodeReadyTimeoutSeconds"])
@@ -403,34 +737,90 @@ class Reconciler(object):
         os.makedirs(self.work, exist_ok=True)
         try:
             ptr = self.pointer()
-            self.plan_sha, plan_uri = ptr["sha256"], ptr["uri"]
+            self.plan_sha, self.plan_uri = ptr["sha256"], ptr["uri"]
         except (AwsError, jsonio.JsonError, KeyError, TypeError) as e:
             self.log("cannot read the plan pointer %s: %s" % (self.plan_parameter, e))
             return 1
         run_id = self.plan_sha + ("-" + self.secrets_version if self.secrets_version else "")
-        done_file = os.path.join(self.work, "done-" + run_id)
-        # A plan this controller installed, or saw another controller take, is done.
-        if os.path.exists(done_file):
-            return 0
-        addons = os.path.join(self.work, "plans", self.plan_sha)
         try:
-            bundle.unpack(self.aws, plan_uri, self.plan_sha, addons, self.store)
-        except (bundle.BundleError, OSError) as e:
-            self.log("cannot unpack the addon bundle %s: %s" % (plan_uri, e))
+            raw = bundle.fetch(self.aws, self.plan_uri, self.plan_sha,
+                               os.path.join(self.work, "bundles", self.plan_sha + ".json"))
+            doc = bundle.read(raw)
+            self.load_plan(bundle.plan(doc))
+        except (bundle.BundleError, OSError, KeyError, TypeError) as e:
+            self.log("cannot read the addon bundle %s: %s" % (self.plan_uri, e))
             return 1
+        self.prune_bundles()
         try:
-            mine = locks.take(self.aws, self.bucket, "%s/bootstrap/installer-%s" % (self.prefix, run_id))
-        except locks.LockError as e:
+            record = self.load_installed()
+        except Stop as e:
+            self.log("%s; nothing is installed or uninstalled" % e)
+            return 1
+        settled = self.signal_recorded(record.doc)
+        what = outcome(record.doc, self.plan_sha, self.secrets_version, self.releases, time.time())
+        if what == DONE:
+            return 0
+        if what == LATER:
+            self.log("plan %s: the releases that failed are tried again after %s"
+                     % (self.plan_sha, lease.iso(record.doc["retryAfter"])))
+            return 0
+        self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log)
+        try:
+            if not self.lease.acquire(run_id):
+                return 0
+        except lease.LeaseError as e:
             self.log(str(e))
             return 1
-        if not mine:
-            self.log("plan %s is another controller's to install" % self.plan_sha)
-            open(done_file, "w").close()
+        self.scratch = os.path.join(self.tmp, self.plan_sha)
+        try:
+            self.lease.start_renewing()
+            return self.install_plan(doc, settled)
+        except Stop as e:
+            self.log(str(e))
+            self.join_signals()
+            return 1
+        finally:
+            self.lease.release()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def prune_bundles(self):
+        d = os.path.join(self.work, "bundles")
+        for f in os.listdir(d) if os.path.isdir(d) else []:
+            if f != self.plan_sha + ".json":
+                try:
+                    os.unlink(os.path.join(d, f))
+                except OSError:
+                    pass
+
+    def install_plan(self, doc, settled):
+        """Installs the plan, under the lease, from the record as it is now."""
+        record = self.load_installed()  # the last holder may have got further since the tick began
+        if outcome(record.doc, self.plan_sha, self.secrets_version, self.releases, time.time()) != INSTALL:
             return 0
-        self.load_plan(addons)
+        self.record_etag = record.etag
+        installed = recorded(record.doc)
+        self.rec = dict((n, dict(e)) for n, e in installed.items())
+        self.manifest_record = [o for o in record.doc.get("manifestObjects") or []
+                                if isinstance(o, list) and len(o) == 4 and all(isinstance(x, str) for x in o)]
+        self.record_versions = list(record.doc.get("secretsVersions", [])) if record.doc.get("plan") == self.plan_sha \
+            else []
+        # Signals nothing waits for any more: noted, so no tick asks again.
+        for name, wc in settled:
+            if self.rec.get(name, {}).get("waitCondition") == wc:
+                self.rec[name]["signalled"] = True
+        try:
+            secrets.decrypt_plugin_secrets(self.aws, self.runtime, self.node)
+        except secrets.SecretsError as e:
+            raise Stop("cannot decrypt the plugin secrets: %s" % e)
+        self.addons = os.path.join(self.scratch, "plan")
+        try:
+            os.makedirs(self.tmp, mode=0o700, exist_ok=True)
+            os.makedirs(self.scratch, mode=0o700, exist_ok=True)
+            bundle.unpack_doc(doc, self.addons, self.store)
+        except (bundle.BundleError, OSError) as e:
+            raise Stop("cannot unpack the addon bundle %s: %s" % (self.plan_uri, e))
         self.finished = {}
         self.bad = 0
-        installed = self.load_installed()
         dropped = sorted(n for n in installed if n not in self.by_name)
         try:
             self.log("plan %s: waiting for the apiserver's /readyz" % self.plan_sha)
@@ -444,31 +834,48 @@ class Reconciler(object):
         except Fatal as e:
             self.log(str(e))
             for r in self.releases:
-                self.finish(r["name"], "failed", str(e) + "\n")
+                if installed.get(r["name"], {}).get("waitCondition") != r["waitCondition"]:
+                    self.finish(r["name"], "failed", str(e) + "\n")
+            self.retry_after = int(time.time()) + paths.knob("RETRY_FAILED_SECONDS", DEFAULT_RETRY_FAILED_SECONDS)
+            self.record()
             self.join_signals()
             return 1
         self.install_releases(installed)
         self.apply_manifests()
         # Releases the plan dropped, after the rest is in (a replacement may take over first).
-        kept = []
+        kept = 0
         for name in dropped:
-            ns = installed[name].get("namespace", "")
-            if self.uninstall(name, ns):
+            if self.uninstall(name, installed[name].get("namespace", "")):
                 self.log("uninstalled (dropped from the plan)", name)
+                with self.record_lock:
+                    self.rec.pop(name, None)
+                    self.record()
             else:
-                self.log("could not be uninstalled; see %s" % os.path.join(self.work, "helm-%s.log" % name), name)
-                kept.append({"name": name, "namespace": ns, "waitCondition": installed[name].get("waitCondition", "")})
-        self.record(kept)
-        open(done_file, "w").close()
+                kept += 1
+        with self.record_lock:
+            if self.bad or kept:
+                self.retry_after = int(time.time()) + paths.knob("RETRY_FAILED_SECONDS",
+                                                                 DEFAULT_RETRY_FAILED_SECONDS)
+            else:
+                self.retry_after = None
+                if self.secrets_version not in self.record_versions:
+                    self.record_versions.append(self.secrets_version)
+            self.record()
         ok = sum(1 for p in self.finished.values() if p == "ready")
         self.log("done: %d ready, %d failed or skipped, %d dropped; waiting for the signals" % (ok, self.bad,
-                                                                                              len(dropped)))
+                                                                                              len(dropped) - kept))
         self.join_signals()
-        return 1 if self.bad else 0
+        return 1 if self.bad or kept else 0
 
     def join_signals(self):
         for t in self.signals:
             t.join()
+
+
+def on_sigterm(signum, frame):
+    # systemd stops the unit with SIGTERM: unwind, so the lease is released
+    # and the tmpfs directory removed (finally: in reconcile).
+    sys.exit(128 + signum)
 
 
 def run(argv):
@@ -479,9 +886,11 @@ def run(argv):
     try:
         runtime = jsonio.read(paths.etc("runtime.json"))
         reconciler = jsonio.read(paths.etc("addons", "reconciler.json"))
+        node = jsonio.read(paths.etc("node.json"))
     except jsonio.JsonError as e:
         log(str(e))
         return 1
-    return Reconciler(log, Aws(runtime["region"]), runtime, reconciler).reconcile()
+    posix_signal.signal(posix_signal.SIGTERM, on_sigterm)
+    return Reconciler(log, Aws(runtime["region"]), runtime, reconciler, node).reconcile()
 
 

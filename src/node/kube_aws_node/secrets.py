@@ -19,6 +19,10 @@ each public entry of the bundle's `certificates` at <pki.dir>/X (0644), before
 stored under DIR replaced by `<secret NAME>`: `blank()` is the one rule the
 reconciler (status messages) and the bootstrap (failure reports) use.
 
+The reconciler decrypts the plugin secrets again before each run
+(`decrypt_plugin_secrets`, the same code): the store is tmpfs, empty once the
+node restarts.
+
 Invariant: no plaintext is ever printed or put in an argument; running it
 again is harmless. The reference rule is shared with src/render/secrets.rs
 (the longest known reference wins, and it must not run on into
@@ -196,10 +200,12 @@ def bundle_uri(aws, runtime):
     return "s3://%s/%s/%s" % (runtime["bucket"], runtime["keyPrefix"], key)
 
 
-def decrypt_all(aws, runtime, node):
-    """Decrypts, stores and fills this node's secrets (see the module header)."""
+def decrypt_all(aws, runtime, node, plugin_only=False):
+    """Decrypts, stores and fills this node's secrets (see the module header).
+    `plugin_only`: only the plugin secrets (PREFIX), into the store, and
+    nothing placed or filled (decrypt_plugin_secrets)."""
     want = node.get("secrets", {})
-    names = want.get("names", [])
+    names = [n for n in want.get("names", []) if not plugin_only or n.startswith(PREFIX)]
     if not names:
         return
     cluster = runtime["cluster"]
@@ -240,9 +246,19 @@ def decrypt_all(aws, runtime, node):
         if name.startswith(PREFIX):
             plain[name] = value.decode("utf-8")
     os.unlink(bundle_path)
+    if plugin_only:
+        return
     if want.get("pki"):
         place_pki(want["pki"], bundle, store)
     fill_files(paths.root() or "/", want.get("files", []), plain)
+
+
+def decrypt_plugin_secrets(aws, runtime, node):
+    """The reconciler's step before each run: the plugin secrets of node.json
+    decrypted again into the store (tmpfs: empty once the node restarts), by
+    the same code as the boot; the PKI and the node's own files are left
+    alone."""
+    decrypt_all(aws, runtime, node, plugin_only=True)
 
 
 def run(argv):

@@ -62,6 +62,43 @@ class Unpack(unittest.TestCase):
                 self.unpack(doc({bad: "x"}))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "x")))
 
+    def test_a_reference_without_a_value_fails_naming_it_and_unpacks_nothing(self):
+        # After a reboot the store is empty until the secrets are decrypted again.
+        os.unlink(os.path.join(self.store, "kube-aws-secret.dex.pw"))
+        with self.assertRaises(bundle.BundleError) as e:
+            self.unpack(doc({"plan.json": "{}", "values/dex.json": '{"pw": "kube-aws-secret.dex.pw"}'},
+                            [{"path": "values/dex.json", "format": "json"}]))
+        self.assertIn("kube-aws-secret.dex.pw", str(e.exception))
+        self.assertIn("values/dex.json", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "values", "dex.json")))
+
+    def test_one_missing_reference_among_known_ones_is_named_and_no_value_is(self):
+        with self.assertRaises(bundle.BundleError) as e:
+            self.unpack(doc({"values/dex.yaml": "a: kube-aws-secret.dex.pw\nb: kube-aws-secret.dex.other.\n"},
+                            [{"path": "values/dex.yaml", "format": "yaml"}]))
+        msg = str(e.exception)
+        self.assertIn("kube-aws-secret.dex.other ", msg)
+        self.assertNotIn('va"lue', msg)
+        self.assertNotIn("kube-aws-secret.dex.pw", msg)
+
+    def test_the_unpacked_directory_is_private(self):
+        self.unpack(doc({"plan.json": "{}"}))
+        self.assertEqual(os.stat(self.out).st_mode & 0o777, 0o700)
+
+    def test_the_plan_is_read_without_unpacking_and_a_matching_copy_is_not_fetched_again(self):
+        body = doc({"plan.json": '{"releases": []}'})
+        sha = hashlib.sha256(body).hexdigest()
+        aws = CopyAws({"s3://b/bundle.json": body})
+        path = os.path.join(self.dir, "cache", sha + ".json")
+        self.assertEqual(bundle.plan(bundle.read(bundle.fetch(aws, "s3://b/bundle.json", sha, path))),
+                         {"releases": []})
+        aws.objects.clear()  # a second fetch would fail
+        self.assertEqual(bundle.fetch(aws, "s3://b/bundle.json", sha, path), path)
+        with self.assertRaises(bundle.BundleError):
+            bundle.fetch(CopyAws({"s3://b/bundle.json": b"other"}), "s3://b/bundle.json", "0" * 64,
+                         os.path.join(self.dir, "cache", "x.json"))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "cache", "x.json")))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -25,7 +25,7 @@ def plan(releases, concurrency):
 class Driver(Reconciler):
     """The real scheduling loop; installs sleep and record overlap."""
 
-    def __init__(self, p, fail=(), node_ready=True):
+    def __init__(self, p, fail=(), node_ready=True, rollout_code=0):
         self.stream = io.StringIO()
         self.log = Console("kube-aws-addons", stream=self.stream)
         self.plan = p
@@ -41,12 +41,19 @@ class Driver(Reconciler):
         self.peak = 0
         self.started = []
         self.events = []
+        self.rollout_code = rollout_code
+
+    def run(self, args, out=None):
+        """Only `kubectl rollout status` reaches a command here."""
+        self.events.append(("run", " ".join(args), ""))
+        return self.rollout_code, "" if self.rollout_code == 0 else "error: timed out waiting for the condition\n"
 
     def install(self, r):
         with self.lock:
             self.active += 1
             self.peak = max(self.peak, self.active)
             self.started.append(r["name"])
+            self.events.append(("start", r["name"], ""))
         for i in range(20):
             # Many lines from many threads: none may be cut by another.
             self.log("line %d of a long message from %s %s" % (i, r["name"], "x" * 200), r["name"])
@@ -124,6 +131,35 @@ class InstallReleases(unittest.TestCase):
         self.assertEqual(d.started, ["cni"])
         self.assertTrue(all(d.finished["r%d" % i] == "failed" for i in range(8)))
         self.assertEqual(d.finished["last"], "skipped")
+
+    def test_manifest_rollouts_are_waited_for_after_the_gate_and_before_other_releases(self):
+        p = plan(WIDE, 4)
+        p["manifestRollouts"] = [{"manifest": "manifests/pod-identity-webhook/webhook.yaml", "kind": "Deployment",
+                                  "namespace": "kube-system", "name": "pod-identity-webhook",
+                                  "timeoutSeconds": 300}]
+        d = Driver(p)
+        d.install_releases({})
+        kinds = [e[0] if e[0] != "start" else "start " + e[1] for e in d.events
+                 if e[0] in ("manifests", "gate", "run", "start")]
+        self.assertEqual(kinds[:4], ["start cni", "manifests", "gate", "run"], kinds)
+        self.assertIn("kubectl -n kube-system rollout status deployment/pod-identity-webhook --timeout=300s",
+                      [e[1] for e in d.events if e[0] == "run"])
+        self.assertEqual(sum(1 for e in d.events if e[0] == "run"), 1, "waited once per plan")
+        self.assertTrue(all(ph == "ready" for ph in d.finished.values()))
+
+    def test_a_rollout_that_does_not_finish_is_logged_and_the_releases_go_on(self):
+        p = plan(WIDE, 4)
+        p["manifestRollouts"] = [{"manifest": "m", "kind": "Deployment", "namespace": "kube-system",
+                                  "name": "pod-identity-webhook", "timeoutSeconds": 1}]
+        d = Driver(p, rollout_code=1)
+        d.install_releases({})
+        self.assertIn("did not roll out within 1s", d.stream.getvalue())
+        self.assertTrue(all(ph == "ready" for ph in d.finished.values()))
+
+    def test_no_rollouts_no_wait(self):
+        d = Driver(plan(WIDE, 4))
+        d.install_releases({})
+        self.assertFalse([e for e in d.events if e[0] == "run"])
 
 
 if __name__ == "__main__":

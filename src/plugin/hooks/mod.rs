@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::config::{NodePool, Release, Taint};
+use crate::config::{NodePool, PodAddressing, Release, Taint};
 
 /// Where a plugin was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -111,6 +111,9 @@ pub struct NodeHooks {
     pub asg_min_size: Option<u32>,
     /// Overrides of the pool's auto scaling group MaxSize.
     pub asg_max_size: Option<u32>,
+    /// The plugin that set `asg_min_size` or `asg_max_size`, for messages.
+    #[serde(skip)]
+    pub asg_size_plugin: Option<String>,
 }
 
 /// Hooks that apply to the whole cluster.
@@ -183,6 +186,10 @@ pub struct ResolvedPlugins {
     pub secrets: Vec<SecretRef>,
     /// Service accounts with their own IAM roles, in plugin order.
     pub service_accounts: Vec<ServiceAccountRole>,
+    /// The VPC CNI delegates /28 prefixes to the ENIs (its
+    /// `enablePrefixDelegation`): max-pods follows the prefix formula.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub vpc_cni_prefix_delegation: bool,
 }
 
 /// The plugin whose pods take VPC addresses from the nodes' ENIs: with it the
@@ -198,6 +205,15 @@ impl ResolvedPlugins {
     /// Is the Amazon VPC CNI the cluster's pod network?
     pub fn vpc_cni(&self) -> bool {
         self.is_active(VPC_CNI_PLUGIN)
+    }
+
+    /// How pods get their addresses: the kubelet's max-pods follows it.
+    pub fn pod_addressing(&self) -> PodAddressing {
+        match (self.vpc_cni(), self.vpc_cni_prefix_delegation) {
+            (false, _) => PodAddressing::Overlay,
+            (true, false) => PodAddressing::VpcSecondaryIps,
+            (true, true) => PodAddressing::VpcPrefixes,
+        }
     }
 }
 

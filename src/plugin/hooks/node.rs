@@ -276,6 +276,9 @@ impl NodeMerge<'_, '_> {
                 ));
             }
         }
+        if min.is_some() || max.is_some() {
+            target.asg_size_plugin = Some(self.plugin.clone());
+        }
         target.asg_min_size = min.or(target.asg_min_size);
         target.asg_max_size = max.or(target.asg_max_size);
     }

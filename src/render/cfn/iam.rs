@@ -27,6 +27,9 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
         read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
         read.push(obj(layout::INSTALLED_RELEASES));
+        // The addon installer's lease (src/node/kube_aws_node/lease.py), read
+        // only once it exists (it is created with If-None-Match first).
+        read.push(obj(&format!("{}addons-lease", layout::BOOTSTRAP_DIR)));
         write.push(obj(&format!("{}*", layout::BOOTSTRAP_DIR)));
         write.push(obj(&format!("{}*", layout::STATUS_DIR)));
     }
@@ -90,15 +93,21 @@ pub(super) fn lock_statements(ctx: &Ctx) -> Vec<Value> {
     ]
 }
 
-/// The addon reconciler reads exactly the plan pointer, and asks its own
-/// stack whether a wait condition still waits before signalling it.
+/// The addon reconciler reads exactly the plan pointer, lists exactly the
+/// installed record's key (so that a missing record is a 404-like empty
+/// listing, never a 403 taken for "nothing installed"), and asks its own
+/// stack whether it is in progress and whether a wait condition still waits
+/// before signalling it.
 pub(super) fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
     let name = super::super::cloudconfig::plan_parameter_name(ctx);
     vec![
         json!({"Sid": "ReadAddonPlanPointer", "Effect": "Allow", "Action": ["ssm:GetParameter"],
             "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{name}")}}),
+        json!({"Sid": "ListInstalledRecord", "Effect": "Allow", "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
+            "Condition": {"StringEquals": {"s3:prefix": [format!("{}/{}", ctx.key_prefix, layout::INSTALLED_RELEASES)]}}}),
         json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
-            "Action": ["cloudformation:DescribeStackResource"],
+            "Action": ["cloudformation:DescribeStackResource", "cloudformation:DescribeStacks"],
             "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
     ]
 }

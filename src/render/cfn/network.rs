@@ -204,9 +204,27 @@ pub(super) fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String
         "ApiTargetGroup".into(),
         // Without client IP preservation a controller reaching the API through
         // the NLB may land on itself (hairpin) and still get an answer.
+        //
+        // The health check asks the apiserver itself, not its port: HTTPS GET
+        // /readyz on 6443, healthy on 200 only. A TCP check passes while the
+        // apiserver cannot reach etcd and while it drains on shutdown, when
+        // /readyz answers 500 (Kubernetes docs, "Kubernetes API health
+        // endpoints"). /readyz is readable without credentials: the default
+        // ClusterRole system:public-info-viewer grants `get` on /healthz,
+        // /livez, /readyz and /version to system:unauthenticated (Kubernetes
+        // docs, "Using RBAC Authorization", Discovery roles; bootstrappolicy
+        // policy.go), and kube-apiserver keeps --anonymous-auth on by default.
+        // NLB health checks do not verify the certificate, so the cluster CA
+        // needs no trust there; for an HTTPS check an NLB accepts a matcher of
+        // HTTP codes 200-599, an interval of 10 or 30 s and a timeout of 2-120 s
+        // (Elastic Load Balancing, "Health checks for Network Load Balancer
+        // target groups").
         json!({"Type": "AWS::ElasticLoadBalancingV2::TargetGroup", "Properties": {
             "Protocol": "TCP", "Port": 6443, "VpcId": vpc, "TargetType": "instance",
-            "HealthCheckProtocol": "TCP",
+            "HealthCheckProtocol": "HTTPS", "HealthCheckPort": "6443", "HealthCheckPath": "/readyz",
+            "Matcher": {"HttpCode": "200"},
+            "HealthCheckIntervalSeconds": 10, "HealthCheckTimeoutSeconds": 6,
+            "HealthyThresholdCount": 2, "UnhealthyThresholdCount": 2,
             "TargetGroupAttributes": [{"Key": "preserve_client_ip.enabled", "Value": "false"}]}}),
     );
     r.insert(

@@ -31,7 +31,8 @@ fn autoscaled(min: Option<u32>, max: Option<u32>) -> NodeHooks {
 
 #[test]
 fn plugin_bounds_reach_the_group_and_leave_its_size_alone() {
-    // The example's `general` pool: minSize 2, maxSize 4, the autoscaler 2..10.
+    // A plugin bound replaces the pool's own (the resolver refuses one that
+    // widens it: src/plugin/checks.rs check_pool_bounds; pool_bounds only sizes).
     let general = pool("{name: general, minSize: 2, maxSize: 4}");
     let b = pool_bounds(&general, &autoscaled(Some(2), Some(10)));
     assert_eq!((b.min, b.max, b.desired), (2, 10, None));

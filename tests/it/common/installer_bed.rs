@@ -39,8 +39,9 @@ pub const BUCKET: &str = "kube-aws-testbed";
 pub const PREFIX: &str = "clusters/testbed";
 
 /// In front of the real aws CLI (moto): records every call; answers
-/// `cloudformation describe-stack-resource` (CREATE_IN_PROGRESS until
-/// signalled, then CREATE_COMPLETE) and records `signal-resource`.
+/// `cloudformation describe-stacks` (UPDATE_IN_PROGRESS) and
+/// `describe-stack-resource` (CREATE_IN_PROGRESS until signalled, then
+/// CREATE_COMPLETE) and records `signal-resource`.
 const AWS_WRAPPER: &str = r#"#!/bin/bash
 echo "aws $*" >>"$FAKE_LOG"
 args=("$@")
@@ -55,6 +56,9 @@ done
 if $is_cfn; then
   mkdir -p "$FAKE_STATE/wc"
   case "$op" in
+    describe-stacks)
+      echo '{"Stacks": [{"StackStatus": "UPDATE_IN_PROGRESS"}]}'
+      exit 0 ;;
     describe-stack-resource)
       state=CREATE_IN_PROGRESS
       [ -e "$FAKE_STATE/wc/$wc" ] && state=CREATE_COMPLETE
@@ -91,6 +95,8 @@ pub struct Bed {
     pub plan: Value,
     /// The controller's cloud-config, as the latest publish rendered it.
     cloud_config: String,
+    /// The moto KMS key the secret bundle is encrypted with.
+    kms_key: String,
 }
 
 impl Bed {
@@ -120,6 +126,7 @@ impl Bed {
             .status()
             .unwrap();
         assert!(st.success());
+        let kms_key = env.create_kms_key();
         Bed {
             dir,
             env,
@@ -127,6 +134,7 @@ impl Bed {
             releases: Vec::new(),
             plan: Value::Null,
             cloud_config: String::new(),
+            kms_key,
         }
     }
 
@@ -242,18 +250,16 @@ impl Bed {
             node.join("etc/kube-aws/runtime.json"),
             serde_json::json!({
                 "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
-                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef",
+                "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef", "cluster": "testbed",
+                "secretBundleParameter": "/kube-aws/testbed/secret-bundle/controller",
             })
             .to_string(),
         )
         .unwrap();
-        // What `kube-aws-node secrets` leaves: each plugin secret the bundle's
-        // files reference, decrypted (here: a stand-in value, `secret_value`).
-        let store = node.join("run/kube-aws/secrets");
-        std::fs::create_dir_all(&store).unwrap();
-        for r in self.secret_references() {
-            std::fs::write(store.join(&r), secret_value(&r)).unwrap();
-        }
+        // The secret bundle in moto's S3, each plugin secret the controller's
+        // node.json names KMS-encrypted (a stand-in value, `secret_value`):
+        // the reconciler decrypts them with moto's KMS before it runs.
+        self.publish_secret_bundle(&node);
         let log = self.path("calls.log");
         std::fs::write(&log, "").unwrap();
         let mut cmd = Command::new("python3");
@@ -267,6 +273,9 @@ impl Bed {
         );
         let out = cmd
             .env("PATH", path)
+            // A pyenv shim puts its version's bin directory (with an `aws`)
+            // before the wrapper on PATH: the system python has none.
+            .env("PYENV_VERSION", "system")
             .env("REAL_AWS", super::tool("aws"))
             .env("FAKE_LOG", &log)
             .env("FAKE_STATE", self.path("state"))
@@ -282,6 +291,45 @@ impl Bed {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             calls: std::fs::read_to_string(&log).unwrap(),
         }
+    }
+
+    fn publish_secret_bundle(&self, node: &Path) {
+        let node_json: Value =
+            serde_json::from_slice(&std::fs::read(node.join("etc/kube-aws/node.json")).unwrap()).unwrap();
+        let mut secrets = serde_json::Map::new();
+        for n in node_json["secrets"]["names"].as_array().into_iter().flatten() {
+            let n = n.as_str().unwrap();
+            if n.starts_with("kube-aws-secret.") {
+                let ct = self
+                    .env
+                    .encrypt_entry("us-west-2", &self.kms_key, "testbed", n, secret_value(n).as_bytes());
+                secrets.insert(n.into(), ct.into());
+            }
+        }
+        let doc = serde_json::json!({"encryptionContext": {"kube-aws:cluster": "testbed"}, "secrets": secrets});
+        let text = doc.to_string();
+        let file = self.path("secret-bundle.json");
+        std::fs::write(&file, &text).unwrap();
+        // Content-addressed, named by the stack's pointer, as `up` publishes it.
+        let key = format!("secrets/{}/bundle.json", sha(text.as_bytes()));
+        self.env.aws(&[
+            "s3",
+            "cp",
+            "--only-show-errors",
+            &file.display().to_string(),
+            &format!("s3://{BUCKET}/{PREFIX}/{key}"),
+        ]);
+        self.env.aws(&[
+            "ssm",
+            "put-parameter",
+            "--overwrite",
+            "--type",
+            "String",
+            "--name",
+            "/kube-aws/testbed/secret-bundle/controller",
+            "--value",
+            &key,
+        ]);
     }
 
     /// The plugin secret references (`kube-aws-secret.…`) in the files the
@@ -303,6 +351,19 @@ impl Bed {
         refs.sort();
         refs.dedup();
         refs
+    }
+
+    /// An object under the cluster's prefix in moto's S3, as JSON.
+    pub fn object(&self, key: &str) -> Value {
+        let out = self.path("object.json");
+        self.env.aws(&[
+            "s3",
+            "cp",
+            "--only-show-errors",
+            &format!("s3://{BUCKET}/{PREFIX}/{key}"),
+            &out.display().to_string(),
+        ]);
+        serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
     }
 
     /// A status object the reconciler wrote to moto's S3.

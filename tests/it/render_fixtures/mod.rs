@@ -153,6 +153,7 @@ pub fn all_hooks() -> ResolvedPlugins {
         NodeHooks {
             asg_min_size: None,
             asg_max_size: None,
+            asg_size_plugin: None,
             kubelet_flags: [("max-pods".to_string(), "58".to_string())].into(),
             iam_statements: vec![statement(
                 "cluster-autoscaler",
@@ -179,6 +180,7 @@ pub fn all_hooks() -> ResolvedPlugins {
         NodeHooks {
             asg_min_size: None,
             asg_max_size: None,
+            asg_size_plugin: None,
             kubelet_flags: [("max-pods".to_string(), "29".to_string())].into(),
             iam_statements: vec![],
             files: vec![],
@@ -262,6 +264,7 @@ pub fn all_hooks() -> ResolvedPlugins {
         controller: NodeHooks {
             asg_min_size: None,
             asg_max_size: None,
+            asg_size_plugin: None,
             kubelet_flags: [("max-pods".to_string(), "110".to_string())].into(),
             iam_statements: vec![statement(
                 "dex",
@@ -300,6 +303,7 @@ pub fn all_hooks() -> ResolvedPlugins {
                 "Action": ["autoscaling:SetDesiredCapacity"], "Resource": "*",
                 "Condition": {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/full": "owned"}}})],
         }],
+        vpc_cni_prefix_delegation: false,
     }
 }
 
