@@ -84,3 +84,19 @@ class Aws(object):
             final=lambda e: isinstance(e, AwsError) and e.final(),
             sleep=self.sleep,
         )
+
+
+def listed_object(aws, bucket, key, attempts=None):
+    """The entry (Key, LastModified, ETag, ...) S3 lists at exactly `key`, or
+    None when there is no such object. A listing, not HeadObject or
+    GetObject: S3 answers those with 403, not 404, for a missing key unless
+    the caller may list the bucket (S3 API reference, HeadObject,
+    "Permissions"), so "missing" and "denied" could not be told apart; a
+    listing under a prefix-conditioned s3:ListBucket tells them apart with
+    one permission. Raises AwsError."""
+    out = aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", key, "--max-keys", "1"],
+              attempts=attempts)
+    for o in (out or {}).get("Contents") or []:
+        if isinstance(o, dict) and o.get("Key") == key:
+            return o
+    return None

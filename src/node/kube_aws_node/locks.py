@@ -12,7 +12,7 @@ import os
 import tempfile
 import time
 
-from .awscall import AwsError
+from .awscall import AwsError, listed_object
 
 HELD = ("PreconditionFailed", "ConditionalRequestConflict")
 
@@ -42,22 +42,14 @@ def release(aws, bucket, key):
 
 
 def age_seconds(aws, bucket, key, now):
-    """How old the lock object is, or None when it is gone.
-
-    A listing of exactly the key, not HeadObject: S3 answers HeadObject on a
-    missing key with 403, not 404, unless the caller may list the bucket (S3
-    API reference, HeadObject, "Permissions"), and whether a prefix-conditioned
-    s3:ListBucket counts for that is not documented. A listing under the
-    granted prefix tells both "gone" and "how old" with one permission."""
+    """How old the lock object is, or None when it is gone (awscall.listed_object)."""
     try:
-        out = aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", key, "--max-keys", "1"],
-                  attempts=1)
+        found = listed_object(aws, bucket, key, attempts=1)
     except AwsError as e:
         raise LockError("cannot read the lock s3://%s/%s: %s" % (bucket, key, e))
-    found = [o for o in (out or {}).get("Contents") or [] if o.get("Key") == key]
-    if not found:
+    if found is None:
         return None
-    stamp = found[0].get("LastModified", "")
+    stamp = found.get("LastModified", "")
     at = parse_time(stamp)
     if at is None:
         raise LockError("the lock s3://%s/%s has no readable LastModified (%r)" % (bucket, key, stamp))

@@ -61,7 +61,7 @@ import threading
 import time
 
 from . import bundle, cfn, jsonio, lease, paths, schedule, secrets
-from .awscall import Aws, AwsError
+from .awscall import Aws, AwsError, listed_object
 from .console import Console
 from .retry import retry
 
@@ -632,17 +632,14 @@ class Reconciler(object):
 
     def load_installed(self):
         """The installed record. Only a record that is not there is taken for
-        "nothing installed": ListObjectsV2 on its exact key says so (a
-        missing key is then unambiguous, where GetObject without
-        s3:ListBucket would answer 403); any other answer raises Stop."""
+        "nothing installed" (awscall.listed_object tells "missing" from
+        "denied"); any other answer raises Stop."""
         where = self.installed_uri
         try:
-            out = self.aws(["s3api", "list-objects-v2", "--bucket", self.installed_bucket, "--prefix",
-                            self.installed_key, "--max-keys", "1"])
+            listed = listed_object(self.aws, self.installed_bucket, self.installed_key)
         except AwsError as e:
             raise Stop("cannot read the installed record %s: %s" % (where, e))
-        keys = [o.get("Key") for o in ((out or {}).get("Contents") or []) if isinstance(o, dict)]
-        if self.installed_key not in keys:
+        if listed is None:
             return Record({"releases": []}, None)
         path = os.path.join(self.work, "installed-read.json")
         try:
