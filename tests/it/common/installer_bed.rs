@@ -122,7 +122,7 @@ pub struct Bed {
     stack: Value,
     /// The controller role's session, once [`Bed::under_controller_role`]
     /// switched IAM enforcement on: the reconciler then runs as it.
-    role: Option<crate::node_iam_moto::Creds>,
+    role: Option<super::iam::Creds>,
 }
 
 impl Bed {
@@ -279,7 +279,7 @@ impl Bed {
     /// admin user for its own calls, and the reconciler gets the role's
     /// session credentials (in place of EC2's instance profile).
     pub fn under_controller_role(&mut self) {
-        use crate::node_iam_moto::{admin, assume, enforce_iam};
+        use super::iam::{admin, assume, enforce_iam};
         let (admin_creds, admin_arn) = admin(&self.env);
         let role = &self.stack["Resources"]["ControllerRole"]["Properties"];
         assert!(

@@ -368,6 +368,7 @@ pub fn validate_work_tree(yaml: &str, files: &[(&str, &str)]) -> (i32, String) {
 }
 
 pub mod charts;
+pub mod iam;
 pub mod installer_bed;
 pub mod nodebed;
 pub mod testbed;
