@@ -36,6 +36,7 @@ pub const ETCD_JSON: &str = "/etc/kube-aws/etcd.json";
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
+const LOGIND_CONF: &str = include_str!("templates/logind-kube-aws.conf");
 
 /// Where the addon plan and values live on the controller.
 pub const NODE_ADDON_DIR: &str = "/etc/kube-aws/addons";
@@ -243,11 +244,22 @@ fn node_registration(ctx: &Ctx, spec: &NodeSpec, kubelet: &BTreeMap<String, Stri
 /// controllers) instead of signing one themselves, so metrics-server and
 /// `kubectl logs` can verify it
 /// (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
+///
+/// Graceful node shutdown is the backstop for a termination that no drainer
+/// saw (a console terminate, a spot reclaim without notice, a `poweroff`):
+/// kubelet holds a logind delay lock and, on PrepareForShutdown, terminates
+/// ordinary pods through the API within the first 40 s and critical pods
+/// (system-cluster-critical, system-node-critical) in the last 20 s
+/// (https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/).
+/// 40 s covers the default terminationGracePeriodSeconds (30 s); logind's
+/// limit is raised above the total by a node file (templates/logind-kube-aws.conf).
 fn kubelet_configuration() -> Value {
     json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "serverTLSBootstrap": true,
+        "shutdownGracePeriod": "60s",
+        "shutdownGracePeriodCriticalPods": "20s",
     })
 }
 
@@ -379,6 +391,7 @@ fn render_node(
         (KUBEADM_JSON, "0600", kubeadm),
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
+        ("/etc/systemd/logind.conf.d/50-kube-aws.conf", "0644", LOGIND_CONF.into()),
         (
             "/etc/udev/rules.d/99-vpc-policy-routes.rules",
             "0644",
