@@ -169,11 +169,11 @@ pub async fn follow_published(
     stack_id: &str,
     operation: Operation,
     published: &Published,
-    timeout: Duration,
+    timeout: Option<Duration>,
     view: &mut dyn ProgressSink,
 ) -> Result<String, AwsError> {
     let (location, addons) = (&published.location, &published.addons);
-    follow(clients, stack_id, operation, location, addons, Some(timeout), view).await?;
+    follow(clients, stack_id, operation, location, addons, timeout, view).await?;
     let reports = watch::read_addon_reports(clients, location, addons).await?;
     Ok(super::wait::addons_summary(addons, &reports))
 }

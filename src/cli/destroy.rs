@@ -61,7 +61,7 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
                 Operation::Delete,
                 &location,
                 &[],
-                Some(args.wait.timeout),
+                args.wait.timeout,
                 &mut ProgressView::for_stderr(),
             )
             .await?;
