@@ -10,7 +10,10 @@
 //!    opened for a blocking read (the open is `O_NONBLOCK`, and the opened
 //!    handle is checked again);
 //! 2. the path, symlinks resolved, stays inside the given root (the work tree,
-//!    or the plugin or chart directory);
+//!    or the plugin or chart directory); a directory used as a root is itself
+//!    checked by the same rule against the work tree ([`check_dir_inside`]),
+//!    so a symlinked plugin or chart directory cannot lead out of the tree
+//!    (the built-in layer is embedded in the binary, never read from disk);
 //! 3. the size is capped before reading: at most `limit + 1` bytes are read;
 //! 4. text is UTF-8 without NUL bytes; otherwise the error names the first bad
 //!    byte as `file:line:col` (and a UTF-16 or UTF-32 byte-order mark by name).
@@ -138,8 +141,30 @@ pub fn read_text(root: &Path, rel: &Path, display: &Path, limit: &Limit) -> Resu
 }
 
 /// Checks that `path`, symlinks resolved, lies inside `root` (also resolved).
-/// The one rule for "a symlink must not lead out of the tree".
+/// The one rule for "a symlink must not lead out of the tree", for files and
+/// (through [`check_dir_inside`]) for the directories files are read from.
 pub fn check_inside(root: &Path, path: &Path) -> Result<(), String> {
+    resolve_inside(
+        root,
+        path,
+        "a symlink must not lead out of it; copy the file in instead",
+    )
+}
+
+/// [`check_inside`] for a directory kube-aws reads files from (a plugin
+/// directory, `plugins/`, a local chart directory): `dir`, symlinks
+/// resolved, lies inside the work tree `root`. `display` names the
+/// directory in the error.
+pub fn check_dir_inside(root: &Path, dir: &Path, display: &Path) -> Result<(), Located> {
+    resolve_inside(
+        root,
+        dir,
+        "a symlinked directory must not lead out of it; copy the directory in instead",
+    )
+    .map_err(|why| Located::new(display, TOP, "", format!("the directory {why}")))
+}
+
+fn resolve_inside(root: &Path, path: &Path, fix: &str) -> Result<(), String> {
     let real_root = root
         .canonicalize()
         .map_err(|e| format!("cannot resolve {}: {e}", root.display()))?;
@@ -150,7 +175,7 @@ pub fn check_inside(root: &Path, path: &Path) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "resolves to {}, outside {} (a symlink must not lead out of it; copy the file in instead)",
+            "resolves to {}, outside {} ({fix})",
             real.display(),
             root.display()
         ))

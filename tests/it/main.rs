@@ -26,6 +26,7 @@ mod example;
 mod exposure;
 mod fuzz_corpus;
 mod hooks_moto;
+mod hostile_dirs;
 mod hostile_io;
 mod hostile_parsers;
 mod installer;
