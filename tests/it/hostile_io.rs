@@ -107,12 +107,17 @@ fn output_dir_that_holds_user_files_is_refused_and_nothing_is_deleted() {
     assert!(!tmp.path().join("out/stale.txt").exists());
     assert!(tree.join("cluster.yaml").is_file());
 
-    // Output of a render from before the marker (only the layout's directories) is replaced too.
+    // A directory holding only directories named like the layout's (addons/,
+    // manifests/, stacks/, userdata/) but no marker is the user's: refused,
+    // nothing deleted (issue 30 item 3; it was replaced as "legacy output").
     std::fs::create_dir_all(tmp.path().join("legacy/stacks")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("legacy/addons")).unwrap();
     std::fs::write(tmp.path().join("legacy/stacks/old.json"), "{}").unwrap();
     let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", "legacy"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(!tmp.path().join("legacy/stacks/old.json").exists());
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("holds no"), "{stderr}");
+    assert!(tmp.path().join("legacy/stacks/old.json").is_file());
+    insta::assert_snapshot!("output_dir_unmarked_layout_dirs", redact(&stderr, tmp.path()));
 }
 
 fn rendered_input(text: &str) -> render::Rendered {
