@@ -28,6 +28,7 @@ mod fuzz_corpus;
 mod hooks_moto;
 mod hostile_dirs;
 mod hostile_io;
+mod hostile_lock;
 mod hostile_parsers;
 mod installer;
 mod installer_testbed;
