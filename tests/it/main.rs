@@ -27,6 +27,7 @@ mod exposure;
 mod fuzz_corpus;
 mod hooks_moto;
 mod hostile_dirs;
+mod hostile_inputs;
 mod hostile_io;
 mod hostile_lock;
 mod hostile_parsers;
