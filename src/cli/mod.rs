@@ -3,6 +3,7 @@
 
 mod backups;
 mod charts;
+mod completions;
 mod confirm;
 mod deploy_args;
 mod destroy;
@@ -130,6 +131,8 @@ pub enum Command {
     Kubeconfig(kubeconfig::KubeconfigArgs),
     /// List the etcd snapshots in S3 (key, size, time) and the last backup run
     Backups(backups::BackupsArgs),
+    /// Print a shell completion script (bash, zsh or fish), plugin commands included
+    Completions(completions::CompletionsArgs),
     /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -219,6 +222,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
         Command::Backups(args) => backups::run(&cli.global, args),
+        Command::Completions(args) => completions::run(&cli.global, args),
         Command::External(argv) => external(&cli.global, argv),
     }
 }

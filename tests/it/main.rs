@@ -20,6 +20,7 @@ mod chart_helm;
 mod chart_index;
 mod chart_oci;
 mod cli;
+mod cli_completions;
 mod deploy_moto;
 mod docs;
 mod example;
