@@ -41,11 +41,31 @@ pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The lock file, inside the work tree.
 pub const LOCK_FILE: &str = ".kube-aws.lock";
 
-/// The work tree's lock, held until dropped (closing the file releases the
-/// `flock`, also when the process dies).
+/// The work tree's lock, held until dropped: the drop removes the lock file
+/// while still holding it, then closes it (closing releases the `flock`, also
+/// when the process dies and leaves the file behind).
 #[derive(Debug)]
 pub struct WorkTreeLock {
-    _file: std::fs::File,
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Drop for WorkTreeLock {
+    fn drop(&mut self) {
+        // Only our own file: a waiter that finds the path gone or replaced
+        // opens it anew (see `lock_work_tree`), so two never hold it at once.
+        if same_file(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// Why the work tree's lock was not taken.
@@ -72,9 +92,10 @@ pub enum TreeLockError {
 ///
 /// Ok(None) when the lock cannot be taken for a reason that is not another
 /// holder (a read-only work tree, a file system without `flock`): the caller
-/// goes on unlocked, as git does without its index lock on a read-only tree.
-/// The lock file must be a regular file, not a symlink (`O_NOFOLLOW`), so a
-/// hostile work tree cannot point it at a FIFO or a device.
+/// goes on unlocked. The lock file must be a regular file, not a symlink
+/// (`O_NOFOLLOW`), so a hostile work tree cannot point it at a FIFO or a
+/// device. The holder removes the file when done; a lock taken on a file
+/// that was meanwhile removed or replaced is retaken on the new one.
 pub fn lock_work_tree(
     dir: &Path,
     command: &str,
@@ -91,43 +112,49 @@ pub fn lock_work_tree(
     if !dir.is_dir() {
         return Ok(None);
     }
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(refused("it is a symlink (remove it: kube-aws creates it)".into()))
-        }
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
-            ) =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(refused(e.to_string())),
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(refused(
-            "it is not a regular file (remove it: kube-aws creates it)".into(),
-        ));
-    }
     let start = Instant::now();
     let mut told = false;
     loop {
-        // SAFETY: `file` is an open descriptor for the whole call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            break;
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(refused("it is a symlink (remove it: kube-aws creates it)".into()))
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(refused(e.to_string())),
+        };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(refused(
+                "it is not a regular file (remove it: kube-aws creates it)".into(),
+            ));
         }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        // SAFETY: `file` is an open descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            if !same_file(&file, &path) {
+                continue; // the holder removed it as we opened it: take the new one
+            }
+            let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            let line = format!("pid {} ({command}), since {since}\n", std::process::id());
+            // The holder line is for the next waiter's message only; failing to write it is not fatal.
+            let _ = file.set_len(0).and_then(|()| file.write_all_at(line.as_bytes(), 0));
+            return Ok(Some(WorkTreeLock { file, path }));
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK) {
             // ENOLCK, EINVAL: no flock on this file system.
             return Ok(None);
         }
@@ -150,13 +177,9 @@ pub fn lock_work_tree(
             waiting(&holder);
             told = true;
         }
+        drop(file);
         std::thread::sleep(Duration::from_millis(100).min(timeout.saturating_sub(start.elapsed())));
     }
-    let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-    let line = format!("pid {} ({command}), since {since}\n", std::process::id());
-    // The holder line is for the next waiter's message only; failing to write it is not fatal.
-    let _ = file.set_len(0).and_then(|()| file.write_all_at(line.as_bytes(), 0));
-    Ok(Some(WorkTreeLock { _file: file }))
 }
 
 #[cfg(test)]
@@ -178,6 +201,7 @@ mod tests {
         assert!(seen.starts_with(&me), "{seen}");
         assert!(err.to_string().contains(&me), "{err}");
         drop(held);
+        assert!(!dir.path().join(LOCK_FILE).exists(), "the holder removes the file");
         assert!(lock_work_tree(dir.path(), "kube-aws render", Duration::ZERO, |_| {})
             .unwrap()
             .is_some());

@@ -51,12 +51,10 @@ pub(crate) fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
     (out.status.code().unwrap_or(-1), stderr, elapsed)
 }
 
-/// Every file under `dir`, relative, with its bytes (but the work tree's
-/// lock file, which every render creates).
+/// Every file under `dir`, relative, with its bytes.
 pub(crate) fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     common::files_under(dir)
         .into_iter()
-        .filter(|p| !p.ends_with(".kube-aws.lock"))
         .map(|p| {
             let rel = p.strip_prefix(dir).unwrap().display().to_string();
             let bytes = std::fs::read(&p).unwrap_or_default();

@@ -92,6 +92,10 @@ fn four_renders_at_once_leave_one_complete_render() {
             .filter(|n| n.starts_with(".rendered."))
             .collect();
         assert!(leftovers.is_empty(), "round {round}: {leftovers:?}");
+        assert!(
+            !dir.join(".kube-aws.lock").exists(),
+            "round {round}: the lock file stayed"
+        );
     }
 }
 
@@ -147,4 +151,5 @@ fn a_held_lock_makes_render_wait_then_give_up_naming_the_holder() {
     assert!(stderr.contains("waiting for"), "{stderr}");
     assert!(stderr.contains(&format!("pid {pid} (kube-aws up)")), "{stderr}");
     assert!(dir.join("rendered/.kube-aws-rendered").is_file());
+    assert!(!dir.join(".kube-aws.lock").exists(), "the lock file stayed");
 }
