@@ -532,7 +532,10 @@ async fn resolve_release(
         ChartSource::Path(p) => {
             let full = dir.join(p);
             let (files, digest) = if full.is_dir() {
-                (read_chart_dir(&full).map_err(|e| resolve_err(r, e.to_string()))?, None)
+                (
+                    read_chart_dir(dir, Path::new(p)).map_err(|e| resolve_err(r, e.to_string()))?,
+                    None,
+                )
             } else {
                 let bytes = crate::reader::read_bytes(dir, Path::new(p), Path::new(p), &crate::reader::ARCHIVE_LIMIT)
                     .map_err(|e| resolve_err(r, format!("cannot read chart: {e}")))?;

@@ -31,6 +31,7 @@ pub struct UpdateArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
+    let _lock = super::lock_work_tree(global, "update")?;
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);

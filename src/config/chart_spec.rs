@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::model::ChartSpec;
 use super::resolve::{default_chart_name, ChartSource, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
-use super::rules::{check_version_constraint, name_problem, oci_reference_problem};
+use super::rules::{chart_name_problem, check_version_constraint, name_problem, oci_reference_problem};
 
 /// One thing wrong with a chart entry: the key under the entry (empty for
 /// the entry itself, e.g. `repo`) and the message.
@@ -90,6 +90,9 @@ pub fn chart_release(
             Ok(p) => sources.push(ChartSource::Path(p)),
             Err(why) => problem("path", why),
         }
+    }
+    if let Some(why) = spec.chart.as_deref().and_then(chart_name_problem) {
+        problem("chart", why);
     }
     if let Some(v) = &spec.version {
         if let Err(why) = check_version_constraint(v) {

@@ -10,8 +10,9 @@ use super::graph::{GraphProblem, ReleaseGraph};
 use super::model::{is_arm64, AmiSetting, ChartSpec, ClusterConfig};
 use super::resolve::{Origin, Release};
 use super::rules::{
-    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, is_ami_id, is_region,
-    name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID, VPC_ID,
+    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, instance_type_problem,
+    is_ami_id, is_region, name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID,
+    VPC_ID,
 };
 use crate::located::{Located, SourceMap};
 
@@ -323,6 +324,9 @@ impl Validator<'_> {
         if cfg.controller.max_pods == Some(0) {
             self.err("controller.maxPods", "0 pods leaves the node useless (use 1 or more)");
         }
+        if let Some(why) = instance_type_problem(&cfg.controller.instance_type) {
+            self.err("controller.instanceType", why);
+        }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
             let base = format!("worker.nodePools[{i}]");
@@ -348,6 +352,9 @@ impl Validator<'_> {
                 (None, Some(_), None) => self.err(&format!("{base}.minSize"), "minSize needs maxSize"),
                 (None, None, Some(_)) => self.err(&format!("{base}.maxSize"), "maxSize needs minSize"),
                 _ => {}
+            }
+            if let Some(why) = instance_type_problem(&pool.instance_type) {
+                self.err(&format!("{base}.instanceType"), why);
             }
             if pool.root_volume_size < 8 {
                 self.err(
