@@ -11,6 +11,7 @@ pub mod ami;
 pub mod backups;
 pub mod config;
 pub mod deploy;
+pub mod destroy;
 pub mod error;
 pub mod issuer;
 pub mod kubeconfig;
@@ -18,6 +19,7 @@ pub mod nodes;
 pub mod publish;
 pub mod secrets;
 pub mod stack;
+pub mod sweep;
 pub mod wait;
 pub mod watch;
 
