@@ -9,6 +9,8 @@
 use std::time::Duration;
 
 use super::deploy::{self, ProgressSink};
+use super::destroy_api::{cleanup, ApiCleanup, ApiOptions};
+use super::kubeconfig::{mint, MintRequest};
 use super::publish::Location;
 use super::stack::{delete_stack, describe_stack};
 use super::sweep::calls::{sweep, SweepOptions};
@@ -26,6 +28,8 @@ pub struct DestroyPlan<'a> {
     pub wait: bool,
     pub timeout: Duration,
     pub sweep: SweepOptions,
+    /// Delete LoadBalancer Services and PVCs through the API first (None: skip).
+    pub api: Option<ApiOptions>,
 }
 
 /// What happened.
@@ -46,11 +50,48 @@ pub fn report_lines(report: &Report) -> Vec<String> {
         .collect();
     out.extend(
         report
+            .kept
+            .iter()
+            .map(|f| format!("kept {} (--keep-volumes)", f.describe())),
+    );
+    out.extend(
+        report
             .left
             .iter()
             .map(|(f, why)| format!("could not remove {}: {why}", f.describe())),
     );
     out
+}
+
+/// The API part, best effort: a cluster whose API cannot be reached (no
+/// endpoint output, credentials refused, not answering) is still swept.
+async fn api_cleanup(clients: &Clients, cfg: &ClusterConfig, opts: ApiOptions, note: &mut dyn FnMut(String)) {
+    let req = MintRequest {
+        user: crate::pki::DEFAULT_USER.into(),
+        group: Some(crate::pki::DEFAULT_GROUP.into()),
+        ttl: Duration::from_secs(3600),
+        context: None,
+    };
+    let entry = match mint(clients, cfg, &req).await {
+        Ok(m) => m.entry,
+        Err(e) => {
+            note(format!(
+                "not deleting load balancer Services and volumes through the API ({e}); the sweep cleans what it can"
+            ));
+            return;
+        }
+    };
+    match cleanup(&entry, opts, note).await {
+        Ok(ApiCleanup::Unreachable(why)) => note(format!(
+            "the API server does not answer ({why}); the sweep cleans what it can"
+        )),
+        Ok(ApiCleanup::Done { left, .. }) if !left.is_empty() => note(format!(
+            "still there after the wait (the sweep takes what is tagged): {}",
+            left.join(", ")
+        )),
+        Ok(ApiCleanup::Done { .. }) => {}
+        Err(e) => note(format!("{e}; the sweep cleans what it can")),
+    }
 }
 
 async fn follow_delete(
@@ -83,6 +124,9 @@ pub async fn destroy(
     let name = &plan.cfg.cluster_name;
     let mut out = Destroyed::default();
     let stack = describe_stack(clients, name).await?;
+    if let (Some(_), Some(opts)) = (&stack, plan.api) {
+        api_cleanup(clients, plan.cfg, opts, note).await;
+    }
     if let Some(s) = &stack {
         delete_stack(clients, &s.stack_id).await?;
         out.stack_deleted = true;

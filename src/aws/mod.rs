@@ -12,6 +12,7 @@ pub mod backups;
 pub mod config;
 pub mod deploy;
 pub mod destroy;
+pub mod destroy_api;
 pub mod error;
 pub mod issuer;
 pub mod kubeconfig;

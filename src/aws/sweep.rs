@@ -34,6 +34,7 @@ pub mod calls {
     pub struct SweepOptions {
         pub deadline: std::time::Duration,
         pub pause: std::time::Duration,
+        pub keep_volumes: bool,
     }
 
     pub async fn sweep(_: &Clients, _: &str, _: Option<&str>, _: SweepOptions) -> Result<Report, AwsError> {
@@ -169,6 +170,8 @@ pub enum Attempt {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     pub removed: Vec<Found>,
+    /// Owned, but kept on request (`--keep-volumes`).
+    pub kept: Vec<Found>,
     pub left: Vec<(Found, String)>,
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::aws::deploy;
 use crate::aws::destroy::{destroy, incomplete, DestroyPlan};
+use crate::aws::destroy_api::ApiOptions;
 use crate::aws::publish::Location;
 use crate::aws::stack::describe_stack;
 use crate::aws::sweep::calls::SweepOptions;
@@ -32,9 +33,14 @@ pub struct DestroyArgs {
     /// Also delete the published objects under s3URI/<cluster>/ (kept by default)
     #[arg(long)]
     pub purge: bool,
-    /// With --wait: how long the sweep of what the cluster left (load
-    /// balancers, volumes, ENIs, security groups, DNS records tagged with it)
-    /// keeps retrying what another deletion may free
+    /// Keep the volumes of PersistentVolumeClaims: delete no claim through the
+    /// API, and leave the EBS volumes tagged with the cluster (reported as kept)
+    #[arg(long)]
+    pub keep_volumes: bool,
+    /// How long destroy waits for what the cluster made in AWS to go: the
+    /// load balancers and volumes of the Services and claims it deletes
+    /// first, and (with --wait) the sweep's retries of what another deletion
+    /// may free
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub sweep_timeout: Duration,
 }
@@ -79,7 +85,13 @@ pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
             sweep: SweepOptions {
                 deadline: args.sweep_timeout,
                 pause: Duration::from_secs(10).min(args.sweep_timeout),
+                keep_volumes: args.keep_volumes,
             },
+            api: Some(ApiOptions {
+                keep_volumes: args.keep_volumes,
+                wait: args.sweep_timeout,
+                poll: Duration::from_secs(5).min(args.sweep_timeout),
+            }),
         };
         let done = destroy(&clients, &plan, &mut ProgressView::for_stderr(), &mut |l| {
             println!("{l}")

@@ -21,6 +21,7 @@ mod chart_index;
 mod chart_oci;
 mod cli;
 mod deploy_moto;
+mod destroy_api_testbed;
 mod destroy_sweep_moto;
 mod docs;
 mod example;

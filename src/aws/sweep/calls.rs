@@ -19,6 +19,8 @@ use crate::aws::{error_code, error_message, sdk_error, AwsError, Clients};
 pub struct SweepOptions {
     pub deadline: Duration,
     pub pause: Duration,
+    /// `--keep-volumes`: volumes are reported as kept, not deleted.
+    pub keep_volumes: bool,
 }
 
 /// What the listing found, with the record sets kept for their deletion.
@@ -359,7 +361,11 @@ pub async fn sweep(
     let Listing { found, records } = list(clients, cluster, dns_zone).await?;
     let start = Instant::now();
     let mut report = Report::default();
-    let mut todo = found;
+    let (kept, todo): (Vec<Found>, Vec<Found>) = found
+        .into_iter()
+        .partition(|f| opts.keep_volumes && f.kind == Kind::Volume);
+    report.kept = kept;
+    let mut todo = todo;
     loop {
         let mut left = Vec::new();
         let mut codes = Vec::new();
