@@ -18,6 +18,7 @@ pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod retention;
 pub mod secrets;
 pub mod stack;
 pub mod sweep;

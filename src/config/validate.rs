@@ -399,10 +399,22 @@ impl Validator<'_> {
             ),
             Ok(_) => {}
         }
-        if !(1..=1000).contains(&b.retention) {
+        if !(1..=365).contains(&b.retention.hourly_days) {
             self.err(
-                "etcd.backup.retention",
-                format!("{} snapshots: keep between 1 and 1000", b.retention),
+                "etcd.backup.retention.hourlyDays",
+                format!(
+                    "{} days: keep hourly snapshots between 1 and 365 days",
+                    b.retention.hourly_days
+                ),
+            );
+        }
+        if !(1..=3650).contains(&b.retention.daily_days) {
+            self.err(
+                "etcd.backup.retention.dailyDays",
+                format!(
+                    "{} days: keep daily snapshots between 1 and 3650 days",
+                    b.retention.daily_days
+                ),
             );
         }
         let check = |v: &mut Self, path: &str, id: &str| {
