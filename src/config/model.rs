@@ -278,13 +278,32 @@ pub struct AmiPerArchitecture {
 }
 
 /// etcd on the controllers.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Etcd {
     /// Snapshots of etcd to `s3URI/<clusterName>/etcd/`, written by the etcd
     /// leader, SSE-KMS with kmsKeyARN.
     #[serde(default)]
     pub backup: EtcdBackup,
+    /// etcd's `--quota-backend-bytes`: past it etcd raises NOSPACE and takes
+    /// only reads and deletes (default 8 GiB, etcd's suggested maximum;
+    /// 256 MiB to 64 GiB). Set at `kubeadm init` (restore included): members
+    /// of a running cluster keep the quota they started with.
+    #[serde(default = "default_quota_backend_bytes")]
+    pub quota_backend_bytes: u64,
+}
+
+fn default_quota_backend_bytes() -> u64 {
+    8 * 1024 * 1024 * 1024
+}
+
+impl Default for Etcd {
+    fn default() -> Self {
+        Etcd {
+            backup: EtcdBackup::default(),
+            quota_backend_bytes: default_quota_backend_bytes(),
+        }
+    }
 }
 
 /// How often etcd is snapshotted, and how many snapshots are kept.

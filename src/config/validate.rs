@@ -399,6 +399,15 @@ impl Validator<'_> {
             ),
             Ok(_) => {}
         }
+        let quota = cfg.etcd.quota_backend_bytes;
+        if !(256 * 1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&quota) {
+            self.err(
+                "etcd.quotaBackendBytes",
+                format!(
+                    "{quota} bytes is outside 256 MiB (268435456) to 64 GiB (68719476736); etcd suggests at most 8 GiB"
+                ),
+            );
+        }
         if !(1..=365).contains(&b.retention.hourly_days) {
             self.err(
                 "etcd.backup.retention.hourlyDays",

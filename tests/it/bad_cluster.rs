@@ -226,6 +226,10 @@ bad!(
     backup_interval_too_short,
     format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: {{hourlyDays: 0, dailyDays: 4000}}\n")
 );
+bad!(
+    etcd_quota_too_small,
+    format!("{BASE}etcd:\n  quotaBackendBytes: 1048576\n")
+);
 bad!(bad_ami_id, format!("{BASE}ami: ami-XYZ\n"));
 bad!(
     one_ami_for_two_architectures,

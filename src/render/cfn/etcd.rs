@@ -71,6 +71,9 @@ pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, Ren
         "bucket": ctx.bucket,
         "backupPrefix": format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix),
         "intervalSeconds": interval.as_secs(),
+        // For `etcd-maintenance` (src/node/kube_aws_node/defrag.py): the quota
+        // it reports against; etcd itself gets it through kubeadm's extraArgs.
+        "quotaBackendBytes": input.cluster.etcd.quota_backend_bytes,
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "controllerCount": input.cluster.controller.count,
         "lifecycleHook": ETCD_LIFECYCLE_HOOK,
