@@ -70,13 +70,13 @@ pub struct WaitOptions {
     pub timeout: Option<Duration>,
 }
 
-/// Publishes the artifacts.
+/// Publishes the artifacts and sets the snapshots' lifecycle rules.
 pub async fn publish_artifacts(
     clients: &Clients,
     cluster: &ClusterConfig,
     opts: &ArtifactsOptions,
 ) -> Result<Published, AwsError> {
-    publish::publish(
+    let published = publish::publish(
         clients,
         &PublishInput {
             rendered_dir: &opts.rendered_dir,
@@ -85,7 +85,10 @@ pub async fn publish_artifacts(
             secrets: &opts.secrets,
         },
     )
-    .await
+    .await?;
+    // The snapshots' retention is the bucket's (src/aws/retention.rs).
+    super::retention::apply(clients, cluster, &published.location).await?;
+    Ok(published)
 }
 
 /// `up`: publish and create the root stack. Returns the stack ID.
@@ -385,6 +388,7 @@ pub struct Purged {
 /// the bucket policy.
 pub async fn purge(clients: &Clients, cluster: &ClusterConfig, location: &Location) -> Result<Purged, AwsError> {
     let objects = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
+    super::retention::withdraw(clients, cluster, location).await?;
     super::issuer::withdraw_public_read(clients, location).await?;
     let issuer_bucket = match super::issuer::delete_issuer_bucket(clients, cluster, location).await? {
         Some(_) => crate::irsa::issuer_bucket(cluster),

@@ -132,6 +132,11 @@ pub enum AwsError {
     #[error("{0}")]
     Failed(Box<wait::Failure>),
     #[error(
+        "{} resource(s) tagged with the cluster could not be removed: {}; remove them (or what holds them) and run `kube-aws destroy --yes --wait` again",
+        left.len(), left.join("; ")
+    )]
+    SweepIncomplete { left: Vec<String> },
+    #[error(
         "gave up waiting after {waited}: still in progress: {}; the stack was left as it is: run `kube-aws status --wait` to keep following it",
         pending.join(", ")
     )]
@@ -171,7 +176,7 @@ impl AwsError {
             | AwsError::Pki(_)
             | AwsError::Irsa(_)
             | AwsError::UnknownNode { .. } => ErrorKind::WorkTree,
-            AwsError::Failed(_) => ErrorKind::DeployFailed,
+            AwsError::Failed(_) | AwsError::SweepIncomplete { .. } => ErrorKind::DeployFailed,
             AwsError::TimedOut { .. } => ErrorKind::Timeout,
             AwsError::Interrupted => ErrorKind::Interrupted,
         }

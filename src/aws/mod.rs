@@ -11,13 +11,17 @@ pub mod ami;
 pub mod backups;
 pub mod config;
 pub mod deploy;
+pub mod destroy;
+pub mod destroy_api;
 pub mod error;
 pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod retention;
 pub mod secrets;
 pub mod stack;
+pub mod sweep;
 pub mod wait;
 pub mod watch;
 

@@ -26,11 +26,17 @@ const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
 const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.service");
 const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.timer");
+const ETCD_MAINTENANCE_SERVICE: &str = include_str!("templates/kube-aws-etcd-maintenance.service");
+const ETCD_MAINTENANCE_TIMER: &str = include_str!("templates/kube-aws-etcd-maintenance.timer");
 const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
 /// The controllers' etcd units, enabled (`--now`) with the plugin units, before
 /// kubeadm: each waits for etcd itself (the backup service's
 /// ConditionPathExists, the lifecycle watcher's checks).
-pub const ETCD_UNITS: &[&str] = &["kube-aws-etcd-backup.timer", "kube-aws-lifecycle.service"];
+pub const ETCD_UNITS: &[&str] = &[
+    "kube-aws-etcd-backup.timer",
+    "kube-aws-etcd-maintenance.timer",
+    "kube-aws-lifecycle.service",
+];
 /// Where the controllers' etcd tools read the name of their settings parameter.
 pub const ETCD_JSON: &str = "/etc/kube-aws/etcd.json";
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
@@ -300,6 +306,12 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
             "apiServer": {"extraArgs": api_server_args(input, v1beta4)},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
+            // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
+            // controllers take the ClusterConfiguration `kubeadm init` stored.
+            "etcd": {"local": {"extraArgs": extra_args(v1beta4, &BTreeMap::from([(
+                "quota-backend-bytes".to_string(),
+                input.cluster.etcd.quota_backend_bytes.to_string(),
+            )]))}},
         }));
         docs.push(kubelet_configuration());
     }
@@ -491,11 +503,13 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
         ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
         ("kube-aws-etcd-backup.service", ETCD_BACKUP_SERVICE),
         ("kube-aws-etcd-backup.timer", ETCD_BACKUP_TIMER),
+        ("kube-aws-etcd-maintenance.service", ETCD_MAINTENANCE_SERVICE),
+        ("kube-aws-etcd-maintenance.timer", ETCD_MAINTENANCE_TIMER),
         ("kube-aws-lifecycle.service", LIFECYCLE_SERVICE),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));
     }
-    // Only names: the settings themselves (backup interval, retention,
+    // Only names: the settings themselves (backup interval, quota,
     // controller count) are in the parameter, so changing them replaces no controller.
     let etcd = json!({
         "settingsParameter": super::cfn::etcd_parameter_name(ctx),

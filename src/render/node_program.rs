@@ -19,6 +19,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
     ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
+    ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),

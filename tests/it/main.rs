@@ -22,6 +22,8 @@ mod chart_oci;
 mod cli;
 mod cli_completions;
 mod deploy_moto;
+mod destroy_api_testbed;
+mod destroy_sweep_moto;
 mod docs;
 mod example;
 mod exposure;

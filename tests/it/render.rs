@@ -750,15 +750,15 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
         .ends_with(":autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"));
 }
 
-/// Backups: the controllers may write, list and delete objects under
-/// `etcd/` of the cluster's prefix and nothing else there, encrypt them with
-/// the cluster's key through S3 only, and read their settings parameter,
-/// which holds the interval, retention and count (not the user data).
+/// Backups: the controllers may write and list objects under `etcd/` of the
+/// cluster's prefix and nothing else there, never delete one (the bucket's
+/// lifecycle rules expire them), encrypt them with the cluster's key through
+/// S3 only, and read their settings parameter, which holds the interval and
+/// count (not the user data; retention is the bucket's, not the nodes').
 #[test]
 fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     let mut input = full();
     input.cluster.etcd.backup.interval = "2h".into();
-    input.cluster.etcd.backup.retention = 12;
     let r = rendered(&input);
     let cp = stack(&r, "control-plane");
     let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
@@ -776,9 +776,13 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     let prefix = settings["backupPrefix"].as_str().unwrap();
     assert!(prefix.ends_with("/etcd/"), "{prefix}");
     assert_eq!(settings["intervalSeconds"], 7200);
-    assert_eq!(settings["retention"], 12);
+    assert!(settings.get("retention").is_none(), "{settings}");
     assert_eq!(settings["controllerCount"], input.cluster.controller.count);
     let bucket = settings["bucket"].as_str().unwrap();
+    assert_eq!(
+        sid("WriteEtcdSnapshots")["Action"],
+        serde_json::json!(["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"])
+    );
     assert_eq!(
         sid("WriteEtcdSnapshots")["Resource"],
         serde_json::json!([format!("arn:aws:s3:::{bucket}/{prefix}*")])
@@ -858,10 +862,9 @@ fn what_each_kind_of_change_replaces() {
         ),
         ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
         (
-            "etcd backup interval and retention",
+            "etcd backup interval",
             Box::new(|i| {
                 i.cluster.etcd.backup.interval = "30m".into();
-                i.cluster.etcd.backup.retention = 48;
             }),
         ),
     ];
@@ -900,7 +903,7 @@ fn what_each_kind_of_change_replaces() {
             "addon values",
             "chart version",
             "plugin manifest",
-            "etcd backup interval and retention",
+            "etcd backup interval",
         ]
         .contains(kind);
         assert_eq!(rolls, !no_node_change, "{kind}: {touched:?}");
