@@ -21,6 +21,13 @@
 #                                       between) to /etc/hosts: the names EC2's DNS would
 #                                       answer (the node's private DNS name, the API's load
 #                                       balancer, which the bed has not: its controller's IP)
+#                                       NODEBED_POD_SUBNET (a CIDR) is the node's pod subnet in
+#                                       its bridge CNI config (default 10.244.0.0/24, which two
+#                                       nodes of one cluster must not share), and NODEBED_PEERS
+#                                       ("NAME IP SUBNET" lines, ";" between) the nodes of the
+#                                       same cluster already running: each gets a route to the
+#                                       new node's pod subnet through its address, and the new
+#                                       node one to each of theirs (all on the one bridge)
 #   node.sh bridge                      makes the host bridge (kanb0, 10.250.0.1), so that a
 #                                       test's servers (moto, IMDS) can bind to its address
 #   node.sh unbridge                    deletes the bridge when no node is on it
@@ -89,12 +96,30 @@ netns_up() {
   ip -n "$ns" addr add "$ip/16" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" route add default via "$HOST_IP"
+  pod_routes "$name" "$ip"
   # The instance metadata endpoint, as EC2's link-local one: the test's
   # emulator on the host, for this node alone.
   if [ -n "${NODEBED_IMDS:-}" ]; then
     ip netns exec "$ns" iptables -t nat -A OUTPUT -d 169.254.169.254/32 -p tcp --dport 80 \
       -j DNAT --to-destination "$NODEBED_IMDS" || die "cannot route 169.254.169.254 to $NODEBED_IMDS in $ns"
   fi
+}
+
+# Pods of different nodes reach each other as on a VPC whose route table
+# sends each node's pod range to it: every node of the cluster is on the one
+# bridge, so a route through the peer's address is all it takes. (Call under
+# the lock, after the new node's eth0 is up.)
+pod_routes() {
+  local name=$1 ip=$2 peer pip psub
+  [ -n "${NODEBED_POD_SUBNET:-}" ] && [ -n "${NODEBED_PEERS:-}" ] || return 0
+  while read -r peer pip psub; do
+    [ -n "$peer" ] || continue
+    [ -e "/var/run/netns/kanb-$peer" ] || continue
+    ip -n "kanb-$name" route replace "$psub" via "$pip" dev eth0 ||
+      die "cannot route $psub via $pip in kanb-$name"
+    ip -n "kanb-$peer" route replace "$NODEBED_POD_SUBNET" via "$ip" dev eth0 ||
+      die "cannot route $NODEBED_POD_SUBNET via $ip in kanb-$peer"
+  done < <(printf '%s\n' "$NODEBED_PEERS" | tr ';' '\n')
 }
 
 # Units that raise limits above this host's hard ones, or lower their OOM
@@ -218,6 +243,18 @@ start() {
   # host's bridge address answers nothing, which is all the bed needs.
   echo "nameserver $HOST_IP" >"$work/rootfs/etc/resolv.conf"
   limits_dropins "$work/rootfs"
+  if [ -n "${NODEBED_POD_SUBNET:-}" ]; then
+    # host-local IPAM hands out addresses from the node's own range (the
+    # bed's stand-in for the VPC CNI's ENI addresses); see pod_routes.
+    python3 - "$work/rootfs/etc/cni/net.d/10-bridge.conflist" "$NODEBED_POD_SUBNET" <<'EOF' || die "bad NODEBED_POD_SUBNET $NODEBED_POD_SUBNET"
+import ipaddress, json, sys
+path, subnet = sys.argv[1:]
+ipaddress.ip_network(subnet)
+c = json.load(open(path))
+c["plugins"][0]["ipam"]["ranges"] = [[{"subnet": subnet}]]
+json.dump(c, open(path, "w"), indent=1)
+EOF
+  fi
   if [ -n "${NODEBED_AWS_ENDPOINT:-}" ]; then
     # moto stands for AWS: every unit (cloud-init's, the node program's
     # timers) and every login gets its endpoint.

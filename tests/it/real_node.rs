@@ -30,6 +30,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::nodebed::{self, Node};
+use std::process::Output;
+
 use crate::common::output_text;
 
 /// The preflight checks `kubeadm init` must skip in a node container, each
@@ -226,89 +228,51 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
     );
 }
 
-const BED_BUCKET: &str = "kube-aws-nodebed";
-const BED_CLUSTER: &str = "bed";
-const BED_REGION: &str = "us-west-2";
+mod bed;
 
-/// The bed's own kubeadm settings (see `kubeadm_config` above for why each),
-/// as a plugin of the test's work tree: kube-aws renders its file into the
-/// controller's cloud-config, and the node program merges it into its kubeadm
-/// documents (`/etc/kube-aws/kubeadm.d`, kubeadmcfg.patch). Nothing of the bed
-/// is in kube-aws's own rendering.
-const BED_PLUGIN: &str = r#"apiVersion: kube-aws/v1
-kind: Plugin
-metadata:
-  name: nodebed
-  version: 0.1.0
-  description: the real-node bed's kubeadm settings (tests/it/real_node.rs)
-enabledByDefault: true
-spec:
-  nodes:
-    controller:
-      files:
-        - path: /etc/kube-aws/kubeadm.d/50-nodebed.json
-          content: |
-            [
-             {"kind": "InitConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
-             {"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
-             {"kind": "KubeletConfiguration", "failCgroupV1": false, "failSwapOn": false,
-              "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
-              "imageGCHighThresholdPercent": 100},
-             {"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-              "conntrack": {"maxPerCore": 0}}
-            ]
-"#;
+use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
 
-/// The first `(instance id, private DNS name)` moto's EC2 lists with `Name` = `name`.
-fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
-    let r = env.aws_json(&[
-        "ec2",
-        "describe-instances",
-        "--filters",
-        &format!("Name=tag:Name,Values={name}"),
-    ]);
-    let i = r["Reservations"]
-        .as_array()
-        .and_then(|rs| rs.iter().flat_map(|r| r["Instances"].as_array().unwrap().iter()).next())
-        .unwrap_or_else(|| panic!("no instance {name} in moto: {r}"))
-        .clone();
-    (
-        i["InstanceId"].as_str().unwrap().to_string(),
-        i["PrivateDnsName"].as_str().unwrap().to_string(),
-    )
+/// The checks every controller booted from its user-data passes: cloud-init
+/// finishes clean, containerd runs on the node program's config.
+fn check_booted_controller(ctl: &BedNode) {
+    // The node program returns (after its signal) and cloud-init finishes
+    // without an error in any module.
+    let done = ctl.node.wait_for(
+        "cloud-init done",
+        "cloud-init status --wait >/dev/null 2>&1; cloud-init status --long | grep -qx 'status: done'",
+        BOOT_LIMIT,
+    );
+    if let Err(e) = done {
+        panic!(
+            "{e}\n{}",
+            output_text(&ctl.node.exec(&["cloud-init", "status", "--long"]))
+        );
+    }
+    // containerd runs with the node program's config (restarted on it), not
+    // the image's: kubeadm's pause image, the systemd cgroup driver, and
+    // restrict_oom_score_adj (this host lacks CAP_SYS_RESOURCE, or it runs
+    // as on EC2 without it).
+    let config = std::fs::read_to_string(ctl.node.rootfs().join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        !config.contains("scripts/install-nodebed.sh")
+            && config.contains("SystemdCgroup = true")
+            && config.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""),
+        "containerd's config is not the node program's:\n{config}"
+    );
 }
 
-/// The user-data of the launch template whose user-data is `role`'s stub, as
-/// moto's CloudFormation substituted it (`Fn::Sub`), decoded.
-fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String {
-    use base64::Engine;
-    let lts = env.aws_json(&["ec2", "describe-launch-templates"]);
-    let mut seen = Vec::new();
-    for lt in lts["LaunchTemplates"].as_array().unwrap() {
-        let id = lt["LaunchTemplateId"].as_str().unwrap();
-        let v = env.aws_json(&[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-id",
-            id,
-            "--versions",
-            "$Latest",
-        ]);
-        let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
-            .as_str()
-            .unwrap_or_default();
-        let text = String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(data)
-                .unwrap_or_default(),
-        )
-        .unwrap_or_default();
-        if text.contains(&format!("kube-aws {role} user-data stub")) {
-            return text;
-        }
-        seen.push(lt["LaunchTemplateName"].as_str().unwrap_or_default().to_string());
-    }
-    panic!("no launch template in moto holds the {role} stub; templates: {seen:?}")
+/// The Ready condition of `name` as the API of `ctl` says it.
+fn node_ready_status(bed: &MotoBed, ctl: &BedNode, name: &str) -> Output {
+    bed.kubectl(
+        ctl,
+        &[
+            "get",
+            "node",
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    )
 }
 
 /// `kube-aws up` of a one-controller work tree against moto (listening on
@@ -319,220 +283,19 @@ fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String
 /// the S3 init lock) bring the node to Ready.
 #[test]
 fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
-    use std::path::Path;
     use std::process::Command;
     let test = "real_node::a_controller_boots_from_its_rendered_user_data_to_a_ready_node";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
-    let t0 = Instant::now();
-    let _bridge = nodebed::bridge();
-    let env = crate::common::MotoEnv::new();
-    // The nodes reach moto through a relay on the bridge address (see
-    // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).
-    let relay_port = crate::common::free_port();
-    let mut relay = Command::new("python3");
-    relay
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
-        .args([
-            nodebed::HOST_IP,
-            &relay_port.to_string(),
-            "127.0.0.1",
-            &env.moto.port.to_string(),
-        ]);
-    let relay = crate::common::Server::start_on(relay, nodebed::HOST_IP, relay_port);
-    env.aws(&["s3", "mb", &format!("s3://{BED_BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
-    std::fs::write(
-        dir.join("cluster.yaml"),
-        format!(
-            "clusterName: {BED_CLUSTER}\nregion: {BED_REGION}\ns3URI: s3://{BED_BUCKET}/clusters\nkmsKeyARN: {kms}\n\
-             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.join("plugins/nodebed")).unwrap();
-    std::fs::write(dir.join("plugins/nodebed/plugin.yaml"), BED_PLUGIN).unwrap();
-    let up = env.kube_aws(dir, &["up"]);
-    assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
-    let t_up = t0.elapsed();
-
-    let stub = launch_template_user_data(&env, "controller");
-    assert!(!stub.contains("${"), "moto left a placeholder in the stub:\n{stub}");
-    let userdata = dir.join("controller.user-data");
-    std::fs::write(&userdata, &stub).unwrap();
-    let runtime: serde_json::Value = {
-        // runtime.json is the stub's first file: the API endpoint the node uses.
-        let doc: serde_yaml::Value = serde_yaml::from_str(&stub).unwrap();
-        let f = doc["write_files"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|f| f["path"].as_str() == Some("/etc/kube-aws/runtime.json"))
-            .expect("runtime.json in the stub");
-        serde_json::from_str(f["content"].as_str().unwrap()).unwrap()
-    };
-    let api = runtime["apiEndpoint"].as_str().unwrap().to_string();
-
-    // The instance moto launched for the controller group: the node is it.
-    let (instance_id, dns_name) = moto_instance(&env, &format!("{BED_CLUSTER}-controller"));
-    // Its instance profile's role.
-    let roles = env.aws_json(&["iam", "list-roles"]);
-    let role = roles["Roles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["RoleName"].as_str().unwrap_or_default().contains("-ControllerRole-"))
-        .unwrap_or_else(|| panic!("no controller role in moto: {roles}"));
-    let role_name = role["RoleName"].as_str().unwrap().to_string();
-    // EC2's instance profile stands aside: with IAM enforced from here on,
-    // an admin assumes the role and the IMDS hands the node its credentials;
-    // every call the node makes is checked against the rendered policies.
-    let (admin, admin_arn) = crate::node_iam_moto::admin(&env);
-    crate::node_iam_moto::enforce_iam(&env);
-    let c = crate::node_iam_moto::assume(&env, &admin, &admin_arn, "ControllerRole");
-    let creds = serde_json::json!({"AccessKeyId": c.key, "SecretAccessKey": c.secret, "Token": c.token});
-
-    let plan = Node::plan("ctl");
-    let node_ip = plan.ip.clone();
-    let mac = {
-        let o: Vec<u8> = plan.ip.split('.').map(|p| p.parse().unwrap()).collect();
-        format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
-    };
-    let imds_conf = dir.join("imds.json");
-    std::fs::write(
-        &imds_conf,
-        serde_json::json!({
-            "instanceId": instance_id,
-            "localHostname": dns_name,
-            "localIpv4": plan.ip,
-            "mac": mac,
-            "region": BED_REGION,
-            "availabilityZone": format!("{BED_REGION}a"),
-            "role": role_name,
-            "credentials": creds,
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let imds_port = crate::common::free_port();
-    let mut cmd = Command::new("python3");
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
-        .args(["--bind", nodebed::HOST_IP, "--port", &imds_port.to_string(), "--config"])
-        .arg(&imds_conf);
-    let _imds = crate::common::Server::start_on(cmd, nodebed::HOST_IP, imds_port);
-
-    let t_boot = Instant::now();
-    let node = Node::boot(
-        &image,
-        plan,
-        &nodebed::Boot {
-            userdata: Some(&userdata),
-            env: vec![
-                ("NODEBED_AWS_ENDPOINT", relay.url()),
-                ("NODEBED_IMDS", format!("{}:{imds_port}", nodebed::HOST_IP)),
-                ("NODEBED_MAC", mac.clone()),
-                // EC2's DNS: the node's private DNS name, and the API's load
-                // balancer, which here is the controller itself.
-                ("NODEBED_HOSTS", format!("{node_ip} {dns_name};{node_ip} {api}")),
-            ],
-        },
-    );
-
-    // Each step of the node program as it appears in its boot log.
-    let log = node.rootfs().join("var/lib/kube-aws/bootstrap.log");
-    let limit = BOOT_LIMIT + READY_LIMIT;
-    let mut steps: Vec<(String, Duration)> = Vec::new();
-    let ready_line = format!("node {dns_name} is Ready");
-    let outcome = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        for l in text.lines() {
-            if let Some(s) = l.strip_prefix("kube-aws: step ") {
-                if !steps.iter().any(|(n, _)| n == s) {
-                    steps.push((s.to_string(), t_boot.elapsed()));
-                }
-            }
-        }
-        if text.contains(&ready_line) {
-            break Ok(());
-        }
-        if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {
-            break Err(format!("the node program failed: {l}"));
-        }
-        // cloud-init's final stage ran the stub (which execs the node
-        // program): once cloud-init is done, nothing more will come.
-        if node.rootfs().join("var/lib/cloud/data/result.json").exists() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if !text.contains(&ready_line) {
-                break Err("cloud-init finished without the node program saying the node is Ready".into());
-            }
-        }
-        if t_boot.elapsed() > limit {
-            break Err(format!("not Ready after {limit:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    let ready = t_boot.elapsed();
-    let times: Vec<String> = steps
-        .iter()
-        .map(|(n, t)| format!("{n} {:.1}s", t.as_secs_f64()))
-        .collect();
-    if let Err(e) = outcome {
-        let cloud_init = node.exec(&[
-            "sh",
-            "-c",
-            "tail -n 60 /var/log/cloud-init-output.log; cloud-init status --long",
-        ]);
-        panic!(
-            "node {} ({dns_name}): {e}\nsteps: {}\n--- bootstrap.log ---\n{}\n--- cloud-init ---\n{}\n{}",
-            node.name,
-            times.join(", "),
-            std::fs::read_to_string(&log).unwrap_or_default(),
-            output_text(&cloud_init),
-            node.diagnostics()
-        );
-    }
-    // The node program returns (after its signal) and cloud-init finishes
-    // without an error in any module.
-    let done = node.wait_for(
-        "cloud-init done",
-        "cloud-init status --wait >/dev/null 2>&1; cloud-init status --long | grep -qx 'status: done'",
-        BOOT_LIMIT,
-    );
-    if let Err(e) = done {
-        panic!("{e}\n{}", output_text(&node.exec(&["cloud-init", "status", "--long"])));
-    }
-    // containerd runs with the node program's config (restarted on it), not
-    // the image's: kubeadm's pause image, the systemd cgroup driver, and
-    // restrict_oom_score_adj (this host lacks CAP_SYS_RESOURCE, or it runs
-    // as on EC2 without it).
-    let config = std::fs::read_to_string(node.rootfs().join("etc/containerd/config.toml")).unwrap();
-    assert!(
-        !config.contains("scripts/install-nodebed.sh")
-            && config.contains("SystemdCgroup = true")
-            && config.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""),
-        "containerd's config is not the node program's:\n{config}"
-    );
+    let bed = MotoBed::up(test, &image, "", &[]);
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    let f = ctl.expect_ready(BOOT_READY_LIMIT);
+    let ready = f.outcome.clone().unwrap();
+    check_booted_controller(&ctl);
     // The node as the cluster sees it, through admin.conf from the host.
-    let kubeconfig = node.rootfs().join("etc/kubernetes/admin.conf");
-    let kubectl = crate::common::testbed::bin_dir(test)
-        .expect("the control-plane test bed")
-        .join("kubectl");
-    let get = Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--server", &format!("https://{}:6443", node.ip)])
-        .args([
-            "get",
-            "node",
-            &dns_name,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ])
-        .output()
-        .unwrap();
+    let get = node_ready_status(&bed, &ctl, &inst.dns);
     assert_eq!(
         String::from_utf8_lossy(&get.stdout).trim(),
         "True",
@@ -540,18 +303,14 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         output_text(&get)
     );
     // The init lock the node took in moto's S3.
-    let keys = crate::node_iam_moto::must(
-        &env,
-        &admin,
-        &[
-            "s3api",
-            "list-objects-v2",
-            "--bucket",
-            BED_BUCKET,
-            "--query",
-            "Contents[].Key",
-        ],
-    );
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
     assert!(
         keys.as_array()
             .into_iter()
@@ -564,23 +323,15 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     // key with them) gives a working `kubectl get nodes`. The host cannot
     // resolve the load balancer's name, so kubectl dials the controller and
     // checks the apiserver's certificate for that name.
-    let mut kc = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-    env.apply(&mut kc);
-    kc.env("AWS_ACCESS_KEY_ID", &admin.key)
-        .env("AWS_SECRET_ACCESS_KEY", &admin.secret)
-        .arg("--dir")
-        .arg(dir)
-        .args(["kubeconfig", "--file"])
-        .arg(dir.join("kubeconfig"))
-        .stdin(std::process::Stdio::null());
-    let kc = kc.output().unwrap();
+    let dir = bed.dir();
+    let kc = bed.kube_aws(&["kubeconfig", "--file", dir.join("kubeconfig").to_str().unwrap()]);
     assert!(kc.status.success(), "kube-aws kubeconfig: {}", output_text(&kc));
     let with_kube_aws = |args: &[&str]| {
-        Command::new(&kubectl)
+        Command::new(&bed.kubectl)
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
-            .args(["--server", &format!("https://{}:6443", node.ip)])
-            .args(["--tls-server-name", &api.to_lowercase()])
+            .args(["--server", &format!("https://{}:6443", ctl.node.ip)])
+            .args(["--tls-server-name", &bed.api.to_lowercase()])
             .args(args)
             .output()
             .unwrap()
@@ -594,14 +345,129 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     );
     let nodes = with_kube_aws(&["get", "nodes", "-o", "name"]);
     assert!(
-        nodes.status.success() && String::from_utf8_lossy(&nodes.stdout).trim() == format!("node/{dns_name}"),
+        nodes.status.success() && String::from_utf8_lossy(&nodes.stdout).trim() == format!("node/{}", inst.dns),
         "kubectl get nodes with kube-aws kubeconfig's credentials: {}",
         output_text(&nodes)
     );
     eprintln!(
         "{test}: up against moto {:.1}s; node boot to Ready {:.1}s; steps (from node start): {}",
-        t_up.as_secs_f64(),
+        bed.up.as_secs_f64(),
         ready.as_secs_f64(),
-        times.join(", ")
+        f.times()
+    );
+}
+
+/// The cluster.yaml lines of a worker pool of `count` nodes.
+fn pool(count: u32) -> String {
+    format!("worker:\n  nodePools:\n    - name: general\n      count: {count}\n")
+}
+
+/// Each node of a test's cluster gets its own pod range on the bridge CNI
+/// (host-local IPAM): 10.244.<k>.0/24 for its k-th node, inside kube-aws's
+/// podSubnet (10.244.0.0/16), with routes between the nodes' namespaces
+/// (scripts/nodebed/node.sh start, NODEBED_POD_SUBNET and NODEBED_PEERS). It is
+/// not the node's `spec.podCIDR` (the controller manager allocates that in
+/// its own order): on EC2 the VPC CNI gives pods VPC addresses and ignores
+/// podCIDR too.
+fn pod_net(k: u32, peers: &[(&BedNode, u32)]) -> Vec<(&'static str, String)> {
+    let peers: Vec<String> = peers
+        .iter()
+        .map(|(n, j)| format!("{} {} 10.244.{j}.0/24", n.node.name, n.node.ip))
+        .collect();
+    vec![
+        ("NODEBED_POD_SUBNET", format!("10.244.{k}.0/24")),
+        ("NODEBED_PEERS", peers.join(";")),
+    ]
+}
+
+/// A pool of one worker: its node boots from the worker launch template's
+/// user-data beside the controller (as an auto scaling group's would), takes
+/// the bootstrap token from its own secrets (decrypted under the worker
+/// role, IAM enforced), joins through the API's name (the controller, here)
+/// with the CA hash kube-aws computed, and becomes Ready.
+#[test]
+fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
+    let test = "real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, &pool(1), &[]);
+    let ctl_inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let wk_inst = bed.instances(&format!("{}-worker-general", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &ctl_inst, &ctl_inst.ip, pod_net(0, &[]));
+    let wk = bed.boot(
+        "worker-general",
+        "WorkerRole",
+        &wk_inst,
+        &ctl_inst.ip,
+        pod_net(1, &[(&ctl, 0)]),
+    );
+    let mut f = bed::expect_all_ready(&[&ctl, &wk], BOOT_READY_LIMIT);
+    let (cf, wf) = (f.remove(0), f.remove(0));
+
+    // The worker joined: no init or join lock, no control plane of its own.
+    let steps: Vec<&str> = wf.steps.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(
+        steps.contains(&"kubeadm-join") && !steps.iter().any(|s| s.contains("lock") || s.contains("init")),
+        "the worker's steps: {steps:?}"
+    );
+    // With the token of its own secrets, which the controller's init made.
+    let join = std::fs::read_to_string(wk.node.rootfs().join("var/lib/kube-aws/kubeadm.yaml")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(join.split("\n---\n").next().unwrap()).unwrap();
+    let discovery = &doc["discovery"]["bootstrapToken"];
+    let token = discovery["token"].as_str().unwrap_or_default();
+    assert_eq!(doc["kind"], "JoinConfiguration", "{join}");
+    assert!(
+        discovery["apiServerEndpoint"].as_str() == Some(&format!("{}:6443", bed.api.to_lowercase()))
+            && discovery["caCertHashes"][0]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("sha256:"),
+        "the worker's discovery: {discovery}"
+    );
+    let tokens = ctl
+        .node
+        .sh("kubeadm token list --kubeconfig /etc/kubernetes/admin.conf -o jsonpath='{.token}{\"\\n\"}'");
+    assert!(
+        !token.is_empty() && tokens.lines().any(|t| t.trim() == token),
+        "the worker's token is not one the controller's kubeadm lists"
+    );
+    // The cluster sees it Ready, as a worker (no control-plane role), with
+    // its kubelet's client certificate from the TLS bootstrap.
+    let get = node_ready_status(&bed, &ctl, &wk_inst.dns);
+    assert_eq!(
+        String::from_utf8_lossy(&get.stdout).trim(),
+        "True",
+        "{}",
+        output_text(&get)
+    );
+    let labels = bed.kubectl(
+        &ctl,
+        &["get", "node", &wk_inst.dns, "-o", "jsonpath={.metadata.labels}"],
+    );
+    assert!(
+        labels.status.success()
+            && !String::from_utf8_lossy(&labels.stdout).contains("node-role.kubernetes.io/control-plane"),
+        "{}",
+        output_text(&labels)
+    );
+    // (a link to an absolute path in the node: read there)
+    wk.node.sh("test -s /var/lib/kubelet/pki/kubelet-client-current.pem");
+    // The controller routes the worker's pod range through the worker's
+    // address (node.sh's stand-in for a VPC route table).
+    let route = ctl.node.sh("ip route show 10.244.1.0/24");
+    assert!(
+        route.contains(&format!("via {}", wk.node.ip)),
+        "the controller's route to the worker's pods: {route}"
+    );
+    eprintln!(
+        "{test}: up {:.1}s; controller Ready {:.1}s ({}); worker Ready {:.1}s ({}); test {:.1}s",
+        bed.up.as_secs_f64(),
+        cf.outcome.clone().unwrap().as_secs_f64(),
+        cf.times(),
+        wf.outcome.clone().unwrap().as_secs_f64(),
+        wf.times(),
+        t0.elapsed().as_secs_f64()
     );
 }
