@@ -20,12 +20,23 @@
 //!   secrets under the controller role with IAM enforced, the baked packages,
 //!   kubeadm init under the S3 init lock) to a Ready node.
 //!
+//! - A worker joins with the bootstrap token of its own user-data and
+//!   becomes Ready; three controllers join under the S3 join lock, etcd has
+//!   three members, and a lost controller's replacement prunes its stale
+//!   member and joins; a bootstrap that fails (a plugin's unknown
+//!   kube-apiserver flag) publishes its status object and `kube-aws status
+//!   --wait` names node and step; the addon reconciler's timer installs the
+//!   plan on the real controller (the pod identity webhook, from an image
+//!   built from source). The moto side is tests/it/real_node/bed.rs.
+//!
 //! Not covered yet (docs/testing.md, "The real-node bed", says what is
-//! left): the node's CloudFormation signal (moto has no SignalResource), the
-//! API through the cluster's endpoint from the host, joining nodes, addons.
-//! The fakes of tests/it/node_bootstrap.rs, node_secrets.rs and installer.rs
-//! still cover those. A host that cannot run the bed (not root, no runc, no
-//! cgroups, no image) fails these tests, naming what is missing.
+//! left): the node's CloudFormation signals (moto has no SignalResource), the
+//! API through the load balancer's name from the host, helm releases on the
+//! real controller (the helm download and the charts' images), pod traffic
+//! between nodes. The fakes of tests/it/node_bootstrap.rs, node_secrets.rs
+//! and installer.rs still cover those. A host that cannot run the bed (not
+//! root, no runc, no cgroups, no image) fails these tests, naming what is
+//! missing.
 
 use std::time::{Duration, Instant};
 
@@ -461,6 +472,12 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         route.contains(&format!("via {}", wk.node.ip)),
         "the controller's route to the worker's pods: {route}"
     );
+    // The boot timelines (scripts/bench-node.sh prints them).
+    eprintln!(
+        "--- boot timeline ---\n{}{}--- end ---",
+        bed::timeline(&ctl, &cf),
+        bed::timeline(&wk, &wf)
+    );
     eprintln!(
         "{test}: up {:.1}s; controller Ready {:.1}s ({}); worker Ready {:.1}s ({}); test {:.1}s",
         bed.up.as_secs_f64(),
@@ -468,6 +485,201 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         cf.times(),
         wf.outcome.clone().unwrap().as_secs_f64(),
         wf.times(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// etcd's members (name, peer URLs, learner) as `ctl`'s etcd lists them
+/// (its v3 JSON gateway, with the apiserver's etcd client certificate).
+fn etcd_members(ctl: &BedNode) -> Vec<serde_json::Value> {
+    let out = ctl.node.sh("curl -fsS --cacert /etc/kubernetes/pki/etcd/ca.crt \
+         --cert /etc/kubernetes/pki/apiserver-etcd-client.crt --key /etc/kubernetes/pki/apiserver-etcd-client.key \
+         -X POST -d '{}' https://127.0.0.1:2379/v3/cluster/member/list");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["members"].as_array().cloned().unwrap_or_default()
+}
+
+/// The hosts of the members' peer URLs, sorted.
+fn member_ips(members: &[serde_json::Value]) -> Vec<String> {
+    let mut ips: Vec<String> = members
+        .iter()
+        .flat_map(|m| m["peerURLs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|u| {
+            let u = u.as_str()?.trim_start_matches("https://").to_string();
+            Some(u.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or(u))
+        })
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// Waits until `ctl`'s etcd lists exactly `want` (sorted member addresses),
+/// none of them a learner; panics with the last list otherwise.
+fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    let start = Instant::now();
+    loop {
+        let m = etcd_members(ctl);
+        if member_ips(&m) == want && !m.iter().any(|m| m["isLearner"] == true) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "etcd members {m:?}, not {want:?}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Three controllers: the first takes the init lock and `kubeadm init`s,
+/// the second and third (booted at the same time) join one at a time under
+/// the S3 join lock, and etcd has three members. Then the third's container
+/// is killed (an instance lost without its lifecycle hook: its etcd member
+/// stays) and its auto scaling group replaces it; the replacement prunes the
+/// stale member (etcd.py `prune`, under the join lock, before its join) and
+/// joins: etcd has three members again, the lost one's gone.
+#[test]
+fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
+    let test = "real_node::three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "controller: {count: 3}\n", &[]);
+    let group = format!("{}-controller", bed::BED_CLUSTER);
+    let insts = bed.instances(&group);
+    assert_eq!(insts.len(), 3, "{insts:?}");
+    let api_ip = insts[0].ip.clone();
+    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    let c2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[1],
+        &api_ip,
+        pod_net(1, &[(&c1, 0)]),
+    );
+    let c3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[2],
+        &api_ip,
+        pod_net(2, &[(&c1, 0), (&c2, 1)]),
+    );
+    let f = bed::expect_all_ready(&[&c1, &c2, &c3], BOOT_READY_LIMIT);
+    let t_three = t0.elapsed();
+    let has = |f: &bed::Followed, s: &str| f.steps.iter().any(|(n, _)| n == s);
+    assert!(
+        has(&f[0], "kubeadm-init") && !has(&f[0], "join-lock"),
+        "{}",
+        f[0].times()
+    );
+    for (i, fi) in f.iter().enumerate().skip(1) {
+        assert!(
+            has(fi, "init-lock") && has(fi, "join-lock") && has(fi, "etcd-prune") && has(fi, "kubeadm-join"),
+            "controller {}: {}",
+            i + 1,
+            fi.times()
+        );
+    }
+    // How long each joiner held on to take the join lock (the later one
+    // waits for the other's join; locks.acquire says nothing while it waits).
+    let at = |f: &bed::Followed, s: &str| f.steps.iter().find(|(n, _)| n == s).map(|(_, t)| *t).unwrap();
+    let waited: Vec<String> = f[1..]
+        .iter()
+        .map(|fi| format!("{:.1}s", (at(fi, "etcd-prune") - at(fi, "join-lock")).as_secs_f64()))
+        .collect();
+    expect_members(
+        &c1,
+        &[&insts[0].ip, &insts[1].ip, &insts[2].ip],
+        Duration::from_secs(120),
+    );
+    // The join lock is released after each join.
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
+    assert!(
+        !keys.to_string().contains("/bootstrap/join-lock"),
+        "the join lock was left in S3: {keys}"
+    );
+
+    // The third is lost: its container killed, its instance replaced.
+    let lost = insts[2].clone();
+    drop(c3);
+    bed.aws(&[
+        "autoscaling",
+        "terminate-instance-in-auto-scaling-group",
+        "--instance-id",
+        &lost.id,
+        "--no-should-decrement-desired-capacity",
+    ]);
+    let now = bed.instances(&group);
+    let new = now
+        .iter()
+        .find(|i| !insts.iter().any(|o| o.id == i.id))
+        .unwrap_or_else(|| panic!("moto's group did not replace {}: {now:?}", lost.id))
+        .clone();
+    let t_replace = Instant::now();
+    let c4 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &new,
+        &api_ip,
+        pod_net(3, &[(&c1, 0), (&c2, 1)]),
+    );
+    let f4 = c4.expect_ready(BOOT_READY_LIMIT + Duration::from_secs(120));
+    expect_members(&c1, &[&insts[0].ip, &insts[1].ip, &new.ip], Duration::from_secs(120));
+    // kube-aws removed the lost member (kubeadm never does): the
+    // replacement's prune, or the lifecycle watch of a survivor, which looks
+    // every minute and may get there first (then the prune's second look
+    // finds nothing left).
+    let removed = |l: &str| l.contains("removed stale etcd member") && l.contains(&lost.ip);
+    let by_prune = c4.log().lines().any(removed);
+    let by_watch: Vec<&str> = [&c1, &c2]
+        .iter()
+        .filter(|c| {
+            c.node
+                .sh("journalctl --no-pager -u kube-aws-lifecycle.service")
+                .lines()
+                .any(removed)
+        })
+        .map(|c| c.inst.dns.as_str())
+        .collect();
+    assert!(
+        by_prune || !by_watch.is_empty(),
+        "no kube-aws log says it removed {}'s member; the replacement's:\n{}",
+        lost.ip,
+        c4.log()
+    );
+    // Every controller's Node Ready but the lost one's (its Node object
+    // stays until the cloud controller manager, not run here, deletes it).
+    for i in [&insts[0], &insts[1], &new] {
+        let get = node_ready_status(&bed, &c1, &i.dns);
+        assert_eq!(
+            String::from_utf8_lossy(&get.stdout).trim(),
+            "True",
+            "{}: {}",
+            i.dns,
+            output_text(&get)
+        );
+    }
+    eprintln!(
+        "{test}: up {:.1}s; three controllers Ready {:.1}s after the test began (first: {}; second: {}; third: {}); \
+         join lock waits {waited:?}; replacement Ready {:.1}s after its start ({}); the lost member removed by {}; test {:.1}s",
+        bed.up.as_secs_f64(),
+        t_three.as_secs_f64(),
+        f[0].times(),
+        f[1].times(),
+        f[2].times(),
+        t_replace.elapsed().as_secs_f64(),
+        f4.times(),
+        if by_prune {
+            "the replacement's prune".to_string()
+        } else {
+            format!("the lifecycle watch on {by_watch:?}")
+        },
         t0.elapsed().as_secs_f64()
     );
 }

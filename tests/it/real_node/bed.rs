@@ -357,6 +357,7 @@ impl MotoBed {
         ];
         env.extend(extra);
         let booted = Instant::now();
+        let booted_at = std::time::SystemTime::now();
         let node = Node::boot(
             &self.image,
             plan,
@@ -370,6 +371,7 @@ impl MotoBed {
             inst: inst.clone(),
             role: role.to_string(),
             booted,
+            booted_at,
             _imds: imds,
         }
     }
@@ -394,6 +396,8 @@ pub struct BedNode {
     pub inst: Instance,
     pub role: String,
     pub booted: Instant,
+    /// The same moment by the wall clock (cloud-init's status has epoch times).
+    pub booted_at: std::time::SystemTime,
     _imds: Server,
 }
 
@@ -498,4 +502,51 @@ pub fn expect_all_ready(nodes: &[&BedNode], limit: Duration) -> Vec<Followed> {
         }
     }
     followed
+}
+
+/// A node's boot, step by step, from its container's start: cloud-init's
+/// stages (their start, from /var/lib/cloud/data/status.json), each step of
+/// the node program (as its boot log showed it) and Ready; each row's
+/// duration runs to the next row, and the slowest is named. What
+/// scripts/bench-node.sh prints.
+pub fn timeline(n: &BedNode, f: &Followed) -> String {
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    let status = std::fs::read_to_string(n.node.rootfs().join("var/lib/cloud/data/status.json")).unwrap_or_default();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+    let t0 = n
+        .booted_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    for stage in ["init-local", "init", "modules-config", "modules-final"] {
+        if let Some(t) = status["v1"][stage]["start"].as_f64() {
+            rows.push((format!("cloud-init {stage}"), t - t0));
+        }
+    }
+    for (s, t) in &f.steps {
+        rows.push((format!("step {s}"), t.as_secs_f64()));
+    }
+    if let Ok(t) = &f.outcome {
+        rows.push(("Ready".into(), t.as_secs_f64()));
+    }
+    rows.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut out = format!(
+        "{} ({}, {}): seconds from the container's start\n",
+        n.node.name, n.role, n.inst.dns
+    );
+    let mut slowest = (String::new(), 0.0f64);
+    for (i, (what, at)) in rows.iter().enumerate() {
+        let took = rows.get(i + 1).map(|(_, next)| next - at);
+        if let Some(d) = took {
+            if d > slowest.1 {
+                slowest = (what.clone(), d);
+            }
+        }
+        out.push_str(&format!(
+            "  {at:7.1}  {:>7}  {what}\n",
+            took.map(|d| format!("{d:.1}")).unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!("  slowest: {} ({:.1}s)\n", slowest.0, slowest.1));
+    out
 }
