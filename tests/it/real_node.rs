@@ -683,3 +683,102 @@ fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// A test plugin that brings a flag kube-apiserver does not know, and
+/// shortens kubeadm's wait for a healthy control plane from its 4 minutes to
+/// one (a setting of this test's, not of the bed's).
+const BAD_FLAG_PLUGIN: &str = r#"apiVersion: kube-aws/v1
+kind: Plugin
+metadata:
+  name: badflag
+  version: 0.1.0
+  description: an unknown kube-apiserver flag (tests/it/real_node.rs)
+enabledByDefault: true
+spec:
+  kubernetes:
+    apiServer:
+      flags: {no-such-flag: "true"}
+  nodes:
+    controller:
+      files:
+        - path: /etc/kube-aws/kubeadm.d/60-badflag.json
+          content: |
+            [{"kind": "InitConfiguration", "timeouts": {"controlPlaneComponentHealthCheck": "1m0s"}}]
+"#;
+
+/// A controller whose bootstrap fails (kube-apiserver exits on the plugin's
+/// unknown flag, so `kubeadm init` never sees a healthy control plane)
+/// publishes its failure report, the status object
+/// `status/nodes/<instance id>.json`, naming the step; `kube-aws status
+/// --wait` reads it and names the node and the step. (moto has no
+/// SignalResource and its stacks complete at once: `status --wait` has no
+/// operation to follow, and `up --wait` returns before the node boots, so
+/// the report is what the test checks, with the command's output.)
+#[test]
+fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
+    let test = "real_node::a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "", &[("badflag", BAD_FLAG_PLUGIN)]);
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    let f = ctl.follow(BOOT_READY_LIMIT);
+    let failed_at = f.outcome.as_ref().err().cloned().unwrap_or_default();
+    assert!(
+        failed_at.contains("step kubeadm-init failed (exit "),
+        "{}",
+        ctl.explain(&f, "expected kubeadm init to fail")
+    );
+    // kube-apiserver refused the flag (kubeadm's own output is kept in a
+    // private file: it may show the bootstrap token).
+    let apiserver = ctl
+        .node
+        .sh("crictl ps -a --name kube-apiserver -q | head -1 | xargs -r crictl logs 2>&1 | tail -5");
+    assert!(
+        apiserver.contains("unknown flag: --no-such-flag"),
+        "kube-apiserver said: {apiserver}"
+    );
+    // The status object.
+    let key = format!("clusters/{}/status/nodes/{}.json", bed::BED_CLUSTER, inst.id);
+    let path = bed.dir().join("report.json");
+    bed.aws(&[
+        "s3api",
+        "get-object",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--key",
+        &key,
+        path.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(report["step"], "kubeadm-init", "{report}");
+    assert_eq!(report["instanceId"], inst.id.as_str(), "{report}");
+    assert_eq!(report["nodeName"], inst.dns.as_str(), "{report}");
+    assert_eq!(report["role"], "controller", "{report}");
+    assert!(report["exitCode"].as_i64().unwrap_or(0) != 0, "{report}");
+    // No secret in it: the bootstrap token (in the node's secrets store).
+    let token = ctl.node.sh("cat /run/kube-aws/secrets/kubeadm/bootstrap-token");
+    assert!(
+        !token.trim().is_empty() && !report.to_string().contains(token.trim()),
+        "the failure report holds the bootstrap token"
+    );
+    // `kube-aws status --wait` names the node and the step.
+    let st = bed.kube_aws(&["status", "--wait"]);
+    let text = output_text(&st);
+    let headline = format!(
+        "node {} ({}, controller) failed at step kubeadm-init",
+        inst.dns, inst.id
+    );
+    assert!(
+        text.contains("failed nodes:") && text.contains(&headline),
+        "kube-aws status --wait:\n{text}"
+    );
+    eprintln!(
+        "{test}: failed at kubeadm-init {:.1}s after the node started ({}); test {:.1}s",
+        ctl.booted.elapsed().as_secs_f64(),
+        f.times(),
+        t0.elapsed().as_secs_f64()
+    );
+}
