@@ -782,3 +782,199 @@ fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// The pod identity webhook's image, as the rendered manifest names it,
+/// written from the test bed's binary (built from source at the pinned
+/// version by scripts/install-testbed.sh): one layer with /webhook.
+fn webhook_image(out: &std::path::Path) {
+    let bin = crate::common::testbed::bin_dir("webhook image")
+        .expect("the control-plane test bed")
+        .join("amazon-eks-pod-identity-webhook");
+    let o = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/nodebed/oci_image.py"))
+        .arg(out)
+        .arg("public.ecr.aws/eks/amazon-eks-pod-identity-webhook:v0.6.17")
+        .arg("--file")
+        .arg(format!("{}=/webhook", bin.display()))
+        .args(["--entrypoint", "/webhook"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "oci_image.py: {}", output_text(&o));
+}
+
+/// The addon reconciler runs as the controller's systemd timer
+/// (kube-aws-addons.timer, enabled by the bootstrap's `installer` step)
+/// under the controller role with IAM enforced: it reads the plan pointer
+/// from SSM, the bundle from S3, and installs the plan of the bed's cluster —
+/// the pod identity webhook's manifests (no helm release: the VPC CNI and the
+/// cloud controller manager are off, and the node could not download the
+/// helm client from get.helm.sh) — then writes the installed record. The
+/// webhook's image is built from source (the test bed's binary), imported
+/// into the node's containerd as its published name, and runs on the real
+/// controller: its Deployment rolls out, and a pod of an annotated service
+/// account is mutated (a server-side dry run through the webhook).
+#[test]
+fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
+    let test = "real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "", &[]);
+    webhook_image(&bed.dir().join("webhook.tar"));
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    // Once the node program has restarted containerd on its config (the
+    // step after `containerd`), the image goes into its store: a baked AMI
+    // would hold it, as the bed's image holds the control plane's.
+    let limit = BOOT_READY_LIMIT;
+    while !ctl.log().contains("step plugin-units") {
+        assert!(
+            ctl.booted.elapsed() < limit,
+            "{}",
+            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::fs::copy(
+        bed.dir().join("webhook.tar"),
+        ctl.node.rootfs().join("root/webhook.tar"),
+    )
+    .unwrap();
+    ctl.node
+        .wait_for(
+            "the webhook image imported",
+            "ctr -n k8s.io images import /root/webhook.tar >/dev/null",
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = ctl.expect_ready(limit);
+    let t_ready = t0.elapsed();
+    // The bed runs no cloud controller manager (its image and EC2 API are
+    // not here): the test does its part for the node, removing the taint
+    // kubelet's `--cloud-provider=external` puts on it, or nothing but the
+    // static pods is ever scheduled.
+    let untaint = bed.kubectl(
+        &ctl,
+        &[
+            "taint",
+            "node",
+            &inst.dns,
+            "node.cloudprovider.kubernetes.io/uninitialized-",
+        ],
+    );
+    assert!(untaint.status.success(), "{}", output_text(&untaint));
+
+    // The timer's run (OnBootSec=2min, then a minute after each run) ends
+    // with the plan done.
+    let ran = ctl.node.wait_for(
+        "the reconciler's run",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 0 ready, 0 failed or skipped, 0 dropped'",
+        Duration::from_secs(420),
+    );
+    if let Err(e) = ran {
+        panic!(
+            "{e}\n--- kube-aws-addons ---\n{}",
+            output_text(
+                &ctl.node
+                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
+            )
+        );
+    }
+    let t_ran = t0.elapsed();
+    let timer = ctl.node.sh("systemctl show -p ActiveState kube-aws-addons.timer");
+    assert_eq!(timer.trim(), "ActiveState=active", "{timer}");
+    // The installed record, in S3.
+    let path = bed.dir().join("installed.json");
+    bed.aws(&[
+        "s3api",
+        "get-object",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--key",
+        &format!("clusters/{}/status/addons/installed.json", bed::BED_CLUSTER),
+        path.to_str().unwrap(),
+    ]);
+    let record = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        record.contains("\"plan\"")
+            && record.contains("pod-identity-webhook")
+            && record.contains("MutatingWebhookConfiguration"),
+        "the installed record: {record}"
+    );
+    // The webhook runs on the real controller, from the image built here.
+    let rollout = bed.kubectl(
+        &ctl,
+        &[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment/pod-identity-webhook",
+            "--timeout=300s",
+        ],
+    );
+    assert!(
+        rollout.status.success(),
+        "the webhook did not roll out: {}\n{}\n{}",
+        output_text(&rollout),
+        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "pods", "-o", "wide"])),
+        output_text(&bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "describe",
+                "pods",
+                "-l",
+                "app=pod-identity-webhook"
+            ]
+        ))
+    );
+    let t_rolled = t0.elapsed();
+    // It mutates a pod whose service account names a role.
+    let sa = bed.kubectl(&ctl, &["create", "serviceaccount", "demo"]);
+    assert!(sa.status.success(), "{}", output_text(&sa));
+    let ann = bed.kubectl(
+        &ctl,
+        &[
+            "annotate",
+            "serviceaccount",
+            "demo",
+            "eks.amazonaws.com/role-arn=arn:aws:iam::123456789012:role/demo",
+        ],
+    );
+    assert!(ann.status.success(), "{}", output_text(&ann));
+    let start = Instant::now();
+    let env = loop {
+        let o = bed.kubectl(
+            &ctl,
+            &[
+                "run",
+                "demo",
+                "--image=registry.k8s.io/pause:3.10.1",
+                "--overrides={\"spec\":{\"serviceAccountName\":\"demo\"}}",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.spec.containers[0].env}",
+            ],
+        );
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("AWS_ROLE_ARN") || start.elapsed() > Duration::from_secs(60) {
+            break format!("{text}\n{}", output_text(&o));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(
+        env.contains("arn:aws:iam::123456789012:role/demo") && env.contains("AWS_WEB_IDENTITY_TOKEN_FILE"),
+        "the webhook did not mutate the pod: {env}"
+    );
+    eprintln!(
+        "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; test {:.1}s",
+        t_ready.as_secs_f64(),
+        f.times(),
+        t_ran.as_secs_f64(),
+        t_rolled.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
