@@ -28,9 +28,12 @@
 #                                       same cluster already running: each gets a route to the
 #                                       new node's pod subnet through its address, and the new
 #                                       node one to each of theirs (all on the one bridge)
-#   node.sh bridge                      makes the host bridge (kanb0, 10.250.0.1), so that a
-#                                       test's servers (moto, IMDS) can bind to its address
-#   node.sh unbridge                    deletes the bridge when no node is on it
+#   node.sh bridge [TOKEN]              makes the host bridge (kanb0, 10.250.0.1), so that a
+#                                       test's servers (moto, IMDS) can bind to its address;
+#                                       TOKEN (<pid>.<n>) holds it until `unbridge TOKEN` or
+#                                       until process <pid> is gone
+#   node.sh unbridge [TOKEN]            lets TOKEN's hold go, and deletes the bridge when no
+#                                       node is on it and no live process holds it
 #   node.sh exec NAME CMD...            runs CMD in the node
 #   node.sh sweep                       stops the nodes of test processes that are gone
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
@@ -49,6 +52,9 @@ CGROUP_PARENT=kube-aws-nodebed
 # Serialises the bridge's creation and deletion between nodes started and
 # stopped at the same time (tests run in parallel).
 LOCK=/run/kube-aws-nodebed.lock
+# Holds on the bridge of tests whose servers listen on it before (or
+# between) their nodes: another test's last node must not take it away.
+HOLDERS=/run/kube-aws-nodebed-bridge
 
 die() {
   echo "nodebed: $*" >&2
@@ -77,8 +83,19 @@ bridge_up() {
   ip link set "$BRIDGE" up
 }
 
-# The bridge goes with its last node (call under the lock).
+# The bridge goes with its last node, unless a live test process holds it
+# (call under the lock).
 bridge_down() {
+  local h pid
+  for h in "$HOLDERS"/*; do
+    [ -e "$h" ] || continue
+    pid=${h##*/}
+    pid=${pid%%.*}
+    if kill -0 "$pid" 2>/dev/null; then
+      return 0
+    fi
+    rm -f "$h"
+  done
   if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
     ip link del "$BRIDGE" 2>/dev/null || true
   fi
@@ -343,11 +360,16 @@ bridge)
   {
     flock 8
     bridge_up
+    if [ -n "${1:-}" ]; then
+      mkdir -p "$HOLDERS"
+      : >"$HOLDERS/$1"
+    fi
   } 8>"$LOCK"
   ;;
 unbridge)
   {
     flock 8
+    [ -z "${1:-}" ] || rm -f "$HOLDERS/$1"
     bridge_down
   } 8>"$LOCK"
   ;;
