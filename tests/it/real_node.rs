@@ -740,18 +740,34 @@ fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
         apiserver.contains("unknown flag: --no-such-flag"),
         "kube-apiserver said: {apiserver}"
     );
-    // The status object.
+    // The status object (published after the failure line is logged: wait).
     let key = format!("clusters/{}/status/nodes/{}.json", bed::BED_CLUSTER, inst.id);
     let path = bed.dir().join("report.json");
-    bed.aws(&[
-        "s3api",
-        "get-object",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--key",
-        &key,
-        path.to_str().unwrap(),
-    ]);
+    let start = Instant::now();
+    loop {
+        let (ok, out) = crate::node_iam_moto::aws_as(
+            &bed.env,
+            &bed.admin,
+            &[
+                "s3api",
+                "get-object",
+                "--bucket",
+                bed::BED_BUCKET,
+                "--key",
+                &key,
+                path.to_str().unwrap(),
+            ],
+        );
+        if ok {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no status object {key}: {out}\n{}",
+            ctl.log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(report["step"], "kubeadm-init", "{report}");
     assert_eq!(report["instanceId"], inst.id.as_str(), "{report}");
