@@ -89,23 +89,6 @@ fn upsert(doc: &mut Mapping, key: &str, name: &str, item: Value) -> Result<(), S
     Ok(())
 }
 
-/// Where the document's top-level value starts: the first line that is not
-/// blank, a comment or a directive.
-fn first_content(text: &str) -> crate::located::Pos {
-    let (i, line) = text
-        .lines()
-        .enumerate()
-        .find(|(_, l)| {
-            let t = l.trim();
-            !(t.is_empty() || t.starts_with('#') || t.starts_with('%') || t == "---")
-        })
-        .unwrap_or((0, ""));
-    crate::located::Pos {
-        line: i + 1,
-        col: line.len() - line.trim_start().len() + 1,
-    }
-}
-
 fn yaml_kind(v: &Value) -> &'static str {
     match v {
         Value::Sequence(_) => "a list",
@@ -135,7 +118,7 @@ pub fn merge(path: &str, existing: Option<&str>, entry: &Entry) -> Result<String
             other => {
                 return Err(KubeconfigError::Refused(crate::located::Located::new(
                     Path::new(path),
-                    first_content(text),
+                    crate::reader::first_content(text),
                     "",
                     format!(
                         "is not a kubeconfig: its top level is {}, not a mapping (of clusters, users and contexts)",

@@ -204,6 +204,24 @@ fn resolve_inside(root: &Path, path: &Path, fix: &str) -> Result<(), String> {
     }
 }
 
+/// Where a YAML document's top-level value starts: the first line that is
+/// not blank, a comment, a directive or `---` (an error about the whole
+/// document, such as "the top level is a list", points there).
+pub fn first_content(text: &str) -> Pos {
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| {
+            let t = l.trim();
+            !(t.is_empty() || t.starts_with('#') || t.starts_with('%') || t == "---")
+        })
+        .unwrap_or((0, ""));
+    Pos {
+        line: i + 1,
+        col: line.len() - line.trim_start().len() + 1,
+    }
+}
+
 /// The message for a file over `limit`.
 pub fn too_large(size: u64, limit: &Limit) -> String {
     format!(

@@ -136,6 +136,7 @@ pub fn chart_release(
             create_namespace: spec.create_namespace.unwrap_or(true),
             bootstrap: spec.bootstrap,
             origin,
+            declared: None,
         }),
         _ => Err(problems),
     }

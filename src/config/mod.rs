@@ -25,7 +25,9 @@ pub use maxpods::{
 };
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
-pub use resolve::{default_chart_name, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+pub use resolve::{
+    default_chart_name, ChartSource, Cluster, Declared, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
+};
 pub use rules::{
     check_flag_value, check_label_value, check_qualified_name, check_version_constraint, is_ami_id, is_dns_label,
     is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,

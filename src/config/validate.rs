@@ -503,7 +503,8 @@ impl Validator<'_> {
             let problems = match chart_release(c, Origin::Cluster { index: i }, values_files, |p| {
                 work_tree_chart(dir, p)
             }) {
-                Ok(r) => {
+                Ok(mut r) => {
+                    r.declared = Some(super::resolve::Declared::at(self.file, self.map, &base));
                     releases.push(r);
                     Vec::new()
                 }

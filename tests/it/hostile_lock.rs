@@ -111,9 +111,9 @@ fn hold_lock(dir: &Path) -> std::fs::File {
     // SAFETY: a valid open descriptor.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
     f.set_len(0).unwrap();
-    write!(
+    writeln!(
         f,
-        "pid {} (kube-aws up), since 2026-12-01T20:00:00Z\n",
+        "pid {} (kube-aws up), since 2026-12-01T20:00:00Z",
         std::process::id()
     )
     .unwrap();

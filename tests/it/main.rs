@@ -12,6 +12,7 @@ mod render_fixtures;
 
 mod bad_addons;
 mod bad_cluster;
+mod bad_lock;
 mod bad_plugin;
 mod catalogue;
 mod chart_archive;
