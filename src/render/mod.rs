@@ -11,6 +11,7 @@ pub mod layout;
 pub mod node_program;
 pub mod plan;
 pub mod secrets;
+pub mod security;
 pub mod summary;
 pub mod timeouts;
 pub mod yaml;

@@ -226,6 +226,10 @@ bad!(
     backup_interval_too_short,
     format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: 0\n")
 );
+bad!(
+    bad_pod_security_level,
+    format!("{BASE}podSecurity:\n  enforce: basline\n  exemptNamespaces: [kube-system, Monitoring]\ncertificates:\n  renewBeforeDays: 400\n")
+);
 bad!(bad_ami_id, format!("{BASE}ami: ami-XYZ\n"));
 bad!(
     one_ami_for_two_architectures,
