@@ -229,6 +229,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
             cfn::NodeUserData {
                 stub,
                 secrets: part.secrets.names.clone(),
+                versioned: part.secrets.boot_names.clone(),
             },
         );
     }

@@ -48,6 +48,9 @@ pub struct NodeUserData {
     pub stub: String,
     /// The secret bundle entries the role decrypts (its IAM is narrowed to them).
     pub secrets: Vec<String>,
+    /// The entries whose change replaces the role's instances (its secrets
+    /// version): those its boot uses (NodeSecrets `boot_names`).
+    pub versioned: Vec<String>,
 }
 
 pub(super) fn sub_escape(stub: &str) -> String {
