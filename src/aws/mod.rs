@@ -12,6 +12,7 @@ pub mod backups;
 pub mod config;
 pub mod deploy;
 pub mod error;
+pub mod expiry;
 pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
