@@ -497,6 +497,33 @@ fn aws_cloud_controller_manager_is_on_by_default_on_the_controllers() {
         assert!(a.contains(&needed.to_string()), "{needed}: {a:?}");
     }
     assert!(actions(&r.pools["a"], "aws-cloud-controller-manager").is_empty());
+    // Issue 27: none of the in-tree volume plugin's actions, no route actions
+    // (the route controller is off), and every delete only on what the
+    // controller tagged as this cluster's.
+    for gone in [
+        "ec2:CreateVolume",
+        "ec2:AttachVolume",
+        "ec2:DetachVolume",
+        "ec2:DeleteVolume",
+        "ec2:ModifyVolume",
+        "ec2:CreateRoute",
+        "ec2:DeleteRoute",
+    ] {
+        assert!(!a.contains(&gone.to_string()), "{gone}: {a:?}");
+    }
+    let statements: Vec<&Value> = r.controller.iter_statements("aws-cloud-controller-manager").collect();
+    let mut deletes = 0;
+    for s in &statements {
+        let acts = s["Action"].as_array().unwrap();
+        if acts.iter().any(|x| x.as_str().unwrap().contains(":Delete")) {
+            deletes += acts.len();
+            assert_eq!(
+                s["Condition"]["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/demo"], "owned",
+                "{s}"
+            );
+        }
+    }
+    assert_eq!(deletes, 5, "{statements:?}");
     let v: serde_yaml::Value = serde_yaml::from_str(&pr.values[0].content).unwrap();
     assert_eq!(v["image"]["tag"], "v1.35.3");
     assert_eq!(v["hostNetworking"], true);
