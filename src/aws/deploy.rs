@@ -189,6 +189,8 @@ pub struct StatusReport {
     pub addons: Vec<AddonStatus>,
     /// Nodes whose bootstrap failed during the stack's latest operation.
     pub nodes: Vec<NodeReport>,
+    /// The controllers' certificate expiry (issue 27, src/aws/expiry.rs).
+    pub certificates: super::expiry::CertificateStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -252,11 +254,18 @@ pub async fn status(
     let (events, _) = stack::events_page(clients, &stack.stack_id, None).await?;
     let all = watch::read_node_reports(clients, &location).await?;
     let nodes = super::wait::node_reports_since(&all, super::wait::operation_start(&events));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let certificates =
+        super::expiry::summarize(&super::expiry::read_certificate_reports(clients, &location).await?, now);
     Ok(StatusReport {
         stack,
         nested,
         addons: out,
         nodes,
+        certificates,
     })
 }
 

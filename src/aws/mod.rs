@@ -14,6 +14,7 @@ pub mod deploy;
 pub mod destroy;
 pub mod destroy_api;
 pub mod error;
+pub mod expiry;
 pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;

@@ -82,6 +82,22 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
             }
         }
     }
+    let c = &r.certificates;
+    if let Some(e) = &c.earliest_leaf {
+        println!(
+            "certificates: earliest {} on {} expires {} ({} days)",
+            e.certificate, e.node, e.expires, e.days_left
+        );
+    }
+    if let Some(e) = &c.earliest_ca {
+        println!(
+            "certificate authorities: earliest {} expires {} ({} days)",
+            e.certificate, e.expires, e.days_left
+        );
+    }
+    for w in &c.warnings {
+        println!("warning: {w}");
+    }
     if !r.addons.is_empty() {
         println!("addons:");
         for a in &r.addons {

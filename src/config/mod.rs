@@ -10,6 +10,7 @@ mod model;
 mod reference;
 mod resolve;
 mod rules;
+mod security;
 mod validate;
 mod versions;
 
@@ -33,6 +34,7 @@ pub use rules::{
     is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
     BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
+pub use security::{Certificates, PodSecurity, POD_SECURITY_LEVELS};
 pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
 
 use crate::located::{parse_yaml, Diagnostics};

@@ -45,6 +45,12 @@ pub struct ClusterConfig {
     /// The controllers' etcd: snapshots to S3.
     #[serde(default)]
     pub etcd: Etcd,
+    /// Pod Security admission: the level enforced in every namespace but the exempted ones.
+    #[serde(default)]
+    pub pod_security: super::security::PodSecurity,
+    /// When the controllers renew kubeadm's control-plane certificates.
+    #[serde(default)]
+    pub certificates: super::security::Certificates,
     /// An explicit AMI instead of the pinned Amazon Linux 2023 one: an image ID
     /// (`ami-…`) for every node, or one per architecture
     /// (`{x86_64: ami-…, arm64: ami-…}`; an architecture left out keeps the

@@ -34,6 +34,9 @@ pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -
     v.access(cfg);
     v.nodes(cfg);
     v.etcd_and_ami(cfg);
+    for (path, message) in super::security::problems(&cfg.pod_security, &cfg.certificates) {
+        v.err(&path, message);
+    }
     v.helm(cfg);
     let releases = v.charts(dir, &cfg.charts);
     if v.errors.is_empty() {

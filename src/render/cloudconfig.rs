@@ -156,7 +156,12 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
 /// flag, so only the new issuer there).
 fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
     let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
-    let issuer = crate::irsa::apiserver_flags(&input.cluster);
+    let mut issuer = crate::irsa::apiserver_flags(&input.cluster);
+    // Pod Security admission (src/render/security.rs); plugins may not set it (plugin/merge.rs).
+    issuer.push((
+        super::security::ADMISSION_FLAG.to_string(),
+        super::security::ADMISSION_FILE.to_string(),
+    ));
     match &mut args {
         Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
         Value::Object(m) => {
@@ -303,7 +308,8 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
             "kind": "ClusterConfiguration",
             "clusterName": ctx.cluster,
             "networking": networking(input),
-            "apiServer": {"extraArgs": api_server_args(input, v1beta4)},
+            "apiServer": {"extraArgs": api_server_args(input, v1beta4),
+                "extraVolumes": [super::security::apiserver_volume()]},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
             // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
@@ -395,6 +401,7 @@ fn render_node(
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
             .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
+            .chain(spec.pool.is_none().then_some(super::security::CERTS_UNITS).into_iter().flatten().copied())
             .collect::<Vec<_>>(),
         "secrets": secrets,
     });
@@ -549,7 +556,9 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, bundle: &AddonBundle) -> Res
         taints,
         hooks: &p.controller,
     };
-    let (text, secrets) = render_node(input, ctx, &spec, &controller_addon_files(ctx), &bundle.secret_names)?;
+    let mut controller_files = controller_addon_files(ctx);
+    controller_files.extend(super::security::controller_files(&input.cluster));
+    let (text, secrets) = render_node(input, ctx, &spec, &controller_files, &bundle.secret_names)?;
     parts.push(NodePart {
         role: "controller".into(),
         secrets,

@@ -230,6 +230,10 @@ bad!(
     etcd_quota_too_small,
     format!("{BASE}etcd:\n  quotaBackendBytes: 1048576\n")
 );
+bad!(
+    bad_pod_security_level,
+    format!("{BASE}podSecurity:\n  enforce: basline\n  exemptNamespaces: [kube-system, Monitoring]\ncertificates:\n  renewBeforeDays: 400\n")
+);
 bad!(bad_ami_id, format!("{BASE}ami: ami-XYZ\n"));
 bad!(
     one_ami_for_two_architectures,

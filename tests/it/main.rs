@@ -50,6 +50,7 @@ mod plugins;
 mod real_charts;
 mod real_node;
 mod render;
+mod secret_rotation;
 mod servers;
 mod testbed;
 mod update_safety_moto;

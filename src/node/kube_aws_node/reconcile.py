@@ -90,6 +90,24 @@ def recorded(doc):
     return dict((r["name"], r) for r in doc.get("releases", []) if isinstance(r, dict) and r.get("name"))
 
 
+def current(entry, r):
+    """Whether a record entry is release `r` as the plan has it: at its wait
+    condition, with the same secrets (the pointer's hash of the ciphertexts
+    its values reference, src/render/cfn/release_secrets.rs): a rotated
+    secret upgrades its release, and only that one."""
+    return (entry or {}).get("waitCondition") == r["waitCondition"] and \
+        (entry or {}).get("secrets", "") == r.get("secrets", "")
+
+
+def attach_secrets(releases, hashes):
+    """Gives each release its secrets hash from the plan pointer (`secrets`: release → hash)."""
+    hashes = hashes if isinstance(hashes, dict) else {}
+    for r in releases:
+        h = hashes.get(r["name"])
+        if isinstance(h, str) and h:
+            r["secrets"] = h
+
+
 def outcome(doc, plan_sha, secrets_version, releases, now):
     """DONE, LATER (failed releases wait for retryAfter) or INSTALL: what this
     tick does with the plan, from the record alone (a pure function)."""
@@ -97,7 +115,7 @@ def outcome(doc, plan_sha, secrets_version, releases, now):
         return INSTALL
     rec = recorded(doc)
     names = set(r["name"] for r in releases)
-    pending = [r["name"] for r in releases if rec.get(r["name"], {}).get("waitCondition") != r["waitCondition"]]
+    pending = [r["name"] for r in releases if not current(rec.get(r["name"]), r)]
     dropped = [n for n in rec if n not in names]
     if not pending and not dropped and secrets_version in doc.get("secretsVersions", []):
         return DONE
@@ -318,7 +336,13 @@ class Reconciler(object):
         if phase == "ready":
             r = self.by_name[name]
             with self.record_lock:
-                self.rec[name] = {"name": name, "namespace": r["namespace"], "waitCondition": r["waitCondition"]}
+                old = self.rec.get(name) or {}
+                entry = {"name": name, "namespace": r["namespace"], "waitCondition": r["waitCondition"]}
+                if r.get("secrets"):
+                    entry["secrets"] = r["secrets"]
+                if old.get("waitCondition") == r["waitCondition"] and old.get("signalled"):
+                    entry["signalled"] = True  # an upgrade for its secrets: the wait condition is long signalled
+                self.rec[name] = entry
                 self.record()
         self.status(name, phase, message)
         self.signal(name, "SUCCESS" if phase == "ready" else "FAILURE")
@@ -686,7 +710,7 @@ class Reconciler(object):
                 for r in self.releases]
         for r in self.releases:
             old = installed.get(r["name"])
-            if old is not None and old.get("waitCondition") == r["waitCondition"]:
+            if old is not None and current(old, r):
                 # Installed exactly as this plan has it (by an earlier plan, or
                 # by this one before its installer stopped): signalled from the
                 # record (signal_recorded), never installed again.
@@ -744,6 +768,7 @@ class Reconciler(object):
                                os.path.join(self.work, "bundles", self.plan_sha + ".json"))
             doc = bundle.read(raw)
             self.load_plan(bundle.plan(doc))
+            attach_secrets(self.releases, ptr.get("secrets"))
         except (bundle.BundleError, OSError, KeyError, TypeError) as e:
             self.log("cannot read the addon bundle %s: %s" % (self.plan_uri, e))
             return 1
@@ -831,7 +856,7 @@ class Reconciler(object):
         except Fatal as e:
             self.log(str(e))
             for r in self.releases:
-                if installed.get(r["name"], {}).get("waitCondition") != r["waitCondition"]:
+                if not current(installed.get(r["name"]), r):
                     self.finish(r["name"], "failed", str(e) + "\n")
             self.retry_after = int(time.time()) + paths.knob("RETRY_FAILED_SECONDS", DEFAULT_RETRY_FAILED_SECONDS)
             self.record()

@@ -10,6 +10,7 @@ use super::super::plan::{AddonBundle, Plan};
 use super::super::{Ctx, RenderError, RenderInput};
 use super::etcd::{etcd_membership, etcd_settings, ETCD_SETTINGS};
 use super::nodes::{node_group, node_stack_parameters, Group, NodeUserData};
+use super::release_secrets::{parameter as release_secrets_parameter, pointer_value, release_secrets, ReleaseSecrets};
 use super::{is_arm64, template};
 
 /// The control-plane stack's addon plan pointer (an SSM parameter).
@@ -34,12 +35,13 @@ pub fn iso_duration(secs: u64) -> String {
 /// The control-plane stack's pointer to the current addon bundle: its S3 URI
 /// and sha256, which the controllers' reconciler polls. Wait conditions
 /// depend on it, so a new plan's wait conditions exist only once it is live.
-pub(super) fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle) -> Value {
-    let value = json!({"uri": format!("{}/{}", ctx.s3_base, bundle.key), "sha256": bundle.sha256});
+/// With release secrets, it also holds each one's hash (release_secrets.rs).
+pub(super) fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle, releases: &[ReleaseSecrets]) -> Value {
+    let value = pointer_value(&format!("{}/{}", ctx.s3_base, bundle.key), &bundle.sha256, releases);
     json!({"Type": "AWS::SSM::Parameter", "Properties": {
         "Name": super::super::cloudconfig::plan_parameter_name(ctx),
         "Type": "String",
-        "Value": value.to_string(),
+        "Value": value,
         "Description": format!("kube-aws cluster {}: the addon plan the controllers install", ctx.cluster)}})
 }
 
@@ -79,11 +81,16 @@ pub(super) fn control_plane_stack(
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
     };
-    t.insert("Parameters".into(), node_stack_parameters(&g));
+    let mut params = node_stack_parameters(&g);
+    let release_secrets = release_secrets(input);
+    for rs in &release_secrets {
+        params[&rs.parameter] = release_secrets_parameter();
+    }
+    t.insert("Parameters".into(), params);
     node_group(input, ctx, &g, &node.stub, &mut r);
     etcd_membership(ctx, &mut r);
     r.insert(ETCD_SETTINGS.into(), etcd_settings(input, ctx)?);
-    r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle));
+    r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle, &release_secrets));
     let ids: BTreeMap<&str, &str> = plan
         .releases
         .iter()

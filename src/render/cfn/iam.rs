@@ -82,11 +82,12 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
 /// answers HeadObject on a missing key with 403 unless the caller may list
 /// the bucket (S3 API reference, HeadObject, "Permissions"), and the lock is
 /// missing as often as not. The listing is granted under `bootstrap/` only.
+/// The certificate renewal lock (certs.py) is taken and released the same way.
 pub(super) fn lock_statements(ctx: &Ctx) -> Vec<Value> {
     let dir = format!("{}/{}", ctx.key_prefix, layout::BOOTSTRAP_DIR);
     vec![
         json!({"Sid": "ReleaseJoinLock", "Effect": "Allow", "Action": ["s3:DeleteObject"],
-            "Resource": [format!("arn:aws:s3:::{}/{}/{}", ctx.bucket, ctx.key_prefix, layout::JOIN_LOCK)]}),
+            "Resource": ([layout::JOIN_LOCK, layout::CERTS_LOCK].map(|l| format!("arn:aws:s3:::{}/{}/{l}", ctx.bucket, ctx.key_prefix)))}),
         json!({"Sid": "ListLocks", "Effect": "Allow", "Action": ["s3:ListBucket"],
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),

@@ -10,6 +10,7 @@ mod etcd;
 mod iam;
 mod network;
 mod nodes;
+mod release_secrets;
 mod root;
 mod subnets;
 #[cfg(test)]
@@ -27,6 +28,7 @@ pub use self::etcd::{etcd_parameter_name, ETCD_LIFECYCLE_HOOK, ETCD_LIFECYCLE_TI
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::default_zone_count;
 pub use self::nodes::{pool_bounds, NodeUserData, PoolBounds, SSM_MANAGED_POLICY};
+pub use self::release_secrets::{release_secrets, ReleaseSecrets};
 pub use self::root::{AMI_METADATA, CA_CERT_HASH, SECRETS_METADATA, SECRET_BUNDLE_KEY};
 pub use crate::config::is_arm64;
 

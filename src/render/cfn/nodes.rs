@@ -42,12 +42,20 @@ pub(super) struct Group<'a> {
     pub(super) extra_target_groups: Vec<Value>,
 }
 
+/// The tag the VPC CNI puts on the network interfaces it creates (its
+/// CLUSTER_NAME; aws/amazon-vpc-cni-k8s docs/iam-policy.md, "Scope-down IAM
+/// policy per EKS cluster").
+pub const VPC_CNI_CLUSTER_TAG: &str = "cluster.k8s.amazonaws.com/name";
+
 /// What the stacks need of one node role's user data.
 #[derive(Debug, Clone, Default)]
 pub struct NodeUserData {
     pub stub: String,
     /// The secret bundle entries the role decrypts (its IAM is narrowed to them).
     pub secrets: Vec<String>,
+    /// The entries whose change replaces the role's instances (its secrets
+    /// version): those its boot uses (NodeSecrets `boot_names`).
+    pub versioned: Vec<String>,
 }
 
 pub(super) fn sub_escape(stub: &str) -> String {
@@ -137,6 +145,15 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
     }}});
     if let Some(key) = &input.cluster.node_access.key_name {
         launch_template["Properties"]["LaunchTemplateData"]["KeyName"] = json!(key);
+    }
+    // The VPC CNI may change only the cluster's network interfaces (issue 27,
+    // plugins/aws-vpc-cni): the primary one, which EC2 creates at launch, gets
+    // the cluster tag the CNI puts on those it creates.
+    if input.plugins.vpc_cni() {
+        if let Some(specs) = launch_template["Properties"]["LaunchTemplateData"]["TagSpecifications"].as_array_mut() {
+            specs.push(json!({"ResourceType": "network-interface", "Tags": [
+                {"Key": "Name", "Value": name}, {"Key": VPC_CNI_CLUSTER_TAG, "Value": ctx.cluster}]}));
+        }
     }
     r.insert(format!("{p}LaunchTemplate"), launch_template);
     // The cluster tag also reaches instances the group launches (the cloud

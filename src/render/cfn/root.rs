@@ -99,7 +99,7 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
     let mut node_stack = |logical_id: &str, role: &str| -> Value {
         let key = secrets_version_key(logical_id);
         params.insert(key.clone(), secrets_version_parameter());
-        let names = nodes.get(role).map(|n| n.secrets.clone()).unwrap_or_default();
+        let names = nodes.get(role).map(|n| n.versioned.clone()).unwrap_or_default();
         covered.insert(key.clone(), json!(names));
         json!({"Ref": key})
     };
@@ -111,14 +111,12 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
         json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("network")}}),
     );
     let version = node_stack("ControlPlane", "controller");
-    r.insert(
-        "ControlPlane".into(),
-        json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
+    let control_plane = json!({"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url("control-plane"),
             "Parameters": {"SubnetIds": out("SubnetIds"), "ControllerSecurityGroupId": out("ControllerSecurityGroupId"),
                            "ApiEndpoint": out("ApiEndpoint"), "ApiTargetGroupArn": out("ApiTargetGroupArn"),
                            "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH},
-                           SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}}),
-    );
+                           SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}});
+    r.insert("ControlPlane".into(), control_plane);
     for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
         let version = node_stack(&id, &format!("worker-{}", pool.name));
@@ -131,6 +129,12 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
                                "CACertHash": {"Ref": CA_CERT_HASH},
                                SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": pool_ami}}}),
         );
+    }
+    // Each release's secrets version (release_secrets.rs), handed to the plan pointer.
+    for rs in super::release_secrets::release_secrets(input) {
+        params.insert(rs.parameter.clone(), super::release_secrets::parameter());
+        covered.insert(rs.parameter.clone(), json!(rs.names));
+        r["ControlPlane"]["Properties"]["Parameters"][&rs.parameter] = json!({"Ref": rs.parameter});
     }
     t.insert(
         "Metadata".into(),

@@ -225,7 +225,7 @@ impl Bed {
         }
         let stack: Value = serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
         let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
-        let mut value = pointer["Value"].as_str().unwrap().to_string();
+        let mut value = pointer_value(&pointer["Value"]);
         let mut target: Value = serde_json::from_str(&value).unwrap();
         let mut bundle = rendered.get("addons/bundle.json").unwrap().to_vec();
         assert_eq!(target["sha256"], sha(&bundle));
@@ -486,5 +486,23 @@ impl std::fmt::Display for Run {
             "exit {}\nstderr:\n{}\ncalls:\n{}",
             self.code, self.stderr, self.calls
         )
+    }
+}
+
+/// The addon plan pointer's value as CloudFormation sets it: the text, or,
+/// with release secrets (issue 27), its Fn::Sub with each `${AddonSecrets*}`
+/// replaced by a value standing for the publisher's hash.
+pub fn pointer_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => {
+            let mut text = v["Fn::Sub"].as_str().expect("a string or an Fn::Sub").to_string();
+            while let Some(at) = text.find("${") {
+                let end = at + text[at..].find('}').expect("a closed ${");
+                let param = text[at + 2..end].to_string();
+                text.replace_range(at..=end, &format!("published-{param}"));
+            }
+            text
+        }
     }
 }
