@@ -391,7 +391,11 @@ fn render_node(
         (KUBEADM_JSON, "0600", kubeadm),
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
-        ("/etc/systemd/logind.conf.d/50-kube-aws.conf", "0644", LOGIND_CONF.into()),
+        (
+            "/etc/systemd/logind.conf.d/50-kube-aws.conf",
+            "0644",
+            LOGIND_CONF.into(),
+        ),
         (
             "/etc/udev/rules.d/99-vpc-policy-routes.rules",
             "0644",

@@ -46,3 +46,5 @@ mod render;
 mod servers;
 mod testbed;
 mod update_safety_moto;
+mod workers;
+mod workers_moto;

@@ -87,6 +87,32 @@ pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
     json!({ "AutoScalingRollingUpdate": policy })
 }
 
+/// The name of the termination lifecycle hook of a drained worker group.
+pub const DRAIN_HOOK_NAME: &str = "kube-aws-drain";
+/// How long a terminating instance waits for its drain: aws-node-termination-
+/// handler's `nodeTerminationGracePeriod` (at most 270 s, plugin.yaml) must fit
+/// in it, and it equals the queue's message retention (kops uses 300 s for both:
+/// kubernetes/kops pkg/model/awsmodel/nodeterminationhandler.go).
+pub const DRAIN_HEARTBEAT_SECONDS: u32 = 300;
+
+/// The `EC2_INSTANCE_TERMINATING` lifecycle hook of a worker group whose nodes
+/// aws-node-termination-handler drains: the instance waits in
+/// Terminating:Wait until the handler completes the action after the drain, or
+/// until the heartbeat runs out; either way it then terminates (`CONTINUE`,
+/// so a handler that is down delays terminations, never blocks them). A
+/// resource of its own, as the controllers' etcd hook (etcd.rs): a stack
+/// delete removes the hook before the group, so deleting a pool never waits
+/// on drains; an instance the group launches before the hook exists has no
+/// pods to drain yet.
+pub(super) fn drain_lifecycle_hook(group: &str) -> Value {
+    json!({"Type": "AWS::AutoScaling::LifecycleHook", "Properties": {
+        "AutoScalingGroupName": {"Ref": group},
+        "LifecycleHookName": DRAIN_HOOK_NAME,
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+        "HeartbeatTimeout": DRAIN_HEARTBEAT_SECONDS,
+        "DefaultResult": "CONTINUE"}})
+}
+
 /// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
 /// second hop, so pods cannot reach the node role's credentials. Their AWS
 /// access is their service account's role (src/irsa.rs). The components that
@@ -145,8 +171,11 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true}),
         json!({"Key": cluster_tag(ctx), "Value": "owned", "PropagateAtLaunch": true}),
     ];
+    let nth_tag = if g.controller { None } else { g.hooks.nth_managed_tag() };
     for (k, v) in &g.hooks.asg_tags {
-        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+        // The termination handler reads its managed tag on the instance.
+        let propagate = nth_tag == Some(k.as_str());
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": propagate}));
     }
     for (k, v) in &g.template_tags {
         group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
@@ -174,6 +203,9 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
     }
     r.insert(format!("{p}Group"), asg);
+    if nth_tag.is_some() {
+        r.insert(format!("{p}DrainHook"), drain_lifecycle_hook(&format!("{p}Group")));
+    }
     r.insert(
         format!("{p}SecretBundlePointer"),
         json!({"Type": "AWS::SSM::Parameter", "Properties": {
