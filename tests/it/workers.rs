@@ -65,13 +65,12 @@ fn render(
         require_charts: true,
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    let i = p
+    let values = p
         .releases
         .releases
         .iter()
         .position(|r| r.name == "aws-node-termination-handler")
-        .expect("the release");
-    let values = p.prepared[i].values.user.clone();
+        .map(|i| p.prepared[i].values.user.clone());
     let r = kube_aws::render::render(&p.input).unwrap_or_else(|e| panic!("{e}"));
     let mut stacks = serde_json::Map::new();
     for (path, bytes) in &r.files {
@@ -79,7 +78,10 @@ fn render(
             stacks.insert(name.to_string(), serde_json::from_slice(bytes).unwrap());
         }
     }
-    let archive = archives["aws-node-termination-handler"].clone();
+    let archive = archives
+        .get("aws-node-termination-handler")
+        .cloned()
+        .unwrap_or_default();
     (tmp, stacks, serde_json::to_value(values).unwrap(), archive)
 }
 
@@ -305,4 +307,50 @@ fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
     assert_eq!(env("NODE_TERMINATION_GRACE_PERIOD"), "240");
     assert_eq!(env("IGNORE_DAEMON_SETS"), "true");
     assert_eq!(env("DELETE_SQS_MSG_IF_NODE_NOT_FOUND"), "false");
+}
+
+/// Issue 28 item 3: a worker roll keeps the pool's capacity (launch before
+/// terminate: MinInstancesInService is the starting size, MaxSize one above
+/// it) and suspends the processes AWS says to suspend; an autoscaled pool
+/// keeps its own bound when it has room.
+#[test]
+fn worker_rolls_launch_before_terminating_and_suspend_processes() {
+    let yaml = CLUSTER_YAML
+        .replace("count: 2", "count: 3")
+        .replace("  aws-node-termination-handler: {enabled: true}\n", "  cluster-autoscaler: {enabled: true}\n")
+        .replace(
+            "    - name: batch\n      count: 1\n      plugins:\n        aws-node-termination-handler: {enabled: false}\n",
+            "    - name: batch\n      minSize: 2\n      maxSize: 6\n",
+        )
+        .replace("    - name: general\n      count: 3\n", "    - name: general\n      count: 3\n      plugins:\n        cluster-autoscaler: {enabled: false}\n");
+    let (_tmp, stacks, _, _) = render(&yaml);
+    let suspended = json!([
+        "HealthCheck",
+        "ReplaceUnhealthy",
+        "AZRebalance",
+        "AlarmNotification",
+        "ScheduledActions"
+    ]);
+    for (stack, min_in_service, min, max) in [("node-pool-general", "3", "3", "4"), ("node-pool-batch", "2", "2", "6")]
+    {
+        let g = &stacks[stack]["Resources"]["WorkerGroup"];
+        let policy = &g["UpdatePolicy"]["AutoScalingRollingUpdate"];
+        assert_eq!(policy["MinInstancesInService"], min_in_service, "{stack}");
+        assert_eq!(policy["MaxBatchSize"], "1", "{stack}");
+        assert_eq!(policy["WaitOnResourceSignals"], true, "{stack}");
+        assert_eq!(policy["SuspendProcesses"], suspended, "{stack}");
+        assert_eq!(g["Properties"]["MinSize"], min, "{stack}");
+        assert_eq!(g["Properties"]["MaxSize"], max, "{stack}");
+    }
+    // The fixed pool keeps its size; the autoscaled one leaves it to the autoscaler.
+    assert_eq!(
+        stacks["node-pool-general"]["Resources"]["WorkerGroup"]["Properties"]["DesiredCapacity"],
+        "3"
+    );
+    assert!(stacks["node-pool-batch"]["Resources"]["WorkerGroup"]["Properties"]
+        .get("DesiredCapacity")
+        .is_none());
+    // Controllers: count - 1 in service (etcd's quorum), the same suspensions.
+    let cp = &stacks["control-plane"]["Resources"]["ControllerGroup"]["UpdatePolicy"]["AutoScalingRollingUpdate"];
+    assert_eq!(cp["SuspendProcesses"], suspended);
 }

@@ -59,32 +59,45 @@ pub(super) fn sub_escape(stub: &str) -> String {
         .replace("${!CACertHash}", "${CACertHash}")
 }
 
-/// The group's rolling update: one instance at a time, every other one in
-/// service, and the next only once the new one has signalled (its kubeadm
-/// join is done). CloudFormation's UpdatePolicy attribute: MinInstancesInService
-/// "must be less than the MaxSize of the Auto Scaling group", and with
-/// WaitOnResourceSignals PauseTime is how long it waits for the batch's
-/// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
-/// For controllers (count 1, 3 or 5, MinSize = MaxSize = count) that is
-/// count - 1 in service: etcd keeps its quorum while one member is replaced.
-/// Controllers also suspend the processes that would replace or move an
-/// instance behind the update's back (AWS knowledge center,
+/// The group's rolling update: one instance at a time, and the next only once
+/// the new one has signalled (its kubeadm join is done). CloudFormation's
+/// UpdatePolicy attribute: MinInstancesInService "must be less than the
+/// MaxSize of the Auto Scaling group", and with WaitOnResourceSignals PauseTime
+/// is how long it waits for the batch's signals
+/// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
+/// - Controllers (count 1, 3 or 5, MinSize = MaxSize = count): count - 1 in
+///   service, so etcd keeps its quorum while one member is replaced.
+/// - Workers: launch before terminate. MinInstancesInService is the group's
+///   starting size, so CloudFormation raises the desired capacity by the batch
+///   (one instance, within MaxSize: [`surge_max`] leaves room), waits for the
+///   new node's signal, and only then terminates an old one; the pool never
+///   runs below its size. A group the autoscaler has grown above its MinSize
+///   can drop to one below its current size at a time.
+///
+/// Every group suspends the processes that would replace or move an instance
+/// behind the update's back (AWS knowledge center,
 /// auto-scaling-group-rolling-updates: HealthCheck, ReplaceUnhealthy,
-/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate).
+/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate,
+/// which the update itself uses). CloudFormation resumes them when the update
+/// ends, rolled back or not.
 pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
-    let mut policy = json!({
-        "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
-        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true});
-    if g.controller {
-        policy["SuspendProcesses"] = json!([
-            "HealthCheck",
-            "ReplaceUnhealthy",
-            "AZRebalance",
-            "AlarmNotification",
-            "ScheduledActions"
-        ]);
-    }
+    let in_service = if g.controller {
+        initial.saturating_sub(1)
+    } else {
+        initial
+    };
+    let policy = json!({
+        "MinInstancesInService": in_service.min(g.max.saturating_sub(1)).to_string(),
+        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true,
+        "SuspendProcesses": ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "AlarmNotification", "ScheduledActions"]});
     json!({ "AutoScalingRollingUpdate": policy })
+}
+
+/// A worker group's MaxSize with room for the rolling update's one surge
+/// instance above its starting size (`rolling_update`).
+pub fn surge_max(bounds: &PoolBounds) -> u32 {
+    let initial = bounds.desired.unwrap_or(bounds.min);
+    bounds.max.max(initial + 1)
 }
 
 /// The name of the termination lifecycle hook of a drained worker group.
@@ -258,7 +271,7 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         instance_type: &pool.instance_type,
         root_volume: pool.root_volume_size,
         min: bounds.min,
-        max: bounds.max,
+        max: surge_max(&bounds),
         desired: bounds.desired,
         template_tags: hooks.node_template_tags(pool),
         security_group: "WorkerSecurityGroupId",
