@@ -10,6 +10,7 @@
 mod common;
 mod render_fixtures;
 
+mod autoscaler_pause_testbed;
 mod bad_addons;
 mod bad_cluster;
 mod bad_plugin;
