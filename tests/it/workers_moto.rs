@@ -4,7 +4,9 @@
 //! the queue (SSE, 300 s retention), the EventBridge rules with the queue as
 //! their target, the pool's group with the managed tag reaching its instances,
 //! and the lifecycle hook in the pool stack's template are checked through the
-//! API.
+//! API. And `update --wait` with the cluster-autoscaler: the pause is tried
+//! (certificate minted from moto's bundle), fails to reach an API server, and
+//! `update` warns and completes; without `--wait` it warns and leaves it.
 //!
 //! Not covered: moto 5.2.5 has no CloudFormation support for
 //! `AWS::AutoScaling::LifecycleHook` or `AWS::SQS::QueuePolicy` (it skips them
@@ -173,4 +175,52 @@ fn nth_stacks_create_with_queue_rules_tags_and_hooks() {
         &group,
     ]);
     assert!(!g.to_string().contains("aws-node-termination-handler/"), "{g}");
+}
+
+/// `update --wait` on a cluster with the cluster-autoscaler tries to pause it
+/// before the roll: the certificate is minted from the published bundle (moto's
+/// KMS), and moto's load balancer name reaches no API server, so `update` warns
+/// that the autoscaler is not paused and goes on to UPDATE_COMPLETE. The pause
+/// itself runs against a real API server in tests/it/autoscaler_pause_testbed.rs.
+#[test]
+fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    let yaml = |count: u32| {
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: general\n      minSize: 1\n      maxSize: {count}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n  \
+             cluster-autoscaler: {{enabled: true}}\n"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), yaml(3)).unwrap();
+    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    lock_to_shared_charts(dir, &cache, &shared_charts());
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    std::fs::write(dir.join("cluster.yaml"), yaml(4)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "2m"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(
+        out.contains("warning: cluster-autoscaler not paused, it may scale the groups during the roll: cannot reach the API server"),
+        "{out}"
+    );
+    assert!(out.contains("is UPDATE_COMPLETE"), "{out}");
+    assert!(!out.contains("cluster-autoscaler paused"), "{out}");
+
+    // Without --wait nothing could put it back: it is left alone, with a warning.
+    std::fs::write(dir.join("cluster.yaml"), yaml(5)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(
+        out.contains("warning: cluster-autoscaler not paused: only `update --wait` can put it back afterwards"),
+        "{out}"
+    );
 }
