@@ -76,6 +76,9 @@ fn render(
     for (path, bytes) in &r.files {
         if let Some(name) = path.strip_prefix("stacks/").and_then(|n| n.strip_suffix(".json")) {
             stacks.insert(name.to_string(), serde_json::from_slice(bytes).unwrap());
+        } else if path.ends_with(".cloud-config") {
+            // Cloud-configs as text, under their path.
+            stacks.insert(path.clone(), Value::String(String::from_utf8(bytes.clone()).unwrap()));
         }
     }
     let archive = archives
@@ -353,4 +356,108 @@ fn worker_rolls_launch_before_terminating_and_suspend_processes() {
     // Controllers: count - 1 in service (etcd's quorum), the same suspensions.
     let cp = &stacks["control-plane"]["Resources"]["ControllerGroup"]["UpdatePolicy"]["AutoScalingRollingUpdate"];
     assert_eq!(cp["SuspendProcesses"], suspended);
+}
+
+const MIXED_BASE: &str = "clusterName: demo
+region: us-west-2
+s3URI: s3://demo-bucket/kube-aws
+kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k
+plugins:
+  aws-vpc-cni: {enabled: false}
+  aws-cloud-controller-manager: {enabled: false}
+worker:
+  nodePools:
+";
+
+/// Issue 28 item 4, bad input: spot settings with one type, an unknown type,
+/// two architectures, a type set twice, `instanceType` beside the list; each
+/// refused by `validate` at its `file:line:col` with the fix.
+#[test]
+fn bad_mixed_pools_are_refused_where_they_are_written() {
+    for (pool, want) in [
+        (
+            "    - name: spot\n      instancesDistribution:\n        instanceTypes: [m6i.large]\n",
+            "cluster.yaml:12:24: worker.nodePools[0].instancesDistribution.instanceTypes: spot and mixed instances need at least two instance types, got 1 (\"m6i.large\"): add types",
+        ),
+        (
+            "    - name: spot\n      instancesDistribution:\n        instanceTypes: [m6i.large, m6i.larg]\n",
+            "cluster.yaml:12:36: worker.nodePools[0].instancesDistribution.instanceTypes[1]: instance type \"m6i.larg\" is not in kube-aws's instance table (did you mean \"m6i.large\"?)",
+        ),
+        (
+            "    - name: spot\n      instancesDistribution:\n        instanceTypes: [m6i.large, m7g.large]\n",
+            "cluster.yaml:12:36: worker.nodePools[0].instancesDistribution.instanceTypes[1]: \"m7g.large\" is arm64 but \"m6i.large\" is x86_64: a pool's instance types must share one architecture (one AMI); put them in separate pools",
+        ),
+        (
+            "    - name: spot\n      instanceType: m5.large\n      instancesDistribution:\n        instanceTypes: [m6i.large, m5.large]\n",
+            "cluster.yaml:11:21: worker.nodePools[0].instanceType: set the pool's types in instancesDistribution.instanceTypes only",
+        ),
+        (
+            "    - name: spot\n      instancesDistribution:\n        instanceTypes: [m6i.large, m5.large]\n        spotAllocationStrategy: cheapest\n",
+            "spotAllocationStrategy",
+        ),
+    ] {
+        let (code, err) = common::validate_work_tree(&format!("{MIXED_BASE}{pool}"), &[]);
+        assert_ne!(code, 0, "{pool}");
+        assert!(err.contains(want), "{pool}\nwant {want}\ngot {err}");
+    }
+}
+
+/// Issue 28 item 4: a pool with several types and a spot split renders a
+/// MixedInstancesPolicy (the launch template with one override per type,
+/// on-demand base and share, price-capacity-optimized, capacity rebalance);
+/// the launch template's type and the AMI are the first type's; max-pods is
+/// the smallest over the types; an autoscaled pool's node-template tags name
+/// no instance type, so they hold for every type.
+#[test]
+fn mixed_spot_pool_renders_a_mixed_instances_policy() {
+    let yaml = format!(
+        "{}\n  cluster-autoscaler: {{enabled: true}}\n  aws-vpc-cni: {{enabled: true}}\n{}",
+        MIXED_BASE
+            .replace("  aws-vpc-cni: {enabled: false}\n", "")
+            .trim_end_matches("worker:\n  nodePools:\n")
+            .trim_end(),
+        "worker:\n  nodePools:\n    - name: spot\n      minSize: 1\n      maxSize: 6\n      labels: {lifecycle: spot}\n      \
+         instancesDistribution:\n        instanceTypes: [m6i.large, t3.medium]\n        onDemandBaseCapacity: 1\n        \
+         onDemandPercentageAboveBaseCapacity: 20\n"
+    );
+    let (_tmp, stacks, _, _) = render(&yaml);
+    let g = &stacks["node-pool-spot"]["Resources"]["WorkerGroup"]["Properties"];
+    assert!(g.get("LaunchTemplate").is_none(), "{g}");
+    assert_eq!(g["CapacityRebalance"], true);
+    let m = &g["MixedInstancesPolicy"];
+    assert_eq!(
+        m["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"],
+        json!({"Ref": "WorkerLaunchTemplate"})
+    );
+    assert_eq!(
+        m["LaunchTemplate"]["Overrides"],
+        json!([{"InstanceType": "m6i.large"}, {"InstanceType": "t3.medium"}])
+    );
+    assert_eq!(
+        m["InstancesDistribution"],
+        json!({"OnDemandAllocationStrategy": "prioritized", "OnDemandBaseCapacity": 1,
+               "OnDemandPercentageAboveBaseCapacity": 20, "SpotAllocationStrategy": "price-capacity-optimized"})
+    );
+    let lt = &stacks["node-pool-spot"]["Resources"]["WorkerLaunchTemplate"]["Properties"]["LaunchTemplateData"];
+    assert_eq!(lt["InstanceType"], "m6i.large");
+    // max-pods: t3.medium's 17, not m6i.large's 29 (VPC CNI secondary addresses).
+    let cc = stacks["userdata/worker-spot.cloud-config"].as_str().unwrap();
+    let kubeadm = common::testbed::kubeadm_json(cc);
+    let join = kubeadm["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "JoinConfiguration")
+        .unwrap();
+    let args = common::testbed::extra_args(&join["nodeRegistration"]["kubeletExtraArgs"]);
+    assert!(args.contains(&("max-pods".to_string(), "17".to_string())), "{args:?}");
+    // Node-template tags: the pool's label, no instance type in any of them.
+    let tags = g["Tags"].as_array().unwrap();
+    assert!(tags
+        .iter()
+        .any(|t| t["Key"] == "k8s.io/cluster-autoscaler/node-template/label/lifecycle" && t["Value"] == "spot"));
+    assert!(
+        !tags.iter().any(|t| t.to_string().contains("instance-type")),
+        "{tags:?}"
+    );
 }

@@ -224,3 +224,51 @@ fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
         "{out}"
     );
 }
+
+/// A pool with two instance types and a spot split renders and creates: moto's
+/// group holds the MixedInstancesPolicy (overrides, distribution) and launches
+/// its instances; capacity rebalancing is on.
+#[test]
+fn mixed_spot_pool_creates() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: spot\n      count: 2\n      instancesDistribution:\n        \
+             instanceTypes: [m6i.large, m5.large, m6a.large]\n        onDemandBaseCapacity: 1\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let pool = resource(&env, "demo", "NodePoolSpot");
+    let group = resource(&env, &pool, "WorkerGroup");
+    let g = env.aws_json(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+        &group,
+    ]);
+    let g = &g["AutoScalingGroups"][0];
+    let m = &g["MixedInstancesPolicy"];
+    let types: Vec<&str> = m["LaunchTemplate"]["Overrides"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{g}"))
+        .iter()
+        .map(|o| o["InstanceType"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["m6i.large", "m5.large", "m6a.large"], "{g}");
+    assert_eq!(
+        m["InstancesDistribution"]["SpotAllocationStrategy"], "price-capacity-optimized",
+        "{g}"
+    );
+    assert_eq!(m["InstancesDistribution"]["OnDemandBaseCapacity"], 1, "{g}");
+    assert_eq!(g["Instances"].as_array().unwrap().len(), 2, "{g}");
+    assert_eq!((g["MinSize"].as_i64(), g["MaxSize"].as_i64()), (Some(2), Some(3)));
+}

@@ -78,6 +78,7 @@ pub(super) fn control_plane_stack(
         hooks: &input.plugins.controller,
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
+        distribution: None,
     };
     t.insert("Parameters".into(), node_stack_parameters(&g));
     node_group(input, ctx, &g, &node.stub, &mut r);

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::super::{layout, Ctx, RenderInput};
 use super::iam::policy_statements;
 use super::{cluster_tag, instance_name, tags, template};
-use crate::config::NodePool;
+use crate::config::{InstancesDistribution, NodePool};
 use crate::plugin::NodeHooks;
 
 /// The AWS managed policy for SSM Session Manager on every node role.
@@ -40,6 +40,8 @@ pub(super) struct Group<'a> {
     /// Bundle entries this role may decrypt.
     pub(super) secrets: &'a [String],
     pub(super) extra_target_groups: Vec<Value>,
+    /// A mixed pool's types and spot split (None: `instance_type` alone).
+    pub(super) distribution: Option<&'a InstancesDistribution>,
 }
 
 /// What the stacks need of one node role's user data.
@@ -98,6 +100,26 @@ pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
 pub fn surge_max(bounds: &PoolBounds) -> u32 {
     let initial = bounds.desired.unwrap_or(bounds.min);
     bounds.max.max(initial + 1)
+}
+
+/// A mixed pool's MixedInstancesPolicy: the launch template with one override
+/// per instance type (their order is the on-demand priority), and the
+/// on-demand base, the on-demand share above it and the spot strategy
+/// (AWS::AutoScaling::AutoScalingGroup MixedInstancesPolicy,
+/// InstancesDistribution; `price-capacity-optimized` is what the EC2 Auto
+/// Scaling user guide recommends for spot). Capacity rebalancing, on the
+/// group, launches a replacement when EC2 recommends a rebalance.
+pub(super) fn mixed_instances_policy(template: Value, d: &InstancesDistribution) -> Value {
+    let overrides: Vec<Value> = d.instance_types.iter().map(|t| json!({"InstanceType": t})).collect();
+    json!({
+        "LaunchTemplate": {"LaunchTemplateSpecification": template, "Overrides": overrides},
+        "InstancesDistribution": {
+            "OnDemandAllocationStrategy": "prioritized",
+            "OnDemandBaseCapacity": d.on_demand_base_capacity,
+            "OnDemandPercentageAboveBaseCapacity": d.on_demand_percentage_above_base_capacity,
+            "SpotAllocationStrategy": d.spot_allocation_strategy.as_str(),
+        },
+    })
 }
 
 /// The name of the termination lifecycle hook of a drained worker group.
@@ -205,6 +227,14 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
     if let Some(d) = g.desired {
         props["DesiredCapacity"] = json!(d.to_string());
     }
+    if let Some(d) = g.distribution {
+        let template = props
+            .as_object_mut()
+            .and_then(|m| m.remove("LaunchTemplate"))
+            .unwrap_or(Value::Null);
+        props["MixedInstancesPolicy"] = mixed_instances_policy(template, d);
+        props["CapacityRebalance"] = json!(d.capacity_rebalance);
+    }
     let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": props,
         "UpdatePolicy": rolling_update(g, initial),
@@ -278,6 +308,7 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         hooks,
         secrets: &node.secrets,
         extra_target_groups: vec![],
+        distribution: pool.instances_distribution.as_ref(),
     };
     t.insert("Parameters".into(), node_stack_parameters(&g));
     let mut r = Map::new();
