@@ -147,6 +147,17 @@ fn nth_plugin_renders_queue_rules_hooks_and_tags() {
             "aws.health AWS Health Event",
         ]
     );
+    // Only the workers' drain hook: the controllers' etcd hook
+    // (kube-aws-etcd-member) is completed by the node program, never by the handler.
+    let asg = rules
+        .iter()
+        .find(|(_, r)| r["Properties"]["EventPattern"]["source"][0] == "aws.autoscaling")
+        .unwrap()
+        .1;
+    assert_eq!(
+        asg["Properties"]["EventPattern"]["detail"],
+        json!({"LifecycleHookName": ["kube-aws-drain"]})
+    );
     let health = rules
         .iter()
         .find(|(_, r)| r["Properties"]["EventPattern"]["source"][0] == "aws.health")
@@ -163,6 +174,7 @@ fn nth_plugin_renders_queue_rules_hooks_and_tags() {
     assert_eq!(hooks.len(), 1, "{hooks:?}");
     let h = &hooks[0].1["Properties"];
     assert_eq!(h["AutoScalingGroupName"], json!({"Ref": "WorkerGroup"}));
+    assert_eq!(h["LifecycleHookName"], "kube-aws-drain");
     assert_eq!(h["LifecycleTransition"], "autoscaling:EC2_INSTANCE_TERMINATING");
     assert_eq!(h["DefaultResult"], "CONTINUE");
     assert_eq!(h["HeartbeatTimeout"], 300);
