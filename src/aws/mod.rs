@@ -8,6 +8,7 @@
 //! `cli::exit` turns into an exit code.
 
 pub mod ami;
+pub mod autoscaler;
 pub mod backups;
 pub mod config;
 pub mod deploy;

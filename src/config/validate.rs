@@ -334,6 +334,10 @@ impl Validator<'_> {
         for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
             let base = format!("worker.nodePools[{i}]");
             self.name(&format!("{base}.name"), &pool.name, 40);
+            let instance_type_set = self.map.key(&format!("{base}.instanceType")).is_some();
+            for (path, message) in super::check_instances_distribution(pool, &base, instance_type_set) {
+                self.err(&path, message);
+            }
             if let Some(first) = seen.insert(pool.name.as_str(), i) {
                 self.err(
                     &format!("{base}.name"),

@@ -212,20 +212,23 @@ fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String,
     // labels, addresses); the kubelet only waits for it with `external`
     // (https://kubernetes.io/docs/tasks/administer-cluster/running-cloud-controller/).
     kubelet.insert("cloud-provider".into(), "external".into());
-    let (instance_type, wanted) = match spec.pool {
-        None => (
+    let addressing = input.plugins.pod_addressing();
+    let max_pods = match spec.pool {
+        None => crate::config::kubelet_max_pods(
+            addressing,
             &input.cluster.controller.instance_type,
             input.cluster.controller.max_pods,
         ),
+        // A mixed pool's smallest over its types (src/config/mixed.rs).
         Some(name) => match input.cluster.worker.node_pools.iter().find(|p| p.name == name) {
-            Some(p) => (&p.instance_type, p.max_pods),
+            Some(p) => crate::config::pool_max_pods(addressing, p),
             None => return Ok(kubelet),
         },
     };
     // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
     // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
     // max-pods differs per instance type.
-    match crate::config::kubelet_max_pods(input.plugins.pod_addressing(), instance_type, wanted) {
+    match max_pods {
         Ok(Some(n)) => {
             kubelet.insert("max-pods".into(), n.to_string());
         }

@@ -10,6 +10,7 @@
 mod common;
 mod render_fixtures;
 
+mod autoscaler_pause_testbed;
 mod bad_addons;
 mod bad_cluster;
 mod bad_lock;
@@ -54,3 +55,5 @@ mod secret_rotation;
 mod servers;
 mod testbed;
 mod update_safety_moto;
+mod workers;
+mod workers_moto;

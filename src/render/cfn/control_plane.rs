@@ -80,6 +80,7 @@ pub(super) fn control_plane_stack(
         hooks: &input.plugins.controller,
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
+        distribution: None,
     };
     let mut params = node_stack_parameters(&g);
     let release_secrets = release_secrets(input);
