@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod publish;
 pub mod secrets;
 pub mod stack;
+pub mod update_order;
 pub mod wait;
 pub mod watch;
 

@@ -50,7 +50,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }
-        let (published, change_set, stack_id, changed_parameters, uninstalls) = match plan {
+        let (published, change_set, stack_id, changed_parameters, uninstalls, version) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
                 return Ok::<_, anyhow::Error>(None);
@@ -61,9 +61,13 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 stack_id,
                 changed_parameters,
                 uninstalls,
-            } => (published, change_set, stack_id, changed_parameters, uninstalls),
+                version,
+            } => (published, change_set, stack_id, changed_parameters, uninstalls, version),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
+        if let Some(line) = version.as_ref().and_then(|v| v.describe()) {
+            println!("{line}");
+        }
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {
             println!("parameters changed: {}", changed_parameters.join(", "));

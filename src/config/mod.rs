@@ -31,7 +31,10 @@ pub use rules::{
     is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
     BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
-pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
+pub use versions::{
+    allowed_next, check_upgrade, minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, VersionChange,
+    DEFAULT_MINOR, RELEASES,
+};
 
 use crate::located::{parse_yaml, Diagnostics};
 

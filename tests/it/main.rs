@@ -46,3 +46,4 @@ mod render;
 mod servers;
 mod testbed;
 mod update_safety_moto;
+mod upgrade_moto;

@@ -27,7 +27,7 @@ pub use self::etcd::{etcd_parameter_name, ETCD_LIFECYCLE_HOOK, ETCD_LIFECYCLE_TI
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::default_zone_count;
 pub use self::nodes::{pool_bounds, NodeUserData, PoolBounds, SSM_MANAGED_POLICY};
-pub use self::root::{AMI_METADATA, CA_CERT_HASH, SECRETS_METADATA, SECRET_BUNDLE_KEY};
+pub use self::root::{AMI_METADATA, CA_CERT_HASH, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY};
 pub use crate::config::is_arm64;
 
 use self::control_plane::control_plane_stack;

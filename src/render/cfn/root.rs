@@ -50,6 +50,13 @@ pub const CA_CERT_HASH: &str = "CACertHash";
 /// `secret_bundle_parameter`).
 pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
 
+/// The root parameter recording the Kubernetes version the cluster runs
+/// (`1.35.4`): the stack owns it, so it is the version of the last update
+/// that completed (a rolled-back update rolls it back too). `update` and
+/// `validate --stack` check a new `kubernetesVersion` against it
+/// (src/config/versions.rs `check_upgrade`); no resource uses it.
+pub const KUBERNETES_VERSION: &str = "KubernetesVersion";
+
 /// Root metadata naming, per secrets version parameter, the bundle entries it
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
@@ -70,6 +77,11 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
     params.insert(SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
+    params.insert(
+        KUBERNETES_VERSION.into(),
+        json!({"Type": "String", "Default": ctx.k8s_version, "AllowedPattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$",
+            "Description": "the Kubernetes version the cluster runs: kube-aws update refuses a skipped minor, a downgrade or an unknown patch against it"}),
+    );
     let mut amis = Map::new();
     // Each AMI parameter's source: the SSM public parameter, or the image
     // cluster.yaml's `ami` names for that architecture (the publisher passes
