@@ -63,9 +63,90 @@ pub async fn check_against_stack(clients: &super::Clients, cluster: &ClusterConf
     })
 }
 
+/// The releases whose version follows the cluster's minor
+/// (src/config/versions.rs): the reconciler installs a plan only once every
+/// controller runs its minor (src/node/kube_aws_node/upgrade.py), so these
+/// come after the control plane.
+pub const MINOR_PINNED: &[&str] = &["aws-cloud-controller-manager", "cluster-autoscaler"];
+
 impl VersionMove {
     /// The preview's line for a version change; None when the version stays.
     pub fn describe(&self) -> Option<String> {
         (self.change != VersionChange::Same).then(|| format!("Kubernetes {} → {}", self.from, self.to))
+    }
+
+    /// The order an upgrade takes, in words; None when the version stays.
+    /// `addons` are the new plan's releases.
+    pub fn order(&self, cluster: &ClusterConfig, addons: &[String]) -> Option<String> {
+        if self.change == VersionChange::Same {
+            return None;
+        }
+        let n = cluster.controller.count;
+        let mut out = format!(
+            "control plane {} → {} ({n} controller{}, one at a time: the first runs kubeadm upgrade apply)",
+            self.from,
+            self.to,
+            if n == 1 { "" } else { "s" }
+        );
+        let pools: Vec<&str> = cluster.worker.node_pools.iter().map(|p| p.name.as_str()).collect();
+        if !pools.is_empty() {
+            out.push_str(&format!(
+                ", then pools {} (each node replaced, one at a time)",
+                pools.join(", ")
+            ));
+        }
+        let pinned: Vec<&str> = MINOR_PINNED
+            .iter()
+            .copied()
+            .filter(|p| addons.iter().any(|a| a == p))
+            .collect();
+        if pinned.is_empty() {
+            out.push_str(", then the addons");
+        } else {
+            out.push_str(&format!(
+                ", then the addons, with {} at {}",
+                pinned.join(", "),
+                self.to_minor()
+            ));
+        }
+        Some(out)
+    }
+
+    fn to_minor(&self) -> String {
+        crate::config::minor_of(&self.to).unwrap_or_else(|| self.to.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(yaml: &str) -> ClusterConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_is_said_in_order() {
+        let c = cluster(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\ncontroller: {count: 3}\n\
+             worker: {nodePools: [{name: general}, {name: spot}]}\n",
+        );
+        let m = VersionMove {
+            from: "1.35.4".into(),
+            to: "1.36.3".into(),
+            change: VersionChange::Minor,
+        };
+        assert_eq!(
+            m.order(&c, &["calico".into(), "cluster-autoscaler".into()]).unwrap(),
+            "control plane 1.35.4 → 1.36.3 (3 controllers, one at a time: the first runs kubeadm upgrade apply), \
+             then pools general, spot (each node replaced, one at a time), then the addons, with cluster-autoscaler at 1.36"
+        );
+        let same = VersionMove {
+            change: VersionChange::Same,
+            to: "1.35.4".into(),
+            ..m
+        };
+        assert_eq!(same.order(&c, &[]), None);
+        assert_eq!(same.describe(), None);
     }
 }

@@ -65,8 +65,11 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             } => (published, change_set, stack_id, changed_parameters, uninstalls, version),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
-        if let Some(line) = version.as_ref().and_then(|v| v.describe()) {
-            println!("{line}");
+        if let Some(v) = &version {
+            let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
+            if let Some(line) = v.order(cfg, &addons) {
+                println!("upgrade: {line}");
+            }
         }
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {

@@ -190,7 +190,7 @@ pub fn check_upgrade(running: &str, target: &str) -> Result<(VersionChange, K8sV
     let same = |what: &str| format!("{what}; allowed next versions: {}", allowed_text(running));
     if to < from {
         return Err(same(&format!(
-            "kubernetesVersion {target:?} ({}) is older than the running {running}: kube-aws never downgrades \
+            "{target:?} ({}) is older than the running {running}: kube-aws never downgrades \
              (an older control plane must not run over etcd data a newer one wrote)",
             want.version
         )));
@@ -200,7 +200,7 @@ pub fn check_upgrade(running: &str, target: &str) -> Result<(VersionChange, K8sV
     }
     if from.0 != to.0 || to.1 > from.1 + 1 {
         return Err(same(&format!(
-            "kubernetesVersion {target:?} ({}) skips a minor: the cluster runs {running}, and kubeadm upgrades \
+            "{target:?} ({}) skips a minor: the cluster runs {running}, and kubeadm upgrades \
              one minor at a time",
             want.version
         )));

@@ -17,6 +17,7 @@ use std::path::Path;
 
 use common::output_text as text;
 use common::MotoEnv as Env;
+use serde_json::Value;
 
 const BUCKET: &str = "kube-aws-upgrade";
 const CLUSTER: &str = "demo";
@@ -132,4 +133,60 @@ fn upgrade_refuses_an_unknown_patch() {
         "known 1.36 patches: 1.36.1, 1.36.3",
     );
     assert_eq!(recorded(&env), "1.35.4");
+}
+
+fn live_root(env: &Env) -> Value {
+    let t = env.aws_json(&["cloudformation", "get-template", "--stack-name", CLUSTER]);
+    match &t["TemplateBody"] {
+        Value::String(s) => serde_json::from_str(s).unwrap(),
+        v => v.clone(),
+    }
+}
+
+#[test]
+fn upgrade_order_control_plane_then_pools_then_addons() {
+    let env = Env::new();
+    let (tree, kms) = cluster_at(&env, "1.35");
+    set_version(tree.path(), &kms, "1.36");
+    let upd = env.kube_aws(tree.path(), &["update", "--yes", "--wait", "--timeout", "3m"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    let out = String::from_utf8_lossy(&upd.stdout).to_string();
+    assert!(
+        out.contains(
+            "upgrade: control plane 1.35.4 → 1.36.3 (3 controllers, one at a time: the first runs kubeadm upgrade apply), \
+             then pools general, spot (each node replaced, one at a time), then the addons"
+        ),
+        "{out}"
+    );
+    assert_eq!(recorded(&env), "1.36.3");
+    // The live root template: each pool stack waits for the control-plane
+    // stack, and every addon wait condition for both.
+    let root = live_root(&env);
+    let res = root["Resources"].as_object().unwrap();
+    for pool in ["NodePoolGeneral", "NodePoolSpot"] {
+        assert_eq!(res[pool]["DependsOn"], serde_json::json!(["ControlPlane"]), "{pool}");
+    }
+    // The plan the controllers read names the version its addons wait for,
+    // and each release's wait condition is in the root stack after the
+    // pools. (This tree has no release: every chart is out of reach here;
+    // render::install_order_and_wait_conditions checks a plan with four.)
+    let plan: Value =
+        serde_json::from_slice(&std::fs::read(tree.path().join("rendered/addons/plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["kubernetesVersion"], "1.36.3");
+    let releases = plan["releases"].as_array().unwrap();
+    let wcs: Vec<&Value> = res
+        .values()
+        .filter(|r| r["Type"] == "AWS::CloudFormation::WaitCondition")
+        .collect();
+    assert_eq!(wcs.len(), releases.len());
+    for wc in wcs {
+        let deps = wc["DependsOn"].as_array().unwrap();
+        assert_eq!(deps[..3], ["ControlPlane", "NodePoolGeneral", "NodePoolSpot"], "{wc}");
+    }
+    // The control-plane stack itself has no wait condition left.
+    let cp = env.aws_json(&["cloudformation", "describe-stack-resources", "--stack-name", CLUSTER]);
+    assert!(
+        cp["StackResources"].as_array().unwrap().iter().any(|r| r["LogicalResourceId"] == "ControlPlane"),
+        "{cp}"
+    );
 }

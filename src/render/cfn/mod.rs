@@ -116,14 +116,14 @@ pub fn render_stacks(
 ) -> Result<Vec<(String, Value)>, RenderError> {
     let empty = NodeUserData::default();
     let stub = |role: &str| nodes.get(role).unwrap_or(&empty);
-    let mut root = root_stack(input, ctx, nodes);
+    let mut root = root_stack(input, ctx, nodes, plan);
     service_account_resources(input, &mut root)?;
     let mut stacks = vec![
         ("root".to_string(), root),
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),
-            control_plane_stack(input, ctx, plan, bundle, stub("controller"))?,
+            control_plane_stack(input, ctx, bundle, stub("controller"))?,
         ),
     ];
     for pool in &input.cluster.worker.node_pools {

@@ -1,12 +1,15 @@
-//! The `root` stack: the nested stacks by TemplateURL, the pinned AMI and
-//! secrets-version parameters the publisher fills, and their metadata.
+//! The `root` stack: the nested stacks by TemplateURL (the pools after the
+//! control plane), the addons' wait conditions after both, the pinned AMI,
+//! secrets-version and Kubernetes version parameters the publisher fills, and
+//! their metadata.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::super::plan::camel;
+use super::super::plan::{camel, Plan};
 use super::super::{Ctx, RenderInput};
+use super::control_plane::addon_wait_conditions;
 use super::nodes::{ca_cert_hash_parameter, secret_bundle_key_parameter, secrets_version_parameter, NodeUserData};
 use super::{is_arm64, template};
 
@@ -61,7 +64,12 @@ pub const KUBERNETES_VERSION: &str = "KubernetesVersion";
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
 
-pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserData>) -> Map<String, Value> {
+pub(super) fn root_stack(
+    input: &RenderInput,
+    ctx: &Ctx,
+    nodes: &BTreeMap<String, NodeUserData>,
+    plan: &Plan,
+) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
     // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
     // stack's content-addressed key (see src/aws/publish.rs).
@@ -131,12 +139,17 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
                            "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH},
                            SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}}),
     );
+    // The pools start once the control plane is done: an upgrade rolls the
+    // controllers first, so no kubelet is newer than an API server
+    // (https://kubernetes.io/releases/version-skew-policy/#kubelet).
+    let mut after = vec!["ControlPlane".to_string()];
     for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
         let version = node_stack(&id, &format!("worker-{}", pool.name));
+        after.push(id.clone());
         r.insert(
             id,
-            json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
+            json!({"Type": "AWS::CloudFormation::Stack", "DependsOn": ["ControlPlane"], "Properties": {
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
                                "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
@@ -144,6 +157,8 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
                                SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": pool_ami}}}),
         );
     }
+    // The addons' wait conditions come last: after the control plane and every pool.
+    r.extend(addon_wait_conditions(plan, &after));
     t.insert(
         "Metadata".into(),
         json!({ SECRETS_METADATA: covered, AMI_METADATA: amis }),
