@@ -297,6 +297,8 @@ pub enum UpdatePlan {
         changed_parameters: Vec<String>,
         /// Installed releases the new plan drops: the reconciler uninstalls them.
         uninstalls: Vec<String>,
+        /// The Kubernetes version move, when the stack records its version.
+        version: Option<super::update_order::VersionMove>,
     },
 }
 
@@ -339,6 +341,8 @@ pub async fn plan_update(
             status: live.status,
         });
     }
+    // Before anything is published: a refused version changes nothing.
+    let version = super::update_order::check_version(&live, cluster)?;
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
@@ -369,6 +373,7 @@ pub async fn plan_update(
         None => UpdatePlan::NoChanges,
         Some(change_set) => UpdatePlan::Changes {
             uninstalls,
+            version,
             changed_parameters: published
                 .parameters
                 .iter()

@@ -24,6 +24,7 @@ pub mod retention;
 pub mod secrets;
 pub mod stack;
 pub mod sweep;
+pub mod update_order;
 pub mod wait;
 pub mod watch;
 

@@ -52,7 +52,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }
-        let (published, change_set, stack_id, changed_parameters, uninstalls) = match plan {
+        let (published, change_set, stack_id, changed_parameters, uninstalls, version) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
                 return Ok::<_, anyhow::Error>(None);
@@ -63,9 +63,16 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 stack_id,
                 changed_parameters,
                 uninstalls,
-            } => (published, change_set, stack_id, changed_parameters, uninstalls),
+                version,
+            } => (published, change_set, stack_id, changed_parameters, uninstalls, version),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
+        if let Some(v) = &version {
+            let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
+            if let Some(line) = v.order(cfg, &addons) {
+                println!("upgrade: {line}");
+            }
+        }
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {
             println!("parameters changed: {}", changed_parameters.join(", "));

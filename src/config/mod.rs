@@ -37,7 +37,10 @@ pub use rules::{
     BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
 pub use security::{Certificates, PodSecurity, POD_SECURITY_LEVELS};
-pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
+pub use versions::{
+    allowed_next, check_upgrade, minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, VersionChange,
+    DEFAULT_MINOR, RELEASES,
+};
 
 use crate::located::{parse_yaml, Diagnostics};
 

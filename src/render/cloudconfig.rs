@@ -504,6 +504,8 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
         "installedURI": format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
+        // The addons' wait conditions are in the root stack, named after the cluster.
+        "waitConditionStack": ctx.cluster,
     });
     let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [

@@ -32,6 +32,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 
 const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");

@@ -55,5 +55,6 @@ mod secret_rotation;
 mod servers;
 mod testbed;
 mod update_safety_moto;
+mod upgrade_moto;
 mod workers;
 mod workers_moto;
