@@ -101,7 +101,7 @@ fi
 
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, and containerd to import the images); the real-node tests need root too"
 missing=()
-for p in runc:runc containerd:containerd ctr:containerd debootstrap:debootstrap gcc:gcc ip:iproute2; do
+for p in runc:runc containerd:containerd ctr:containerd debootstrap:debootstrap gcc:gcc ip:iproute2 iptables:iptables; do
   command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}")
 done
 dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)

@@ -66,6 +66,7 @@ check() {
   [ "$(id -u)" = 0 ] || bad+=("root (the node is a privileged container; run the tests as root)")
   command -v runc >/dev/null 2>&1 || bad+=("runc (apt-get install runc)")
   command -v ip >/dev/null 2>&1 || bad+=("ip (apt-get install iproute2)")
+  command -v iptables >/dev/null 2>&1 || bad+=("iptables (apt-get install iptables): the metadata route into each node")
   [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || bad+=("cgroups (no memory controller under /sys/fs/cgroup)")
   [ -e /proc/self/ns/cgroup ] || bad+=("cgroup namespaces (kernel without CONFIG_CGROUPS ns)")
   [ -d "${1:-$ROOT/.testbed/node/current/rootfs}" ] || bad+=("the node image (run scripts/install-nodebed.sh)")

@@ -645,7 +645,10 @@ fn helm_v2_installs_tiller_then_everything_in_order() {
             .count();
         assert_eq!(asked, 2, "{wc}: {:#?}", run.log);
     }
-    assert!(run
+    // The wait conditions live in the root stack (after every pool), named
+    // by reconciler.json's waitConditionStack, not in the node's own stack.
+    assert!(run.log.iter().any(|l| format!("{l} ").contains("--stack-name full ")));
+    assert!(!run
         .log
         .iter()
         .any(|l| l.contains("--stack-name full-ControlPlane-1ABC")));

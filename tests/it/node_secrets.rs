@@ -857,7 +857,10 @@ fn kubeconfig_mints_a_certificate_and_merges_a_context() {
     write(&broken, "clusters: [unclosed\n\t- {");
     let r = env.kube_aws(dir, &["kubeconfig", "--file", broken.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(1), "{}", text(&r));
-    assert!(text(&r).contains("is not a kubeconfig"), "{}", text(&r));
+    // The one YAML reader locates it (file:line:col) and says what to do.
+    assert!(text(&r).contains("broken-config:1:"), "{}", text(&r));
+    assert!(text(&r).contains("malformed YAML"), "{}", text(&r));
+    assert!(text(&r).contains("--file"), "{}", text(&r));
     assert_eq!(std::fs::read_to_string(&broken).unwrap(), "clusters: [unclosed\n\t- {");
 
     // A CA key under a KMS key the caller cannot use (another region's: KMS

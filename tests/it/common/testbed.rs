@@ -160,6 +160,10 @@ pub struct SimNode {
     pub labels: Vec<(String, String)>,
     /// (key, value, effect)
     pub taints: Vec<(String, String, String)>,
+    /// `1.35.4`: the cluster's pinned Kubernetes version, which a real
+    /// node's kubelet reports (status.nodeInfo.kubeletVersion); the
+    /// reconciler's upgrade gate reads it from the controllers' Nodes.
+    pub kubelet_version: String,
 }
 
 /// A list of kubeadm v1beta4 `extraArgs` ({name, value}) or a v1beta3 map, as pairs.
@@ -230,10 +234,19 @@ impl SimNode {
                 )
             })
             .collect();
+        // Workers' documents hold no ClusterConfiguration: rendered_nodes
+        // sets theirs from the cluster's resolved version.
+        let kubelet_version = docs
+            .iter()
+            .find(|d| d["kind"] == "ClusterConfiguration")
+            .and_then(|d| d["kubernetesVersion"].as_str())
+            .unwrap_or_default()
+            .to_string();
         SimNode {
             name: name.into(),
             labels,
             taints,
+            kubelet_version,
         }
     }
 
@@ -268,6 +281,15 @@ impl SimNode {
             "kind": "Node",
             "metadata": {"name": self.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
             "spec": {"taints": taints},
+            // A Node's status is kept on create (a kubelet registers with it);
+            // kwok's status template keeps a nodeInfo it finds
+            // (kubernetes-sigs/kwok pkg/controllers/templates/node.status.tpl)
+            // and otherwise reports none, so the version is set here.
+            // The schema requires every field; the rest are kwok's defaults.
+            "status": {"nodeInfo": {
+                "kubeletVersion": self.kubelet_version, "kubeProxyVersion": self.kubelet_version,
+                "architecture": "amd64", "operatingSystem": "linux", "machineID": "", "systemUUID": "",
+                "bootID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": ""}},
         })
     }
 }
@@ -299,6 +321,8 @@ pub fn rendered_nodes() -> Vec<SimNode> {
     use kube_aws::render::{render, RenderInput};
     let c = parse_cluster(Path::new("."), Path::new("cluster.yaml"), NODES_CLUSTER_YAML)
         .unwrap_or_else(|e| panic!("test bed cluster: {e}"));
+    let version = kube_aws::config::resolve_version(&c.config.kubernetes_version)
+        .unwrap_or_else(|e| panic!("test bed cluster's kubernetesVersion: {e}"));
     let r = render(&RenderInput::new(c.config, vec![])).unwrap_or_else(|e| panic!("test bed render: {e}"));
     let mut nodes = Vec::new();
     for (path, _) in r.files.iter() {
@@ -309,7 +333,9 @@ pub fn rendered_nodes() -> Vec<SimNode> {
             continue;
         };
         let kubeadm = kubeadm_json(r.text(path).unwrap());
-        nodes.push(SimNode::from_kubeadm(&format!("{role}-0"), &kubeadm));
+        let mut node = SimNode::from_kubeadm(&format!("{role}-0"), &kubeadm);
+        node.kubelet_version = format!("v{}", version.version);
+        nodes.push(node);
     }
     assert_eq!(nodes.len(), 3, "a controller and two pools: {nodes:?}");
     nodes
