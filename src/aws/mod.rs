@@ -16,6 +16,7 @@ pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod rolls;
 pub mod secrets;
 pub mod stack;
 pub mod wait;
