@@ -34,6 +34,9 @@ pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -
     v.access(cfg);
     v.nodes(cfg);
     v.etcd_and_ami(cfg);
+    for (path, message) in super::security::problems(&cfg.pod_security, &cfg.certificates) {
+        v.err(&path, message);
+    }
     v.helm(cfg);
     let releases = v.charts(dir, &cfg.charts);
     if v.errors.is_empty() {
@@ -331,6 +334,10 @@ impl Validator<'_> {
         for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
             let base = format!("worker.nodePools[{i}]");
             self.name(&format!("{base}.name"), &pool.name, 40);
+            let instance_type_set = self.map.key(&format!("{base}.instanceType")).is_some();
+            for (path, message) in super::check_instances_distribution(pool, &base, instance_type_set) {
+                self.err(&path, message);
+            }
             if let Some(first) = seen.insert(pool.name.as_str(), i) {
                 self.err(
                     &format!("{base}.name"),
@@ -406,10 +413,31 @@ impl Validator<'_> {
             ),
             Ok(_) => {}
         }
-        if !(1..=1000).contains(&b.retention) {
+        let quota = cfg.etcd.quota_backend_bytes;
+        if !(256 * 1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&quota) {
             self.err(
-                "etcd.backup.retention",
-                format!("{} snapshots: keep between 1 and 1000", b.retention),
+                "etcd.quotaBackendBytes",
+                format!(
+                    "{quota} bytes is outside 256 MiB (268435456) to 64 GiB (68719476736); etcd suggests at most 8 GiB"
+                ),
+            );
+        }
+        if !(1..=365).contains(&b.retention.hourly_days) {
+            self.err(
+                "etcd.backup.retention.hourlyDays",
+                format!(
+                    "{} days: keep hourly snapshots between 1 and 365 days",
+                    b.retention.hourly_days
+                ),
+            );
+        }
+        if !(1..=3650).contains(&b.retention.daily_days) {
+            self.err(
+                "etcd.backup.retention.dailyDays",
+                format!(
+                    "{} days: keep daily snapshots between 1 and 3650 days",
+                    b.retention.daily_days
+                ),
             );
         }
         let check = |v: &mut Self, path: &str, id: &str| {

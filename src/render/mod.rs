@@ -11,6 +11,7 @@ pub mod layout;
 pub mod node_program;
 pub mod plan;
 pub mod secrets;
+pub mod security;
 pub mod summary;
 pub mod timeouts;
 pub mod yaml;
@@ -228,6 +229,7 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
             cfn::NodeUserData {
                 stub,
                 secrets: part.secrets.names.clone(),
+                versioned: part.secrets.boot_names.clone(),
             },
         );
     }

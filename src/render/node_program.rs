@@ -15,10 +15,12 @@ pub const MODULES: &[(&str, &str)] = &[
     ("awscall.py", include_str!("../node/kube_aws_node/awscall.py")),
     ("bootstrap.py", include_str!("../node/kube_aws_node/bootstrap.py")),
     ("bundle.py", include_str!("../node/kube_aws_node/bundle.py")),
+    ("certs.py", include_str!("../node/kube_aws_node/certs.py")),
     ("cfn.py", include_str!("../node/kube_aws_node/cfn.py")),
     ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
     ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
+    ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
@@ -30,6 +32,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 
 const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");

@@ -224,7 +224,15 @@ bad!(
 );
 bad!(
     backup_interval_too_short,
-    format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: 0\n")
+    format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: {{hourlyDays: 0, dailyDays: 4000}}\n")
+);
+bad!(
+    etcd_quota_too_small,
+    format!("{BASE}etcd:\n  quotaBackendBytes: 1048576\n")
+);
+bad!(
+    bad_pod_security_level,
+    format!("{BASE}podSecurity:\n  enforce: basline\n  exemptNamespaces: [kube-system, Monitoring]\ncertificates:\n  renewBeforeDays: 400\n")
 );
 bad!(bad_ami_id, format!("{BASE}ami: ami-XYZ\n"));
 bad!(

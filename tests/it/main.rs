@@ -10,6 +10,7 @@
 mod common;
 mod render_fixtures;
 
+mod autoscaler_pause_testbed;
 mod bad_addons;
 mod bad_cluster;
 mod bad_lock;
@@ -23,6 +24,8 @@ mod chart_oci;
 mod cli;
 mod cli_completions;
 mod deploy_moto;
+mod destroy_api_testbed;
+mod destroy_sweep_moto;
 mod docs;
 mod example;
 mod exposure;
@@ -48,6 +51,10 @@ mod plugins;
 mod real_charts;
 mod real_node;
 mod render;
+mod secret_rotation;
 mod servers;
 mod testbed;
 mod update_safety_moto;
+mod upgrade_moto;
+mod workers;
+mod workers_moto;
