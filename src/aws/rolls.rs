@@ -759,7 +759,8 @@ mod tests {
         new.nested.get_mut("ControlPlane").unwrap()["Resources"]["ControllerRole"]["Properties"]["Policies"] =
             json!([{"x": "more"}]);
         assert_eq!(group_rolls(&base(), &new), []);
-        // A new role path replaces the role, not the profile (Roles is not create-only).
+        // A new instance profile path replaces the profile: the launch
+        // template names another ARN.
         let mut path = base();
         path.nested.get_mut("ControlPlane").unwrap()["Resources"]["ControllerProfile"]["Properties"]["Path"] =
             json!("/x/");
