@@ -182,17 +182,24 @@ pub async fn resume_deployment(
     }
 }
 
+/// How long the pause's certificate lasts when `--wait` has no `--timeout`:
+/// the wait then lasts as long as CloudFormation's operation, which the
+/// rendered timeouts bound (every node batch and addon wait condition; the
+/// example's longest chain is about 2 hours), so a day covers it with room.
+pub const PAUSE_CERT_WITHOUT_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// For `update --wait`: mints a certificate valid for the wait (plus ten
-/// minutes) and pauses the autoscaler; returns the client and what to put back.
+/// minutes; [`PAUSE_CERT_WITHOUT_TIMEOUT`] when the wait is unbounded) and
+/// pauses the autoscaler; returns the client and what to put back.
 pub async fn pause_for_update(
     clients: &super::Clients,
     cluster: &crate::config::ClusterConfig,
-    wait: Duration,
+    wait: Option<Duration>,
 ) -> Result<(ScaleClient, Paused), PauseError> {
     let req = super::kubeconfig::MintRequest {
         user: "kube-aws:update".into(),
         group: Some(crate::pki::DEFAULT_GROUP.into()),
-        ttl: wait + Duration::from_secs(600),
+        ttl: wait.map_or(PAUSE_CERT_WITHOUT_TIMEOUT, |w| w + Duration::from_secs(600)),
         context: None,
     };
     let minted = super::kubeconfig::mint(clients, cluster, &req)

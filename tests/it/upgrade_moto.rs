@@ -186,7 +186,11 @@ fn upgrade_order_control_plane_then_pools_then_addons() {
     // The control-plane stack itself has no wait condition left.
     let cp = env.aws_json(&["cloudformation", "describe-stack-resources", "--stack-name", CLUSTER]);
     assert!(
-        cp["StackResources"].as_array().unwrap().iter().any(|r| r["LogicalResourceId"] == "ControlPlane"),
+        cp["StackResources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["LogicalResourceId"] == "ControlPlane"),
         "{cp}"
     );
 }
