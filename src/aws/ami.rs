@@ -25,7 +25,11 @@ impl PinnedAmi {
     /// roll for it is the preview's `rolls:` line (src/aws/rolls.rs).
     pub fn describe_change(&self) -> Option<String> {
         let before = self.before.as_deref()?;
-        let why = if self.explicit { " (set in cluster.yaml ami)" } else { "" };
+        let why = if self.explicit {
+            " (set in cluster.yaml ami)"
+        } else {
+            ""
+        };
         (before != self.after).then(|| format!("AMI {}: {before} → {}{why}", self.parameter, self.after))
     }
 }

@@ -52,7 +52,13 @@ pub const CREATE_ONLY: &[(&str, &[&str])] = &[
     ("AWS::EC2::VPC", &["CidrBlock", "Ipv4IpamPoolId", "Ipv4NetmaskLength"]),
     (
         "AWS::EC2::Subnet",
-        &["AvailabilityZone", "AvailabilityZoneId", "CidrBlock", "VpcId", "OutpostArn"],
+        &[
+            "AvailabilityZone",
+            "AvailabilityZoneId",
+            "CidrBlock",
+            "VpcId",
+            "OutpostArn",
+        ],
     ),
     ("AWS::EC2::SecurityGroup", &["GroupDescription", "GroupName", "VpcId"]),
     ("AWS::IAM::Role", &["RoleName", "Path"]),
@@ -61,7 +67,15 @@ pub const CREATE_ONLY: &[(&str, &[&str])] = &[
     ("AWS::ElasticLoadBalancingV2::LoadBalancer", &["Name", "Scheme", "Type"]),
     (
         "AWS::ElasticLoadBalancingV2::TargetGroup",
-        &["Name", "Port", "Protocol", "ProtocolVersion", "TargetType", "VpcId", "IpAddressType"],
+        &[
+            "Name",
+            "Port",
+            "Protocol",
+            "ProtocolVersion",
+            "TargetType",
+            "VpcId",
+            "IpAddressType",
+        ],
     ),
     (LAUNCH_TEMPLATE, &["LaunchTemplateName"]),
     (GROUP, &["AutoScalingGroupName"]),
@@ -273,7 +287,11 @@ fn rolling_changes(o: &Resolver, n: &Resolver, stack: &str, bg: &Value, ag: &Val
 /// The `LaunchTemplateData` fields that resolve differently, for the launch
 /// template the group names by `Ref`.
 fn launch_template_fields(o: &Resolver, n: &Resolver, stack: &str, bg: &Value, ag: &Value) -> Vec<String> {
-    let lt = |g: &Value| g["Properties"]["LaunchTemplate"]["LaunchTemplateId"]["Ref"].as_str().map(str::to_string);
+    let lt = |g: &Value| {
+        g["Properties"]["LaunchTemplate"]["LaunchTemplateId"]["Ref"]
+            .as_str()
+            .map(str::to_string)
+    };
     let (Some(a), Some(b)) = (lt(bg), lt(ag)) else {
         return Vec::new();
     };
@@ -288,18 +306,13 @@ fn launch_template_fields(o: &Resolver, n: &Resolver, stack: &str, bg: &Value, a
     let mut keys: Vec<&String> = da.keys().chain(db.keys()).collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter()
-        .filter(|k| da.get(*k) != db.get(*k))
-        .cloned()
-        .collect()
+    keys.into_iter().filter(|k| da.get(*k) != db.get(*k)).cloned().collect()
 }
 
 fn policy(group: &Value) -> Replacement {
     let p = &group["UpdatePolicy"];
-    if matches!(
-        &p["AutoScalingReplacingUpdate"]["WillReplace"],
-        Value::Bool(true)
-    ) || p["AutoScalingReplacingUpdate"]["WillReplace"] == "true"
+    if matches!(&p["AutoScalingReplacingUpdate"]["WillReplace"], Value::Bool(true))
+        || p["AutoScalingReplacingUpdate"]["WillReplace"] == "true"
     {
         return Replacement::NewGroup;
     }
@@ -344,7 +357,11 @@ fn stack_waves(root: &Value) -> BTreeMap<String, usize> {
     for _ in 0..=ids.len() {
         let mut changed = false;
         for (id, d) in &deps {
-            let w = d.iter().map(|x| waves.get(x).copied().unwrap_or(0) + 1).max().unwrap_or(0);
+            let w = d
+                .iter()
+                .map(|x| waves.get(x).copied().unwrap_or(0) + 1)
+                .max()
+                .unwrap_or(0);
             if waves.get(id) != Some(&w) {
                 waves.insert(id.clone(), w);
                 changed = true;
@@ -547,12 +564,10 @@ impl<'a> Resolver<'a> {
                 let (k, arg) = m.iter().next().expect("one entry");
                 match (k.as_str(), arg) {
                     ("Ref", Value::String(name)) => self.reference(stack, name),
-                    ("Fn::GetAtt", Value::Array(a)) if a.len() == 2 => {
-                        match (a[0].as_str(), &a[1]) {
-                            (Some(res), Value::String(attr)) => self.attribute(stack, res, attr),
-                            _ => self.resolve_all(stack, v),
-                        }
-                    }
+                    ("Fn::GetAtt", Value::Array(a)) if a.len() == 2 => match (a[0].as_str(), &a[1]) {
+                        (Some(res), Value::String(attr)) => self.attribute(stack, res, attr),
+                        _ => self.resolve_all(stack, v),
+                    },
                     ("Fn::GetAtt", Value::String(s)) if s.contains('.') => {
                         let (res, attr) = s.split_once('.').expect("a dot");
                         self.attribute(stack, res, attr)
@@ -626,7 +641,8 @@ mod tests {
         };
         let rolling = json!({"AutoScalingRollingUpdate": {"MaxBatchSize": "1", "MinInstancesInService": "2"}});
         let subnet_refs: Vec<Value> = (0..subnets).map(|i| json!({"Ref": format!("Subnet{i}")})).collect();
-        let mut network = json!({"Resources": {}, "Outputs": {"SubnetIds": {"Value": {"Fn::Join": [",", subnet_refs]}}}});
+        let mut network =
+            json!({"Resources": {}, "Outputs": {"SubnetIds": {"Value": {"Fn::Join": [",", subnet_refs]}}}});
         for i in 0..subnets {
             network["Resources"][format!("Subnet{i}")] = json!({"Type": "AWS::EC2::Subnet",
                 "Properties": {"CidrBlock": format!("10.0.{i}.0/24"), "Tags": [{"Key": "k", "Value": cp_user_data}]}});
@@ -652,7 +668,10 @@ mod tests {
                 "AddonX": {"Type": "AWS::CloudFormation::WaitCondition", "DependsOn": ["ControlPlane", "NodePoolGeneral"]}
             }
         });
-        let mut p: BTreeMap<String, String> = [("ImageIdX86", "ami-1")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut p: BTreeMap<String, String> = [("ImageIdX86", "ami-1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         for (k, v) in params {
             p.insert(k.to_string(), v.to_string());
         }
@@ -661,7 +680,10 @@ mod tests {
             parameters: p,
             nested: [
                 ("Network".to_string(), network),
-                ("ControlPlane".to_string(), node("Controller", cp_user_data, "3", rolling.clone())),
+                (
+                    "ControlPlane".to_string(),
+                    node("Controller", cp_user_data, "3", rolling.clone()),
+                ),
                 ("NodePoolGeneral".to_string(), node("Worker", pool_flag, "2", rolling)),
             ]
             .into_iter()
@@ -749,7 +771,8 @@ mod tests {
         assert_eq!(group_rolls(&base(), &tagged), []);
         // Its CIDR replaces it: a new ID in every group's subnets.
         let mut moved = base();
-        moved.nested.get_mut("Network").unwrap()["Resources"]["Subnet0"]["Properties"]["CidrBlock"] = json!("10.1.0.0/24");
+        moved.nested.get_mut("Network").unwrap()["Resources"]["Subnet0"]["Properties"]["CidrBlock"] =
+            json!("10.1.0.0/24");
         assert_eq!(group_rolls(&base(), &moved).len(), 2);
     }
 

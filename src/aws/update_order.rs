@@ -152,7 +152,10 @@ pub fn roll_in_words(r: &GroupRoll) -> String {
         format!(" ({})", r.because.join(", "))
     };
     let size = match (&r.before, &r.after) {
-        (Some(b), Some(a)) if b != a => format!("{} → {} instances", count(b), count(a)),
+        (Some(b), Some(a)) if b != a && r.replacement == Replacement::None => {
+            format!("{} → {} instances", count(b), count(a))
+        }
+        (Some(b), Some(a)) if b != a => format!("{} → {} instances, the {} running", count(b), count(a), count(b)),
         (Some(b), _) => instances(b),
         (None, Some(a)) => instances(a),
         (None, None) => String::new(),
@@ -181,7 +184,11 @@ pub fn rolls_in_words(rolls: &[GroupRoll]) -> String {
     let mut out = String::new();
     for (i, r) in rolls.iter().enumerate() {
         if i > 0 {
-            out.push_str(if rolls[i - 1].wave == r.wave { "; and " } else { "; then " });
+            out.push_str(if rolls[i - 1].wave == r.wave {
+                "; and "
+            } else {
+                "; then "
+            });
         }
         out.push_str(&roll_in_words(r));
     }
@@ -221,7 +228,14 @@ mod tests {
         assert_eq!(same.describe(), None);
     }
 
-    fn roll(stack: &str, group: &str, wave: usize, before: Option<u64>, after: Option<u64>, r: Replacement) -> GroupRoll {
+    fn roll(
+        stack: &str,
+        group: &str,
+        wave: usize,
+        before: Option<u64>,
+        after: Option<u64>,
+        r: Replacement,
+    ) -> GroupRoll {
         let size = |n: u64| Size {
             min: n,
             max: n,
@@ -249,13 +263,39 @@ mod tests {
             rolls_in_words(&[
                 roll("ControlPlane", "ControllerGroup", 1, Some(3), Some(3), one.clone()),
                 roll("NodePoolA", "WorkerGroup", 2, Some(1), Some(1), one.clone()),
-                roll("NodePoolB", "WorkerGroup", 2, Some(4), Some(4), Replacement::Rolling { batch: 2 }),
+                roll(
+                    "NodePoolB",
+                    "WorkerGroup",
+                    2,
+                    Some(4),
+                    Some(4),
+                    Replacement::Rolling { batch: 2 }
+                ),
             ]),
             "ControlPlane/ControllerGroup: 3 instances replaced, one at a time (launch template (UserData)); \
              then NodePoolA/WorkerGroup: 1 instance replaced, one at a time (launch template (UserData)); \
              and NodePoolB/WorkerGroup: 4 instances replaced, 2 at a time (launch template (UserData))"
         );
-        let mut resized = roll("ControlPlane", "ControllerGroup", 1, Some(3), Some(5), Replacement::None);
+        assert_eq!(
+            roll_in_words(&roll(
+                "ControlPlane",
+                "ControllerGroup",
+                1,
+                Some(1),
+                Some(3),
+                one.clone()
+            )),
+            "ControlPlane/ControllerGroup: 1 → 3 instances, the 1 running replaced, one at a time \
+             (launch template (UserData))"
+        );
+        let mut resized = roll(
+            "ControlPlane",
+            "ControllerGroup",
+            1,
+            Some(3),
+            Some(5),
+            Replacement::None,
+        );
         resized.because.clear();
         assert_eq!(
             roll_in_words(&resized),
@@ -269,7 +309,14 @@ mod tests {
             roll_in_words(&roll("NodePoolC", "WorkerGroup", 2, Some(1), None, Replacement::None)),
             "NodePoolC/WorkerGroup: removed, 1 instance terminated (launch template (UserData))"
         );
-        let mut autoscaled = roll("NodePoolA", "WorkerGroup", 2, Some(1), Some(1), Replacement::NotReplaced);
+        let mut autoscaled = roll(
+            "NodePoolA",
+            "WorkerGroup",
+            2,
+            Some(1),
+            Some(1),
+            Replacement::NotReplaced,
+        );
         let range = Size {
             min: 2,
             max: 6,

@@ -8,8 +8,8 @@ use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::autoscaler;
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
-use crate::aws::update_order;
 use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
+use crate::aws::update_order;
 use crate::aws::wait::Operation;
 use crate::config::load_cluster;
 use crate::plugin::exec::{Step, When};
@@ -66,7 +66,15 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 uninstalls,
                 version,
                 rolls,
-            } => (published, change_set, stack_id, changed_parameters, uninstalls, version, rolls),
+            } => (
+                published,
+                change_set,
+                stack_id,
+                changed_parameters,
+                uninstalls,
+                version,
+                rolls,
+            ),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
         if let Some(v) = &version {

@@ -621,7 +621,9 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
         .to_string();
     assert!(
         rolls.starts_with("rolls: ControlPlane/ControllerGroup: ")
-            && rolls.contains("; then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (launch template (UserData))")
+            && rolls.contains(
+                "; then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (launch template (UserData))"
+            )
             && !rolls.contains("NodePoolGpu"),
         "{}",
         text(&upd)

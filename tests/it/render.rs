@@ -870,7 +870,12 @@ fn what_each_kind_of_change_replaces() {
         .unwrap()
     };
     let old = deployment(&a, &params(&[]));
-    assert_eq!(old.nested.len(), 4, "every nested template is found: {:?}", old.nested.keys());
+    assert_eq!(
+        old.nested.len(),
+        4,
+        "every nested template is found: {:?}",
+        old.nested.keys()
+    );
     type Change = Box<dyn Fn(&mut render::RenderInput)>;
     let none: Change = Box::new(|_| {});
     // (kind, the change, root parameters it sets, the groups that roll and how)
@@ -935,7 +940,10 @@ fn what_each_kind_of_change_replaces() {
             "AMI refresh (x86_64)",
             Box::new(|_| {}),
             vec![("ImageIdX86", "ami-x86-2")],
-            vec!["ControlPlane/ControllerGroup rolling", "NodePoolGeneral/WorkerGroup rolling"],
+            vec![
+                "ControlPlane/ControllerGroup rolling",
+                "NodePoolGeneral/WorkerGroup rolling",
+            ],
         ),
         (
             "pool instance type (general)",

@@ -7,14 +7,16 @@
 //! of each nested stack) against the published ones (src/aws/rolls.rs).
 //!
 //! The addon-only change is then applied: the preview says nothing rolls,
-//! and moto agrees: no launch template gets a new version and every group
-//! keeps its instances. A kubelet flag on one pool, applied, gives that
-//! pool's launch template (and only it) a new version in moto, as predicted.
+//! and moto agrees: every node stack's launch template boots the same data
+//! as before (as moto's CloudFormation resolved it from the new templates and
+//! parameters). A kubelet flag on one pool, applied: that pool's launch
+//! template alone boots other data, as predicted.
 //!
 //! Not covered here: moto's change sets name only the nested stacks, so the
 //! groups are never checked against CloudFormation's own nested change set;
-//! moto replaces a changed group's instances all at once (it recreates the
-//! group), not one at a time under the rolling update policy; the sizes said
+//! moto recreates a modified nested stack whole (its launch templates and
+//! groups with it), so launch template versions and instance IDs say nothing
+//! there, and nothing is replaced one at a time under the rolling update policy; the sizes said
 //! are the templates', not the live groups' (a pool the cluster-autoscaler
 //! resized has the range MinSize–MaxSize said).
 
@@ -25,6 +27,7 @@ use std::path::Path;
 
 use common::output_text as text;
 use common::MotoEnv as Env;
+use serde_json::Value;
 
 const BUCKET: &str = "kube-aws-rolls";
 const CLUSTER: &str = "demo";
@@ -90,40 +93,67 @@ fn rolls_line(out: &std::process::Output) -> String {
         .to_string()
 }
 
-/// Each launch template's latest version, by name.
-fn launch_template_versions(env: &Env) -> BTreeMap<String, i64> {
-    let v = env.aws_json(&["ec2", "describe-launch-templates"]);
-    v["LaunchTemplates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t["LaunchTemplateName"].as_str().unwrap().to_string(),
-                t["LatestVersionNumber"].as_i64().unwrap(),
-            )
-        })
-        .collect()
+/// The physical ID of `logical` in `stack`.
+fn physical(env: &Env, stack: &str, logical: &str) -> String {
+    let r = env.aws_json(&[
+        "cloudformation",
+        "describe-stack-resource",
+        "--stack-name",
+        stack,
+        "--logical-resource-id",
+        logical,
+    ]);
+    r["StackResourceDetail"]["PhysicalResourceId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {logical} in {stack}: {r}"))
+        .to_string()
 }
 
-/// Each group's instances, by the group's launch template name.
-fn group_instances(env: &Env) -> BTreeMap<String, Vec<String>> {
-    let v = env.aws_json(&["autoscaling", "describe-auto-scaling-groups"]);
-    v["AutoScalingGroups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            let mut ids: Vec<String> = g["Instances"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["InstanceId"].as_str().unwrap().to_string())
-                .collect();
-            ids.sort();
-            (g["LaunchTemplate"]["LaunchTemplateName"].to_string(), ids)
-        })
-        .collect()
+/// What each node stack's launch template boots now (its latest version's
+/// data, as moto's CloudFormation resolved it), by the root's logical ID.
+fn launch_template_data(env: &Env) -> BTreeMap<String, Value> {
+    [
+        ("ControlPlane", "ControllerLaunchTemplate"),
+        ("NodePoolGeneral", "WorkerLaunchTemplate"),
+        ("NodePoolSpot", "WorkerLaunchTemplate"),
+    ]
+    .iter()
+    .map(|(stack, lt)| {
+        let nested = physical(env, CLUSTER, stack);
+        let id = physical(env, &nested, lt);
+        let v = env.aws_json(&[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-id",
+            &id,
+            "--versions",
+            "$Latest",
+        ]);
+        (
+            stack.to_string(),
+            without_stack_name(&v["LaunchTemplateVersions"][0]["LaunchTemplateData"], &nested),
+        )
+    })
+    .collect()
+}
+
+/// Launch template data with the nested stack's own name masked: moto
+/// recreates a modified nested stack under a new name (CloudFormation updates
+/// it in place, under the same one), which reaches the user data (the
+/// stack name the stub signals) and the instance profile's ARN.
+fn without_stack_name(data: &Value, stack_arn: &str) -> Value {
+    use base64::Engine;
+    let name = stack_arn.split('/').nth(1).unwrap_or(stack_arn);
+    let mut d = data.clone();
+    if let Some(u) = d["UserData"].as_str() {
+        let plain = base64::engine::general_purpose::STANDARD.decode(u).unwrap();
+        d["UserData"] = Value::String(String::from_utf8(plain).unwrap());
+    }
+    let arn = d["IamInstanceProfile"]["Arn"].as_str().unwrap_or_default().to_string();
+    if arn.contains(name) {
+        d["IamInstanceProfile"]["Arn"] = Value::String("<the stack's own instance profile>".into());
+    }
+    serde_json::from_str(&d.to_string().replace(name, "<stack>")).unwrap()
 }
 
 #[test]
@@ -226,7 +256,7 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
         (
             "controller.count 1 → 3 (a third zone's subnet)",
             ["  count: 3\n", POOLS, "", ""],
-            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances replaced, one at a time (subnets); \
+            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances, the 1 running replaced, one at a time (subnets); \
              then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (subnets); \
              and NodePoolSpot/WorkerGroup: 2 instances replaced, one at a time (subnets)"
                 .into(),
@@ -258,9 +288,11 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
         }
     }
 
-    // The addon-only change, applied: nothing rolls, and moto agrees.
-    let versions = launch_template_versions(&env);
-    let instances = group_instances(&env);
+    // The addon-only change, applied: nothing rolls, and moto agrees: every
+    // node stack's launch template boots the same data as before (moto
+    // recreates a modified nested stack whole, ControlPlane here, so its
+    // launch template's name and version are no evidence; its data is).
+    let data = launch_template_data(&env);
     write(CONTROLLER, POOLS, "    note: two\n", "");
     let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
     assert!(upd.status.success(), "{}", text(&upd));
@@ -273,11 +305,18 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
         "{}",
         text(&upd)
     );
-    assert_eq!(launch_template_versions(&env), versions);
-    assert_eq!(group_instances(&env), instances);
+    let after = launch_template_data(&env);
+    assert_eq!(after, data);
+    assert!(
+        data["ControlPlane"]["UserData"]
+            .as_str()
+            .unwrap()
+            .contains("\"role\":\"controller\""),
+        "{data:#?}"
+    );
 
     // A kubelet flag on one pool, applied: that pool's launch template alone
-    // gets a new version.
+    // boots other data.
     write(
         CONTROLLER,
         "    - name: general\n      count: 1\n      maxPods: 30\n    - name: spot\n      count: 2\n",
@@ -290,32 +329,9 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
         rolls_line(&upd),
         format!("rolls: NodePoolGeneral/WorkerGroup: {one} (launch template (UserData))")
     );
-    let after = launch_template_versions(&env);
-    let bumped: Vec<&String> = after.keys().filter(|k| after[*k] != versions[*k]).collect();
-    assert_eq!(bumped.len(), 1, "{versions:?} → {after:?}");
-    let general = env.aws_json(&[
-        "cloudformation",
-        "describe-stack-resource",
-        "--stack-name",
-        CLUSTER,
-        "--logical-resource-id",
-        "NodePoolGeneral",
-    ]);
-    let general = general["StackResourceDetail"]["PhysicalResourceId"].as_str().unwrap();
-    let lt = env.aws_json(&[
-        "cloudformation",
-        "describe-stack-resource",
-        "--stack-name",
-        general,
-        "--logical-resource-id",
-        "WorkerLaunchTemplate",
-    ]);
-    let lt = lt["StackResourceDetail"]["PhysicalResourceId"].as_str().unwrap().to_string();
-    let named = env.aws_json(&["ec2", "describe-launch-templates", "--launch-template-ids", &lt]);
-    assert_eq!(
-        named["LaunchTemplates"][0]["LaunchTemplateName"].as_str(),
-        Some(bumped[0].as_str())
-    );
+    let flagged = launch_template_data(&env);
+    let moved: Vec<&String> = flagged.keys().filter(|k| flagged[*k] != after[*k]).collect();
+    assert_eq!(moved, ["NodePoolGeneral"]);
 
     // A rotated secret, last (a declined rotation leaves a new latest bundle,
     // so the value is not put back): the controllers' secrets version moves.
