@@ -301,7 +301,7 @@ pub enum UpdatePlan {
         version: Option<super::update_order::VersionMove>,
         /// The groups the update rolls, in order (src/aws/rolls.rs); why not
         /// known when a template could not be read.
-        rolls: Result<Vec<GroupRoll>, String>,
+        rolls: Box<Result<Vec<GroupRoll>, String>>,
     },
 }
 
@@ -409,7 +409,7 @@ pub async fn plan_update(
     )
     .await?;
     let uninstalls = dropped_releases(installed.as_deref(), &published.addons);
-    let rolls = group_rolls_of(clients, &live, template.as_deref(), &published).await;
+    let rolls = Box::new(group_rolls_of(clients, &live, template.as_deref(), &published).await);
     let plan = match stack::create_change_set(clients, &req).await? {
         None => UpdatePlan::NoChanges,
         Some(change_set) => UpdatePlan::Changes {

@@ -90,7 +90,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         for line in amis.iter().filter_map(|a| a.describe_change()) {
             println!("{line}");
         }
-        match &rolls {
+        match &*rolls {
             Ok(rolls) => println!("rolls: {}", update_order::rolls_in_words(rolls)),
             Err(why) => println!("rolls: not known ({why})"),
         }

@@ -879,7 +879,8 @@ fn what_each_kind_of_change_replaces() {
     type Change = Box<dyn Fn(&mut render::RenderInput)>;
     let none: Change = Box::new(|_| {});
     // (kind, the change, root parameters it sets, the groups that roll and how)
-    let kinds: Vec<(&str, Change, Vec<(&str, &str)>, Vec<&str>)> = vec![
+    type Kind<'a> = (&'a str, Change, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+    let kinds: Vec<Kind> = vec![
         (
             "addon values (one release)",
             Box::new(|i| i.addons[2].values_yaml.push_str("replicas: 3\n")),
