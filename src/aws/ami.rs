@@ -1,37 +1,36 @@
 //! The AMIs a cluster's instances boot: each root `ImageId` parameter is
 //! pinned at `up` (the SSM public parameter resolved once), kept by
 //! `update`, resolved again on `--refresh-ami`, and overridden by an explicit
-//! cluster.yaml `ami`; and which node stacks roll when it changes.
+//! cluster.yaml `ami`. Which groups roll when it changes is decided with
+//! every other change's, from the templates (src/aws/rolls.rs).
 
 use super::publish::{self, Published};
 use super::stack::StackInfo;
 use super::{sdk_error, AwsError, Clients};
 use serde::Serialize;
 
-/// One pinned AMI: the root parameter, its value before (None at `up`, or
-/// when the live stack predates pinning) and now, and the node stacks using it.
+/// One pinned AMI: the root parameter, and its value before (None at `up`, or
+/// when the live stack predates pinning) and now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PinnedAmi {
     pub parameter: String,
     pub before: Option<String>,
     pub after: String,
-    pub stacks: Vec<String>,
     /// The image is cluster.yaml's `ami`, not the SSM public parameter's.
     pub explicit: bool,
 }
 
 impl PinnedAmi {
-    /// "ControlPlane, NodePoolGeneral: instances replaced (AMI ami-a → ami-b)", or None when unchanged.
+    /// "AMI ImageIdX86: ami-a → ami-b", or None when unchanged. Which groups
+    /// roll for it is the preview's `rolls:` line (src/aws/rolls.rs).
     pub fn describe_change(&self) -> Option<String> {
         let before = self.before.as_deref()?;
-        let why = if self.explicit { ", set in cluster.yaml ami" } else { "" };
-        (before != self.after).then(|| {
-            format!(
-                "{}: instances replaced, one at a time (AMI {before} → {}{why})",
-                self.stacks.join(", "),
-                self.after
-            )
-        })
+        let why = if self.explicit {
+            " (set in cluster.yaml ami)"
+        } else {
+            ""
+        };
+        (before != self.after).then(|| format!("AMI {}: {before} → {}{why}", self.parameter, self.after))
     }
 }
 
@@ -65,7 +64,6 @@ where
         published.parameters.retain(|(k, _)| *k != param);
         published.parameters.push((param.clone(), after.clone()));
         out.push(PinnedAmi {
-            stacks: publish::stacks_using(&published.root_template_body, &param),
             parameter: param,
             before,
             after,
@@ -107,6 +105,7 @@ mod tests {
             parameters: vec![("ArtifactBaseURL".into(), "u".into())],
             objects: vec![],
             addons: vec![],
+            stack_templates: Default::default(),
         }
     }
 
@@ -140,7 +139,6 @@ mod tests {
         let mut p = published(ROOT);
         let got = rt.block_on(pin_amis(&mut p, None, false, resolve)).unwrap();
         assert_eq!(got[0].after, "ami-new");
-        assert_eq!(got[0].stacks, ["ControlPlane"]);
         assert!(p.parameters.contains(&("ImageIdX86".into(), "ami-new".into())));
         assert_eq!(asked.get(), 1);
         // update: the live value, SSM not even asked.
@@ -168,7 +166,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             got[0].describe_change().as_deref(),
-            Some("ControlPlane: instances replaced, one at a time (AMI ami-old → ami-new)")
+            Some("AMI ImageIdX86: ami-old → ami-new")
         );
         // --refresh-ami with nothing newer: no change to describe.
         let mut p = published(ROOT);
@@ -202,10 +200,7 @@ mod tests {
             assert!(got[0].explicit);
             assert_eq!(
                 got[0].describe_change().as_deref(),
-                Some(
-                    "ControlPlane: instances replaced, one at a time \
-                     (AMI ami-old → ami-0123456789abcdef0, set in cluster.yaml ami)"
-                )
+                Some("AMI ImageIdX86: ami-old → ami-0123456789abcdef0 (set in cluster.yaml ami)")
             );
             assert!(p
                 .parameters

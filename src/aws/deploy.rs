@@ -299,9 +299,45 @@ pub enum UpdatePlan {
         uninstalls: Vec<String>,
         /// The Kubernetes version move, when the stack records its version.
         version: Option<super::update_order::VersionMove>,
+        /// The groups the update rolls, in order (src/aws/rolls.rs); why not
+        /// known when a template could not be read.
+        rolls: Box<Result<Vec<GroupRoll>, String>>,
     },
 }
 
+/// What the update rolls: the live root and nested templates (GetTemplate)
+/// with the live parameters, against the published ones.
+async fn group_rolls_of(
+    clients: &Clients,
+    live: &StackInfo,
+    live_root: Option<&str>,
+    published: &Published,
+) -> Result<Vec<GroupRoll>, String> {
+    let live_root = live_root.ok_or("the live root template is empty")?;
+    let mut nested = std::collections::BTreeMap::new();
+    for n in stack::nested_stacks(clients, &live.stack_id)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        if n.stack_id.is_empty() {
+            continue;
+        }
+        if let Some(body) = stack::live_template(clients, &n.stack_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            nested.insert(n.logical_id, body);
+        }
+    }
+    let old = Deployment::from_live(live_root, &live.parameters, &nested).map_err(|e| e.to_string())?;
+    let new = Deployment::from_files(&published.root_template_body, &published.parameters, |path| {
+        published.stack_templates.get(path).cloned()
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(group_rolls(&old, &new))
+}
+
+use super::rolls::{group_rolls, Deployment, GroupRoll};
 use crate::render::layout::INSTALLED_RELEASES;
 
 /// The releases of the reconciler's record (`{"releases": [{"name"}]}`) that
@@ -353,7 +389,11 @@ pub async fn plan_update(
         .parameters
         .iter()
         .all(|p| live.parameters.iter().any(|l| l == p));
-    if same_params && template.is_some_and(|t| stack::same_template(&t, &published.root_template_body)) {
+    if same_params
+        && template
+            .as_deref()
+            .is_some_and(|t| stack::same_template(t, &published.root_template_body))
+    {
         return Ok((UpdatePlan::NoChanges, amis));
     }
     let req = StackRequest {
@@ -369,11 +409,13 @@ pub async fn plan_update(
     )
     .await?;
     let uninstalls = dropped_releases(installed.as_deref(), &published.addons);
+    let rolls = Box::new(group_rolls_of(clients, &live, template.as_deref(), &published).await);
     let plan = match stack::create_change_set(clients, &req).await? {
         None => UpdatePlan::NoChanges,
         Some(change_set) => UpdatePlan::Changes {
             uninstalls,
             version,
+            rolls,
             changed_parameters: published
                 .parameters
                 .iter()

@@ -123,6 +123,11 @@ pub struct Published {
     pub parameters: Vec<(String, String)>,
     pub objects: Vec<PublishedObject>,
     pub addons: Vec<ExpectedAddon>,
+    /// Every stack template as published, by its key under the cluster's
+    /// prefix (`stacks/<sha256>/network.json`): what the root's `TemplateURL`s
+    /// name, for the update's preview of what rolls (src/aws/rolls.rs).
+    #[serde(skip)]
+    pub stack_templates: BTreeMap<String, String>,
 }
 
 use crate::digest::{sha256_hex, Sha256Digest, Sha256Stream};
@@ -410,18 +415,6 @@ pub fn ami_sources(root_template: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-/// The nested stacks (root logical IDs) whose `ImageId` is the root parameter `param`.
-pub fn stacks_using(root_template: &str, param: &str) -> Vec<String> {
-    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
-    t["Resources"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, r)| r["Properties"]["Parameters"]["ImageId"]["Ref"] == param)
-        .map(|(id, _)| id.clone())
-        .collect()
-}
-
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     let want = chart.digest.hex();
@@ -544,6 +537,11 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         .map(|a| a.key.clone())
         .unwrap_or_default();
 
+    let stack_templates = artifacts
+        .iter()
+        .filter(|a| is_stack(&a.source))
+        .map(|a| (a.key.clone(), String::from_utf8_lossy(&a.body).into_owned()))
+        .collect();
     let mut objects = Vec::new();
     for a in artifacts {
         let key = location.key(&a.key);
@@ -577,6 +575,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         parameters,
         objects,
         addons,
+        stack_templates,
     })
 }
 

@@ -2,8 +2,11 @@
 //! version the root stack records (`KubernetesVersion`, src/render/cfn/root.rs)
 //! checked against cluster.yaml's, and the preview's words for the order an
 //! upgrade takes (control plane, then pools, then the addons pinned to the
-//! minor). Pure, apart from reading the live stack's parameters.
+//! minor), and for what any update rolls, group by group in the same order
+//! (decided by src/aws/rolls.rs). Pure, apart from reading the live stack's
+//! parameters.
 
+use super::rolls::{GroupRoll, Replacement, Size};
 use super::stack::StackInfo;
 use super::AwsError;
 use crate::config::{check_upgrade, ClusterConfig, VersionChange};
@@ -117,6 +120,81 @@ impl VersionMove {
     }
 }
 
+/// How many instances a group has: its desired capacity, or the range the
+/// cluster-autoscaler picks from.
+fn instances(s: &Size) -> String {
+    let n = s.desired.unwrap_or(s.min);
+    if s.desired.is_some() || s.min == s.max {
+        format!("{n} instance{}", if n == 1 { "" } else { "s" })
+    } else {
+        format!("{}–{} instances", s.min, s.max)
+    }
+}
+
+fn count(s: &Size) -> String {
+    match s.desired {
+        Some(n) => n.to_string(),
+        None if s.min == s.max => s.min.to_string(),
+        None => format!("{}–{}", s.min, s.max),
+    }
+}
+
+/// One group, in words: "ControlPlane/ControllerGroup: 3 instances replaced, one at a time (launch template (UserData))".
+pub fn roll_in_words(r: &GroupRoll) -> String {
+    let name = if r.stack.is_empty() {
+        r.group.clone()
+    } else {
+        format!("{}/{}", r.stack, r.group)
+    };
+    let why = if r.because.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", r.because.join(", "))
+    };
+    let size = match (&r.before, &r.after) {
+        (Some(b), Some(a)) if b != a && r.replacement == Replacement::None => {
+            format!("{} → {} instances", count(b), count(a))
+        }
+        (Some(b), Some(a)) if b != a => format!("{} → {} instances, the {} running", count(b), count(a), count(b)),
+        (Some(b), _) => instances(b),
+        (None, Some(a)) => instances(a),
+        (None, None) => String::new(),
+    };
+    let what = match (&r.before, &r.after, &r.replacement) {
+        (None, Some(a), _) => format!("new group, {} launched", instances(a)),
+        (Some(b), None, _) => format!("removed, {} terminated", instances(b)),
+        (_, _, Replacement::Rolling { batch: 1 }) => format!("{size} replaced, one at a time"),
+        (_, _, Replacement::Rolling { batch }) => format!("{size} replaced, {batch} at a time"),
+        (_, _, Replacement::NewGroup) => format!("{size} replaced by a new group"),
+        (_, _, Replacement::NotReplaced) => {
+            format!("{size} kept as they run (no rolling update policy): only new instances get the change")
+        }
+        (_, _, Replacement::None) => format!("{size}, none replaced"),
+    };
+    format!("{name}: {what}{why}")
+}
+
+/// What an update rolls, in the order CloudFormation updates the groups: the
+/// control plane's before the pools' (src/aws/rolls.rs reads the order from
+/// the root's dependencies); groups updated side by side joined by "and".
+pub fn rolls_in_words(rolls: &[GroupRoll]) -> String {
+    if rolls.is_empty() {
+        return "nothing: no instance is replaced, launched or terminated".to_string();
+    }
+    let mut out = String::new();
+    for (i, r) in rolls.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if rolls[i - 1].wave == r.wave {
+                "; and "
+            } else {
+                "; then "
+            });
+        }
+        out.push_str(&roll_in_words(r));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +226,107 @@ mod tests {
         };
         assert_eq!(same.order(&c, &[]), None);
         assert_eq!(same.describe(), None);
+    }
+
+    fn roll(
+        stack: &str,
+        group: &str,
+        wave: usize,
+        before: Option<u64>,
+        after: Option<u64>,
+        r: Replacement,
+    ) -> GroupRoll {
+        let size = |n: u64| Size {
+            min: n,
+            max: n,
+            desired: Some(n),
+        };
+        GroupRoll {
+            stack: stack.into(),
+            group: group.into(),
+            wave,
+            before: before.map(size),
+            after: after.map(size),
+            replacement: r,
+            because: vec!["launch template (UserData)".into()],
+        }
+    }
+
+    #[test]
+    fn what_rolls_is_said_in_the_update_order() {
+        assert_eq!(
+            rolls_in_words(&[]),
+            "nothing: no instance is replaced, launched or terminated"
+        );
+        let one = Replacement::Rolling { batch: 1 };
+        assert_eq!(
+            rolls_in_words(&[
+                roll("ControlPlane", "ControllerGroup", 1, Some(3), Some(3), one.clone()),
+                roll("NodePoolA", "WorkerGroup", 2, Some(1), Some(1), one.clone()),
+                roll(
+                    "NodePoolB",
+                    "WorkerGroup",
+                    2,
+                    Some(4),
+                    Some(4),
+                    Replacement::Rolling { batch: 2 }
+                ),
+            ]),
+            "ControlPlane/ControllerGroup: 3 instances replaced, one at a time (launch template (UserData)); \
+             then NodePoolA/WorkerGroup: 1 instance replaced, one at a time (launch template (UserData)); \
+             and NodePoolB/WorkerGroup: 4 instances replaced, 2 at a time (launch template (UserData))"
+        );
+        assert_eq!(
+            roll_in_words(&roll(
+                "ControlPlane",
+                "ControllerGroup",
+                1,
+                Some(1),
+                Some(3),
+                one.clone()
+            )),
+            "ControlPlane/ControllerGroup: 1 → 3 instances, the 1 running replaced, one at a time \
+             (launch template (UserData))"
+        );
+        let mut resized = roll(
+            "ControlPlane",
+            "ControllerGroup",
+            1,
+            Some(3),
+            Some(5),
+            Replacement::None,
+        );
+        resized.because.clear();
+        assert_eq!(
+            roll_in_words(&resized),
+            "ControlPlane/ControllerGroup: 3 → 5 instances, none replaced"
+        );
+        assert_eq!(
+            roll_in_words(&roll("NodePoolC", "WorkerGroup", 2, None, Some(2), Replacement::None)),
+            "NodePoolC/WorkerGroup: new group, 2 instances launched (launch template (UserData))"
+        );
+        assert_eq!(
+            roll_in_words(&roll("NodePoolC", "WorkerGroup", 2, Some(1), None, Replacement::None)),
+            "NodePoolC/WorkerGroup: removed, 1 instance terminated (launch template (UserData))"
+        );
+        let mut autoscaled = roll(
+            "NodePoolA",
+            "WorkerGroup",
+            2,
+            Some(1),
+            Some(1),
+            Replacement::NotReplaced,
+        );
+        let range = Size {
+            min: 2,
+            max: 6,
+            desired: None,
+        };
+        (autoscaled.before, autoscaled.after) = (Some(range), Some(range));
+        assert_eq!(
+            roll_in_words(&autoscaled),
+            "NodePoolA/WorkerGroup: 2–6 instances kept as they run (no rolling update policy): \
+             only new instances get the change (launch template (UserData))"
+        );
     }
 }

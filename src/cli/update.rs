@@ -9,6 +9,7 @@ use crate::aws::autoscaler;
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
 use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
+use crate::aws::update_order;
 use crate::aws::wait::Operation;
 use crate::config::load_cluster;
 use crate::plugin::exec::{Step, When};
@@ -52,7 +53,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }
-        let (published, change_set, stack_id, changed_parameters, uninstalls, version) = match plan {
+        let (published, change_set, stack_id, changed_parameters, uninstalls, version, rolls) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
                 return Ok::<_, anyhow::Error>(None);
@@ -64,7 +65,16 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 changed_parameters,
                 uninstalls,
                 version,
-            } => (published, change_set, stack_id, changed_parameters, uninstalls, version),
+                rolls,
+            } => (
+                published,
+                change_set,
+                stack_id,
+                changed_parameters,
+                uninstalls,
+                version,
+                rolls,
+            ),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
         if let Some(v) = &version {
@@ -79,6 +89,10 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         }
         for line in amis.iter().filter_map(|a| a.describe_change()) {
             println!("{line}");
+        }
+        match &*rolls {
+            Ok(rolls) => println!("rolls: {}", update_order::rolls_in_words(rolls)),
+            Err(why) => println!("rolls: not known ({why})"),
         }
         if !uninstalls.is_empty() {
             println!(

@@ -54,6 +54,7 @@ mod render;
 mod secret_rotation;
 mod servers;
 mod testbed;
+mod update_rolls_moto;
 mod update_safety_moto;
 mod upgrade_moto;
 mod workers;

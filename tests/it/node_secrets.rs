@@ -613,6 +613,21 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
         "{}",
         text(&upd)
     );
+    // ... and says which groups roll for it, from the templates (src/aws/rolls.rs).
+    let rolls = String::from_utf8_lossy(&upd.stdout)
+        .lines()
+        .find(|l| l.starts_with("rolls: "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        rolls.starts_with("rolls: ControlPlane/ControllerGroup: ")
+            && rolls.contains(
+                "; then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (launch template (UserData))"
+            )
+            && !rolls.contains("NodePoolGpu"),
+        "{}",
+        text(&upd)
+    );
     // Now the controllers' stack points at the new bundle, and a node that
     // boots gets the new value.
     assert_ne!(pointed_bundle(&env, "controller"), pointed_before);

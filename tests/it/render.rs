@@ -840,31 +840,76 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     }
 }
 
-/// What each kind of change does to the stacks, at template level: per
-/// stack, the resources whose definition changes. Printed (for
-/// docs/deploy.md's "Updating safely") and checked: only the changes that
-/// touch a node's user data or its group reach a launch template or group.
+/// What each kind of change rolls, at template level: the groups
+/// src/aws/rolls.rs finds between two renders (the rule `update`'s preview
+/// uses), with the root parameters a publish sets (an AMI, a secrets
+/// version). Printed (for docs/deploy.md's "What each kind of change
+/// replaces") and checked: only the changes that reach a node's user data, its
+/// launch template or its subnets replace instances.
 #[test]
 fn what_each_kind_of_change_replaces() {
+    use kube_aws::aws::rolls::{group_rolls, Deployment, Replacement};
+    use kube_aws::aws::update_order::rolls_in_words;
     let base = full();
     let a = rendered(&base);
+    let params = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut p: std::collections::BTreeMap<String, String> =
+            [("ImageIdX86", "ami-x86-1"), ("ImageIdArm64", "ami-arm-1")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        for (k, v) in extra {
+            p.insert(k.to_string(), v.to_string());
+        }
+        p.into_iter().collect()
+    };
+    let deployment = |r: &Rendered, p: &[(String, String)]| {
+        Deployment::from_files(r.text("stacks/root.json").unwrap(), p, |path| {
+            r.text(path).map(str::to_string)
+        })
+        .unwrap()
+    };
+    let old = deployment(&a, &params(&[]));
+    assert_eq!(
+        old.nested.len(),
+        4,
+        "every nested template is found: {:?}",
+        old.nested.keys()
+    );
     type Change = Box<dyn Fn(&mut render::RenderInput)>;
-    let kinds: Vec<(&str, Change)> = vec![
+    let none: Change = Box::new(|_| {});
+    // (kind, the change, root parameters it sets, the groups that roll and how)
+    type Kind<'a> = (&'a str, Change, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+    let kinds: Vec<Kind> = vec![
         (
-            "addon values",
+            "addon values (one release)",
             Box::new(|i| i.addons[2].values_yaml.push_str("replicas: 3\n")),
+            vec![],
+            vec![],
         ),
         (
-            "chart version",
+            "chart version (one release)",
             Box::new(|i| i.addons[1].chart_version = "9.9.9".into()),
+            vec![],
+            vec![],
         ),
         (
             "plugin manifest",
             Box::new(|i| i.plugins.cluster.manifests[0].content.push_str("# x\n")),
+            vec![],
+            vec![],
+        ),
+        (
+            "etcd.backup.interval",
+            Box::new(|i| i.cluster.etcd.backup.interval = "30m".into()),
+            vec![],
+            vec![],
         ),
         (
             "plugin node file (controller)",
             Box::new(|i| i.plugins.controller.files[0].content.push_str("x\n")),
+            vec![],
+            vec!["ControlPlane/ControllerGroup rolling"],
         ),
         (
             "kubelet flag (pool general)",
@@ -872,8 +917,9 @@ fn what_each_kind_of_change_replaces() {
                 let hooks = i.plugins.pools.get_mut("general").unwrap();
                 hooks.kubelet_flags.insert("max-pods".into(), "40".into());
             }),
+            vec![],
+            vec!["NodePoolGeneral/WorkerGroup rolling"],
         ),
-        ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
         (
             "apiserver flag (plugin)",
             Box::new(|i| {
@@ -882,78 +928,67 @@ fn what_each_kind_of_change_replaces() {
                     .api_server_flags
                     .insert("oidc-username-claim".into(), "email".into());
             }),
+            vec![],
+            vec!["ControlPlane/ControllerGroup rolling"],
         ),
         (
-            "kubernetesVersion 1.35 to 1.36",
+            "secret rotation (a controller secret)",
+            Box::new(|_| {}),
+            vec![("ControlPlaneSecretsVersion", "0123456789abcdef")],
+            vec!["ControlPlane/ControllerGroup rolling"],
+        ),
+        (
+            "AMI refresh (x86_64)",
+            Box::new(|_| {}),
+            vec![("ImageIdX86", "ami-x86-2")],
+            vec![
+                "ControlPlane/ControllerGroup rolling",
+                "NodePoolGeneral/WorkerGroup rolling",
+            ],
+        ),
+        (
+            "pool instance type (general)",
+            Box::new(|i| i.cluster.worker.node_pools[0].instance_type = "m6i.xlarge".into()),
+            vec![],
+            vec!["NodePoolGeneral/WorkerGroup rolling"],
+        ),
+        (
+            "controller.count 3 → 5",
+            Box::new(|i| i.cluster.controller.count += 2),
+            vec![],
+            vec!["ControlPlane/ControllerGroup resized"],
+        ),
+        (
+            "kubernetesVersion 1.35 → 1.36",
             Box::new(|i| i.cluster.kubernetes_version = "1.36".into()),
+            vec![],
+            vec![
+                "ControlPlane/ControllerGroup rolling",
+                "NodePoolGeneral/WorkerGroup rolling",
+                "NodePoolSpotArm/WorkerGroup rolling",
+            ],
         ),
-        (
-            "etcd backup interval",
-            Box::new(|i| {
-                i.cluster.etcd.backup.interval = "30m".into();
-            }),
-        ),
+        ("nothing", none, vec![], vec![]),
     ];
     let mut table = String::new();
-    for (kind, change) in &kinds {
+    for (kind, change, set, want) in &kinds {
         let mut input = base.clone();
         change(&mut input);
         let b = rendered(&input);
-        let mut touched = Vec::new();
-        for (path, _) in a
-            .files
+        let rolls = group_rolls(&old, &deployment(&b, &params(set)));
+        let got: Vec<String> = rolls
             .iter()
-            .filter(|(p, _)| p.starts_with("stacks/") && *p != "stacks/root.json")
-        {
-            let (sa, sb) = (
-                serde_json::from_slice::<serde_json::Value>(a.get(path).unwrap()).unwrap(),
-                { serde_json::from_slice::<serde_json::Value>(b.get(path).unwrap()).unwrap() },
-            );
-            for id in changed_resources(&sa, &sb) {
-                let t = sb["Resources"].get(&id).unwrap_or(&sa["Resources"][&id])["Type"]
-                    .as_str()
-                    .unwrap()
-                    .trim_start_matches("AWS::")
-                    .to_string();
-                touched.push(format!(
-                    "{}/{id} ({t})",
-                    path.trim_start_matches("stacks/").trim_end_matches(".json")
-                ));
-            }
-        }
-        table.push_str(&format!("{kind}: {}\n", touched.join(", ")));
-        let rolls = touched
-            .iter()
-            .any(|t| t.contains("LaunchTemplate") || t.contains("AutoScalingGroup"));
-        let no_node_change = [
-            "addon values",
-            "chart version",
-            "plugin manifest",
-            "etcd backup interval",
-        ]
-        .contains(kind);
-        assert_eq!(rolls, !no_node_change, "{kind}: {touched:?}");
-        if *kind == "controller count" {
-            assert!(!touched.iter().any(|t| t.contains("LaunchTemplate")), "{touched:?}");
-            // The settings parameter carries the count (the restore decision), not the user data.
-            assert!(touched.iter().any(|t| t.contains("EtcdSettings")), "{touched:?}");
-        }
-        if *kind == "apiserver flag (plugin)" {
-            // The controllers only: the first new one uploads the new
-            // ClusterConfiguration before it joins (src/node/kube_aws_node/upgrade.py).
-            assert!(touched.iter().all(|t| t.starts_with("control-plane/")), "{touched:?}");
-        }
-        if kind.starts_with("kubernetesVersion") {
-            for group in [
-                "control-plane/ControllerLaunchTemplate",
-                "node-pool-general/WorkerLaunchTemplate",
-            ] {
-                assert!(touched.iter().any(|t| t.starts_with(group)), "{kind}: {touched:?}");
-            }
-        }
-        if kind.starts_with("etcd backup") {
-            assert_eq!(touched, ["control-plane/EtcdSettings (SSM::Parameter)"]);
-        }
+            .map(|r| {
+                let how = match (&r.replacement, r.before != r.after) {
+                    (Replacement::Rolling { batch: 1 }, _) => "rolling",
+                    (Replacement::None, true) => "resized",
+                    (other, _) => panic!("{kind}: {other:?}"),
+                };
+                format!("{}/{} {how}", r.stack, r.group)
+            })
+            .collect();
+        table.push_str(&format!("| {kind} | {} |\n", rolls_in_words(&rolls)));
+        assert_eq!(got, *want, "{kind}: {rolls:#?}");
     }
     println!("{table}");
 }

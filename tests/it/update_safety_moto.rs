@@ -7,7 +7,7 @@
 //! last run's status; `up` set the bucket's lifecycle rules that expire each
 //! tier, and kept the bucket's other rule. An explicit
 //! `ami:` in cluster.yaml replaces the pinned AMI, and the preview says which
-//! groups roll and why; a changed backup interval changes the settings
+//! groups roll (src/aws/rolls.rs) and why; a changed backup interval changes the settings
 //! parameter only.
 //!
 //! Not covered here: moto has no CloudFormation model for
@@ -17,7 +17,9 @@
 //! instances themselves is AWS's zone balancing, not shown here; instances do
 //! not boot, so no node writes a snapshot (the test puts the objects where
 //! `kube-aws-node etcd-backup` puts them; src/node/tests/test_etcd.py covers
-//! the node side); moto's change sets name only the nested stacks.
+//! the node side); moto's change sets name only the nested stacks (the
+//! groups that roll are kube-aws's reading of the templates; every kind of
+//! change: tests/it/update_rolls_moto.rs).
 
 use crate::common;
 
@@ -261,6 +263,10 @@ fn three_controllers_spread_roll_and_back_up() {
         "{out}"
     );
     assert!(!out.contains("instances replaced"), "{out}");
+    assert!(
+        out.contains("rolls: nothing: no instance is replaced, launched or terminated\n"),
+        "{out}"
+    );
     let p = env.aws_json(&["ssm", "get-parameter", "--name", "/kube-aws/demo/etcd"]);
     let settings: Value = serde_json::from_str(p["Parameter"]["Value"].as_str().unwrap()).unwrap();
     assert_eq!(settings["intervalSeconds"].as_i64(), Some(1800));
@@ -285,8 +291,15 @@ fn three_controllers_spread_roll_and_back_up() {
     let out = String::from_utf8_lossy(&upd.stdout).to_string();
     assert!(
         out.contains(&format!(
-            "ControlPlane, NodePoolGeneral: instances replaced, one at a time (AMI {before} → {explicit}, set in cluster.yaml ami)"
+            "AMI ImageIdX86: {before} → {explicit} (set in cluster.yaml ami)\n"
         )),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "rolls: ControlPlane/ControllerGroup: 3 instances replaced, one at a time (launch template (ImageId)); \
+             then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (launch template (ImageId))\n"
+        ),
         "{out}"
     );
     assert!(
