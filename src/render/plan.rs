@@ -61,9 +61,10 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kubernetes_version: String,
     /// How long the Ready-node gate waits for a worker (a Ready node that is
-    /// not a controller) before it settles for any Ready node: the pools
-    /// start only once the control plane is done (root stack DependsOn), so
-    /// this covers each controller's boot ([`CONTROLLER_ROLL_SECONDS`]) plus
+    /// not a controller), while the root stack is in progress, before it
+    /// settles for any Ready node: the pools start only once the control
+    /// plane is done (root stack DependsOn), so this covers each
+    /// controller's boot ([`CONTROLLER_ROLL_SECONDS`]) plus
     /// [`NODE_READY_TIMEOUT_SECONDS`]. Zero (left out) when no pool starts
     /// with a node (every pool at minimum 0 waits for cluster-autoscaler, an
     /// addon itself).

@@ -76,6 +76,11 @@ case "$1 $2" in
     echo "kubeadm join api:6443 --token $FAKE_TOKEN --discovery-token-ca-cert-hash sha256:0"
     [ -z "${FAKE_INIT_FAIL:-}" ] || { echo "error execution phase preflight" >&2; exit 1; }
     : >"$KUBE_AWS_ROOT/etc/kubernetes/admin.conf" ;;
+  "kubeconfig user") echo "apiVersion: v1" ;;
+  "upgrade apply")
+    echo "upgrade apply, join lock: $(aws s3api head-object --bucket "$FAKE_BUCKET" --key clusters/full/bootstrap/join-lock \
+      >/dev/null 2>&1 && echo held || echo free)" >>"$FAKE_LOG"
+    [ -z "${FAKE_UPGRADE_FAIL:-}" ] || { echo "[upgrade/health] FATAL: the control plane is not healthy" >&2; exit 1; } ;;
   "join --config")
     [ -z "${FAKE_JOIN_FAIL:-}" ] || { echo "error: couldn't validate the identity of the API Server" >&2; exit 1; }
     cp "$3" "$FAKE_OUT/join.yaml"
@@ -110,8 +115,24 @@ echo "dnf $*" >>"$FAKE_LOG"
 const FAKE_CONTAINERD: &str = "#!/bin/bash\necho \"containerd $*\" >>\"$FAKE_LOG\"\necho 'SystemdCgroup = false'\n";
 
 /// The node's own Node object: Ready, unless FAKE_NOT_READY names the reason.
+/// A joining controller also reads kubeadm-config and kubelet-config (at this
+/// node's version, or at FAKE_CLUSTER_VERSION: then it upgrades) and
+/// kube-proxy's image (src/node/kube_aws_node/upgrade.py); what it puts
+/// back (`replace -f`) is copied to FAKE_OUT.
 const FAKE_KUBECTL: &str = r#"#!/bin/bash
 echo "kubectl $*" >>"$FAKE_LOG"
+v=$(grep -o '"kubernetesVersion": *"[^"]*"' "$KUBE_AWS_ROOT/etc/kube-aws/node.json" | grep -o '[0-9][0-9.]*')
+v=${FAKE_CLUSTER_VERSION:-$v}
+case "$*" in
+  *"get configmap kubeadm-config"*)
+    echo '{"metadata": {"name": "kubeadm-config", "resourceVersion": "1"}, "data": {"ClusterConfiguration": "kind: ClusterConfiguration\nkubernetesVersion: v'"$v"'\n"}}'
+    exit 0 ;;
+  *"get configmap kubelet-config"*)
+    echo '{"metadata": {"name": "kubelet-config", "resourceVersion": "1"}, "data": {"kubelet": "kind: KubeletConfiguration\n"}}'
+    exit 0 ;;
+  *"get daemonset kube-proxy"*) echo "registry.k8s.io/kube-proxy:v$v"; exit 0 ;;
+  *" replace -f "*) cp "${@: -1}" "$FAKE_OUT/replaced-$(basename "${@: -1}")"; exit 0 ;;
+esac
 if [ -n "${FAKE_NOT_READY:-}" ]; then
   echo '{"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "'"$FAKE_NOT_READY"'"}]}}'
 else
@@ -470,6 +491,117 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     // A worker asks for its own Node with the kubelet's credentials.
     assert!(wb.ran("/etc/kubernetes/kubelet.conf get node"), "{:#?}", wb.log);
     assert!(!wb.ran("join-lock"), "workers take no join lock: {:#?}", wb.log);
+}
+
+/// A controller one minor newer than the cluster (kubeadm-config names the
+/// minor before this node's, as while a `kubernetesVersion` roll replaces the
+/// first controller): under the join lock it uploads its own configuration
+/// (kubeadm's, at its version), joins, waits for Ready, runs `kubeadm upgrade
+/// apply` and records the version the control plane reached. When apply
+/// fails, the boot fails (FAILURE: the group rolls back, no other node has
+/// changed), both ConfigMaps are put back at the old version, and the status
+/// objects say what failed (issue 26 items 3 and 5). kubeadm and kubectl are
+/// fakes here: the real ones are tests/it/real_node/.
+#[test]
+fn a_newer_controller_upgrades_the_control_plane_under_the_join_lock_and_a_failed_upgrade_says_what_failed() {
+    let mut c = Cluster::new();
+    let first = c.node("controller");
+    let a = c.boot(&first, &[], &[]);
+    assert!(a.ok, "{}\n{:#?}", a.stderr, a.log);
+    let k8s = kube_aws::config::resolve_version(&full().cluster.kubernetes_version).unwrap();
+    let mine = k8s.version.clone();
+    // The init recorded the version this control plane runs.
+    let status = |c: &Cluster| -> serde_json::Value {
+        serde_json::from_str(
+            &c.object("status/control-plane/upgrade.json")
+                .expect("no upgrade status"),
+        )
+        .unwrap()
+    };
+    assert_eq!(status(&c)["version"], mine.as_str());
+    let parts: Vec<u32> = mine.split('.').map(|p| p.parse().unwrap()).collect();
+    let older = format!("{}.{}.0", parts[0], parts[1] - 1);
+
+    let second = c.node("controller");
+    let b = c.boot(&second, &[], &[("FAKE_CLUSTER_VERSION", &older)]);
+    assert!(b.ok, "{}\n{:#?}", b.stderr, b.log);
+    let at = |needle: &str| {
+        b.log
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} not run: {:#?}", b.log))
+    };
+    // The new version reaches kubeadm-config before the join, apply after Ready, all under the lock.
+    assert!(at("kubeadm init phase upload-config all --config") < at("kubeadm join --config"));
+    assert!(at("kubeadm join --config") < at(&format!("get node {HOSTNAME}")));
+    assert!(at(&format!("get node {HOSTNAME}")) < at(&format!("kubeadm upgrade apply v{mine} --yes")));
+    assert!(b.ran("upgrade apply, join lock: held"), "{:#?}", b.log);
+    assert!(at(&format!("kubeadm upgrade apply v{mine}")) < at(SUCCESS));
+    let s = status(&c);
+    assert_eq!(
+        (&s["phase"], &s["from"], &s["to"], &s["version"]),
+        (
+            &serde_json::json!("upgraded"),
+            &serde_json::json!(older),
+            &serde_json::json!(mine),
+            &serde_json::json!(mine)
+        ),
+        "{s:#}"
+    );
+    // What it uploaded is its own kubeadm configuration (private: it holds the token).
+    assert!(b.ran("upload-config all --config /"), "{:#?}", b.log);
+    assert!(b.ran("kubeadm-upgrade.yaml --kubeconfig"), "{:#?}", b.log);
+    assert!(!b.ran(" replace -f "), "nothing put back: {:#?}", b.log);
+
+    // The next one fails at kubeadm upgrade apply.
+    let third = c.node("controller");
+    let f = c.boot(
+        &third,
+        &[],
+        &[("FAKE_CLUSTER_VERSION", &older), ("FAKE_UPGRADE_FAIL", "1")],
+    );
+    assert!(!f.ok);
+    assert!(f.ran("--status FAILURE") && !f.ran(SUCCESS), "{:#?}", f.log);
+    // kubeadm-config and kubelet-config are put back as they were read.
+    let back: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(f.out.join("replaced-kubeadm-config.json")).unwrap()).unwrap();
+    assert!(
+        back["data"]["ClusterConfiguration"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("kubernetesVersion: v{older}")),
+        "{back:#}"
+    );
+    assert!(f.out.join("replaced-kubelet-config.json").exists());
+    let s = status(&c);
+    assert_eq!(
+        (&s["phase"], &s["step"]),
+        (
+            &serde_json::json!("failed"),
+            &serde_json::json!("kubeadm-upgrade-apply")
+        ),
+        "{s:#}"
+    );
+    assert_eq!(
+        s["version"],
+        older.as_str(),
+        "the control plane stays at {older}: {s:#}"
+    );
+    let msg = s["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("kubeadm upgrade apply v{mine} exited 1")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("kubeadm-config and kubelet-config are back as they were"),
+        "{msg}"
+    );
+    // The node's own failure report names the step and what failed.
+    let r = report(&c);
+    assert_eq!(r["step"], "kubeadm-upgrade-apply", "{r:#}");
+    assert_eq!(r["command"], "kubernetes upgrade", "{r:#}");
+    assert!(f.stderr.contains("kubeadm upgrade apply"), "{}", f.stderr);
+    assert!(c.object("bootstrap/join-lock").is_none(), "the join lock is released");
 }
 
 #[test]

@@ -240,6 +240,7 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
 }
 
 mod bed;
+mod upgrade;
 
 use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
 

@@ -5,8 +5,10 @@
 //! upgrade moves the record.
 //!
 //! Not covered here: no node boots on moto, so nothing runs kubeadm (the
-//! node's upgrade is src/node/tests/test_upgrade.py, and on real nodes
-//! tests/it/real_node_upgrade.rs when the node bed has a second version);
+//! node's upgrade is src/node/tests/test_upgrade.py and
+//! tests/it/node_bootstrap.rs; on real nodes, tests/it/real_node/upgrade.rs
+//! has the reconfiguration, and the upgrade needs a second Kubernetes
+//! version in the node bed);
 //! moto completes an update at once, so the order in which CloudFormation
 //! updates the nested stacks is checked in the live template's DependsOn,
 //! not in time.

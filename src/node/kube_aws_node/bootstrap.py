@@ -33,7 +33,7 @@ import re
 import subprocess
 import time
 
-from . import cfn, etcd, fsutil, jsonio, kubeadmcfg, locks, paths, secrets
+from . import cfn, etcd, fsutil, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -358,12 +358,12 @@ class Boot(object):
                 out.extend(doc if isinstance(doc, list) else [doc])
         return out
 
-    def kubeadm_config(self, mode):
+    def kubeadm_config(self, mode, name="kubeadm.yaml"):
         version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
         with open(os.path.join(self.store, "kubeadm", "bootstrap-token")) as f:
             token = f.read().strip()
         docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
-        path = os.path.join(self.work, "kubeadm.yaml")
+        path = os.path.join(self.work, name)
         documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version)
         fsutil.write_atomic(path, kubeadmcfg.text(
             kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
@@ -387,7 +387,17 @@ class Boot(object):
         try:
             self.prune_stale_members()
             self.step("kubeadm-join")
-            self.sh(["kubeadm", "join", "--config", self.kubeadm_config("control-plane")])
+            config = self.kubeadm_config("control-plane")
+            # This controller's ClusterConfiguration and KubeletConfiguration
+            # reach kubeadm-config and kubelet-config first, and a newer
+            # controller upgrades the cluster as it joins (upgrade.py), all
+            # under the join lock: one controller at a time.
+            try:
+                upgrade.Upgrader(self, self.node["kubernetesVersion"]).join(
+                    self.kubeadm_config("init", "kubeadm-upgrade.yaml"),
+                    lambda: self.sh(["kubeadm", "join", "--config", config]))
+            except upgrade.UpgradeError as e:
+                raise StepFailed(1, "kubernetes upgrade", str(e))
         finally:
             try:
                 locks.release(self.aws, self.rt["bucket"], key)
@@ -433,6 +443,7 @@ class Boot(object):
             self.join_or_restore()
             return
         self.init()
+        self.after_init(None, restored=False)
 
     def init(self, extra=()):
         self.step("kubeadm-init")
@@ -462,11 +473,29 @@ class Boot(object):
         if plan["action"] == "fail":
             raise StepFailed(1, "restore etcd", plan.get("reason", ""))
         if plan["action"] == "restored":
+            # Never an older control plane over a newer one's data (upgrade.py).
+            recorded = self.recorded_version()
+            why = upgrade.restore_refusal(recorded, self.node["kubernetesVersion"])
+            if why:
+                raise StepFailed(1, "restore etcd", why)
             # kubeadm's preflight refuses a non-empty /var/lib/etcd: it now
             # holds the restored snapshot on purpose.
             self.init(["--ignore-preflight-errors=DirAvailable--var-lib-etcd"])
+            # A snapshot of an older control plane: upgraded as an HA
+            # cluster's first new controller upgrades it (upgrade.py).
+            self.after_init(recorded, restored=True)
             return
         self.join_control_plane()
+
+    def recorded_version(self):
+        """The version the control plane last reached (upgrade.py's status object), or None."""
+        return upgrade.recorded_version(self.aws, self.rt["bucket"], self.rt["keyPrefix"], self.work)
+
+    def after_init(self, recorded, restored):
+        try:
+            upgrade.after_init(self, self.node["kubernetesVersion"], recorded, restored)
+        except upgrade.UpgradeError as e:
+            raise StepFailed(1, "kubernetes upgrade", str(e))
 
     def wait_node_ready(self):
         """Returns once this node's Node object is Ready; StepFailed with the reason after the timeout."""

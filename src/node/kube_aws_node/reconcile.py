@@ -365,12 +365,15 @@ class Reconciler(object):
         return self.run(["kubectl", "get", "--raw=/readyz"])[1].strip() == "ok"
 
     def ready_node_gate(self):
-        """A Ready worker when a pool starts with one (pools start after the
-        control plane: the plan's workerReadyTimeoutSeconds covers it), else,
-        or after that, any Ready node."""
+        """Any Ready node; first, when a pool starts with a node and the root
+        stack is still creating or updating (its pools start only after the
+        control plane), a Ready worker, for at most the plan's
+        workerReadyTimeoutSeconds: the releases that need one would
+        otherwise time out before the pools exist."""
         worker_wait = self.plan.get("workerReadyTimeoutSeconds") or 0
-        if worker_wait and self.wait_until(worker_wait, self.a_worker_is_ready):
-            return True
+        if worker_wait:
+            self.wait_until(worker_wait,
+                            lambda: self.a_worker_is_ready() or not cfn.stack_in_progress(self.aws, self.stack))
         return self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
 
     def a_worker_is_ready(self):

@@ -31,13 +31,26 @@ adds to a controller's join, under that lock:
   (kubernetes-sigs/cluster-api controlplane/kubeadm/internal/
   workload_cluster.go, UpdateKubernetesVersionInKubeadmConfigMap); its
   static pods are the new version from the start and its kubelet is never
-  newer than its own API server (kubeadm's ControlPlaneKubeletLocalMode, GA
-  and locked on since 1.35, cmd/kubeadm/app/features/features.go@v1.35.4:
-  a control-plane kubelet talks to its local API server). Once it is Ready
-  it runs `kubeadm upgrade apply vX.Y.Z --yes`: the RBAC rules, the config
-  uploads, certificate renewal, and kube-proxy and CoreDNS once no other
-  control-plane instance runs an older kube-apiserver image
-  (cmd/kubeadm/app/cmd/phases/upgrade/addons.go@v1.35.4 shouldUpgradeAddons).
+  newer than its own API server: kubeadm's ControlPlaneKubeletLocalMode
+  points a control-plane kubelet at its local API server, never at an older
+  one behind the load balancer (cmd/kubeadm/app/cmd/phases/join/kubelet.go
+  @v1.35.4, GetLocalAPIEndpoint). kube-aws does not set the gate: it is GA
+  and locked on in 1.35 (cmd/kubeadm/app/features/features.go@v1.35.4) and
+  goes away in 1.36 (the TODO in cmd/phases/join/controlplanejoin.go), when
+  kubeadm would refuse it as an "unrecognized feature-gate key". Without the
+  upload the join fails: join's preflight compares the kubelet's minor with
+  kubeadm-config's kubernetesVersion (preflight/checks.go@v1.35.4,
+  KubeletVersionCheck, addCommonChecks). Once it is Ready it runs `kubeadm
+  upgrade apply vX.Y.Z --yes` (its version policy allows the API's
+  discovery answering either version, phases/upgrade/policy.go
+  EnforceVersionPolicies; its health check wants every control-plane Node
+  Ready; static pods already at the new version are left alone): the RBAC
+  rules, the config uploads, certificate renewal, the post-upgrade tasks,
+  and kube-proxy and CoreDNS once no other control-plane instance runs an
+  older kube-apiserver image (cmd/kubeadm/app/cmd/phases/upgrade/addons.go
+  @v1.35.4 shouldUpgradeAddons). The join lock (S3, bootstrap.py) is the
+  lease: one controller at a time uploads, joins and upgrades, and the next
+  replacement waits for it (and for its signal: the group's rolling update).
 - A later controller of the same roll joins at the new version; if
   kube-proxy is still at an older tag it runs `kubeadm upgrade node`, which
   upgrades kube-proxy and CoreDNS once every instance runs the new image (the
@@ -46,6 +59,13 @@ adds to a controller's join, under that lock:
   (StepFailed), so a rollback never runs an older control plane over etcd
   data a newer one wrote; `kube-aws update` refuses those moves before any
   node sees them (src/config/versions.rs).
+
+A single controller takes the same path: its replacement (the group
+terminates the old one first) restores etcd's snapshot and runs `kubeadm
+init` over it at its own version (etcd.py, bootstrap.py); when the status
+object says the control plane ran an older version, `after_init` then runs
+`kubeadm upgrade apply` as above. The first `kubeadm init` of a cluster
+records its version there.
 
 A failure (the upload, the join, this node's Ready, `kubeadm upgrade apply`)
 puts kubeadm-config and kubelet-config back as they were and fails the boot: no other node has
@@ -213,6 +233,8 @@ class Upgrader(object):
         if code != 0:
             raise UpgradeError("kubeadm init phase upload-config: %s"
                                % (err.strip().splitlines() or ["exit %d" % code])[-1])
+        self.boot.say("uploaded this node's ClusterConfiguration and KubeletConfiguration into kubeadm-config and "
+                      "kubelet-config (kubeadm init phase upload-config all)")
 
     def restore(self, originals):
         """Puts each ConfigMap's data back as it was read (a replace of the
@@ -234,7 +256,8 @@ class Upgrader(object):
         path = os.path.join(self.boot.work, "upgrade-status.json")
         jsonio.write(path, self.status, mode=0o600)
         try:
-            self.boot.aws(["s3", "cp", "--only-show-errors", "--content-type", "application/json", path,
+            self.boot.aws(["s3", "cp", "--only-show-errors", "--sse", "AES256", "--content-type", "application/json",
+                           path,
                            "s3://%s/%s/%s" % (rt["bucket"], rt["keyPrefix"], STATUS_KEY)])
         except AwsError as e:
             self.boot.say("cannot write the upgrade status: %s" % e)
@@ -273,6 +296,7 @@ class Upgrader(object):
                 self.report(step="node-ready")
                 self.boot.wait_node_ready()
                 self.report(step="kubeadm-upgrade-apply")
+                self.boot.step("kubeadm-upgrade-apply")
                 code = self.boot_sh(["kubeadm", "upgrade", "apply", "v" + self.version, "--yes"])
                 if code != 0:
                     raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)"
@@ -317,12 +341,52 @@ class Upgrader(object):
         if not image or not needs_addon_upgrade(image, self.version):
             return
         self.boot.say("kube-proxy is %s, not v%s: kubeadm upgrade node" % (image, self.version))
+        self.boot.step("kubeadm-upgrade-node")
         code = self.boot_sh(["kubeadm", "upgrade", "node"])
         if code != 0:
             self.report(phase="failed", step="kubeadm-upgrade-node",
                         message="kubeadm upgrade node exited %d (see the boot log)" % code)
             raise UpgradeError("kubeadm upgrade node exited %d" % code)
         self.report(phase="upgraded", version=self.version, step="done", message="")
+
+
+def after_init(boot, version, recorded, restored):
+    """After `kubeadm init` (admin.conf is there): records the version this
+    control plane runs in the status object. On the restore of a single
+    controller's snapshot written by an older control plane (`recorded`, the
+    version the status object holds), the same upgrade as an HA control
+    plane's first new controller: `kubeadm upgrade apply` to this node's
+    version (its static pods, kubeadm-config and kubelet-config are already
+    at it, written by the init; apply adds what an upgrade does beyond an
+    init: the post-upgrade tasks, certificate renewal, the addon migrations,
+    cmd/kubeadm/app/cmd/upgrade/apply.go@v1.35.4). Raises UpgradeError.
+
+    Never the other way: bootstrap refuses to init over a snapshot of a newer
+    control plane (`restore_refusal`). A failure records this node's version,
+    not the older one: its API server has written to the restored data, so a
+    roll back to the older version must refuse it too."""
+    up = Upgrader(boot, version)
+    r, m = parse(recorded), parse(up.version)
+    if not restored or r is None or m is None or m <= r:
+        up.report(phase="running", version=up.version, step="kubeadm-init", message="")
+        return "init"
+    frm = fmt(r)
+    boot.say("the restored snapshot is of Kubernetes %s; this node is %s: kubeadm upgrade apply" % (frm, up.version))
+    up.report(phase="upgrading", version=up.version, step="node-ready", **{"from": frm, "to": up.version})
+    try:
+        # kubeadm upgrade apply's health check wants every control-plane Node Ready.
+        boot.wait_node_ready()
+        up.report(step="kubeadm-upgrade-apply")
+        boot.step("kubeadm-upgrade-apply")
+        code = up.boot_sh(["kubeadm", "upgrade", "apply", "v" + up.version, "--yes"])
+        if code != 0:
+            raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)" % (up.version, code))
+    except Exception as e:
+        up.report(phase="failed", message="%s; the control plane ran %s over the restored data: an older one "
+                                          "must not restore it" % (getattr(e, "message", "") or e, up.version))
+        raise UpgradeError(str(getattr(e, "message", "") or e))
+    up.report(phase="upgraded", step="done", message="")
+    return "upgrade"
 
 
 def recorded_version(aws, bucket, prefix, work):

@@ -35,9 +35,6 @@ class Dispatch(unittest.TestCase):
         self.assertEqual(cli.main([]), 2)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class JoinOrRestore(unittest.TestCase):
     """What a controller that did not take the init lock does with each
@@ -62,9 +59,17 @@ class JoinOrRestore(unittest.TestCase):
         def join_control_plane(self):
             self.calls.append(("join",))
 
-        aws = None
+        def recorded_version(self):
+            return self.recorded
 
-    def run_with(self, answer):
+        def after_init(self, recorded, restored):
+            self.calls.append(("after_init", recorded, restored))
+
+        aws = None
+        recorded = None
+        node = {"kubernetesVersion": "1.35.4"}
+
+    def run_with(self, answer, recorded=None):
         saved = etcd.restore_if_needed
 
         def fake(aws, say=None):
@@ -74,6 +79,7 @@ class JoinOrRestore(unittest.TestCase):
         etcd.restore_if_needed = fake
         try:
             b = self.Boot()
+            b.recorded = recorded
             bootstrap.Boot.join_or_restore(b)
             return b.calls
         finally:
@@ -83,6 +89,16 @@ class JoinOrRestore(unittest.TestCase):
         calls = self.run_with({"action": "restored", "key": "etcd/x.db"})
         self.assertIn(("init", ["--ignore-preflight-errors=DirAvailable--var-lib-etcd"]), calls)
         self.assertNotIn(("join",), calls)
+        # Then the upgrade check, with the version the control plane reached.
+        self.assertEqual(calls[-1], ("after_init", None, True))
+        calls = self.run_with({"action": "restored", "key": "etcd/x.db"}, recorded="1.34.2")
+        self.assertEqual(calls[-1], ("after_init", "1.34.2", True))
+
+    def test_a_restore_at_an_older_version_than_the_cluster_reached_is_refused(self):
+        with self.assertRaises(StepFailed) as e:
+            self.run_with({"action": "restored", "key": "etcd/x.db"}, recorded="1.36.3")
+        self.assertEqual(e.exception.command, "restore etcd")
+        self.assertIn("the control plane reached Kubernetes 1.36.3 and this node is 1.35.4", e.exception.message)
 
     def test_a_join_decision_joins(self):
         calls = self.run_with({"action": "join", "reason": "the API answers"})
@@ -97,3 +113,7 @@ class JoinOrRestore(unittest.TestCase):
         calls = self.run_with(RuntimeError("ParameterNotFound"))
         self.assertEqual(calls[-1], ("join",))
         self.assertTrue(any(c[0] == "say" and "ParameterNotFound" in c[1] for c in calls))
+
+
+if __name__ == "__main__":
+    unittest.main()

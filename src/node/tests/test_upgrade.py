@@ -80,6 +80,9 @@ class FakeBoot(object):
     def wait_node_ready(self):
         self.sh_calls.append(["wait-node-ready"])
 
+    def step(self, name):
+        self.said.append("step " + name)
+
     def aws(self, args, attempts=None):
         with open(args[-2]) as f:
             self.uploads.append((args[-1], json.load(f)))
@@ -242,6 +245,77 @@ class Join(unittest.TestCase):
         self.assertEqual(self.joined, [])
         self.assertEqual(u.version_now(), "v1.35.4")
         self.assertEqual(self.statuses()[-1], ("failed", "upload-config"))
+
+
+class AfterInit(unittest.TestCase):
+    """A single controller's init: the version recorded; on a restored
+    snapshot of an older control plane, the same kubeadm upgrade apply."""
+
+    def setUp(self):
+        self.boot = FakeBoot(tempfile.mkdtemp())
+
+    def last(self):
+        return self.boot.uploads[-1][1]
+
+    def test_a_fresh_or_same_version_init_records_its_version(self):
+        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", None, restored=False), "init")
+        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
+        self.assertEqual(self.boot.sh_calls, [])
+        self.assertEqual((self.last()["phase"], self.last()["version"]), ("running", "1.35.4"))
+
+    def test_a_restored_older_snapshot_is_upgraded_by_kubeadm(self):
+        self.assertEqual(upgrade.after_init(self.boot, "1.36.3", "1.35.4", restored=True), "upgrade")
+        self.assertEqual(self.boot.sh_calls, [["wait-node-ready"], ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"]])
+        self.assertEqual([u[1]["phase"] for u in self.boot.uploads], ["upgrading", "upgrading", "upgraded"])
+        self.assertEqual((self.last()["from"], self.last()["version"]), ("1.35.4", "1.36.3"))
+
+    def test_a_failed_upgrade_after_a_restore_records_the_newer_version(self):
+        self.boot.fail_on = ["kubeadm", "upgrade", "apply"]
+        with self.assertRaises(UpgradeError) as e:
+            upgrade.after_init(self.boot, "1.36.3", "1.35.4", restored=True)
+        self.assertIn("kubeadm upgrade apply v1.36.3 exited 1", str(e.exception))
+        last = self.last()
+        self.assertEqual((last["phase"], last["step"], last["version"]), ("failed", "kubeadm-upgrade-apply", "1.36.3"))
+        self.assertIn("an older one must not restore it", last["message"])
+        # The roll back's older controller then refuses this data.
+        self.assertIn("reached Kubernetes 1.36.3", restore_refusal(last["version"], "1.35.4"))
+
+
+
+class WorkerGate(unittest.TestCase):
+    """reconcile's Ready-node gate: a worker first while the root stack rolls the pools."""
+
+    def gate(self, plan, worker, in_progress):
+        from kube_aws_node import cfn, reconcile
+        calls = []
+
+        class R(object):
+            aws, stack, poll = None, "demo", 0
+
+            def wait_until(self, seconds, probe):
+                calls.append(seconds)
+                return reconcile.Reconciler.wait_until(self, min(seconds, 0), probe)
+
+            def a_worker_is_ready(self):
+                return worker
+
+            def a_node_is_ready(self):
+                return True
+        R.plan = plan
+        saved = cfn.stack_in_progress
+        cfn.stack_in_progress = lambda aws, stack: in_progress
+        try:
+            return reconcile.Reconciler.ready_node_gate(R()), calls
+        finally:
+            cfn.stack_in_progress = saved
+
+    def test_a_worker_is_waited_for_only_while_the_stack_rolls(self):
+        plan = {"workerReadyTimeoutSeconds": 2400, "nodeReadyTimeoutSeconds": 600}
+        self.assertEqual(self.gate(plan, worker=True, in_progress=True), (True, [2400, 600]))
+        # No worker yet while the stack rolls: the worker wait runs out, then any node will do.
+        self.assertEqual(self.gate(plan, worker=False, in_progress=True), (True, [2400, 600]))
+        # No pool starts with a node: any Ready node, as before.
+        self.assertEqual(self.gate({"nodeReadyTimeoutSeconds": 600}, worker=False, in_progress=True), (True, [600]))
 
 
 if __name__ == "__main__":

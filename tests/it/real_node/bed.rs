@@ -109,13 +109,13 @@ pub struct MotoBed {
 }
 
 /// The decoded user-data stubs of moto's launch templates, by role.
-fn launch_template_stubs(env: &MotoEnv) -> BTreeMap<String, String> {
+fn launch_template_stubs(aws: impl Fn(&[&str]) -> serde_json::Value) -> BTreeMap<String, String> {
     use base64::Engine;
-    let lts = env.aws_json(&["ec2", "describe-launch-templates"]);
+    let lts = aws(&["ec2", "describe-launch-templates"]);
     let mut out = BTreeMap::new();
     for lt in lts["LaunchTemplates"].as_array().unwrap() {
         let id = lt["LaunchTemplateId"].as_str().unwrap();
-        let v = env.aws_json(&[
+        let v = aws(&[
             "ec2",
             "describe-launch-template-versions",
             "--launch-template-id",
@@ -198,7 +198,7 @@ impl MotoBed {
         }
         let up = env.kube_aws(dir, &["up"]);
         assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
-        let stubs = launch_template_stubs(&env);
+        let stubs = launch_template_stubs(|a| env.aws_json(a));
         for (role, s) in &stubs {
             assert!(!s.contains("${"), "moto left a placeholder in the {role} stub:\n{s}");
         }
@@ -232,6 +232,11 @@ impl MotoBed {
 
     pub fn dir(&self) -> &Path {
         self.tree.path()
+    }
+
+    /// Reads the launch templates' user-data stubs again (after an `update`), as the admin.
+    pub fn refresh_stubs(&mut self) {
+        self.stubs = launch_template_stubs(|a| self.aws(a));
     }
 
     /// The aws CLI as the admin (IAM is enforced).
