@@ -8,10 +8,9 @@
 //! tests/fixtures/helm_render.py) is a Deployment in queue mode with the queue
 //! URL and the service account's IRSA annotation.
 //!
-//! Not covered: running the handler (a Go program the test bed does not build
-//! yet: it would need the Go toolchain, moto's SQS and Auto Scaling behind
-//! `AWS_ENDPOINT`, and kwok nodes whose provider IDs name moto's instances);
-//! creating the stacks (tests/it/workers_moto.rs).
+//! Not covered here: running the handler (tests/it/nth_testbed.rs runs the
+//! real program on the control-plane test bed against moto); creating the
+//! stacks (tests/it/workers_moto.rs).
 
 use crate::common;
 
@@ -44,7 +43,7 @@ plugins:
 
 /// Renders `yaml` with the shared charts locked; returns (stacks by name, the
 /// NTH release's values, its archive).
-fn render(
+pub fn render(
     yaml: &str,
 ) -> (
     tempfile::TempDir,
@@ -251,12 +250,12 @@ fn nth_role_has_the_documented_actions_and_a_tag_condition() {
     assert_eq!(sqs["Resource"], "arn:aws:sqs:us-west-2:111122223333:demo-nth");
 }
 
-#[test]
-fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
-    let (tmp, _, values, archive) = render(CLUSTER_YAML);
+/// The objects of the real aws-node-termination-handler chart rendered with
+/// `values` by the Helm library (tests/fixtures/helm_render.py).
+pub fn nth_chart_objects(tmp: &Path, values: &Value, archive: &Path) -> Vec<Value> {
     let jobs = json!([{"release": "aws-node-termination-handler", "namespace": "kube-system",
                        "archive": archive, "values": values}]);
-    let jobs_file = tmp.path().join("jobs.json");
+    let jobs_file = tmp.join("jobs.json");
     std::fs::write(&jobs_file, jobs.to_string()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/helm_render.py");
     let out = Command::new(common::tool("python"))
@@ -278,6 +277,13 @@ fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
             }
         }
     }
+    objects
+}
+
+#[test]
+fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
+    let (tmp, _, values, archive) = render(CLUSTER_YAML);
+    let objects = nth_chart_objects(tmp.path(), &values, &archive);
     let mut kinds: Vec<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
     kinds.sort();
     assert_eq!(

@@ -12,9 +12,10 @@
 //! `AWS::AutoScaling::LifecycleHook` or `AWS::SQS::QueuePolicy` (it skips them
 //! with a warning), so the hook is checked in the template CloudFormation
 //! holds, not with DescribeLifecycleHooks, and the queue policy not at all here
-//! (tests/it/workers.rs checks both in the rendered template); moto's
-//! EventBridge does not deliver EC2 or Auto Scaling events, and the handler
-//! itself is not run (tests/it/workers.rs says what that needs).
+//! (tests/it/workers.rs checks both in the rendered template);
+//! nothing here terminates an instance, and the handler
+//! itself is not run (tests/it/nth_testbed.rs runs it, with the lifecycle
+//! actions of tests/support/moto_lifecycle.py).
 
 use crate::common;
 
