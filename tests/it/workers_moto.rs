@@ -273,3 +273,58 @@ fn mixed_spot_pool_creates() {
     assert_eq!(g["Instances"].as_array().unwrap().len(), 2, "{g}");
     assert_eq!((g["MinSize"].as_i64(), g["MaxSize"].as_i64()), (Some(2), Some(3)));
 }
+
+/// Issue 28 item 5: a zonal pool creates one group per zone on moto, each
+/// group's subnets those of one zone, every group at the pool's size; the
+/// user data CloudFormation substituted names each zone's own group.
+#[test]
+fn zonal_pool_creates_one_group_per_zone() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             network:\n  availabilityZones: [us-west-2a, us-west-2b]\n\
+             worker:\n  nodePools:\n    - name: ebs\n      zonal: true\n      count: 1\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let pool = resource(&env, "demo", "NodePoolEbs");
+    let mut zones = Vec::new();
+    for i in 0..2 {
+        let group = resource(&env, &pool, &format!("WorkerGroup{i}"));
+        let g = env.aws_json(&[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &group,
+        ]);
+        let g = &g["AutoScalingGroups"][0];
+        let subnets: Vec<&str> = g["VPCZoneIdentifier"].as_str().unwrap().split(',').collect();
+        assert_eq!(subnets.len(), 1, "{g}");
+        let s = env.aws_json(&["ec2", "describe-subnets", "--subnet-ids", subnets[0]]);
+        zones.push(s["Subnets"][0]["AvailabilityZone"].as_str().unwrap().to_string());
+        assert_eq!(g["Instances"].as_array().unwrap().len(), 1, "{g}");
+        assert_eq!(
+            (g["MinSize"].as_i64(), g["DesiredCapacity"].as_i64()),
+            (Some(1), Some(1))
+        );
+        // The launch template's user data, as CloudFormation substituted it.
+        let lt = resource(&env, &pool, &format!("WorkerLaunchTemplate{i}"));
+        let v = env.aws_json(&["ec2", "describe-launch-template-versions", "--launch-template-id", &lt]);
+        use base64::Engine;
+        let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        let data = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap()).unwrap();
+        assert!(data.contains(&format!("\"asgLogicalId\":\"WorkerGroup{i}\"")), "{data}");
+    }
+    assert_eq!(zones, ["us-west-2a", "us-west-2b"]);
+}
