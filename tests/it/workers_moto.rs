@@ -328,3 +328,49 @@ fn zonal_pool_creates_one_group_per_zone() {
     }
     assert_eq!(zones, ["us-west-2a", "us-west-2b"]);
 }
+
+/// Issue 28 item 6: before it asks, `update` says when a pool's failure
+/// would roll back more than the pool: a change set that updates a pool
+/// alone prints nothing, one that updates a pool and the control plane
+/// prints the note (before "updating stack"). moto neither rolls nor rolls
+/// back: CloudFormation's nested-stack rollback itself is AWS's, documented
+/// in docs/deploy.md, "When an update fails".
+#[test]
+fn update_says_before_it_asks_that_a_failing_pool_rolls_back_the_cluster() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    let yaml = |count: u32, root_volume: u32| {
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             controller:\n  rootVolumeSize: {root_volume}\n\
+             worker:\n  nodePools:\n    - name: general\n      count: {count}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), yaml(1, 30)).unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    // The pool alone: its failure could undo only itself.
+    std::fs::write(dir.join("cluster.yaml"), yaml(2, 30)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(out.contains("NodePoolGeneral"), "{out}");
+    assert!(!out.contains("rolls back the whole cluster"), "{out}");
+
+    // The pool and the control plane: said before applying.
+    std::fs::write(dir.join("cluster.yaml"), yaml(3, 40)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    let note = "note: a failure in NodePoolGeneral (a node that never signals, no capacity for its type) rolls \
+                back the whole cluster: the other changes (ControlPlane) are undone too, and a pool that already \
+                rolled rolls back, replacing its nodes again (docs/deploy.md, \"When an update fails\")";
+    let at = out.find(note).unwrap_or_else(|| panic!("{out}"));
+    let applied = out.find("updating stack").unwrap_or_else(|| panic!("{out}"));
+    assert!(at < applied, "the note comes before the change set is applied: {out}");
+}
