@@ -21,6 +21,7 @@ pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
 pub mod retention;
+pub mod rollback_scope;
 pub mod rolls;
 pub mod secrets;
 pub mod stack;

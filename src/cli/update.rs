@@ -8,6 +8,7 @@ use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::autoscaler;
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
+use crate::aws::rollback_scope;
 use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
 use crate::aws::update_order;
 use crate::aws::wait::Operation;
@@ -99,6 +100,9 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 "releases to uninstall (installed, no longer in the plan): {}",
                 uninstalls.join(", ")
             );
+        }
+        if let Some(note) = rollback_scope::rollback_notice(&change_set.changes) {
+            println!("{note}");
         }
         let go = match confirm("apply these changes?", args.yes) {
             Ok(go) => go,

@@ -14,6 +14,7 @@ mod rules;
 mod security;
 mod validate;
 mod versions;
+mod zonal;
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,7 @@ pub use versions::{
     allowed_next, check_upgrade, minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, VersionChange,
     DEFAULT_MINOR, RELEASES,
 };
+pub use zonal::{check_zonal, default_zone_count};
 
 use crate::located::{parse_yaml, Diagnostics};
 

@@ -419,6 +419,14 @@ pub struct NodePool {
     /// types replace `instanceType`; the first is the launch template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances_distribution: Option<InstancesDistribution>,
+    /// One auto scaling group per zone instead of one over every zone, each
+    /// with the pool's `count` (or `minSize`/`maxSize`) and the same tags, so
+    /// the cluster-autoscaler (`--balance-similar-node-groups`) balances them
+    /// and grows the zone a pending pod's EBS volume is in. Needs two or more
+    /// zones (`network.availabilityZones`, or one subnet per zone in
+    /// `network.subnetIds`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub zonal: bool,
 }
 
 /// A pool's instance types and how its capacity splits between on-demand and

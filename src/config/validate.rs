@@ -338,6 +338,9 @@ impl Validator<'_> {
             for (path, message) in super::check_instances_distribution(pool, &base, instance_type_set) {
                 self.err(&path, message);
             }
+            if let Some((path, message)) = super::check_zonal(cfg, pool, &base) {
+                self.err(&path, message);
+            }
             if let Some(first) = seen.insert(pool.name.as_str(), i) {
                 self.err(
                     &format!("{base}.name"),

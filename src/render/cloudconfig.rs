@@ -589,7 +589,13 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, bundle: &AddonBundle) -> Res
             role,
             secrets,
             stack: format!("node-pool-{}", pool.name),
-            asg_logical_id: "WorkerGroup".into(),
+            // A zonal pool's groups share this part: each zone's launch
+            // template substitutes its own group (src/render/cfn/nodes.rs).
+            asg_logical_id: if pool.zonal {
+                super::cfn::ASG_LOGICAL_ID_VARIABLE.into()
+            } else {
+                "WorkerGroup".into()
+            },
             sha256: sha256_hex(text.as_bytes()),
             cloud_config: text,
         });

@@ -45,6 +45,7 @@ mod node_iam;
 mod node_iam_moto;
 mod node_program;
 mod node_secrets;
+mod nth_testbed;
 mod pki;
 mod plugin_commands;
 mod plugins;

@@ -8,10 +8,9 @@
 //! tests/fixtures/helm_render.py) is a Deployment in queue mode with the queue
 //! URL and the service account's IRSA annotation.
 //!
-//! Not covered: running the handler (a Go program the test bed does not build
-//! yet: it would need the Go toolchain, moto's SQS and Auto Scaling behind
-//! `AWS_ENDPOINT`, and kwok nodes whose provider IDs name moto's instances);
-//! creating the stacks (tests/it/workers_moto.rs).
+//! Not covered here: running the handler (tests/it/nth_testbed.rs runs the
+//! real program on the control-plane test bed against moto); creating the
+//! stacks (tests/it/workers_moto.rs).
 
 use crate::common;
 
@@ -44,7 +43,7 @@ plugins:
 
 /// Renders `yaml` with the shared charts locked; returns (stacks by name, the
 /// NTH release's values, its archive).
-fn render(
+pub fn render(
     yaml: &str,
 ) -> (
     tempfile::TempDir,
@@ -251,12 +250,12 @@ fn nth_role_has_the_documented_actions_and_a_tag_condition() {
     assert_eq!(sqs["Resource"], "arn:aws:sqs:us-west-2:111122223333:demo-nth");
 }
 
-#[test]
-fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
-    let (tmp, _, values, archive) = render(CLUSTER_YAML);
+/// The objects of the real aws-node-termination-handler chart rendered with
+/// `values` by the Helm library (tests/fixtures/helm_render.py).
+pub fn nth_chart_objects(tmp: &Path, values: &Value, archive: &Path) -> Vec<Value> {
     let jobs = json!([{"release": "aws-node-termination-handler", "namespace": "kube-system",
                        "archive": archive, "values": values}]);
-    let jobs_file = tmp.path().join("jobs.json");
+    let jobs_file = tmp.join("jobs.json");
     std::fs::write(&jobs_file, jobs.to_string()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/helm_render.py");
     let out = Command::new(common::tool("python"))
@@ -278,6 +277,13 @@ fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
             }
         }
     }
+    objects
+}
+
+#[test]
+fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
+    let (tmp, _, values, archive) = render(CLUSTER_YAML);
+    let objects = nth_chart_objects(tmp.path(), &values, &archive);
     let mut kinds: Vec<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
     kinds.sort();
     assert_eq!(
@@ -472,4 +478,139 @@ fn mixed_spot_pool_renders_a_mixed_instances_policy() {
         !tags.iter().any(|t| t.to_string().contains("instance-type")),
         "{tags:?}"
     );
+}
+
+/// Issue 28 item 5: a zonal pool renders one group per zone, each launching
+/// into its zone's subnet only, with its own launch template (whose user data
+/// names the group the node signals) and drain hook; every zone's group has
+/// the pool's size and the same tags (the autoscaler's discovery and node
+/// templates), so `--balance-similar-node-groups` (on in the plugin's values)
+/// balances them. A pool without `zonal` keeps its one group over all zones.
+#[test]
+fn zonal_pool_renders_one_group_per_zone_tagged_alike() {
+    let yaml = "clusterName: demo
+region: us-west-2
+s3URI: s3://demo-bucket/kube-aws
+kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k
+network:
+  availabilityZones: [us-west-2a, us-west-2b, us-west-2c]
+worker:
+  nodePools:
+    - name: ebs
+      zonal: true
+      minSize: 1
+      maxSize: 4
+      labels: {storage: ebs}
+    - name: general
+      count: 2
+plugins:
+  aws-vpc-cni: {enabled: false}
+  aws-cloud-controller-manager: {enabled: false}
+  aws-node-termination-handler: {enabled: true}
+  cluster-autoscaler: {enabled: true}
+";
+    let (_tmp, stacks, _, _) = render(yaml);
+    let ebs = &stacks["node-pool-ebs"];
+    let groups = of_type(ebs, "AWS::AutoScaling::AutoScalingGroup");
+    let mut names: Vec<&str> = groups.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["WorkerGroup0", "WorkerGroup1", "WorkerGroup2"]);
+    let tags_of = |g: &Value| {
+        let mut t: Vec<String> = g["Properties"]["Tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    let first_tags = tags_of(&ebs["Resources"]["WorkerGroup0"]);
+    for i in 0..3 {
+        let g = &ebs["Resources"][format!("WorkerGroup{i}")];
+        let p = &g["Properties"];
+        assert_eq!(
+            p["VPCZoneIdentifier"],
+            json!([{"Fn::Select": [i, {"Ref": "SubnetIds"}]}]),
+            "zone {i}'s subnet only"
+        );
+        assert_eq!((p["MinSize"].as_str(), p["MaxSize"].as_str()), (Some("1"), Some("4")));
+        assert_eq!(
+            p["LaunchTemplate"]["LaunchTemplateId"],
+            json!({"Ref": format!("WorkerLaunchTemplate{i}")})
+        );
+        assert_eq!(tags_of(g), first_tags, "zone {i}'s group is tagged as zone 0's");
+        let lt = &ebs["Resources"][format!("WorkerLaunchTemplate{i}")];
+        let sub = &lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Sub"];
+        assert!(
+            sub[0]
+                .as_str()
+                .unwrap()
+                .contains("\"asgLogicalId\":\"${AsgLogicalId}\""),
+            "{sub}"
+        );
+        assert_eq!(sub[1], json!({"AsgLogicalId": format!("WorkerGroup{i}")}));
+        let hook = &ebs["Resources"][format!("WorkerDrainHook{i}")]["Properties"];
+        assert_eq!(hook["AutoScalingGroupName"], json!({"Ref": format!("WorkerGroup{i}")}));
+    }
+    let tags: Vec<Value> = ebs["Resources"]["WorkerGroup0"]["Properties"]["Tags"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for key in [
+        "k8s.io/cluster-autoscaler/enabled",
+        "k8s.io/cluster-autoscaler/demo",
+        "k8s.io/cluster-autoscaler/node-template/label/storage",
+    ] {
+        assert!(tags.iter().any(|t| t["Key"] == key), "{key}: {tags:?}");
+    }
+    assert!(ebs["Resources"].get("WorkerGroup").is_none());
+    assert_eq!(
+        ebs["Outputs"]["AutoScalingGroupName"]["Value"],
+        json!({"Fn::Join": [",", [{"Ref": "WorkerGroup0"}, {"Ref": "WorkerGroup1"}, {"Ref": "WorkerGroup2"}]]})
+    );
+    // One role, profile and secret pointer for the pool.
+    assert_eq!(of_type(ebs, "AWS::IAM::Role").len(), 1);
+    assert_eq!(of_type(ebs, "AWS::SSM::Parameter").len(), 1);
+    // The other pool: one group over every zone, its stub without the variable.
+    let general = &stacks["node-pool-general"]["Resources"];
+    assert_eq!(
+        general["WorkerGroup"]["Properties"]["VPCZoneIdentifier"],
+        json!({"Ref": "SubnetIds"})
+    );
+    let sub = &general["WorkerLaunchTemplate"]["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Sub"];
+    assert!(
+        sub.as_str().unwrap().contains("\"asgLogicalId\":\"WorkerGroup\""),
+        "{sub}"
+    );
+}
+
+/// Issue 28 item 5, bad input: a zonal pool in a cluster of one zone (a new
+/// VPC of one listed zone, or an existing VPC with one subnet) is refused at
+/// `validate` where `zonal` is written, with the fix.
+#[test]
+fn zonal_pool_in_a_one_zone_cluster_is_refused_where_it_is_written() {
+    for (network, want) in [
+        (
+            "network:\n  availabilityZones: [us-west-2a]\n",
+            "cluster.yaml:13:14: worker.nodePools[0].zonal: a zonal pool renders one group per zone, and this cluster \
+             has one zone (network.availabilityZones is [\"us-west-2a\"]): list two or more zones in \
+             network.availabilityZones, or remove `zonal: true`",
+        ),
+        (
+            "network:\n  vpcId: vpc-0123456789abcdef0\n  subnetIds: [subnet-0123456789abcdef0]\n",
+            "worker.nodePools[0].zonal: a zonal pool renders one group per zone, and this cluster has one zone \
+             (network.subnetIds lists [\"subnet-0123456789abcdef0\"]): list a subnet of each further zone in \
+             network.subnetIds, or remove `zonal: true`",
+        ),
+    ] {
+        let yaml = format!("{MIXED_BASE}    - name: ebs\n      zonal: true\n")
+            .replace("plugins:", &format!("{network}plugins:"));
+        let (code, err) = common::validate_work_tree(&yaml, &[]);
+        assert_ne!(code, 0, "{network}");
+        assert!(err.contains(want), "{network}\nwant {want}\ngot {err}");
+    }
+    // Two zones (the default for one controller) are enough.
+    let (code, err) = common::validate_work_tree(&format!("{MIXED_BASE}    - name: ebs\n      zonal: true\n"), &[]);
+    assert_eq!(code, 0, "{err}");
 }

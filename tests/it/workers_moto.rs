@@ -12,9 +12,10 @@
 //! `AWS::AutoScaling::LifecycleHook` or `AWS::SQS::QueuePolicy` (it skips them
 //! with a warning), so the hook is checked in the template CloudFormation
 //! holds, not with DescribeLifecycleHooks, and the queue policy not at all here
-//! (tests/it/workers.rs checks both in the rendered template); moto's
-//! EventBridge does not deliver EC2 or Auto Scaling events, and the handler
-//! itself is not run (tests/it/workers.rs says what that needs).
+//! (tests/it/workers.rs checks both in the rendered template);
+//! nothing here terminates an instance, and the handler
+//! itself is not run (tests/it/nth_testbed.rs runs it, with the lifecycle
+//! actions of tests/support/moto_lifecycle.py).
 
 use crate::common;
 
@@ -271,4 +272,105 @@ fn mixed_spot_pool_creates() {
     assert_eq!(m["InstancesDistribution"]["OnDemandBaseCapacity"], 1, "{g}");
     assert_eq!(g["Instances"].as_array().unwrap().len(), 2, "{g}");
     assert_eq!((g["MinSize"].as_i64(), g["MaxSize"].as_i64()), (Some(2), Some(3)));
+}
+
+/// Issue 28 item 5: a zonal pool creates one group per zone on moto, each
+/// group's subnets those of one zone, every group at the pool's size; the
+/// user data CloudFormation substituted names each zone's own group.
+#[test]
+fn zonal_pool_creates_one_group_per_zone() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             network:\n  availabilityZones: [us-west-2a, us-west-2b]\n\
+             worker:\n  nodePools:\n    - name: ebs\n      zonal: true\n      count: 1\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let pool = resource(&env, "demo", "NodePoolEbs");
+    let mut zones = Vec::new();
+    for i in 0..2 {
+        let group = resource(&env, &pool, &format!("WorkerGroup{i}"));
+        let g = env.aws_json(&[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &group,
+        ]);
+        let g = &g["AutoScalingGroups"][0];
+        let subnets: Vec<&str> = g["VPCZoneIdentifier"].as_str().unwrap().split(',').collect();
+        assert_eq!(subnets.len(), 1, "{g}");
+        let s = env.aws_json(&["ec2", "describe-subnets", "--subnet-ids", subnets[0]]);
+        zones.push(s["Subnets"][0]["AvailabilityZone"].as_str().unwrap().to_string());
+        assert_eq!(g["Instances"].as_array().unwrap().len(), 1, "{g}");
+        assert_eq!(
+            (g["MinSize"].as_i64(), g["DesiredCapacity"].as_i64()),
+            (Some(1), Some(1))
+        );
+        // The launch template's user data, as CloudFormation substituted it.
+        let lt = resource(&env, &pool, &format!("WorkerLaunchTemplate{i}"));
+        let v = env.aws_json(&["ec2", "describe-launch-template-versions", "--launch-template-id", &lt]);
+        use base64::Engine;
+        let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        let data = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap()).unwrap();
+        assert!(data.contains(&format!("\"asgLogicalId\":\"WorkerGroup{i}\"")), "{data}");
+    }
+    assert_eq!(zones, ["us-west-2a", "us-west-2b"]);
+}
+
+/// Issue 28 item 6: before it asks, `update` says when a pool's failure
+/// would roll back more than the pool: a change set that updates a pool
+/// alone prints nothing, one that updates a pool and the control plane
+/// prints the note (before "updating stack"). moto neither rolls nor rolls
+/// back: CloudFormation's nested-stack rollback itself is AWS's, documented
+/// in docs/deploy.md, "When an update fails".
+#[test]
+fn update_says_before_it_asks_that_a_failing_pool_rolls_back_the_cluster() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    let yaml = |count: u32, root_volume: u32| {
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             controller:\n  rootVolumeSize: {root_volume}\n\
+             worker:\n  nodePools:\n    - name: general\n      count: {count}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), yaml(1, 30)).unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    // The pool alone: its failure could undo only itself.
+    std::fs::write(dir.join("cluster.yaml"), yaml(2, 30)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(out.contains("NodePoolGeneral"), "{out}");
+    assert!(!out.contains("rolls back the whole cluster"), "{out}");
+
+    // The pool and the control plane: said before applying.
+    std::fs::write(dir.join("cluster.yaml"), yaml(3, 40)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    let note = "note: a failure in NodePoolGeneral (a node that never signals, no capacity for its type) rolls \
+                back the whole cluster: the other changes (ControlPlane) are undone too, and a pool that already \
+                rolled rolls back, replacing its nodes again (docs/deploy.md, \"When an update fails\")";
+    let at = out.find(note).unwrap_or_else(|| panic!("{out}"));
+    let applied = out.find("updating stack").unwrap_or_else(|| panic!("{out}"));
+    assert!(at < applied, "the note comes before the change set is applied: {out}");
 }

@@ -75,6 +75,11 @@ Patches (moto 5.2.5):
    template's dict: with IAM enforced, every request of such a role fails
    with KeyError 'policy_document' (HTTP 500). AWS evaluates the document
    whatever API created it. The patch serialises a dict document first.
+
+7. Not a bug but a missing feature: moto stores lifecycle hooks and never
+   acts on them (no Terminating:Wait, no CompleteLifecycleAction). The
+   termination lifecycle actions AWS documents are added by
+   tests/support/moto_lifecycle.py (its docstring says what and what not).
 """
 
 import json
@@ -87,6 +92,8 @@ from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
 from moto.iam import access_control
 from moto.server import main
+
+import moto_lifecycle
 
 PATCHED_FOR = "5.2.5"
 
@@ -162,6 +169,7 @@ def apply_patches():
     statement = access_control.IAMPolicyStatement
     statement._check_element_matches = _resource_unknown_matches_any(statement._check_element_matches)
     access_control.IAMPolicy.__init__ = _policy_from_dict(access_control.IAMPolicy.__init__)
+    moto_lifecycle.apply()
 
 
 if __name__ == "__main__":

@@ -9,20 +9,7 @@ use super::subnets::new_vpc_subnets;
 use super::{tags, template};
 use crate::config::DEFAULT_VPC_CIDR;
 
-/// How many zones a new VPC without `network.availabilityZones` spans: the
-/// region's first two, or its first three with 3 or 5 controllers. etcd keeps
-/// quorum while a majority of members is up: 3 controllers on 2 zones split
-/// 2+1, and losing the zone holding 2 loses quorum; on 3 zones (1+1+1, or
-/// 2+2+1 for 5) losing any one zone keeps a majority. Regions with two zones
-/// (us-west-1 for most accounts) must list them in availabilityZones: a third
-/// `Fn::GetAZs` index does not exist there and the network stack fails.
-pub fn default_zone_count(controllers: u32) -> usize {
-    if controllers >= 3 {
-        3
-    } else {
-        2
-    }
-}
+pub use crate::config::default_zone_count;
 
 pub(super) fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
     let (net, api, access) = (

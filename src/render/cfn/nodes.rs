@@ -42,6 +42,23 @@ pub(super) struct Group<'a> {
     pub(super) extra_target_groups: Vec<Value>,
     /// A mixed pool's types and spot split (None: `instance_type` alone).
     pub(super) distribution: Option<&'a InstancesDistribution>,
+    /// A zonal pool's zone count: one group per node subnet (None: one
+    /// group over all of them). See [`zonal_suffix`].
+    pub(super) zones: Option<usize>,
+}
+
+/// The CloudFormation variable a zonal pool's user-data stub carries for its
+/// group's logical id (`asgLogicalId`, which the node signals): each zone's
+/// launch template substitutes its own group (src/render/cloudconfig.rs).
+pub const ASG_LOGICAL_ID_VARIABLE: &str = "${AsgLogicalId}";
+
+/// The suffix of zone `i`'s resources in a zonal pool (`WorkerGroup0`,
+/// `WorkerLaunchTemplate0`, `WorkerDrainHook0`, ...); none for one group.
+pub fn zonal_suffix(zones: Option<usize>, i: usize) -> String {
+    match zones {
+        Some(_) => i.to_string(),
+        None => String::new(),
+    }
 }
 
 /// The tag the VPC CNI puts on the network interfaces it creates (its
@@ -67,6 +84,7 @@ pub(super) fn sub_escape(stub: &str) -> String {
         .replace("${!ApiEndpoint}", "${ApiEndpoint}")
         .replace("${!SecretsVersion}", "${SecretsVersion}")
         .replace("${!CACertHash}", "${CACertHash}")
+        .replace("${!AsgLogicalId}", ASG_LOGICAL_ID_VARIABLE)
 }
 
 /// The group's rolling update: one instance at a time, and the next only once
@@ -193,6 +211,44 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         json!({"Type": "AWS::IAM::InstanceProfile", "Properties": {"Path": "/", "Roles": [{"Ref": format!("{p}Role")}]}}),
     );
     let name = instance_name(&ctx.cluster, g.role);
+    for i in 0..g.zones.unwrap_or(1) {
+        group_resources(input, ctx, g, stub, &name, i, r);
+    }
+    r.insert(
+        format!("{p}SecretBundlePointer"),
+        json!({"Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": layout::secret_bundle_parameter(&ctx.cluster, g.role),
+            "Type": "String",
+            "Value": {"Ref": super::root::SECRET_BUNDLE_KEY},
+            "Description": format!("kube-aws cluster {}: the secret bundle {} nodes boot with", ctx.cluster, g.role)}}),
+    );
+}
+
+/// Launch template, auto scaling group and drain hook of one group of a node
+/// kind: the only one, or zone `i`'s of a zonal pool. A zonal group launches
+/// into its zone's subnet only, and its user data names it as the group to
+/// signal; every zone's group carries the same tags, so the autoscaler's
+/// `--balance-similar-node-groups` sees them as one pool (their node
+/// templates are alike but for the zone, which the AWS provider takes from
+/// the group's first zone: cluster-autoscaler aws_manager.go getAsgTemplate).
+fn group_resources(
+    input: &RenderInput,
+    ctx: &Ctx,
+    g: &Group,
+    stub: &str,
+    name: &str,
+    i: usize,
+    r: &mut Map<String, Value>,
+) {
+    let p = g.prefix;
+    let z = zonal_suffix(g.zones, i);
+    let (user_data, subnets) = match g.zones {
+        None => (json!(sub_escape(stub)), json!({"Ref": "SubnetIds"})),
+        Some(_) => (
+            json!([sub_escape(stub), {"AsgLogicalId": format!("{p}Group{z}")}]),
+            json!([{"Fn::Select": [i, {"Ref": "SubnetIds"}]}]),
+        ),
+    };
     let mut launch_template = json!({"Type": "AWS::EC2::LaunchTemplate", "Properties": {"LaunchTemplateData": {
         "ImageId": {"Ref": "ImageId"},
         "InstanceType": g.instance_type,
@@ -201,8 +257,8 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         "MetadataOptions": metadata_options(),
         "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {
             "VolumeSize": g.root_volume, "VolumeType": "gp3", "Encrypted": true, "DeleteOnTermination": true}}],
-        "UserData": {"Fn::Base64": {"Fn::Sub": sub_escape(stub)}},
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, &name)}],
+        "UserData": {"Fn::Base64": {"Fn::Sub": user_data}},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags(ctx, name)}],
     }}});
     if let Some(key) = &input.cluster.node_access.key_name {
         launch_template["Properties"]["LaunchTemplateData"]["KeyName"] = json!(key);
@@ -216,7 +272,7 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
                 {"Key": "Name", "Value": name}, {"Key": VPC_CNI_CLUSTER_TAG, "Value": ctx.cluster}]}));
         }
     }
-    r.insert(format!("{p}LaunchTemplate"), launch_template);
+    r.insert(format!("{p}LaunchTemplate{z}"), launch_template);
     // The cluster tag also reaches instances the group launches (the cloud
     // controller manager finds the cluster's instances by it).
     let mut group_tags = vec![
@@ -235,9 +291,9 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
     // What the group starts with: DesiredCapacity, or MinSize when it is left out.
     let initial = g.desired.unwrap_or(g.min);
     let mut props = json!({
-        "VPCZoneIdentifier": {"Ref": "SubnetIds"},
-        "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate")},
-                           "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate"), "LatestVersionNumber"]}},
+        "VPCZoneIdentifier": subnets,
+        "LaunchTemplate": {"LaunchTemplateId": {"Ref": format!("{p}LaunchTemplate{z}")},
+                           "Version": {"Fn::GetAtt": [format!("{p}LaunchTemplate{z}"), "LatestVersionNumber"]}},
         "MinSize": g.min.to_string(), "MaxSize": g.max.to_string(),
         "Tags": group_tags,
     });
@@ -262,18 +318,13 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
     if initial > 0 {
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
     }
-    r.insert(format!("{p}Group"), asg);
+    r.insert(format!("{p}Group{z}"), asg);
     if nth_tag.is_some() {
-        r.insert(format!("{p}DrainHook"), drain_lifecycle_hook(&format!("{p}Group")));
+        r.insert(
+            format!("{p}DrainHook{z}"),
+            drain_lifecycle_hook(&format!("{p}Group{z}")),
+        );
     }
-    r.insert(
-        format!("{p}SecretBundlePointer"),
-        json!({"Type": "AWS::SSM::Parameter", "Properties": {
-            "Name": layout::secret_bundle_parameter(&ctx.cluster, g.role),
-            "Type": "String",
-            "Value": {"Ref": super::root::SECRET_BUNDLE_KEY},
-            "Description": format!("kube-aws cluster {}: the secret bundle {} nodes boot with", ctx.cluster, g.role)}}),
-    );
 }
 
 /// The size of one pool's auto scaling group.
@@ -326,15 +377,24 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         secrets: &node.secrets,
         extra_target_groups: vec![],
         distribution: pool.instances_distribution.as_ref(),
+        zones: pool.zonal.then(|| input.cluster.pool_group_count(pool)),
     };
     t.insert("Parameters".into(), node_stack_parameters(&g));
     let mut r = Map::new();
     node_group(input, ctx, &g, &node.stub, &mut r);
     t.insert("Resources".into(), Value::Object(r));
+    // The group's name; a zonal pool's, comma-separated in zone order.
+    let groups: Vec<Value> = (0..g.zones.unwrap_or(1))
+        .map(|i| json!({"Ref": format!("WorkerGroup{}", zonal_suffix(g.zones, i))}))
+        .collect();
+    let group_names = match g.zones {
+        None => groups[0].clone(),
+        Some(_) => json!({"Fn::Join": [",", groups]}),
+    };
     t.insert(
         "Outputs".into(),
         json!({"WorkerRoleArn": {"Value": {"Fn::GetAtt": ["WorkerRole", "Arn"]}},
-               "AutoScalingGroupName": {"Value": {"Ref": "WorkerGroup"}}}),
+               "AutoScalingGroupName": {"Value": group_names}}),
     );
     t
 }

@@ -7,7 +7,6 @@ use ipnet::Ipv4Net;
 use serde_json::{json, Map, Value};
 
 use super::super::{Ctx, RenderError, RenderInput};
-use super::network::default_zone_count;
 use super::tags;
 use crate::config::{parse_cidr, NatGateways};
 
@@ -55,11 +54,7 @@ pub(super) fn new_vpc_subnets(
     r: &mut Map<String, Value>,
 ) -> Result<NewSubnets, RenderError> {
     let net = &input.cluster.network;
-    let zones = if net.availability_zones.is_empty() {
-        default_zone_count(input.cluster.controller.count)
-    } else {
-        net.availability_zones.len()
-    };
+    let zones = input.cluster.node_subnet_count();
     let private = net.private_subnets;
     let cidrs = subnet_cidrs(cidr, if private { zones * 2 } else { zones })?;
     let az = |i: usize| match net.availability_zones.get(i) {
