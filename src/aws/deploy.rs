@@ -172,11 +172,11 @@ pub async fn follow_published(
     stack_id: &str,
     operation: Operation,
     published: &Published,
-    timeout: Duration,
+    timeout: Option<Duration>,
     view: &mut dyn ProgressSink,
 ) -> Result<String, AwsError> {
     let (location, addons) = (&published.location, &published.addons);
-    follow(clients, stack_id, operation, location, addons, Some(timeout), view).await?;
+    follow(clients, stack_id, operation, location, addons, timeout, view).await?;
     let reports = watch::read_addon_reports(clients, location, addons).await?;
     Ok(super::wait::addons_summary(addons, &reports))
 }
@@ -189,6 +189,8 @@ pub struct StatusReport {
     pub addons: Vec<AddonStatus>,
     /// Nodes whose bootstrap failed during the stack's latest operation.
     pub nodes: Vec<NodeReport>,
+    /// The controllers' certificate expiry (issue 27, src/aws/expiry.rs).
+    pub certificates: super::expiry::CertificateStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -252,11 +254,18 @@ pub async fn status(
     let (events, _) = stack::events_page(clients, &stack.stack_id, None).await?;
     let all = watch::read_node_reports(clients, &location).await?;
     let nodes = super::wait::node_reports_since(&all, super::wait::operation_start(&events));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let certificates =
+        super::expiry::summarize(&super::expiry::read_certificate_reports(clients, &location).await?, now);
     Ok(StatusReport {
         stack,
         nested,
         addons: out,
         nodes,
+        certificates,
     })
 }
 
@@ -288,6 +297,8 @@ pub enum UpdatePlan {
         changed_parameters: Vec<String>,
         /// Installed releases the new plan drops: the reconciler uninstalls them.
         uninstalls: Vec<String>,
+        /// The Kubernetes version move, when the stack records its version.
+        version: Option<super::update_order::VersionMove>,
     },
 }
 
@@ -330,6 +341,8 @@ pub async fn plan_update(
             status: live.status,
         });
     }
+    // Before anything is published: a refused version changes nothing.
+    let version = super::update_order::check_version(&live, cluster)?;
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
@@ -360,6 +373,7 @@ pub async fn plan_update(
         None => UpdatePlan::NoChanges,
         Some(change_set) => UpdatePlan::Changes {
             uninstalls,
+            version,
             changed_parameters: published
                 .parameters
                 .iter()

@@ -26,7 +26,7 @@ pub struct DestroyPlan<'a> {
     /// Follow the delete (and then sweep); without it the command returns
     /// once CloudFormation accepted the delete, and nothing is swept.
     pub wait: bool,
-    pub timeout: Duration,
+    pub timeout: Option<Duration>,
     pub sweep: SweepOptions,
     /// Delete LoadBalancer Services and PVCs through the API first (None: skip).
     pub api: Option<ApiOptions>,
@@ -106,7 +106,7 @@ async fn follow_delete(
         Operation::Delete,
         plan.location,
         &[],
-        Some(plan.timeout),
+        plan.timeout,
         view,
     )
     .await

@@ -52,6 +52,8 @@ pub enum AwsError {
     NoAmi { parameter: String },
     #[error("the stack {stack:?} exists in ROLLBACK_COMPLETE after a failed create: run `kube-aws destroy` then `kube-aws up` again")]
     RolledBack { stack: String },
+    #[error("cluster.yaml: kubernetesVersion: {why}")]
+    VersionRefused { why: String },
     #[error("the stack {stack:?} is busy ({status}): wait for it with `kube-aws status --wait`, then update")]
     StackBusy { stack: String, status: String },
     #[error(
@@ -161,6 +163,7 @@ impl AwsError {
             | AwsError::NoAmi { .. }
             | AwsError::RolledBack { .. }
             | AwsError::StackBusy { .. }
+            | AwsError::VersionRefused { .. }
             | AwsError::NoOutput { .. }
             | AwsError::S3Uri { .. }
             | AwsError::NoKmsKey

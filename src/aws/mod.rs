@@ -8,12 +8,14 @@
 //! `cli::exit` turns into an exit code.
 
 pub mod ami;
+pub mod autoscaler;
 pub mod backups;
 pub mod config;
 pub mod deploy;
 pub mod destroy;
 pub mod destroy_api;
 pub mod error;
+pub mod expiry;
 pub mod issuer;
 pub mod kubeconfig;
 pub mod nodes;
@@ -22,6 +24,7 @@ pub mod retention;
 pub mod secrets;
 pub mod stack;
 pub mod sweep;
+pub mod update_order;
 pub mod wait;
 pub mod watch;
 

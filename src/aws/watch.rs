@@ -265,7 +265,7 @@ use crate::render::layout::{ADDON_STATUS_DIR, NODE_REPORTS_DIR as NODE_REPORTS};
 /// Reads the JSON objects under `prefix` whose ETag changed since they were
 /// cached, keyed by the name between the prefix and `.json`. A half-written or
 /// foreign object is ignored rather than failing the wait.
-async fn read_changed<T: serde::de::DeserializeOwned>(
+pub(super) async fn read_changed<T: serde::de::DeserializeOwned>(
     clients: &Clients,
     bucket: &str,
     prefix: &str,

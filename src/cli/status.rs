@@ -34,7 +34,7 @@ pub fn run(global: &GlobalOptions, args: StatusArgs) -> anyhow::Result<()> {
                     op,
                     &location,
                     &addons,
-                    Some(args.wait.timeout),
+                    args.wait.timeout,
                     &mut ProgressView::for_stderr(),
                 )
                 .await;
@@ -81,6 +81,22 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
                 println!("    | {l}");
             }
         }
+    }
+    let c = &r.certificates;
+    if let Some(e) = &c.earliest_leaf {
+        println!(
+            "certificates: earliest {} on {} expires {} ({} days)",
+            e.certificate, e.node, e.expires, e.days_left
+        );
+    }
+    if let Some(e) = &c.earliest_ca {
+        println!(
+            "certificate authorities: earliest {} expires {} ({} days)",
+            e.certificate, e.expires, e.days_left
+        );
+    }
+    for w in &c.warnings {
+        println!("warning: {w}");
     }
     if !r.addons.is_empty() {
         println!("addons:");

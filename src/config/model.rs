@@ -45,6 +45,12 @@ pub struct ClusterConfig {
     /// The controllers' etcd: snapshots to S3.
     #[serde(default)]
     pub etcd: Etcd,
+    /// Pod Security admission: the level enforced in every namespace but the exempted ones.
+    #[serde(default)]
+    pub pod_security: super::security::PodSecurity,
+    /// When the controllers renew kubeadm's control-plane certificates.
+    #[serde(default)]
+    pub certificates: super::security::Certificates,
     /// An explicit AMI instead of the pinned Amazon Linux 2023 one: an image ID
     /// (`ami-…`) for every node, or one per architecture
     /// (`{x86_64: ami-…, arm64: ami-…}`; an architecture left out keeps the
@@ -408,6 +414,54 @@ pub struct NodePool {
     /// Plugin parameter overrides for this pool's scope.
     #[serde(default)]
     pub plugins: IndexMap<String, PluginSettings>,
+    /// Several instance types and a spot/on-demand split, rendered as the
+    /// group's MixedInstancesPolicy (eksctl's `instancesDistribution`). The
+    /// types replace `instanceType`; the first is the launch template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances_distribution: Option<InstancesDistribution>,
+}
+
+/// A pool's instance types and how its capacity splits between on-demand and
+/// spot (AWS::AutoScaling::AutoScalingGroup InstancesDistribution).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstancesDistribution {
+    /// Two or more instance types of one architecture, of similar size (the
+    /// autoscaler sizes the group by the first).
+    pub instance_types: Vec<String>,
+    /// Instances that are always on-demand, before any spot.
+    #[serde(default)]
+    pub on_demand_base_capacity: u32,
+    /// The on-demand share (0 to 100) above the base; 0 is all spot.
+    #[serde(default)]
+    pub on_demand_percentage_above_base_capacity: u32,
+    /// How spot capacity is chosen.
+    #[serde(default)]
+    pub spot_allocation_strategy: SpotAllocationStrategy,
+    /// Replace a spot instance on a rebalance recommendation, before its interruption.
+    #[serde(default = "yes")]
+    pub capacity_rebalance: bool,
+}
+
+/// The spot allocation strategies EC2 Auto Scaling offers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpotAllocationStrategy {
+    /// AWS's recommendation: the lowest-priced pools among those least likely to be interrupted.
+    #[default]
+    PriceCapacityOptimized,
+    CapacityOptimized,
+    LowestPrice,
+}
+
+impl SpotAllocationStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpotAllocationStrategy::PriceCapacityOptimized => "price-capacity-optimized",
+            SpotAllocationStrategy::CapacityOptimized => "capacity-optimized",
+            SpotAllocationStrategy::LowestPrice => "lowest-price",
+        }
+    }
 }
 
 /// A node taint.

@@ -42,6 +42,7 @@ pub const ETCD_JSON: &str = "/etc/kube-aws/etcd.json";
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
+const LOGIND_CONF: &str = include_str!("templates/logind-kube-aws.conf");
 
 /// Where the addon plan and values live on the controller.
 pub const NODE_ADDON_DIR: &str = "/etc/kube-aws/addons";
@@ -155,7 +156,12 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
 /// flag, so only the new issuer there).
 fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
     let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
-    let issuer = crate::irsa::apiserver_flags(&input.cluster);
+    let mut issuer = crate::irsa::apiserver_flags(&input.cluster);
+    // Pod Security admission (src/render/security.rs); plugins may not set it (plugin/merge.rs).
+    issuer.push((
+        super::security::ADMISSION_FLAG.to_string(),
+        super::security::ADMISSION_FILE.to_string(),
+    ));
     match &mut args {
         Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
         Value::Object(m) => {
@@ -206,20 +212,23 @@ fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String,
     // labels, addresses); the kubelet only waits for it with `external`
     // (https://kubernetes.io/docs/tasks/administer-cluster/running-cloud-controller/).
     kubelet.insert("cloud-provider".into(), "external".into());
-    let (instance_type, wanted) = match spec.pool {
-        None => (
+    let addressing = input.plugins.pod_addressing();
+    let max_pods = match spec.pool {
+        None => crate::config::kubelet_max_pods(
+            addressing,
             &input.cluster.controller.instance_type,
             input.cluster.controller.max_pods,
         ),
+        // A mixed pool's smallest over its types (src/config/mixed.rs).
         Some(name) => match input.cluster.worker.node_pools.iter().find(|p| p.name == name) {
-            Some(p) => (&p.instance_type, p.max_pods),
+            Some(p) => crate::config::pool_max_pods(addressing, p),
             None => return Ok(kubelet),
         },
     };
     // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
     // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
     // max-pods differs per instance type.
-    match crate::config::kubelet_max_pods(input.plugins.pod_addressing(), instance_type, wanted) {
+    match max_pods {
         Ok(Some(n)) => {
             kubelet.insert("max-pods".into(), n.to_string());
         }
@@ -249,11 +258,22 @@ fn node_registration(ctx: &Ctx, spec: &NodeSpec, kubelet: &BTreeMap<String, Stri
 /// controllers) instead of signing one themselves, so metrics-server and
 /// `kubectl logs` can verify it
 /// (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
+///
+/// Graceful node shutdown is the backstop for a termination that no drainer
+/// saw (a console terminate, a spot reclaim without notice, a `poweroff`):
+/// kubelet holds a logind delay lock and, on PrepareForShutdown, terminates
+/// ordinary pods through the API within the first 40 s and critical pods
+/// (system-cluster-critical, system-node-critical) in the last 20 s
+/// (https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/).
+/// 40 s covers the default terminationGracePeriodSeconds (30 s); logind's
+/// limit is raised above the total by a node file (templates/logind-kube-aws.conf).
 fn kubelet_configuration() -> Value {
     json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "serverTLSBootstrap": true,
+        "shutdownGracePeriod": "60s",
+        "shutdownGracePeriodCriticalPods": "20s",
     })
 }
 
@@ -291,7 +311,8 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
             "kind": "ClusterConfiguration",
             "clusterName": ctx.cluster,
             "networking": networking(input),
-            "apiServer": {"extraArgs": api_server_args(input, v1beta4)},
+            "apiServer": {"extraArgs": api_server_args(input, v1beta4),
+                "extraVolumes": [super::security::apiserver_volume()]},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
             // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
@@ -383,6 +404,7 @@ fn render_node(
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
             .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
+            .chain(spec.pool.is_none().then_some(super::security::CERTS_UNITS).into_iter().flatten().copied())
             .collect::<Vec<_>>(),
         "secrets": secrets,
     });
@@ -391,6 +413,11 @@ fn render_node(
         (KUBEADM_JSON, "0600", kubeadm),
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
+        (
+            "/etc/systemd/logind.conf.d/50-kube-aws.conf",
+            "0644",
+            LOGIND_CONF.into(),
+        ),
         (
             "/etc/udev/rules.d/99-vpc-policy-routes.rules",
             "0644",
@@ -477,6 +504,8 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
         "installedURI": format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
+        // The addons' wait conditions are in the root stack, named after the cluster.
+        "waitConditionStack": ctx.cluster,
     });
     let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [
@@ -532,7 +561,9 @@ pub fn render_nodes(input: &RenderInput, ctx: &Ctx, bundle: &AddonBundle) -> Res
         taints,
         hooks: &p.controller,
     };
-    let (text, secrets) = render_node(input, ctx, &spec, &controller_addon_files(ctx), &bundle.secret_names)?;
+    let mut controller_files = controller_addon_files(ctx);
+    controller_files.extend(super::security::controller_files(&input.cluster));
+    let (text, secrets) = render_node(input, ctx, &spec, &controller_files, &bundle.secret_names)?;
     parts.push(NodePart {
         role: "controller".into(),
         secrets,

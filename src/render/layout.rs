@@ -46,12 +46,20 @@ pub const BOOTSTRAP_DIR: &str = "bootstrap/";
 /// The controllers' join lock: one `kubeadm join --control-plane` at a time
 /// (src/node/kube_aws_node/bootstrap.py); taken, listed and released.
 pub const JOIN_LOCK: &str = "bootstrap/join-lock";
+/// The controllers' certificate renewal lock: one controller renews and
+/// restarts its static pods at a time (src/node/kube_aws_node/certs.py).
+pub const CERTS_LOCK: &str = "bootstrap/certs-lock";
+/// Each controller's certificate status, `<instance-id>.json` (certs.py).
+pub const CERTS_STATUS_DIR: &str = "status/certs/";
 pub const STATUS_DIR: &str = "status/";
 /// The reconciler's per-release status objects, `<release>.json`.
 pub const ADDON_STATUS_DIR: &str = "status/addons/";
 /// What the controllers' reconciler installed: `update` reads it to list the
 /// releases a new plan drops.
 pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
+/// The controllers' upgrade status object (src/node/kube_aws_node/upgrade.py):
+/// phase, step, reason, and the version the control plane last reached.
+pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
 /// The nodes' bootstrap reports.
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
 /// The last etcd backup run.

@@ -15,6 +15,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("awscall.py", include_str!("../node/kube_aws_node/awscall.py")),
     ("bootstrap.py", include_str!("../node/kube_aws_node/bootstrap.py")),
     ("bundle.py", include_str!("../node/kube_aws_node/bundle.py")),
+    ("certs.py", include_str!("../node/kube_aws_node/certs.py")),
     ("cfn.py", include_str!("../node/kube_aws_node/cfn.py")),
     ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
@@ -32,6 +33,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 
 const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");

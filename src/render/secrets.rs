@@ -52,6 +52,12 @@ pub struct NodeSecrets {
     pub names: Vec<String>,
     /// Files to fill, in write order.
     pub files: Vec<SecretFile>,
+    /// The entries the node's own boot files reference (with the token and
+    /// the PKI): what its stack's secrets version covers. A controller also
+    /// decrypts the entries only the addon bundle references, which its
+    /// releases' own versions cover (src/render/cfn/release_secrets.rs).
+    #[serde(skip)]
+    pub boot_names: Vec<String>,
     /// Controllers: where the cluster PKI goes (`pki/X` → `<pki.dir>/X`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pki: Option<NodePki>,
@@ -150,6 +156,7 @@ pub fn node_secrets<'a>(
         }
     }
     NodeSecrets {
+        boot_names: names.iter().cloned().collect(),
         names: names.into_iter().collect(),
         files: out,
         pki: controller.then(|| NodePki {

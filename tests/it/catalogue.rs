@@ -372,6 +372,38 @@ fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
         let a = actions(hooks, "aws-vpc-cni");
         assert!(a.contains(&"ec2:AssignPrivateIpAddresses".to_string()), "{a:?}");
         assert!(a.contains(&"ec2:CreateNetworkInterface".to_string()), "{a:?}");
+        // Issue 27: nothing changes a network interface or an instance that is
+        // not the cluster's, and every new interface carries the cluster tag.
+        for s in hooks.iter_statements("aws-vpc-cni") {
+            let acts: Vec<&str> = s["Action"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect();
+            let resources: Vec<&str> = match &s["Resource"] {
+                Value::Array(a) => a.iter().map(|x| x.as_str().unwrap()).collect(),
+                v => vec![v.as_str().unwrap()],
+            };
+            let changes = acts
+                .iter()
+                .any(|a| !a.starts_with("ec2:Describe") && *a != "ec2:CreateTags");
+            if changes && resources.iter().any(|r| r.contains(":network-interface/")) {
+                let c = &s["Condition"]["StringEquals"];
+                assert!(
+                    c["aws:ResourceTag/cluster.k8s.amazonaws.com/name"] == "demo"
+                        || c["aws:RequestTag/cluster.k8s.amazonaws.com/name"] == "demo",
+                    "{s}"
+                );
+            }
+            if resources.iter().any(|r| r.contains(":instance/")) {
+                assert_eq!(
+                    s["Condition"]["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/demo"], "owned",
+                    "{s}"
+                );
+            }
+            assert!(!(changes && resources.contains(&"*")), "{s}");
+        }
     }
     let off = resolve(
         "clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nplugins:\n  aws-vpc-cni: {enabled: false}\n  aws-cloud-controller-manager: {enabled: false}\n  pod-identity-webhook: {enabled: false}\n",
@@ -497,6 +529,33 @@ fn aws_cloud_controller_manager_is_on_by_default_on_the_controllers() {
         assert!(a.contains(&needed.to_string()), "{needed}: {a:?}");
     }
     assert!(actions(&r.pools["a"], "aws-cloud-controller-manager").is_empty());
+    // Issue 27: none of the in-tree volume plugin's actions, no route actions
+    // (the route controller is off), and every delete only on what the
+    // controller tagged as this cluster's.
+    for gone in [
+        "ec2:CreateVolume",
+        "ec2:AttachVolume",
+        "ec2:DetachVolume",
+        "ec2:DeleteVolume",
+        "ec2:ModifyVolume",
+        "ec2:CreateRoute",
+        "ec2:DeleteRoute",
+    ] {
+        assert!(!a.contains(&gone.to_string()), "{gone}: {a:?}");
+    }
+    let statements: Vec<&Value> = r.controller.iter_statements("aws-cloud-controller-manager").collect();
+    let mut deletes = 0;
+    for s in &statements {
+        let acts = s["Action"].as_array().unwrap();
+        if acts.iter().any(|x| x.as_str().unwrap().contains(":Delete")) {
+            deletes += acts.len();
+            assert_eq!(
+                s["Condition"]["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/demo"], "owned",
+                "{s}"
+            );
+        }
+    }
+    assert_eq!(deletes, 5, "{statements:?}");
     let v: serde_yaml::Value = serde_yaml::from_str(&pr.values[0].content).unwrap();
     assert_eq!(v["image"]["tag"], "v1.35.3");
     assert_eq!(v["hostNetworking"], true);
@@ -808,4 +867,60 @@ fn cluster_dump_writes_sse_kms_with_the_cluster_key() {
         put["Condition"]["Null"]["s3:x-amz-server-side-encryption-aws-kms-key-id"],
         "true"
     );
+}
+
+/// Issue 27: with the VPC CNI (the example's default), every launch template
+/// tags the primary network interface with the tag the CNI's scoped
+/// statements require, so the CNI may still assign its addresses.
+#[test]
+fn with_the_vpc_cni_primary_network_interfaces_carry_the_cluster_tag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kube_aws = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-aws"))
+            .current_dir(tmp.path())
+            .env("NO_COLOR", "1")
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kube-aws {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    kube_aws(&["init", "--example", "example"]);
+    kube_aws(&["--dir", "example", "render", "--output-dir", "out"]);
+    let out = ["example/out/stacks", "out/stacks"]
+        .iter()
+        .map(|d| tmp.path().join(d))
+        .find(|d| d.is_dir())
+        .unwrap();
+    let mut templates = 0;
+    for e in std::fs::read_dir(&out).unwrap() {
+        let t: Value = serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap();
+        for (_, r) in t["Resources"].as_object().unwrap() {
+            if r["Type"] != "AWS::EC2::LaunchTemplate" {
+                continue;
+            }
+            templates += 1;
+            let specs = r["Properties"]["LaunchTemplateData"]["TagSpecifications"]
+                .as_array()
+                .unwrap();
+            let eni = specs
+                .iter()
+                .find(|s| s["ResourceType"] == "network-interface")
+                .unwrap_or_else(|| panic!("{specs:?}"));
+            assert!(
+                eni["Tags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["Key"] == "cluster.k8s.amazonaws.com/name"
+                        && t["Value"].as_str().is_some_and(|v| !v.is_empty())),
+                "{eni}"
+            );
+        }
+    }
+    assert!(templates >= 2, "controllers and a pool");
 }

@@ -328,10 +328,38 @@ fn up_status_update_destroy_against_moto() {
         "s3api", "put-object", "--bucket", BUCKET, "--key", &format!("clusters/{CLUSTER}/status/addons/metrics-server.json"),
         "--body", write_tmp(r#"{"release": "metrics-server", "phase": "ready", "message": "deployed revision 1", "startedAt": "2026-11-29T20:00:00Z", "updatedAt": "2026-11-29T20:01:00Z"}"#).to_str().unwrap(),
     ]);
+    // A controller's certificate report (src/node/kube_aws_node/certs.py), its
+    // earliest leaf 20 days from expiry: status warns (issue 27).
+    let now = std::time::SystemTime::now();
+    let stamp = |t: std::time::SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    let leaf = now + std::time::Duration::from_secs(20 * 86400 + 3600);
+    let leaf_epoch = leaf.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let report = serde_json::json!({"instanceId": "i-0abc", "nodeName": "ip-10-0-1-5.ec2.internal",
+        "checkedAt": stamp(now), "renewed": [], "ok": true, "error": "",
+        "earliestLeaf": {"name": "apiserver", "expires": stamp(leaf), "expiresEpoch": leaf_epoch},
+        "earliestCA": {"name": "ca", "expires": "2036-11-28T20:14:06Z", "expiresEpoch": 2_111_516_046u64}});
+    env.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BUCKET,
+        "--key",
+        &format!("clusters/{CLUSTER}/status/certs/i-0abc.json"),
+        "--body",
+        write_tmp(&report.to_string()).to_str().unwrap(),
+    ]);
     let st = env.kube_aws(dir, &["status"]);
     all_output.push_str(&text(&st));
     assert!(st.status.success(), "{}", text(&st));
     let t = text(&st);
+    assert!(
+        t.contains("certificates: earliest apiserver on ip-10-0-1-5.ec2.internal expires"),
+        "{t}"
+    );
+    assert!(
+        t.contains("warning: the certificate \"apiserver\" on ip-10-0-1-5.ec2.internal expires"),
+        "{t}"
+    );
     assert!(t.contains("stack demo: CREATE_COMPLETE"), "{t}");
     assert!(t.contains("Network: CREATE_COMPLETE"), "{t}");
     assert!(t.contains("APIEndpoint: https://api.demo.example.com:6443"), "{t}");
@@ -343,6 +371,9 @@ fn up_status_update_destroy_against_moto() {
     assert_eq!(j["stack"]["outputs"][0]["key"], "APIEndpoint");
     assert_eq!(j["addons"][0]["phase"], "ready");
     assert_eq!(j["nested"].as_array().unwrap().len(), 2);
+    assert_eq!(j["certificates"]["earliestLeaf"]["daysLeft"], 20);
+    assert_eq!(j["certificates"]["earliestCA"]["certificate"], "ca");
+    assert_eq!(j["certificates"]["warnings"].as_array().unwrap().len(), 1);
     // status --wait on a finished stack returns at once.
     let stw = env.kube_aws(dir, &["status", "--wait"]);
     assert!(stw.status.success(), "{}", text(&stw));
@@ -638,7 +669,9 @@ fn real_work_tree_up_status_update_destroy() {
         .collect();
     assert_eq!(protocols, ["TCP"], "{listeners}");
     assert_eq!(group_size(&env, "ControlPlane"), (1, 1, 1));
-    assert_eq!(group_size(&env, "NodePoolGeneral"), (1, 1, 1));
+    // A worker group's MaxSize leaves room for the rolling update's surge
+    // instance (launch before terminate, src/render/cfn/nodes.rs surge_max).
+    assert_eq!(group_size(&env, "NodePoolGeneral"), (1, 2, 1));
 
     // The published objects: each cloud-config where its stub looks for it,
     // byte for byte; the root names each nested template by its key.
@@ -725,7 +758,7 @@ fn real_work_tree_up_status_update_destroy() {
         env.aws(&["cloudformation", "get-template", "--stack-name", CLUSTER]),
         live_before
     );
-    assert_eq!(group_size(&env, "NodePoolGeneral"), (2, 2, 2));
+    assert_eq!(group_size(&env, "NodePoolGeneral"), (2, 3, 2));
     assert_eq!(group_size(&env, "ControlPlane"), (1, 1, 1));
 
     // The AMI was resolved at up and pinned: a concrete ID in the root's

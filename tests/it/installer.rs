@@ -400,7 +400,8 @@ impl Bed {
         let stack: serde_json::Value =
             serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
         let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
-        let value = pointer["Value"].as_str().unwrap();
+        let value = crate::common::installer_bed::pointer_value(&pointer["Value"]);
+        let value = value.as_str();
         let target: serde_json::Value = serde_json::from_str(value).unwrap();
         let bundle = rendered.get("addons/bundle.json").unwrap();
         assert_eq!(target["sha256"], sha_bytes(bundle));

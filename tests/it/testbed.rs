@@ -44,6 +44,10 @@
 //!   credentials) gets 200 from an apiserver with the example's flags, and
 //!   cluster-dump's service account is denied Secrets, nodes/proxy and
 //!   pods/exec unless includeSecrets is on (`kubectl auth can-i --as`).
+//! - Pod Security admission (issue 27): the real kube-apiserver with the
+//!   example's flags and the admission configuration its controller file
+//!   holds refuses a host-network pod in a user namespace (baseline) and
+//!   admits one in kube-system (exempt).
 //!
 //! Not covered here: the addon installer with the real helm (issue 15's next
 //! part), anything run by kubelet or containerd (kwok simulates the nodes; no
@@ -1146,4 +1150,67 @@ fn cluster_dump_cannot_read_secrets_on_a_real_apiserver() {
             assert_eq!(can(allowed), "yes", "{allowed:?}");
         }
     }
+}
+
+/// Issue 27, pod security: with the example's flags, `admission-control-config-file`
+/// pointing at the controller's rendered admission configuration, a real
+/// kube-apiserver refuses a host-network pod (the way a pod reaches the node
+/// role despite hop limit 1) in a user namespace and admits it in kube-system.
+#[test]
+fn pod_security_refuses_host_network_pods_outside_kube_system() {
+    let Some(cp) = testbed::shared("pod_security_refuses_host_network_pods_outside_kube_system") else {
+        return;
+    };
+    let example = example_cloud_configs();
+    let root = tempfile::tempdir().unwrap();
+    let [api, _, _] = plugin_flags(&example).map(|f| rooted(&f, &example["controller"], root.path()));
+    let admission = api
+        .iter()
+        .find(|(k, _)| k == "admission-control-config-file")
+        .expect("the controller's apiserver gets an admission configuration");
+    assert!(
+        admission.1.starts_with(&root.path().display().to_string()),
+        "the flag names a file the controller's cloud-config writes: {admission:?}"
+    );
+    let port = common::free_port();
+    let _api = cp
+        .apiserver_proc("kube-apiserver-psa", port, &api, "/registry-psa")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let kc = cp.kubeconfig_for("super-admin.conf", port);
+    let pod = |ns: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "host-net", "namespace": ns},
+            "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+        .to_string()
+    };
+    let create = |ns: &str| {
+        let mut c = Command::new(cp.bin.join("kubectl"));
+        c.arg("--kubeconfig").arg(&kc).args(["create", "-f", "-", "-o", "name"]);
+        c.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(pod(ns).as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    kubectl_with(&cp.bin, &kc, &["create", "namespace", "team-a"]).unwrap_or_else(|e| panic!("{e}"));
+    // No controller manager runs on this apiserver: the service accounts it
+    // would make, which the ServiceAccount admission plugin looks up.
+    for ns in ["team-a", "kube-system"] {
+        let _ = kubectl_with(&cp.bin, &kc, &["create", "serviceaccount", "default", "-n", ns]);
+    }
+    let (ok, out) = create("team-a");
+    assert!(!ok, "a host-network pod in a user namespace must be refused: {out}");
+    assert!(
+        out.contains("violates PodSecurity \"baseline:latest\"") && out.contains("hostNetwork"),
+        "{out}"
+    );
+    let (ok, out) = create("kube-system");
+    assert!(ok, "kube-system is exempt: {out}");
+    assert!(out.contains("pod/host-net"), "{out}");
 }

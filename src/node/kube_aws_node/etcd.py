@@ -585,7 +585,10 @@ def watch(node, etcd_factory, run, clock, max_ticks=None):
             try:
                 previous, removed = prune_once(node, etcd_factory(), previous)
                 for m in removed:
-                    print("kube-aws: removed stale etcd member %s (%s)" % (m.get("name", ""), member_ips(m)))
+                    # flush: stdout is a pipe to the journal, block-buffered; the
+                    # real-node bed found this line missing (tests/it/real_node.rs)
+                    print("kube-aws: removed stale etcd member %s (%s)" % (m.get("name", ""), member_ips(m)),
+                          flush=True)
             except Exception as e:
                 print("kube-aws: stale member check: %s" % e, file=sys.stderr)
         clock.sleep(POLL_SECONDS)
@@ -625,6 +628,11 @@ def lifecycle_main(argv, aws, imds=imds_get, etcd_factory=EtcdGateway, run=run_c
         for m in gone:
             etcd.member_remove(peers, m["ID"])
             print("removed stale etcd member %s (%s)" % (m.get("name", ""), ", ".join(member_ips(m))))
+        if not gone:
+            # Another controller's watch may have removed them in the minute
+            # between the looks (seen on the real-node bed): say so.
+            print("no stale etcd member left on the second look (%s)" % ", ".join(
+                ip for m in first for ip in member_ips(m)))
         return 0
     print("usage: kube-aws-node lifecycle [watch|leave|prune]", file=sys.stderr)
     return 2

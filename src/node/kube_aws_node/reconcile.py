@@ -60,7 +60,7 @@ import tarfile
 import threading
 import time
 
-from . import bundle, cfn, jsonio, lease, paths, schedule, secrets
+from . import bundle, cfn, jsonio, lease, paths, schedule, secrets, upgrade
 from .awscall import Aws, AwsError, listed_object
 from .console import Console
 from .retry import retry
@@ -90,6 +90,24 @@ def recorded(doc):
     return dict((r["name"], r) for r in doc.get("releases", []) if isinstance(r, dict) and r.get("name"))
 
 
+def current(entry, r):
+    """Whether a record entry is release `r` as the plan has it: at its wait
+    condition, with the same secrets (the pointer's hash of the ciphertexts
+    its values reference, src/render/cfn/release_secrets.rs): a rotated
+    secret upgrades its release, and only that one."""
+    return (entry or {}).get("waitCondition") == r["waitCondition"] and \
+        (entry or {}).get("secrets", "") == r.get("secrets", "")
+
+
+def attach_secrets(releases, hashes):
+    """Gives each release its secrets hash from the plan pointer (`secrets`: release → hash)."""
+    hashes = hashes if isinstance(hashes, dict) else {}
+    for r in releases:
+        h = hashes.get(r["name"])
+        if isinstance(h, str) and h:
+            r["secrets"] = h
+
+
 def outcome(doc, plan_sha, secrets_version, releases, now):
     """DONE, LATER (failed releases wait for retryAfter) or INSTALL: what this
     tick does with the plan, from the record alone (a pure function)."""
@@ -97,7 +115,7 @@ def outcome(doc, plan_sha, secrets_version, releases, now):
         return INSTALL
     rec = recorded(doc)
     names = set(r["name"] for r in releases)
-    pending = [r["name"] for r in releases if rec.get(r["name"], {}).get("waitCondition") != r["waitCondition"]]
+    pending = [r["name"] for r in releases if not current(rec.get(r["name"]), r)]
     dropped = [n for n in rec if n not in names]
     if not pending and not dropped and secrets_version in doc.get("secretsVersions", []):
         return DONE
@@ -161,7 +179,8 @@ class Reconciler(object):
         self.aws = aws
         self.runtime = runtime
         self.node = node if node is not None else {}
-        self.stack = runtime["stackName"]
+        # The stack of the addons' wait conditions: the root stack (after the pools).
+        self.stack = reconciler.get("waitConditionStack") or runtime["stackName"]
         self.bucket = runtime["bucket"]
         self.prefix = runtime["keyPrefix"]
         self.secrets_version = runtime.get("secretsVersion") or ""
@@ -318,7 +337,13 @@ class Reconciler(object):
         if phase == "ready":
             r = self.by_name[name]
             with self.record_lock:
-                self.rec[name] = {"name": name, "namespace": r["namespace"], "waitCondition": r["waitCondition"]}
+                old = self.rec.get(name) or {}
+                entry = {"name": name, "namespace": r["namespace"], "waitCondition": r["waitCondition"]}
+                if r.get("secrets"):
+                    entry["secrets"] = r["secrets"]
+                if old.get("waitCondition") == r["waitCondition"] and old.get("signalled"):
+                    entry["signalled"] = True  # an upgrade for its secrets: the wait condition is long signalled
+                self.rec[name] = entry
                 self.record()
         self.status(name, phase, message)
         self.signal(name, "SUCCESS" if phase == "ready" else "FAILURE")
@@ -338,6 +363,20 @@ class Reconciler(object):
 
     def readyz(self):
         return self.run(["kubectl", "get", "--raw=/readyz"])[1].strip() == "ok"
+
+    def ready_node_gate(self):
+        """A Ready worker when a pool starts with one (pools start after the
+        control plane: the plan's workerReadyTimeoutSeconds covers it), else,
+        or after that, any Ready node."""
+        worker_wait = self.plan.get("workerReadyTimeoutSeconds") or 0
+        if worker_wait and self.wait_until(worker_wait, self.a_worker_is_ready):
+            return True
+        return self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+
+    def a_worker_is_ready(self):
+        code, text = self.run(["kubectl", "get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o",
+                               'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'])
+        return code == 0 and "True" in text.split()
 
     def a_node_is_ready(self):
         code, text = self.run(["kubectl", "get", "nodes", "-o", 'jsonpath={range .items[*]}'
@@ -686,7 +725,7 @@ class Reconciler(object):
                 for r in self.releases]
         for r in self.releases:
             old = installed.get(r["name"])
-            if old is not None and old.get("waitCondition") == r["waitCondition"]:
+            if old is not None and current(old, r):
                 # Installed exactly as this plan has it (by an earlier plan, or
                 # by this one before its installer stopped): signalled from the
                 # record (signal_recorded), never installed again.
@@ -707,7 +746,7 @@ class Reconciler(object):
                         if gate is None:
                             # The bootstrap addons are in (decide starts no other before).
                             self.apply_manifests()
-                            gate = self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+                            gate = self.ready_node_gate()
                             if gate:
                                 self.wait_manifest_rollouts()
                         if not gate:
@@ -744,6 +783,7 @@ class Reconciler(object):
                                os.path.join(self.work, "bundles", self.plan_sha + ".json"))
             doc = bundle.read(raw)
             self.load_plan(bundle.plan(doc))
+            attach_secrets(self.releases, ptr.get("secrets"))
         except (bundle.BundleError, OSError, KeyError, TypeError) as e:
             self.log("cannot read the addon bundle %s: %s" % (self.plan_uri, e))
             return 1
@@ -760,6 +800,11 @@ class Reconciler(object):
         if what == LATER:
             self.log("plan %s: the releases that failed are tried again after %s"
                      % (self.plan_sha, lease.iso(record.doc["retryAfter"])))
+            return 0
+        behind = self.control_plane_behind()
+        if behind:
+            self.log("plan %s is for Kubernetes %s: it waits until every controller runs it (behind: %s)"
+                     % (self.plan_sha, self.plan["kubernetesVersion"], ", ".join(behind)))
             return 0
         self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log)
         try:
@@ -779,6 +824,18 @@ class Reconciler(object):
         finally:
             self.lease.release()
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def control_plane_behind(self):
+        """The controllers still on an older minor than the plan's (upgrade.py):
+        an upgrade's addons wait for the control plane. Unknown counts as none."""
+        if not self.plan.get("kubernetesVersion"):
+            return []
+        code, text = self.run(["kubectl", "get", "nodes", "-o", "json"])
+        try:
+            return upgrade.control_plane_behind(jsonio.parse(text, "kubectl get nodes"), self.plan["kubernetesVersion"]) \
+                if code == 0 else []
+        except jsonio.JsonError:
+            return []
 
     def prune_bundles(self):
         d = os.path.join(self.work, "bundles")
@@ -831,7 +888,7 @@ class Reconciler(object):
         except Fatal as e:
             self.log(str(e))
             for r in self.releases:
-                if installed.get(r["name"], {}).get("waitCondition") != r["waitCondition"]:
+                if not current(installed.get(r["name"]), r):
                     self.finish(r["name"], "failed", str(e) + "\n")
             self.retry_after = int(time.time()) + paths.knob("RETRY_FAILED_SECONDS", DEFAULT_RETRY_FAILED_SECONDS)
             self.record()
