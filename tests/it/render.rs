@@ -1212,3 +1212,42 @@ fn the_api_health_check_is_https_readyz() {
         }
     }
 }
+
+/// Health: the controller group judges its instances by the API target
+/// group's HTTPS /readyz check after the bootstrap's allowance, and the
+/// controllers may mark an instance of their own group (only) Unhealthy;
+/// worker groups keep EC2 health checks.
+#[test]
+fn controllers_are_judged_by_the_api_health_check_and_may_mark_themselves_unhealthy() {
+    let r = rendered(&full());
+    let cp = stack(&r, "control-plane");
+    let g = &cp["Resources"]["ControllerGroup"]["Properties"];
+    assert_eq!(
+        (&g["HealthCheckType"], &g["HealthCheckGracePeriod"]),
+        (&serde_json::json!("ELB"), &serde_json::json!(1800))
+    );
+    let statements = cp["Resources"]["ControllerLifecyclePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let mark = statements.iter().find(|s| s["Sid"] == "MarkOwnGroupUnhealthy").unwrap();
+    assert_eq!(mark["Action"], serde_json::json!(["autoscaling:SetInstanceHealth"]));
+    assert!(mark["Resource"]["Fn::Sub"]
+        .as_str()
+        .unwrap()
+        .ends_with("autoScalingGroupName/${ControllerGroup}"));
+    let net = stack(&r, "network");
+    let tg = &net["Resources"]["ApiTargetGroup"]["Properties"];
+    assert_eq!(
+        (&tg["HealthCheckProtocol"], &tg["HealthCheckPath"]),
+        (&serde_json::json!("HTTPS"), &serde_json::json!("/readyz"))
+    );
+    for (path, _) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/node-pool-")) {
+        let pool: serde_json::Value = serde_json::from_slice(r.get(path).unwrap()).unwrap();
+        for (id, res) in pool["Resources"].as_object().unwrap() {
+            if res["Type"] == "AWS::AutoScaling::AutoScalingGroup" {
+                assert!(res["Properties"].get("HealthCheckType").is_none(), "{path} {id}");
+            }
+        }
+    }
+}

@@ -69,6 +69,9 @@ def call_for(g, v, scratch):
         "cloudformation:DescribeStacks": lambda: ["cloudformation", "describe-stacks", "--stack-name", v["stack"]],
         "ec2:DescribeInstances": lambda: ["ec2", "describe-instances"],
         "autoscaling:DescribeAutoScalingInstances": lambda: ["autoscaling", "describe-auto-scaling-instances"],
+        "autoscaling:SetInstanceHealth": lambda: [
+            "autoscaling", "set-instance-health", "--instance-id", "i-00000000000000000",
+            "--health-status", "Unhealthy"],
         "autoscaling:CompleteLifecycleAction": lambda: [
             "autoscaling", "complete-lifecycle-action", "--lifecycle-hook-name", "none",
             "--auto-scaling-group-name", v["controller_group"], "--lifecycle-action-result", "CONTINUE",

@@ -33,7 +33,7 @@ import re
 import subprocess
 import time
 
-from . import cfn, etcd, fsutil, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
+from . import cfn, etcd, fsutil, health, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -250,6 +250,10 @@ class Boot(object):
         except Exception as e:  # noqa: BLE001 - the FAILURE signal matters more than the report
             self.say("cannot write the failure report: %s" % e.__class__.__name__)
         self.signal("FAILURE")
+        if self.role == "controller":
+            # Outside a stack operation the signal goes nowhere: out of service.
+            if health.mark_unhealthy(self.aws, self.instance_id or ""):
+                self.say("marked this controller Unhealthy in its group: it will be replaced")
         return code or 1
 
     # --- steps --------------------------------------------------------------

@@ -55,7 +55,12 @@ pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
                  "Action": ["autoscaling:CompleteLifecycleAction"],
                  "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}},
                 {"Sid": "FindOwnGroup", "Effect": "Allow",
-                 "Action": ["autoscaling:DescribeAutoScalingInstances"], "Resource": "*"}]}}}),
+                 "Action": ["autoscaling:DescribeAutoScalingInstances"], "Resource": "*"},
+                // A controller whose bootstrap failed takes itself out of
+                // service (src/node/kube_aws_node/health.py); only in its own group.
+                {"Sid": "MarkOwnGroupUnhealthy", "Effect": "Allow",
+                 "Action": ["autoscaling:SetInstanceHealth"],
+                 "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}}]}}}),
     );
 }
 

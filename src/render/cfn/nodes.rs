@@ -14,6 +14,9 @@ use crate::plugin::NodeHooks;
 pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
 /// How long a node has to boot, join and signal.
 pub(super) const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
+/// NODE_SIGNAL_TIMEOUT in seconds: how long a new controller may take to
+/// answer the API target group's health check before its group judges it.
+const CONTROLLER_HEALTH_GRACE_SECONDS: u32 = 1800;
 
 /// A node stack's AMI: a concrete image ID the root passes down. The root's
 /// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
@@ -314,6 +317,14 @@ fn group_resources(
     });
     if !g.extra_target_groups.is_empty() {
         asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
+    }
+    if g.role == "controller" {
+        // The API target group's HTTPS /readyz check decides a controller's
+        // health: one whose API server stops answering (partitioned, wedged)
+        // is replaced, and the termination hook removes its etcd member. The
+        // grace period is the bootstrap's own allowance (the signal timeout).
+        asg["Properties"]["HealthCheckType"] = json!("ELB");
+        asg["Properties"]["HealthCheckGracePeriod"] = json!(CONTROLLER_HEALTH_GRACE_SECONDS);
     }
     if initial > 0 {
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
