@@ -105,6 +105,7 @@ pub async fn up(
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     pin_amis(&mut published, None, false, |n| resolve_ami(clients, n)).await?;
     clear_runtime_state(clients, &Location::new(cluster)?).await?;
+    super::join_token::delete_published(clients, &cluster.cluster_name).await?;
     let req = StackRequest {
         name: name.clone(),
         template_url: published.root_template_url.clone(),
@@ -394,6 +395,7 @@ pub struct Purged {
 /// the bucket policy.
 pub async fn purge(clients: &Clients, cluster: &ClusterConfig, location: &Location) -> Result<Purged, AwsError> {
     let objects = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
+    super::join_token::delete_published(clients, &cluster.cluster_name).await?;
     super::issuer::withdraw_public_read(clients, location).await?;
     let issuer_bucket = match super::issuer::delete_issuer_bucket(clients, cluster, location).await? {
         Some(_) => crate::irsa::issuer_bucket(cluster),

@@ -14,6 +14,7 @@ pub mod deploy;
 pub mod error;
 pub mod expiry;
 pub mod issuer;
+pub mod join_token;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;

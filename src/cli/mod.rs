@@ -14,6 +14,7 @@ mod nodes;
 mod plugins;
 mod progress_view;
 pub mod render;
+mod rotate;
 mod schema;
 mod status;
 mod up;
@@ -93,6 +94,8 @@ pub enum Command {
     Kubeconfig(kubeconfig::KubeconfigArgs),
     /// List the etcd snapshots in S3 (key, size, time) and the last backup run
     Backups(backups::BackupsArgs),
+    /// Rotate a cluster credential now: `rotate bootstrap-token`
+    Rotate(rotate::RotateArgs),
     /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -182,6 +185,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
         Command::Backups(args) => backups::run(&cli.global, args),
+        Command::Rotate(args) => rotate::run(&cli.global, args),
         Command::External(argv) => external(&cli.global, argv),
     }
 }

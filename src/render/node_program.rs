@@ -22,6 +22,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
+    ("join_token.py", include_str!("../node/kube_aws_node/join_token.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
     ("lease.py", include_str!("../node/kube_aws_node/lease.py")),

@@ -31,6 +31,7 @@ mod hostile_parsers;
 mod installer;
 mod installer_testbed;
 mod issuer_moto;
+mod join_token;
 mod node_access_moto;
 mod node_bootstrap;
 mod node_iam;

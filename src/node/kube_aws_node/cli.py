@@ -22,6 +22,7 @@ COMMANDS = {
     "etcd-backup": ("etcd", "etcd_backup_main", True),
     "etcd-restore": ("etcd", "etcd_restore_main", True),
     "certs": ("certs", "main", True),
+    "bootstrap-token": ("join_token", "main", True),
 }
 
 
