@@ -189,6 +189,12 @@ pub struct StatusReport {
     pub nodes: Vec<NodeReport>,
     /// The controllers' certificate expiry (issue 27, src/aws/expiry.rs).
     pub certificates: super::expiry::CertificateStatus,
+    /// The published join token's id and age (src/aws/join_token.rs).
+    #[serde(rename = "bootstrapToken")]
+    pub bootstrap_token: super::join_token::TokenStatus,
+    /// The newest etcd snapshot's age (src/aws/expiry.rs).
+    #[serde(rename = "etcdSnapshot")]
+    pub etcd_snapshot: super::expiry::SnapshotStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -258,12 +264,25 @@ pub async fn status(
         .unwrap_or_default();
     let certificates =
         super::expiry::summarize(&super::expiry::read_certificate_reports(clients, &location).await?, now);
+    let bootstrap_token =
+        super::join_token::summarize(super::join_token::read_report(clients, &location).await?.as_ref(), now);
+    let backups = super::backups::list_backups(clients, cluster).await?;
+    let interval = humantime::parse_duration(cluster.etcd.backup.interval.trim())
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(3600);
+    let etcd_snapshot = super::expiry::snapshot_status(
+        backups.snapshots.first().map(|s| (s.key.as_str(), s.time.as_str())),
+        interval,
+        now,
+    );
     Ok(StatusReport {
         stack,
         nested,
         addons: out,
         nodes,
         certificates,
+        bootstrap_token,
+        etcd_snapshot,
     })
 }
 
