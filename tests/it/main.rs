@@ -43,6 +43,7 @@ mod plugin_commands;
 mod plugins;
 mod real_charts;
 mod real_node;
+mod real_node_certs;
 mod render;
 mod secret_rotation;
 mod servers;

@@ -41,8 +41,8 @@ use crate::common::output_text;
 const IGNORE_PREFLIGHT: &[&str] = &["SystemVerification"];
 
 /// How long each stage may take on a loaded 2-core machine.
-const BOOT_LIMIT: Duration = Duration::from_secs(120);
-const READY_LIMIT: Duration = Duration::from_secs(300);
+pub(crate) const BOOT_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const READY_LIMIT: Duration = Duration::from_secs(300);
 
 /// kubeadm's documents for the node. Three settings are the bed's, not
 /// kube-aws's: `failCgroupV1: false` (the host's cgroups are v1); kubelet's
@@ -226,16 +226,16 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
     );
 }
 
-const BED_BUCKET: &str = "kube-aws-nodebed";
-const BED_CLUSTER: &str = "bed";
-const BED_REGION: &str = "us-west-2";
+pub(crate) const BED_BUCKET: &str = "kube-aws-nodebed";
+pub(crate) const BED_CLUSTER: &str = "bed";
+pub(crate) const BED_REGION: &str = "us-west-2";
 
 /// The bed's own kubeadm settings (see `kubeadm_config` above for why each),
 /// as a plugin of the test's work tree: kube-aws renders its file into the
 /// controller's cloud-config, and the node program merges it into its kubeadm
 /// documents (`/etc/kube-aws/kubeadm.d`, kubeadmcfg.patch). Nothing of the bed
 /// is in kube-aws's own rendering.
-const BED_PLUGIN: &str = r#"apiVersion: kube-aws/v1
+pub(crate) const BED_PLUGIN: &str = r#"apiVersion: kube-aws/v1
 kind: Plugin
 metadata:
   name: nodebed
@@ -260,7 +260,7 @@ spec:
 "#;
 
 /// The first `(instance id, private DNS name)` moto's EC2 lists with `Name` = `name`.
-fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
+pub(crate) fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
     let r = env.aws_json(&[
         "ec2",
         "describe-instances",
@@ -280,7 +280,7 @@ fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
 
 /// The user-data of the launch template whose user-data is `role`'s stub, as
 /// moto's CloudFormation substituted it (`Fn::Sub`), decoded.
-fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String {
+pub(crate) fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String {
     use base64::Engine;
     let lts = env.aws_json(&["ec2", "describe-launch-templates"]);
     let mut seen = Vec::new();

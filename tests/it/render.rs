@@ -385,7 +385,7 @@ fn a_secret_reference_in_a_stack_is_refused() {
 #[test]
 fn each_role_decrypts_only_its_own_secrets() {
     let r = rendered(&full());
-    let decryptable = |stack: &str| -> Vec<String> {
+    let statements = |stack: &str| -> Vec<serde_json::Value> {
         let t: serde_json::Value = serde_json::from_slice(r.get(stack).unwrap()).unwrap();
         let role = t["Resources"]
             .as_object()
@@ -393,12 +393,18 @@ fn each_role_decrypts_only_its_own_secrets() {
             .values()
             .find(|v| v["Type"] == "AWS::IAM::Role")
             .unwrap();
-        let s = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
             .as_array()
             .unwrap()
-            .iter()
-            .find(|s| s["Action"] == serde_json::json!(["kms:Decrypt"]))
-            .unwrap();
+            .clone()
+    };
+    let decryptable = |stack: &str| -> Vec<String> {
+        let Some(s) = statements(stack)
+            .into_iter()
+            .find(|s| s["Sid"] == "DecryptOwnSecrets")
+        else {
+            return vec![];
+        };
         assert_eq!(
             s["Condition"]["StringEquals"]["kms:EncryptionContext:kube-aws:cluster"],
             "full"
@@ -417,10 +423,22 @@ fn each_role_decrypts_only_its_own_secrets() {
             "pki/sa.key",
         ]
     );
-    // Workers never decrypt a PKI key: the condition names each entry.
+    // Workers never decrypt a PKI key nor the init token: they have no bundle
+    // entry here, and read the join token from its parameter, under the key
+    // only for that parameter, through SSM (issue 27).
     for pool in ["stacks/node-pool-general.json", "stacks/node-pool-spot-arm.json"] {
-        assert_eq!(decryptable(pool), ["kubeadm/bootstrap-token"], "{pool}");
+        assert_eq!(decryptable(pool), Vec::<String>::new(), "{pool}");
+        let st = statements(pool);
+        let ssm = st.iter().find(|s| s["Sid"] == "JoinToken").unwrap();
+        assert_eq!(ssm["Action"], serde_json::json!(["ssm:GetParameter"]), "{pool}");
+        let key = st.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
+        assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt"]), "{pool}");
+        let arn = &key["Condition"]["StringEquals"]["kms:EncryptionContext:PARAMETER_ARN"]["Fn::Sub"];
+        assert!(arn.as_str().unwrap().ends_with(":parameter/kube-aws/full/bootstrap-token"), "{key}");
     }
+    let cp = statements("stacks/control-plane.json");
+    let key = cp.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
+    assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt", "kms:Encrypt"]));
     // No node reads bootstrap/join.json any more: the CA hash is a stack parameter.
     for stack in ["stacks/control-plane.json", "stacks/node-pool-general.json"] {
         let text = r.text(stack).unwrap();

@@ -367,12 +367,13 @@ class Boot(object):
         except join_token.TokenError as e:
             raise StepFailed(1, "read the join token", e.message)
         target = os.path.join(self.store, "kubeadm", "join-token")
+        os.makedirs(self.store, mode=0o700, exist_ok=True)
+        os.chmod(self.store, 0o700)
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         fsutil.write_atomic(target, token.encode("utf-8"))
         return token
 
     def kubeadm_config(self, mode):
-        version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
         if mode == "init":
             # The bundle's token (controllers only) joins nothing for long: it
             # expires after the TTL, and joins use the minted ones.
@@ -380,6 +381,8 @@ class Boot(object):
                 token = f.read().strip()
         else:
             token = self.join_token()
+            self.step("kubeadm-join")
+        version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
         ttl = join_token.settings(self.node)["ttl"]
         docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
         path = os.path.join(self.work, "kubeadm.yaml")

@@ -151,7 +151,10 @@ def read_published(aws, name):
     except AwsError as e:
         if "ParameterNotFound" in e.message:
             return None
-        raise TokenError("read", "cannot read %s: %s" % (name, e))
+        # Parameter Store names KMS when the value does not decrypt for this
+        # role: after a new kmsKeyARN the roles may use only the new key.
+        step = "undecryptable" if "kms" in e.message.lower() else "read"
+        raise TokenError(step, "cannot read %s: %s" % (name, e))
     try:
         return parse_record(out["Parameter"]["Value"])
     except (KeyError, TypeError):
@@ -219,7 +222,15 @@ class Cluster(object):
 def ensure(aws, rt, cfg, cluster, lock, say, clock=time.time, force=False, who=""):
     """One run: {"action": "kept"|"minted", "reason", "record"}."""
     def look():
-        return (read_published(aws, cfg["parameter"]), cluster.token_ids(), rotate_requested_at(aws, rt))
+        try:
+            record = read_published(aws, cfg["parameter"])
+        except TokenError as e:
+            if e.step != "undecryptable":
+                raise
+            # Minted over: the new token is encrypted under the key this node may use.
+            say("the published token does not decrypt (%s): minting over it" % e.message)
+            record = None
+        return (record, cluster.token_ids(), rotate_requested_at(aws, rt))
 
     record, ids, rotate_at = look()
     reason = "forced" if force else decide(record, clock(), cfg["ttl"], ids, rotate_at)
@@ -252,13 +263,19 @@ def current(aws, name, clock=time.time, sleep=time.sleep, say=None):
     limit = paths.knob("TOKEN_WAIT", 1800)
     end = clock() + limit
     told = False
+    last = ""
     while True:
-        record = read_published(aws, name)
+        try:
+            record = read_published(aws, name)
+        except TokenError as e:
+            # E.g. a token still under the previous kmsKeyARN: the controllers mint over it.
+            record, last = None, e.message
         if record is not None and record["expires"] - clock() > paths.knob("TOKEN_MIN_LEFT", 120):
             return record["token"]
         if clock() >= end:
             raise TokenError("join-token", "no join token with time left in %s after %ds (are the controllers' "
-                                           "kube-aws-bootstrap-token timers running?)" % (name, limit))
+                                           "kube-aws-bootstrap-token timers running?)%s"
+                             % (name, limit, "; last answer: " + last if last else ""))
         if say is not None and not told:
             say("waiting for the controllers to publish a join token in %s" % name)
             told = True

@@ -33,6 +33,9 @@ class FakeAws(object):
         op = tuple(args[:2])
         if op == ("ssm", "get-parameter"):
             name = args[args.index("--name") + 1]
+            if self.params.get(name) == "UNDER-OLD-KEY":
+                raise AwsError("An error occurred (AccessDeniedException) when calling the GetParameter operation: "
+                               "not authorized to perform: kms:Decrypt on the resource")
             if name not in self.params:
                 raise AwsError("An error occurred (ParameterNotFound) when calling the GetParameter operation")
             return {"Parameter": {"Name": name, "Value": self.params[name]}}
@@ -192,6 +195,14 @@ class Ensure(unittest.TestCase):
         self.assertEqual(self.go()["reason"], "the published token is not in the cluster")
         self.assertEqual(len(self.cluster.secrets), 1)
 
+    def test_a_token_under_a_previous_key_is_minted_over(self):
+        # After a new kmsKeyARN the role may decrypt only under the new key.
+        self.aws.params[CFG["parameter"]] = "UNDER-OLD-KEY"
+        r = self.go()
+        self.assertEqual(r["action"], "minted")
+        self.assertTrue(any("does not decrypt" in m for m in self.said), self.said)
+        self.assertIsNotNone(self.published())
+
     def test_another_controller_minted_while_this_one_waited(self):
         self.go()
         self.clock.t += TTL / 2 + 60
@@ -223,6 +234,16 @@ class Current(unittest.TestCase):
                 aws.params[name] = json.dumps(jt.make_record("ghijkl.0123456789abcdef", clock.t, TTL))
         self.assertEqual(jt.current(aws, name, clock=clock, sleep=sleep), "ghijkl.0123456789abcdef")
         self.assertEqual(len(polls), 4)  # the nearly expired token was not taken
+
+    def test_a_joining_node_waits_out_a_token_it_cannot_decrypt(self):
+        aws, clock = FakeAws(), Clock()
+        name = CFG["parameter"]
+        aws.params[name] = "UNDER-OLD-KEY"
+
+        def sleep(s):
+            clock.sleep(s)
+            aws.params[name] = json.dumps(jt.make_record("ghijkl.0123456789abcdef", clock.t, TTL))
+        self.assertEqual(jt.current(aws, name, clock=clock, sleep=sleep), "ghijkl.0123456789abcdef")
 
     def test_no_token_at_all_fails_after_the_wait(self):
         aws, clock = FakeAws(), Clock()
