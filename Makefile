@@ -5,7 +5,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools testbed nodebed lint unit fuzz-short fuzz example bench bench-installer
+.PHONY: test tools testbed nodebed lint unit fuzz-short fuzz example bench bench-installer bench-node
 
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
@@ -52,3 +52,8 @@ bench:
 # the time is the reconciler's and helm's, not kube-aws's.
 bench-installer: tools testbed
 	cargo bench --profile dev --bench installer
+
+# Boot time on the real-node bed: a controller and a worker from their
+# rendered user-data, each step's time and the slowest (scripts/bench-node.sh).
+bench-node: tools testbed
+	bash scripts/bench-node.sh $(RUNS)

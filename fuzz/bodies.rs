@@ -12,9 +12,10 @@ pub type Body = fn(&[u8]);
 
 /// The names of the targets, as fuzz/Cargo.toml and fuzz/corpus/ name them.
 #[allow(dead_code)]
-pub const TARGETS: [(&str, Body); 6] = [
+pub const TARGETS: [(&str, Body); 7] = [
     ("archive", archive),
     ("cluster_yaml", cluster_yaml),
+    ("kubeconfig", kubeconfig),
     ("lock", lock),
     ("plugin_yaml", plugin_yaml),
     ("schema", schema),
@@ -30,6 +31,22 @@ pub fn archive(data: &[u8]) {
 pub fn cluster_yaml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let _ = kube_aws::config::parse_cluster(Path::new("."), Path::new("cluster.yaml"), text);
+}
+
+/// The kubeconfig `kubeconfig` merges into: any text merged with an entry
+/// (the YAML guard runs first, as for every other YAML reader).
+pub fn kubeconfig(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let entry = kube_aws::kubeconfig::Entry {
+        context: "fuzz".into(),
+        cluster: "fuzz".into(),
+        user: "fuzz-admin".into(),
+        server: "https://fuzz.example:6443".into(),
+        ca_pem: "CA".into(),
+        cert_pem: "CERT".into(),
+        key_pem: "KEY".into(),
+    };
+    let _ = kube_aws::kubeconfig::merge("config", Some(text), &entry);
 }
 
 /// Index and lock parser: a Helm index read as a repository index (fast and

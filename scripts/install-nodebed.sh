@@ -349,6 +349,15 @@ make_rootfs() {
   mkdir -p "$r/etc/containerd" "$r/etc/cni/net.d" "$r/etc/kubernetes/manifests" "$r/var/lib/kubelet" "$r/etc/systemd/system/multi-user.target.wants"
   sed "s#@PAUSE_IMAGE@#$(printf '%s\n' "${IMAGES[@]}" | grep /pause:)#" scripts/nodebed/containerd.toml.in >"$r/etc/containerd/config.toml"
   install -m 0644 scripts/nodebed/10-bridge.conflist "$r/etc/cni/net.d/"
+  # The CNI plugins also where Amazon Linux 2023 and the EKS AMI have them,
+  # /opt/cni/bin: the node program writes `containerd config default`, whose
+  # CRI plugin looks there (Debian installs them in /usr/lib/cni). Without
+  # these, no pod on the pod network started on a booted node ("failed to
+  # find plugin bridge in path [/opt/cni/bin]", tests/it/real_node.rs).
+  mkdir -p "$r/opt/cni/bin"
+  for f in "$r"/usr/lib/cni/*; do
+    ln -sfn "/usr/lib/cni/${f##*/}" "$r/opt/cni/bin/${f##*/}"
+  done
   install -m 0644 scripts/nodebed/crictl.yaml "$r/etc/crictl.yaml"
   install -m 0644 scripts/nodebed/kubelet.service "$r/etc/systemd/system/kubelet.service"
   ln -sf /etc/systemd/system/kubelet.service "$r/etc/systemd/system/multi-user.target.wants/kubelet.service"

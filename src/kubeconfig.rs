@@ -22,6 +22,10 @@ pub enum KubeconfigError {
         action: &'static str,
         detail: String,
     },
+    /// Refused by the guard every input reader and YAML reader runs
+    /// (regular file, size, UTF-8, nesting depth), located.
+    #[error("{0}; it was left as it is: fix it, or write elsewhere with --file PATH (or --file - for stdout)")]
+    Refused(crate::located::Located),
     #[error("no kubeconfig path: set KUBECONFIG or HOME, or pass --file PATH")]
     NoPath,
 }
@@ -85,6 +89,17 @@ fn upsert(doc: &mut Mapping, key: &str, name: &str, item: Value) -> Result<(), S
     Ok(())
 }
 
+fn yaml_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Sequence(_) => "a list",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Tagged(_) => "a tagged value",
+        Value::Null | Value::Mapping(_) => "a mapping",
+    }
+}
+
 /// Merges `entry` into the kubeconfig text `existing` (None or blank: a new file).
 /// `path` only names the file in errors.
 pub fn merge(path: &str, existing: Option<&str>, entry: &Entry) -> Result<String, KubeconfigError> {
@@ -94,11 +109,23 @@ pub fn merge(path: &str, existing: Option<&str>, entry: &Entry) -> Result<String
     };
     let mut doc = match existing.filter(|t| !t.trim().is_empty()) {
         None => Mapping::new(),
-        Some(text) => match serde_yaml::from_str::<Value>(text) {
-            Ok(Value::Mapping(m)) => m,
-            Ok(Value::Null) => Mapping::new(),
-            Ok(_) => return Err(not("its top level is not a mapping".into())),
-            Err(e) => return Err(not(format!("not YAML: {e}"))),
+        Some(text) => match crate::located::check_yaml(Path::new(path), text, &crate::reader::KUBECONFIG_LIMIT)
+            .map_err(KubeconfigError::Refused)
+            .and_then(|()| serde_yaml::from_str::<Value>(text).map_err(|e| not(format!("not YAML: {e}"))))?
+        {
+            Value::Mapping(m) => m,
+            Value::Null => Mapping::new(),
+            other => {
+                return Err(KubeconfigError::Refused(crate::located::Located::new(
+                    Path::new(path),
+                    crate::reader::first_content(text),
+                    "",
+                    format!(
+                        "is not a kubeconfig: its top level is {}, not a mapping (of clusters, users and contexts)",
+                        yaml_kind(&other)
+                    ),
+                )))
+            }
         },
     };
     if let Some(kind) = doc.get("kind").and_then(Value::as_str) {
@@ -157,21 +184,15 @@ pub fn target_path(
 }
 
 /// Reads `path` (absent: a new file) and checks it would merge: called before
-/// any AWS call, so a refused file costs nothing.
+/// any AWS call, so a refused file costs nothing. Read through the one input
+/// reader: a regular file only (a FIFO or `/dev/zero` is refused, never
+/// opened for a blocking read), at most [`crate::reader::KUBECONFIG_LIMIT`],
+/// UTF-8.
 pub fn read_existing(path: &Path) -> Result<Option<String>, KubeconfigError> {
-    match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| KubeconfigError::NotKubeconfig {
-                path: path.display().to_string(),
-                detail: "not UTF-8 text".into(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(KubeconfigError::Io {
-            path: path.display().to_string(),
-            action: "read it",
-            detail: e.to_string(),
-        }),
+    match crate::reader::read_user_text(path, &crate::reader::KUBECONFIG_LIMIT) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.is_missing() => Ok(None),
+        Err(e) => Err(KubeconfigError::Refused(e.into_located())),
     }
 }
 
@@ -232,11 +253,14 @@ mod tests {
     fn what_is_not_a_kubeconfig_is_refused() {
         for bad in ["{not: [yaml", "- a\n- b\n", "kind: Pod\n", "clusters: 3\n"] {
             let e = merge("/home/u/.kube/config", Some(bad), &entry("demo")).unwrap_err();
-            assert!(
-                e.to_string().starts_with("/home/u/.kube/config: is not a kubeconfig"),
-                "{e}"
-            );
+            assert!(e.to_string().starts_with("/home/u/.kube/config:"), "{e}");
+            assert!(e.to_string().contains("left as it is"), "{e}");
         }
+        // The YAML guard, located: nesting deeper than every other reader allows.
+        let deep = format!("kind: Config\nx: {}1{}\n", "[".repeat(80), "]".repeat(80));
+        let e = merge("k", Some(&deep), &entry("demo")).unwrap_err();
+        assert!(e.to_string().starts_with("k:2:"), "{e}");
+        assert!(e.to_string().contains("nest deeper"), "{e}");
         assert!(merge("k", Some("  \n"), &entry("demo")).is_ok());
     }
 

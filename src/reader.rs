@@ -10,7 +10,10 @@
 //!    opened for a blocking read (the open is `O_NONBLOCK`, and the opened
 //!    handle is checked again);
 //! 2. the path, symlinks resolved, stays inside the given root (the work tree,
-//!    or the plugin or chart directory);
+//!    or the plugin or chart directory); a directory used as a root is itself
+//!    checked by the same rule against the work tree ([`check_dir_inside`]),
+//!    so a symlinked plugin or chart directory cannot lead out of the tree
+//!    (the built-in layer is embedded in the binary, never read from disk);
 //! 3. the size is capped before reading: at most `limit + 1` bytes are read;
 //! 4. text is UTF-8 without NUL bytes; otherwise the error names the first bad
 //!    byte as `file:line:col` (and a UTF-16 or UTF-32 byte-order mark by name).
@@ -82,11 +85,31 @@ impl ReadError {
 
 const TOP: Pos = Pos { line: 1, col: 1 };
 
+/// A kubeconfig that `kube-aws kubeconfig` merges into; kubectl users keep
+/// many clusters in one.
+pub const KUBECONFIG_LIMIT: Limit = Limit {
+    bytes: 16 * 1024 * 1024,
+    what: "kubeconfig files",
+    fix: "write this cluster's context to a file of its own with --file PATH",
+};
+
 /// Reads `root/rel` as bytes. `display` names the file in messages.
 pub fn read_bytes(root: &Path, rel: &Path, display: &Path, limit: &Limit) -> Result<Vec<u8>, ReadError> {
+    read_checked(&root.join(rel), Some(root), display, limit)
+}
+
+/// Reads a file the user names outside any work tree (the kubeconfig) as
+/// UTF-8 text: guarantees 1, 3 and 4, but not 2, as there is no tree to
+/// stay in (a `~/.kube/config` symlinked into a dotfiles repository is
+/// common).
+pub fn read_user_text(path: &Path, limit: &Limit) -> Result<String, ReadError> {
+    let bytes = read_checked(path, None, path, limit)?;
+    decode_utf8(path, bytes).map_err(ReadError::Refused)
+}
+
+fn read_checked(full: &Path, root: Option<&Path>, display: &Path, limit: &Limit) -> Result<Vec<u8>, ReadError> {
     let refuse = |message: String| ReadError::Refused(Located::new(display, TOP, "", message));
-    let full = root.join(rel);
-    if let Err(e) = std::fs::symlink_metadata(&full) {
+    if let Err(e) = std::fs::symlink_metadata(full) {
         if e.kind() == std::io::ErrorKind::NotFound {
             return Err(ReadError::Missing {
                 file: display.to_path_buf(),
@@ -95,7 +118,7 @@ pub fn read_bytes(root: &Path, rel: &Path, display: &Path, limit: &Limit) -> Res
         return Err(refuse(format!("cannot read: {e}")));
     }
     // Follows symlinks; never opens the file.
-    let meta = std::fs::metadata(&full).map_err(|e| match e.kind() {
+    let meta = std::fs::metadata(full).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => refuse("is a symlink to nothing (a dangling symlink)".into()),
         _ => refuse(format!("cannot read: {e}")),
     })?;
@@ -105,11 +128,13 @@ pub fn read_bytes(root: &Path, rel: &Path, display: &Path, limit: &Limit) -> Res
             file_kind(&meta)
         )));
     }
-    check_inside(root, &full).map_err(refuse)?;
+    if let Some(root) = root {
+        check_inside(root, full).map_err(refuse)?;
+    }
     if meta.len() > limit.bytes {
         return Err(refuse(too_large(meta.len(), limit)));
     }
-    let file = open_nonblocking(&full).map_err(|e| refuse(format!("cannot read: {e}")))?;
+    let file = open_nonblocking(full).map_err(|e| refuse(format!("cannot read: {e}")))?;
     // The path may have been swapped between the checks and the open.
     match file.metadata() {
         Ok(m) if m.is_file() => {}
@@ -138,8 +163,30 @@ pub fn read_text(root: &Path, rel: &Path, display: &Path, limit: &Limit) -> Resu
 }
 
 /// Checks that `path`, symlinks resolved, lies inside `root` (also resolved).
-/// The one rule for "a symlink must not lead out of the tree".
+/// The one rule for "a symlink must not lead out of the tree", for files and
+/// (through [`check_dir_inside`]) for the directories files are read from.
 pub fn check_inside(root: &Path, path: &Path) -> Result<(), String> {
+    resolve_inside(
+        root,
+        path,
+        "a symlink must not lead out of it; copy the file in instead",
+    )
+}
+
+/// [`check_inside`] for a directory kube-aws reads files from (a plugin
+/// directory, `plugins/`, a local chart directory): `dir`, symlinks
+/// resolved, lies inside the work tree `root`. `display` names the
+/// directory in the error.
+pub fn check_dir_inside(root: &Path, dir: &Path, display: &Path) -> Result<(), Located> {
+    resolve_inside(
+        root,
+        dir,
+        "a symlinked directory must not lead out of it; copy the directory in instead",
+    )
+    .map_err(|why| Located::new(display, TOP, "", format!("the directory {why}")))
+}
+
+fn resolve_inside(root: &Path, path: &Path, fix: &str) -> Result<(), String> {
     let real_root = root
         .canonicalize()
         .map_err(|e| format!("cannot resolve {}: {e}", root.display()))?;
@@ -150,10 +197,28 @@ pub fn check_inside(root: &Path, path: &Path) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "resolves to {}, outside {} (a symlink must not lead out of it; copy the file in instead)",
+            "resolves to {}, outside {} ({fix})",
             real.display(),
             root.display()
         ))
+    }
+}
+
+/// Where a YAML document's top-level value starts: the first line that is
+/// not blank, a comment, a directive or `---` (an error about the whole
+/// document, such as "the top level is a list", points there).
+pub fn first_content(text: &str) -> Pos {
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| {
+            let t = l.trim();
+            !(t.is_empty() || t.starts_with('#') || t.starts_with('%') || t == "---")
+        })
+        .unwrap_or((0, ""));
+    Pos {
+        line: i + 1,
+        col: line.len() - line.trim_start().len() + 1,
     }
 }
 

@@ -21,9 +21,19 @@
 #                                       between) to /etc/hosts: the names EC2's DNS would
 #                                       answer (the node's private DNS name, the API's load
 #                                       balancer, which the bed has not: its controller's IP)
-#   node.sh bridge                      makes the host bridge (kanb0, 10.250.0.1), so that a
-#                                       test's servers (moto, IMDS) can bind to its address
-#   node.sh unbridge                    deletes the bridge when no node is on it
+#                                       NODEBED_POD_SUBNET (a CIDR) is the node's pod subnet in
+#                                       its bridge CNI config (default 10.244.0.0/24, which two
+#                                       nodes of one cluster must not share), and NODEBED_PEERS
+#                                       ("NAME IP SUBNET" lines, ";" between) the nodes of the
+#                                       same cluster already running: each gets a route to the
+#                                       new node's pod subnet through its address, and the new
+#                                       node one to each of theirs (all on the one bridge)
+#   node.sh bridge [TOKEN]              makes the host bridge (kanb0, 10.250.0.1), so that a
+#                                       test's servers (moto, IMDS) can bind to its address;
+#                                       TOKEN (<pid>.<n>) holds it until `unbridge TOKEN` or
+#                                       until process <pid> is gone
+#   node.sh unbridge [TOKEN]            lets TOKEN's hold go, and deletes the bridge when no
+#                                       node is on it and no live process holds it
 #   node.sh exec NAME CMD...            runs CMD in the node
 #   node.sh sweep                       stops the nodes of test processes that are gone
 #   node.sh stop NAME WORKDIR [keep]    kills the container by its id, deletes it,
@@ -42,6 +52,9 @@ CGROUP_PARENT=kube-aws-nodebed
 # Serialises the bridge's creation and deletion between nodes started and
 # stopped at the same time (tests run in parallel).
 LOCK=/run/kube-aws-nodebed.lock
+# Holds on the bridge of tests whose servers listen on it before (or
+# between) their nodes: another test's last node must not take it away.
+HOLDERS=/run/kube-aws-nodebed-bridge
 
 die() {
   echo "nodebed: $*" >&2
@@ -70,8 +83,19 @@ bridge_up() {
   ip link set "$BRIDGE" up
 }
 
-# The bridge goes with its last node (call under the lock).
+# The bridge goes with its last node, unless a live test process holds it
+# (call under the lock).
 bridge_down() {
+  local h pid
+  for h in "$HOLDERS"/*; do
+    [ -e "$h" ] || continue
+    pid=${h##*/}
+    pid=${pid%%.*}
+    if kill -0 "$pid" 2>/dev/null; then
+      return 0
+    fi
+    rm -f "$h"
+  done
   if ip link show "$BRIDGE" >/dev/null 2>&1 && [ -z "$(ls /sys/class/net/$BRIDGE/brif 2>/dev/null)" ]; then
     ip link del "$BRIDGE" 2>/dev/null || true
   fi
@@ -89,12 +113,30 @@ netns_up() {
   ip -n "$ns" addr add "$ip/16" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" route add default via "$HOST_IP"
+  pod_routes "$name" "$ip"
   # The instance metadata endpoint, as EC2's link-local one: the test's
   # emulator on the host, for this node alone.
   if [ -n "${NODEBED_IMDS:-}" ]; then
     ip netns exec "$ns" iptables -t nat -A OUTPUT -d 169.254.169.254/32 -p tcp --dport 80 \
       -j DNAT --to-destination "$NODEBED_IMDS" || die "cannot route 169.254.169.254 to $NODEBED_IMDS in $ns"
   fi
+}
+
+# Pods of different nodes reach each other as on a VPC whose route table
+# sends each node's pod range to it: every node of the cluster is on the one
+# bridge, so a route through the peer's address is all it takes. (Call under
+# the lock, after the new node's eth0 is up.)
+pod_routes() {
+  local name=$1 ip=$2 peer pip psub
+  [ -n "${NODEBED_POD_SUBNET:-}" ] && [ -n "${NODEBED_PEERS:-}" ] || return 0
+  while read -r peer pip psub; do
+    [ -n "$peer" ] || continue
+    [ -e "/var/run/netns/kanb-$peer" ] || continue
+    ip -n "kanb-$name" route replace "$psub" via "$pip" dev eth0 ||
+      die "cannot route $psub via $pip in kanb-$name"
+    ip -n "kanb-$peer" route replace "$NODEBED_POD_SUBNET" via "$ip" dev eth0 ||
+      die "cannot route $NODEBED_POD_SUBNET via $ip in kanb-$peer"
+  done < <(printf '%s\n' "$NODEBED_PEERS" | tr ';' '\n')
 }
 
 # Units that raise limits above this host's hard ones, or lower their OOM
@@ -218,6 +260,18 @@ start() {
   # host's bridge address answers nothing, which is all the bed needs.
   echo "nameserver $HOST_IP" >"$work/rootfs/etc/resolv.conf"
   limits_dropins "$work/rootfs"
+  if [ -n "${NODEBED_POD_SUBNET:-}" ]; then
+    # host-local IPAM hands out addresses from the node's own range (the
+    # bed's stand-in for the VPC CNI's ENI addresses); see pod_routes.
+    python3 - "$work/rootfs/etc/cni/net.d/10-bridge.conflist" "$NODEBED_POD_SUBNET" <<'EOF' || die "bad NODEBED_POD_SUBNET $NODEBED_POD_SUBNET"
+import ipaddress, json, sys
+path, subnet = sys.argv[1:]
+ipaddress.ip_network(subnet)
+c = json.load(open(path))
+c["plugins"][0]["ipam"]["ranges"] = [[{"subnet": subnet}]]
+json.dump(c, open(path, "w"), indent=1)
+EOF
+  fi
   if [ -n "${NODEBED_AWS_ENDPOINT:-}" ]; then
     # moto stands for AWS: every unit (cloud-init's, the node program's
     # timers) and every login gets its endpoint.
@@ -306,11 +360,16 @@ bridge)
   {
     flock 8
     bridge_up
+    if [ -n "${1:-}" ]; then
+      mkdir -p "$HOLDERS"
+      : >"$HOLDERS/$1"
+    fi
   } 8>"$LOCK"
   ;;
 unbridge)
   {
     flock 8
+    [ -z "${1:-}" ] || rm -f "$HOLDERS/$1"
     bridge_down
   } 8>"$LOCK"
   ;;

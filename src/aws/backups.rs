@@ -1,5 +1,7 @@
 //! `kube-aws backups`: the etcd snapshots the controllers' leader writes to
-//! `s3URI/<cluster>/etcd/` (SSE-KMS), newest first, and the last backup run's
+//! `s3URI/<cluster>/etcd/hourly/` and, one a day, `etcd/daily/` (SSE-KMS;
+//! each tier expired by its lifecycle rule, src/aws/retention.rs), both
+//! tiers newest first, and the last backup run's
 //! status object (`status/etcd/backup.json`, written by the node's
 //! `kube-aws-node etcd-backup`). The table is a pure function; `list_backups`
 //! is the only part that calls AWS.
@@ -15,6 +17,10 @@ use crate::render::layout::{BACKUP_STATUS, ETCD_BACKUP_DIR};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     pub key: String,
+    /// `hourly`, `daily`, or `flat` (directly under `etcd/`: an older layout
+    /// no lifecycle rule expires).
+    #[serde(default)]
+    pub tier: String,
     pub size: i64,
     /// When S3 stored it, RFC 3339 (UTC).
     pub time: String,
@@ -33,14 +39,29 @@ pub struct Backups {
     pub last_run: Option<serde_json::Value>,
 }
 
-/// Snapshots under `prefix` (keys ending `.db` directly in it), newest first.
+/// The tier of a key under `prefix`: `hourly`, `daily` or `flat`; None
+/// for what is not a snapshot.
+fn tier_of(prefix: &str, key: &str) -> Option<&'static str> {
+    let rest = key.strip_prefix(prefix)?;
+    if !rest.ends_with(".db") {
+        return None;
+    }
+    for (dir, tier) in [("hourly/", "hourly"), ("daily/", "daily")] {
+        if let Some(name) = rest.strip_prefix(dir) {
+            return (!name.contains('/')).then_some(tier);
+        }
+    }
+    (!rest.contains('/')).then_some("flat")
+}
+
+/// Snapshots under `prefix` (keys ending `.db` in `hourly/`, `daily/` or
+/// directly in it), with their tier, newest first.
 pub fn snapshots_of(prefix: &str, objects: Vec<Snapshot>) -> Vec<Snapshot> {
     let mut out: Vec<Snapshot> = objects
         .into_iter()
-        .filter(|o| {
-            o.key
-                .strip_prefix(prefix)
-                .is_some_and(|rest| rest.ends_with(".db") && !rest.contains('/'))
+        .filter_map(|mut o| {
+            o.tier = tier_of(prefix, &o.key)?.to_string();
+            Some(o)
         })
         .collect();
     out.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| b.key.cmp(&a.key)));
@@ -74,9 +95,15 @@ pub fn table(b: &Backups) -> String {
     } else {
         out.push_str(&format!("etcd snapshots in {} (newest first):\n", b.location));
         let width = b.snapshots.iter().map(|s| s.key.len()).max().unwrap_or(0);
-        out.push_str(&format!("  {:width$}  {:>10}  TIME\n", "KEY", "SIZE"));
+        out.push_str(&format!("  {:6}  {:width$}  {:>10}  TIME\n", "TIER", "KEY", "SIZE"));
         for s in &b.snapshots {
-            out.push_str(&format!("  {:width$}  {:>10}  {}\n", s.key, size(s.size), s.time));
+            out.push_str(&format!(
+                "  {:6}  {:width$}  {:>10}  {}\n",
+                s.tier,
+                s.key,
+                size(s.size),
+                s.time
+            ));
         }
     }
     if let Some(run) = &b.last_run {
@@ -106,6 +133,7 @@ pub async fn list_backups(clients: &Clients, cluster: &ClusterConfig) -> Result<
         for o in page.contents() {
             objects.push(Snapshot {
                 key: o.key().unwrap_or_default().to_string(),
+                tier: String::new(),
                 size: o.size().unwrap_or(0),
                 time: o
                     .last_modified()
@@ -135,6 +163,7 @@ mod tests {
     fn snap(key: &str, size: i64, time: &str) -> Snapshot {
         Snapshot {
             key: key.into(),
+            tier: String::new(),
             size,
             time: time.into(),
         }
@@ -146,16 +175,28 @@ mod tests {
         let got = snapshots_of(
             p,
             vec![
-                snap("c/demo/etcd/20261201T000000Z-a.db", 10, "2026-12-01T00:00:01Z"),
-                snap("c/demo/etcd/20261201T010000Z-a.db", 4_000_000, "2026-12-01T01:00:01Z"),
+                snap("c/demo/etcd/hourly/20261201T000000Z-a.db", 10, "2026-12-01T00:00:01Z"),
+                snap("c/demo/etcd/daily/20261201T000000Z-a.db", 10, "2026-12-01T00:00:02Z"),
+                snap(
+                    "c/demo/etcd/hourly/20261201T010000Z-a.db",
+                    4_000_000,
+                    "2026-12-01T01:00:01Z",
+                ),
+                snap("c/demo/etcd/20261130T000000Z-a.db", 9, "2026-11-30T00:00:01Z"),
                 snap("c/demo/etcd/notes.txt", 1, "2026-12-01T02:00:00Z"),
                 snap("c/demo/etcd/old/x.db", 1, "2026-12-01T02:00:00Z"),
+                snap("c/demo/etcd/hourly/deeper/x.db", 1, "2026-12-01T02:00:00Z"),
             ],
         );
-        let keys: Vec<&str> = got.iter().map(|s| s.key.as_str()).collect();
+        let keys: Vec<(&str, &str)> = got.iter().map(|s| (s.tier.as_str(), s.key.as_str())).collect();
         assert_eq!(
             keys,
-            ["c/demo/etcd/20261201T010000Z-a.db", "c/demo/etcd/20261201T000000Z-a.db"]
+            [
+                ("hourly", "c/demo/etcd/hourly/20261201T010000Z-a.db"),
+                ("daily", "c/demo/etcd/daily/20261201T000000Z-a.db"),
+                ("hourly", "c/demo/etcd/hourly/20261201T000000Z-a.db"),
+                ("flat", "c/demo/etcd/20261130T000000Z-a.db"),
+            ]
         );
         let b = Backups {
             location: format!("s3://b/{p}"),

@@ -29,6 +29,13 @@ pub struct Clients {
     pub kms: aws_sdk_kms::Client,
     #[cfg(feature = "nodes")]
     pub ec2: aws_sdk_ec2::Client,
+    /// `destroy`'s sweep (src/aws/sweep/calls.rs): both load balancer APIs and Route53.
+    #[cfg(feature = "nodes")]
+    pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    #[cfg(feature = "nodes")]
+    pub elb: aws_sdk_elasticloadbalancing::Client,
+    #[cfg(feature = "nodes")]
+    pub route53: aws_sdk_route53::Client,
     /// Resolves the AMI public parameters (`up`, `update --refresh-ami`).
     pub ssm: aws_sdk_ssm::Client,
     pub region: String,
@@ -126,6 +133,12 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
         kms: aws_sdk_kms::Client::new(&sdk),
         #[cfg(feature = "nodes")]
         ec2: aws_sdk_ec2::Client::new(&sdk),
+        #[cfg(feature = "nodes")]
+        elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&sdk),
+        #[cfg(feature = "nodes")]
+        elb: aws_sdk_elasticloadbalancing::Client::new(&sdk),
+        #[cfg(feature = "nodes")]
+        route53: aws_sdk_route53::Client::new(&sdk),
         ssm: aws_sdk_ssm::Client::new(&sdk),
         region,
         s3_endpoint,

@@ -70,13 +70,13 @@ pub struct WaitOptions {
     pub timeout: Option<Duration>,
 }
 
-/// Publishes the artifacts.
+/// Publishes the artifacts and sets the snapshots' lifecycle rules.
 pub async fn publish_artifacts(
     clients: &Clients,
     cluster: &ClusterConfig,
     opts: &ArtifactsOptions,
 ) -> Result<Published, AwsError> {
-    publish::publish(
+    let published = publish::publish(
         clients,
         &PublishInput {
             rendered_dir: &opts.rendered_dir,
@@ -85,7 +85,10 @@ pub async fn publish_artifacts(
             secrets: &opts.secrets,
         },
     )
-    .await
+    .await?;
+    // The snapshots' retention is the bucket's (src/aws/retention.rs).
+    super::retention::apply(clients, cluster, &published.location).await?;
+    Ok(published)
 }
 
 /// `up`: publish and create the root stack. Returns the stack ID.
@@ -170,11 +173,11 @@ pub async fn follow_published(
     stack_id: &str,
     operation: Operation,
     published: &Published,
-    timeout: Duration,
+    timeout: Option<Duration>,
     view: &mut dyn ProgressSink,
 ) -> Result<String, AwsError> {
     let (location, addons) = (&published.location, &published.addons);
-    follow(clients, stack_id, operation, location, addons, Some(timeout), view).await?;
+    follow(clients, stack_id, operation, location, addons, timeout, view).await?;
     let reports = watch::read_addon_reports(clients, location, addons).await?;
     Ok(super::wait::addons_summary(addons, &reports))
 }
@@ -314,6 +317,8 @@ pub enum UpdatePlan {
         changed_parameters: Vec<String>,
         /// Installed releases the new plan drops: the reconciler uninstalls them.
         uninstalls: Vec<String>,
+        /// The Kubernetes version move, when the stack records its version.
+        version: Option<super::update_order::VersionMove>,
     },
 }
 
@@ -356,6 +361,8 @@ pub async fn plan_update(
             status: live.status,
         });
     }
+    // Before anything is published: a refused version changes nothing.
+    let version = super::update_order::check_version(&live, cluster)?;
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
@@ -386,6 +393,7 @@ pub async fn plan_update(
         None => UpdatePlan::NoChanges,
         Some(change_set) => UpdatePlan::Changes {
             uninstalls,
+            version,
             changed_parameters: published
                 .parameters
                 .iter()
@@ -415,6 +423,7 @@ pub struct Purged {
 pub async fn purge(clients: &Clients, cluster: &ClusterConfig, location: &Location) -> Result<Purged, AwsError> {
     let objects = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
     super::join_token::delete_published(clients, &cluster.cluster_name).await?;
+    super::retention::withdraw(clients, cluster, location).await?;
     super::issuer::withdraw_public_read(clients, location).await?;
     let issuer_bucket = match super::issuer::delete_issuer_bucket(clients, cluster, location).await? {
         Some(_) => crate::irsa::issuer_bucket(cluster),

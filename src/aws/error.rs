@@ -52,6 +52,8 @@ pub enum AwsError {
     NoAmi { parameter: String },
     #[error("the stack {stack:?} exists in ROLLBACK_COMPLETE after a failed create: run `kube-aws destroy` then `kube-aws up` again")]
     RolledBack { stack: String },
+    #[error("cluster.yaml: kubernetesVersion: {why}")]
+    VersionRefused { why: String },
     #[error("the stack {stack:?} is busy ({status}): wait for it with `kube-aws status --wait`, then update")]
     StackBusy { stack: String, status: String },
     #[error(
@@ -132,6 +134,11 @@ pub enum AwsError {
     #[error("{0}")]
     Failed(Box<wait::Failure>),
     #[error(
+        "{} resource(s) tagged with the cluster could not be removed: {}; remove them (or what holds them) and run `kube-aws destroy --yes --wait` again",
+        left.len(), left.join("; ")
+    )]
+    SweepIncomplete { left: Vec<String> },
+    #[error(
         "gave up waiting after {waited}: still in progress: {}; the stack was left as it is: run `kube-aws status --wait` to keep following it",
         pending.join(", ")
     )]
@@ -156,6 +163,7 @@ impl AwsError {
             | AwsError::NoAmi { .. }
             | AwsError::RolledBack { .. }
             | AwsError::StackBusy { .. }
+            | AwsError::VersionRefused { .. }
             | AwsError::NoOutput { .. }
             | AwsError::S3Uri { .. }
             | AwsError::NoKmsKey
@@ -171,7 +179,7 @@ impl AwsError {
             | AwsError::Pki(_)
             | AwsError::Irsa(_)
             | AwsError::UnknownNode { .. } => ErrorKind::WorkTree,
-            AwsError::Failed(_) => ErrorKind::DeployFailed,
+            AwsError::Failed(_) | AwsError::SweepIncomplete { .. } => ErrorKind::DeployFailed,
             AwsError::TimedOut { .. } => ErrorKind::Timeout,
             AwsError::Interrupted => ErrorKind::Interrupted,
         }

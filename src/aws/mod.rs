@@ -8,9 +8,12 @@
 //! `cli::exit` turns into an exit code.
 
 pub mod ami;
+pub mod autoscaler;
 pub mod backups;
 pub mod config;
 pub mod deploy;
+pub mod destroy;
+pub mod destroy_api;
 pub mod error;
 pub mod expiry;
 pub mod issuer;
@@ -18,8 +21,11 @@ pub mod join_token;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod retention;
 pub mod secrets;
 pub mod stack;
+pub mod sweep;
+pub mod update_order;
 pub mod wait;
 pub mod watch;
 

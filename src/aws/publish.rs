@@ -24,7 +24,8 @@
 //! `ArtifactBaseURL` (HTTPS URL of `s3URI/<cluster>`), `ArtifactS3URI`
 //! (`s3://bucket/prefix/<cluster>`), `ArtifactBucket`, `ArtifactPrefix`
 //! (`prefix/<cluster>`), and `CACertHash`: kubeadm's hash of the cluster CA
-//! the bundle carries (generated at the first publish, src/pki.rs).
+//! the bundle carries (generated at the first publish, src/pki.rs), and
+//! `KubernetesVersion`, the version record (its rendered default).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -334,6 +335,17 @@ pub fn root_parameters(
     .filter(|(k, _)| declared.contains(*k))
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    // The version record: the rendered default, passed explicitly so the live
+    // stack's parameters always show it.
+    if let Some(v) = template
+        .pointer(&format!(
+            "/Parameters/{}/Default",
+            crate::render::cfn::KUBERNETES_VERSION
+        ))
+        .and_then(|v| v.as_str())
+    {
+        out.push((crate::render::cfn::KUBERNETES_VERSION.to_string(), v.to_string()));
+    }
     if declared.contains(crate::render::cfn::CA_CERT_HASH) {
         let hash = bundle
             .certificates

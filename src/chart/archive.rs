@@ -305,9 +305,21 @@ fn extension_name(kind: tar::EntryType) -> &'static str {
     }
 }
 
-/// Reads an unpacked chart directory.
-pub fn read_chart_dir(dir: &Path) -> Result<ChartFiles, ArchiveError> {
+/// Reads the unpacked chart directory `rel` of work tree `tree`: the
+/// directory (symlinks resolved) must lie inside the tree, its files and
+/// `crds/` inside the directory.
+pub fn read_chart_dir(tree: &Path, rel: &Path) -> Result<ChartFiles, ArchiveError> {
+    let dir = &tree.join(rel);
     let label = dir.display().to_string();
+    let invalid = |l: crate::located::Located| ArchiveError::Invalid {
+        archive: label.clone(),
+        reason: l.message,
+    };
+    crate::reader::check_dir_inside(tree, dir, dir).map_err(invalid)?;
+    let crds_dir = dir.join("crds");
+    if crds_dir.exists() {
+        crate::reader::check_dir_inside(dir, &crds_dir, &crds_dir).map_err(invalid)?;
+    }
     // The one input reader: regular files only, capped, symlinks kept inside the chart.
     let read =
         |name: &str| match crate::reader::read_bytes(dir, Path::new(name), &dir.join(name), &crate::reader::TEXT_LIMIT)

@@ -111,15 +111,71 @@ pub fn load_work_tree_lock(dir: &Path) -> Result<Lock, LockError> {
 
 /// Parses lock text held in memory (the built-in lock embedded in the binary).
 pub fn parse_lock(text: &str, file: &Path) -> Result<Lock, LockError> {
-    let index = parse_index(text, "", &file.display().to_string()).map_err(|source| LockError::Index {
-        file: file.to_path_buf(),
-        source,
-    })?;
+    let index = parse_index(text, "", &file.display().to_string())
+        .map_err(|e| LockError::Input(locate_index_error(file, text, e)))?;
     Ok(Lock {
         file: file.to_path_buf(),
         index,
         texts: vec![(file.to_path_buf(), text.to_string())],
     })
+}
+
+/// A lock that does not parse, at the `file:line:col` of the value to change:
+/// the YAML guard's own error, the `apiVersion` (or the top, where it is
+/// missing), or the value serde names.
+fn locate_index_error(file: &Path, text: &str, e: IndexError) -> Located {
+    static AT: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"(?: at)? line (\d+),? column (\d+):?").expect("valid regex"));
+    static KEY: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"^([A-Za-z0-9_.\[\]/-]+): ").expect("valid regex"));
+    let map = match SourceMap::parse(file, text) {
+        Ok(m) => m,
+        Err(l) => return l,
+    };
+    let top = crate::reader::first_content(text);
+    match e {
+        IndexError::NoApiVersion { .. } => match map.value("apiVersion") {
+            Some(p) => Located::new(
+                file,
+                p,
+                "apiVersion",
+                "must be a string such as \"v1\" (the lock is a Helm repository index)",
+            ),
+            None => Located::new(
+                file,
+                top,
+                "",
+                "no apiVersion: the lock is a Helm repository index and starts with `apiVersion: v1` \
+                 (run `kube-aws charts lock` to write it anew)",
+            ),
+        },
+        IndexError::Malformed { message, .. } => {
+            let serde_pos = AT.captures(&message).and_then(|c| {
+                Some(Pos {
+                    line: c[1].parse().ok()?,
+                    col: c[2].parse().ok()?,
+                })
+            });
+            let text_only = AT.replace_all(&message, "").trim().to_string();
+            let (key, rest) = match KEY.captures(&text_only) {
+                Some(c) if map.value(&c[1]).is_some() || map.key(&c[1]).is_some() => {
+                    (c[1].to_string(), text_only[c[0].len()..].to_string())
+                }
+                _ => (String::new(), text_only.clone()),
+            };
+            let pos = if key.is_empty() {
+                serde_pos.unwrap_or(top)
+            } else {
+                map.locate(&key)
+            };
+            Located::new(
+                file,
+                pos,
+                &key,
+                format!("malformed lock: {rest} (run `kube-aws charts lock` to write it anew)"),
+            )
+        }
+    }
 }
 
 impl Lock {
@@ -222,11 +278,16 @@ pub fn check_lock(lock: &Lock, releases: &[Release]) -> Result<Vec<LockedChart>,
     for r in releases {
         let source = source_ref(&r.source);
         match entry_for(lock, r) {
-            None => problems.push(format!(
-                "{}: release {:?}: chart {:?} from {source} is not locked: run `kube-aws charts lock`",
-                lock.file.display(),
-                r.name,
-                r.chart
+            None => problems.push(at_declaration(
+                r,
+                false,
+                format!(
+                    "release {:?}: chart {:?} from {source} is not locked in {}: run `kube-aws charts lock`",
+                    r.name,
+                    r.chart,
+                    lock.file.display()
+                ),
+                &lock.file,
             )),
             Some(v) if digest_problem(v, &source).is_some() => {
                 let why = digest_problem(v, &source).unwrap_or_default();
@@ -244,13 +305,19 @@ pub fn check_lock(lock: &Lock, releases: &[Release]) -> Result<Vec<LockedChart>,
                     Some(w) => version_satisfies(&v.version, w).unwrap_or(false),
                 };
                 if !ok {
-                    problems.push(format!(
-                        "{}: release {:?}: locked version {} of chart {:?} does not match {:?}: run `kube-aws charts lock`",
-                        lock.file.display(),
-                        r.name,
-                        v.version,
-                        r.chart,
-                        wanted.unwrap_or_default()
+                    problems.push(at_declaration(
+                        r,
+                        true,
+                        format!(
+                            "release {:?}: version {:?} does not match the locked version {} of chart {:?} in {}: \
+                             run `kube-aws charts lock` (or set the version back)",
+                            r.name,
+                            wanted.unwrap_or_default(),
+                            v.version,
+                            r.chart,
+                            lock.file.display()
+                        ),
+                        &lock.file,
                     ));
                 } else {
                     out.push(locked_chart(r, v));
@@ -262,6 +329,22 @@ pub fn check_lock(lock: &Lock, releases: &[Release]) -> Result<Vec<LockedChart>,
         Ok(out)
     } else {
         Err(LockError::Stale(problems))
+    }
+}
+
+/// `message` at the release's declaration (its chart entry, or its
+/// `version` value when `at_version`), where the user fixes it; at the lock
+/// file when the release was made in code.
+fn at_declaration(r: &Release, at_version: bool, message: String, lock_file: &Path) -> String {
+    match &r.declared {
+        Some(d) => {
+            let (pos, key) = match d.version.filter(|_| at_version) {
+                Some(p) => (p, format!("{}.version", d.path)),
+                None => (d.entry, d.path.clone()),
+            };
+            Located::new(&d.file, pos, &key, message).to_string()
+        }
+        None => format!("{}: {message}", lock_file.display()),
     }
 }
 
@@ -532,7 +615,10 @@ async fn resolve_release(
         ChartSource::Path(p) => {
             let full = dir.join(p);
             let (files, digest) = if full.is_dir() {
-                (read_chart_dir(&full).map_err(|e| resolve_err(r, e.to_string()))?, None)
+                (
+                    read_chart_dir(dir, Path::new(p)).map_err(|e| resolve_err(r, e.to_string()))?,
+                    None,
+                )
             } else {
                 let bytes = crate::reader::read_bytes(dir, Path::new(p), Path::new(p), &crate::reader::ARCHIVE_LIMIT)
                     .map_err(|e| resolve_err(r, format!("cannot read chart: {e}")))?;

@@ -182,7 +182,7 @@ pub fn read_locked_chart(dir: &Path, cache: &ChartCache, locked: &LockedChart) -
                 locked.release, locked.chart, locked.source
             )])));
         };
-        return read_chart_dir(&dir.join(path)).map_err(archive_err);
+        return read_chart_dir(dir, Path::new(path)).map_err(archive_err);
     };
     let bytes = cache
         .read(hex)

@@ -150,11 +150,6 @@ pub struct ValuesLayer {
 impl ValuesLayer {
     /// A layer from YAML text; `label` names it in messages.
     pub fn from_yaml(release: &str, label: &Path, text: &str) -> Result<ValuesLayer, ValuesError> {
-        let malformed = |message: String| ValuesError::Malformed {
-            release: release.into(),
-            file: label.to_path_buf(),
-            message,
-        };
         let located = |error: Located| ValuesError::Located {
             release: release.into(),
             error,
@@ -170,9 +165,14 @@ impl ValuesLayer {
             Value::Null => Value::Object(Map::new()),
             Value::Object(m) => Value::Object(m),
             other => {
-                return Err(malformed(format!(
-                    "the top level must be a mapping, not {}",
-                    kind(&other)
+                return Err(located(Located::new(
+                    label,
+                    crate::reader::first_content(text),
+                    "",
+                    format!(
+                        "the top level must be a mapping of values (key: value), not {}",
+                        kind(&other)
+                    ),
                 )))
             }
         };

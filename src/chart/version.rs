@@ -48,6 +48,7 @@ impl Constraint {
             let explicit: Vec<String> = normalized
                 .split(", ")
                 .filter(|p| !p.is_empty())
+                .map(pad_prerelease)
                 .map(|p| {
                     if p.starts_with(|ch: char| ch.is_ascii_digit()) && !p.contains(['x', 'X', '*']) {
                         format!("={p}")
@@ -79,6 +80,24 @@ impl Constraint {
             set.iter().all(|c| comparator_matches(c, v))
         })
     }
+}
+
+/// `>= 1.16-0` is `>=1.16.0-0` to Masterminds semver (Helm), which pads a
+/// partial version that carries a pre-release; the semver crate refuses a
+/// pre-release after a partial version. aws-node-termination-handler 0.27.6's
+/// `kubeVersion` is `>= 1.16-0`.
+fn pad_prerelease(p: &str) -> String {
+    let start = p.find(|ch: char| ch.is_ascii_digit()).unwrap_or(p.len());
+    let (op, version) = p.split_at(start);
+    let Some(dash) = version.find('-') else {
+        return p.to_string();
+    };
+    let (core, pre) = version.split_at(dash);
+    let parts = core.split('.').count();
+    if parts >= 3 || !core.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return p.to_string();
+    }
+    format!("{op}{core}{}{pre}", ".0".repeat(3 - parts))
 }
 
 fn comparator_matches(c: &Comparator, v: &Version) -> bool {
@@ -209,6 +228,17 @@ mod tests {
 
     fn pick(list: &[&str], wanted: Option<&str>) -> Result<String, ResolveFailure> {
         pick_version(list, wanted).map(|i| list[i].to_string())
+    }
+
+    /// A partial version with a pre-release, as aws-node-termination-handler's
+    /// `kubeVersion: ">= 1.16-0"` (Masterminds pads it to 1.16.0-0).
+    #[test]
+    fn partial_version_with_prerelease_is_padded() {
+        assert_eq!(version_satisfies("1.35", ">= 1.16-0"), Ok(true));
+        assert_eq!(version_satisfies("1.35.2", ">=1.16-0"), Ok(true));
+        assert_eq!(version_satisfies("1.15.9", ">= 1.16-0"), Ok(false));
+        assert_eq!(version_satisfies("1.16.0", ">=1-0 <1.17-0"), Ok(true));
+        assert_eq!(pad_prerelease(">=1.17.0-0"), ">=1.17.0-0");
     }
 
     const LIST: &[&str] = &[

@@ -35,9 +35,11 @@ pub struct WaitArgs {
     /// Follow the stack and the addons until they are done or failed
     #[arg(long)]
     pub wait: bool,
-    /// Give up waiting after this long (the stack is left as it is), e.g. 45m, 1h30m
-    #[arg(long, default_value = "45m", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: Duration,
+    /// Give up waiting after this long (the stack is left as it is), e.g. 45m,
+    /// 1h30m. Default: until CloudFormation ends the operation, which bounds
+    /// every resource it waits on by its rendered timeout
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -3,6 +3,7 @@
 
 mod backups;
 mod charts;
+mod completions;
 mod confirm;
 mod deploy_args;
 mod destroy;
@@ -54,6 +55,43 @@ pub struct GlobalOptions {
     /// Run no plugin hooks (render, up, update, destroy)
     #[arg(long, global = true)]
     pub no_hooks: bool,
+    /// How long render, up and update wait for another of them to release
+    /// the work tree (<dir>/.kube-aws.lock) before giving up
+    #[arg(long, global = true, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_timeout: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration (for example \"30s\" or \"10m\"): {e}"))
+}
+
+/// Takes the work tree's lock for `command` (`render`, `up`, `update`) for
+/// as long as the returned guard lives; says on stderr whom it waits for.
+pub(crate) fn lock_work_tree(
+    global: &GlobalOptions,
+    command: &str,
+) -> anyhow::Result<Option<crate::fsutil::WorkTreeLock>> {
+    let path = global.dir.join(crate::fsutil::LOCK_FILE);
+    let lock = crate::fsutil::lock_work_tree(
+        &global.dir,
+        &format!("kube-aws {command}"),
+        global.lock_timeout,
+        |holder| {
+            eprintln!(
+                "waiting for the work tree's lock {}: it is held by {holder} (up to {}; --lock-timeout changes it)",
+                path.display(),
+                humantime::format_duration(global.lock_timeout)
+            )
+        },
+    )?;
+    if lock.is_none() && global.dir.is_dir() {
+        eprintln!(
+            "warning: cannot lock the work tree ({} is not writable, or its file system has no flock): \
+             another render, up or update of it may run at the same time",
+            path.display()
+        );
+    }
+    Ok(lock)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -96,6 +134,8 @@ pub enum Command {
     Backups(backups::BackupsArgs),
     /// Rotate a cluster credential now: `rotate bootstrap-token`
     Rotate(rotate::RotateArgs),
+    /// Print a shell completion script (bash, zsh or fish), plugin commands included
+    Completions(completions::CompletionsArgs),
     /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -186,6 +226,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
         Command::Backups(args) => backups::run(&cli.global, args),
         Command::Rotate(args) => rotate::run(&cli.global, args),
+        Command::Completions(args) => completions::run(&cli.global, args),
         Command::External(argv) => external(&cli.global, argv),
     }
 }

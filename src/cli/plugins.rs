@@ -33,6 +33,21 @@ fn enabled(global: &GlobalOptions, defs: &[PluginDef]) -> anyhow::Result<Vec<boo
 /// The `--help` section listing plugin commands and `kube-aws-*` programs on
 /// PATH; None when there are none. Never fails: a broken work tree shows less.
 pub(super) fn commands_help(dir: &Path, builtins: &[String]) -> Option<String> {
+    let rows = external_commands(dir, builtins);
+    if rows.is_empty() {
+        return None;
+    }
+    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::from("Plugin commands:\n");
+    for (name, what) in rows {
+        out.push_str(&format!("  {name:<w$}  {what}\n"));
+    }
+    Some(out)
+}
+
+/// The plugin commands of work tree `dir` and the `kube-aws-*` programs on
+/// PATH, by name, with what each is; never fails (a broken tree shows less).
+pub(super) fn external_commands(dir: &Path, builtins: &[String]) -> Vec<(String, String)> {
     let defs = discover(dir).unwrap_or_default();
     let on = crate::plugin::exec::enabled(dir, &defs)
         .unwrap_or_else(|_| defs.iter().map(|d| d.manifest.enabled_by_default).collect());
@@ -54,15 +69,7 @@ pub(super) fn commands_help(dir: &Path, builtins: &[String]) -> Option<String> {
             rows.push((name, format!("{} on PATH", path.display())));
         }
     }
-    if rows.is_empty() {
-        return None;
-    }
-    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    let mut out = String::from("Plugin commands:\n");
-    for (name, what) in rows {
-        out.push_str(&format!("  {name:<w$}  {what}\n"));
-    }
-    Some(out)
+    rows
 }
 
 pub fn run(global: &GlobalOptions, args: PluginsArgs) -> anyhow::Result<()> {

@@ -20,6 +20,7 @@ pub struct RenderArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
+    let _lock = super::lock_work_tree(global, "render")?;
     let dir = args.output_dir.unwrap_or_else(|| global.dir.join("rendered"));
     let cluster = crate::config::load_cluster(&global.dir)?;
     hooks(global, &cluster, Step::Render, When::Pre, &dir, None)?;

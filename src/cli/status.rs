@@ -34,7 +34,7 @@ pub fn run(global: &GlobalOptions, args: StatusArgs) -> anyhow::Result<()> {
                     op,
                     &location,
                     &addons,
-                    Some(args.wait.timeout),
+                    args.wait.timeout,
                     &mut ProgressView::for_stderr(),
                 )
                 .await;

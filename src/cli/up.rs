@@ -25,6 +25,7 @@ pub struct UpArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
+    let _lock = super::lock_work_tree(global, "up")?;
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);

@@ -5,6 +5,7 @@ use super::confirm::confirm;
 use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
 use super::progress_view::ProgressView;
 use super::{hooks, stack_outputs, GlobalOptions};
+use crate::aws::autoscaler;
 use crate::aws::connect;
 use crate::aws::deploy::{self, UpdatePlan};
 use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
@@ -31,6 +32,7 @@ pub struct UpdateArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
+    let _lock = super::lock_work_tree(global, "update")?;
     let cluster = load_cluster(&global.dir)?;
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);
@@ -50,7 +52,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }
-        let (published, change_set, stack_id, changed_parameters, uninstalls) = match plan {
+        let (published, change_set, stack_id, changed_parameters, uninstalls, version) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
                 return Ok::<_, anyhow::Error>(None);
@@ -61,9 +63,16 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 stack_id,
                 changed_parameters,
                 uninstalls,
-            } => (published, change_set, stack_id, changed_parameters, uninstalls),
+                version,
+            } => (published, change_set, stack_id, changed_parameters, uninstalls, version),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
+        if let Some(v) = &version {
+            let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
+            if let Some(line) = v.order(cfg, &addons) {
+                println!("upgrade: {line}");
+            }
+        }
         print!("{}", format_changes(&change_set.changes));
         if !changed_parameters.is_empty() {
             println!("parameters changed: {}", changed_parameters.join(", "));
@@ -89,10 +98,40 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             println!("not applied; the stack is unchanged");
             return Ok(None);
         }
-        execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
+        // The cluster-autoscaler is paused for the roll and put back however
+        // the wait ends (src/aws/autoscaler.rs); without --wait nothing could
+        // put it back, so it is left alone.
+        let autoscaled = published
+            .addons
+            .iter()
+            .any(|a| a.release == autoscaler::AUTOSCALER_DEPLOYMENT);
+        let paused = if autoscaled && args.wait.wait {
+            match autoscaler::pause_for_update(&clients, cfg, args.wait.timeout).await {
+                Ok((api, p)) => {
+                    if let Some(n) = p.replicas.filter(|n| *n > 0) {
+                        println!("cluster-autoscaler paused (0 of {n} replicas) until the update ends");
+                    }
+                    Some((api, p))
+                }
+                Err(e) => {
+                    eprintln!("warning: cluster-autoscaler not paused, it may scale the groups during the roll: {e}");
+                    None
+                }
+            }
+        } else {
+            if autoscaled {
+                eprintln!("warning: cluster-autoscaler not paused: only `update --wait` can put it back afterwards");
+            }
+            None
+        };
+        let executed = execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await;
+        if executed.is_err() || !args.wait.wait {
+            resume_autoscaler(paused.as_ref()).await;
+        }
+        executed?;
         println!("updating stack {:?}", cfg.cluster_name);
         if args.wait.wait {
-            let addons = deploy::follow_published(
+            let followed = deploy::follow_published(
                 &clients,
                 &stack_id,
                 Operation::Update,
@@ -100,7 +139,9 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 args.wait.timeout,
                 &mut ProgressView::for_stderr(),
             )
-            .await?;
+            .await;
+            resume_autoscaler(paused.as_ref()).await;
+            let addons = followed?;
             println!("stack {:?} is UPDATE_COMPLETE; {addons}", cfg.cluster_name);
             Ok(Some(stack_outputs(&clients, &cfg.cluster_name).await?))
         } else {
@@ -119,5 +160,24 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             outputs.as_ref(),
         ),
         None => Ok(()),
+    }
+}
+
+/// Puts the autoscaler's replicas back; a failure is reported with the fix,
+/// never hidden.
+async fn resume_autoscaler(paused: Option<&(autoscaler::ScaleClient, autoscaler::Paused)>) {
+    let Some((api, p)) = paused else { return };
+    match autoscaler::resume(api, p).await {
+        Ok(()) => {
+            if let Some(n) = p.replicas.filter(|n| *n > 0) {
+                println!("cluster-autoscaler resumed ({n} replicas)");
+            }
+        }
+        Err(e) => eprintln!(
+            "error: cluster-autoscaler is still paused: {e}; scale it back with `kubectl -n {} scale deployment {} --replicas={}`",
+            autoscaler::AUTOSCALER_NAMESPACE,
+            autoscaler::AUTOSCALER_DEPLOYMENT,
+            p.replicas.unwrap_or(1)
+        ),
     }
 }

@@ -11,6 +11,12 @@ pub struct ValidateArgs {
     /// Chart cache directory (default: $XDG_CACHE_HOME/kube-aws/charts)
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Also check kubernetesVersion against the version the live stack
+    /// records (reads the stack: no skipped minor, no downgrade, a known patch)
+    #[arg(long)]
+    pub stack: bool,
+    #[command(flatten)]
+    pub aws: super::deploy_args::AwsArgs,
 }
 
 pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
@@ -28,6 +34,11 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
     if !refused.is_empty() {
         return Err(crate::plugin::exec::ExecError::Invalid(crate::located::Diagnostics::sorted(refused)).into());
     }
+    let version = if args.stack {
+        Some(stack_version(cfg_of(&p), &args.aws)?)
+    } else {
+        None
+    };
     let stubs = render::stub_sizes(&rendered);
     let templates = render::template_sizes(&rendered);
     let cluster = &p.releases.cluster;
@@ -44,6 +55,7 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
             "notFetched": p.not_fetched,
             "stubs": stubs,
             "templates": templates,
+            "stackVersion": version,
         })),
         OutputFormat::Text => {
             println!(
@@ -74,10 +86,37 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
                     p.not_fetched.join(", ")
                 );
             }
+            if let Some(v) = &version {
+                println!("{v}");
+            }
             for s in stubs.iter().chain(templates.iter()) {
                 println!("{}: {} bytes (limit {})", s.path, s.size, s.limit);
             }
             Ok(())
         }
     }
+}
+
+fn cfg_of(p: &crate::pipeline::Prepared) -> &crate::config::ClusterConfig {
+    &p.releases.cluster.config
+}
+
+/// `--stack`: the live stack's version record against cluster.yaml, in words.
+fn stack_version(cfg: &crate::config::ClusterConfig, aws: &super::deploy_args::AwsArgs) -> anyhow::Result<String> {
+    use crate::aws::update_order::{check_against_stack, StackVersion};
+    let found = super::deploy_args::runtime()?.block_on(async {
+        let clients = crate::aws::connect(&aws.options(), &cfg.region).await?;
+        check_against_stack(&clients, cfg).await
+    })?;
+    Ok(match found {
+        StackVersion::NoStack => format!("stack {:?}: none yet (nothing to upgrade)", cfg.cluster_name),
+        StackVersion::NotRecorded => format!(
+            "stack {:?} records no Kubernetes version (rendered by an older kube-aws): not checked",
+            cfg.cluster_name
+        ),
+        StackVersion::Move(m) => match m.describe() {
+            Some(line) => format!("stack {:?}: {line} is allowed", cfg.cluster_name),
+            None => format!("stack {:?}: runs Kubernetes {} (unchanged)", cfg.cluster_name, m.from),
+        },
+    })
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::model::ChartSpec;
 use super::resolve::{default_chart_name, ChartSource, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
-use super::rules::{check_version_constraint, name_problem, oci_reference_problem};
+use super::rules::{chart_name_problem, check_version_constraint, name_problem, oci_reference_problem};
 
 /// One thing wrong with a chart entry: the key under the entry (empty for
 /// the entry itself, e.g. `repo`) and the message.
@@ -91,6 +91,9 @@ pub fn chart_release(
             Err(why) => problem("path", why),
         }
     }
+    if let Some(why) = spec.chart.as_deref().and_then(chart_name_problem) {
+        problem("chart", why);
+    }
     if let Some(v) = &spec.version {
         if let Err(why) = check_version_constraint(v) {
             problem("version", format!("{v:?} is not a version or constraint: {why}"));
@@ -133,6 +136,7 @@ pub fn chart_release(
             create_namespace: spec.create_namespace.unwrap_or(true),
             bootstrap: spec.bootstrap,
             origin,
+            declared: None,
         }),
         _ => Err(problems),
     }

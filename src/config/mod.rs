@@ -6,6 +6,7 @@ mod cidr;
 mod graph;
 mod init;
 mod maxpods;
+mod mixed;
 mod model;
 mod reference;
 mod resolve;
@@ -24,16 +25,22 @@ pub use maxpods::{
     eni_limits, kubelet_max_pods, max_pods, max_pods_with_prefixes, vcpus, EniLimits, PodAddressing,
     FAMILIES as MAX_PODS_FAMILIES,
 };
+pub use mixed::{apply_instances_distribution, check_instances_distribution, pool_max_pods};
 pub use model::*;
 pub use reference::{cluster_reference, schema_markdown};
-pub use resolve::{default_chart_name, ChartSource, Cluster, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+pub use resolve::{
+    default_chart_name, ChartSource, Cluster, Declared, Origin, Release, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT,
+};
 pub use rules::{
     check_flag_value, check_label_value, check_qualified_name, check_version_constraint, is_ami_id, is_dns_label,
     is_dns_subdomain, is_region, name_problem, normalize_constraint, oci_reference_problem, parse_s3_uri,
     BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN,
 };
 pub use security::{Certificates, PodSecurity, POD_SECURITY_LEVELS};
-pub use versions::{minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, DEFAULT_MINOR, RELEASES};
+pub use versions::{
+    allowed_next, check_upgrade, minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, VersionChange,
+    DEFAULT_MINOR, RELEASES,
+};
 
 use crate::located::{parse_yaml, Diagnostics};
 
@@ -71,9 +78,11 @@ pub fn load_cluster(dir: &Path) -> Result<Cluster, ConfigError> {
 
 /// Parses, resolves and validates cluster.yaml text; `file` is used in messages.
 pub fn parse_cluster(dir: &Path, file: &Path, text: &str) -> Result<Cluster, ConfigError> {
-    let (config, source): (ClusterConfig, _) = parse_yaml(file, text).map_err(|e| ConfigError::Invalid(e.into()))?;
+    let (mut config, source): (ClusterConfig, _) =
+        parse_yaml(file, text).map_err(|e| ConfigError::Invalid(e.into()))?;
     let releases = validate::validate(file, dir, &config, &source)
         .map_err(|errors| ConfigError::Invalid(Diagnostics::sorted(errors)))?;
+    apply_instances_distribution(&mut config);
     Ok(Cluster {
         dir: dir.to_path_buf(),
         file: file.to_path_buf(),

@@ -287,13 +287,32 @@ pub struct AmiPerArchitecture {
 }
 
 /// etcd on the controllers.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Etcd {
     /// Snapshots of etcd to `s3URI/<clusterName>/etcd/`, written by the etcd
     /// leader, SSE-KMS with kmsKeyARN.
     #[serde(default)]
     pub backup: EtcdBackup,
+    /// etcd's `--quota-backend-bytes`: past it etcd raises NOSPACE and takes
+    /// only reads and deletes (default 8 GiB, etcd's suggested maximum;
+    /// 256 MiB to 64 GiB). Set at `kubeadm init` (restore included): members
+    /// of a running cluster keep the quota they started with.
+    #[serde(default = "default_quota_backend_bytes")]
+    pub quota_backend_bytes: u64,
+}
+
+fn default_quota_backend_bytes() -> u64 {
+    8 * 1024 * 1024 * 1024
+}
+
+impl Default for Etcd {
+    fn default() -> Self {
+        Etcd {
+            backup: EtcdBackup::default(),
+            quota_backend_bytes: default_quota_backend_bytes(),
+        }
+    }
 }
 
 /// How often etcd is snapshotted, and how many snapshots are kept.
@@ -304,16 +323,39 @@ pub struct EtcdBackup {
     /// Also the most data a restore can lose.
     #[serde(default = "default_backup_interval")]
     pub interval: String,
-    /// How many snapshots are kept; the oldest beyond it are deleted (1 to 1000, default 24).
-    #[serde(default = "default_backup_retention")]
-    pub retention: u32,
+    /// How long snapshots are kept, by S3 lifecycle rules on the bucket
+    /// (`up` and `update` set them; no node can delete a snapshot).
+    #[serde(default)]
+    pub retention: EtcdRetention,
 }
 
 impl Default for EtcdBackup {
     fn default() -> Self {
         EtcdBackup {
             interval: default_backup_interval(),
-            retention: default_backup_retention(),
+            retention: EtcdRetention::default(),
+        }
+    }
+}
+
+/// The two tiers of snapshots: every snapshot under `etcd/hourly/`, one a
+/// day also under `etcd/daily/`; each prefix expires by its own lifecycle rule.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdRetention {
+    /// Days an hourly (every `interval`) snapshot is kept (1 to 365, default 7).
+    #[serde(default = "default_hourly_days")]
+    pub hourly_days: u32,
+    /// Days a daily snapshot is kept (1 to 3650, default 90).
+    #[serde(default = "default_daily_days")]
+    pub daily_days: u32,
+}
+
+impl Default for EtcdRetention {
+    fn default() -> Self {
+        EtcdRetention {
+            hourly_days: default_hourly_days(),
+            daily_days: default_daily_days(),
         }
     }
 }
@@ -321,8 +363,11 @@ impl Default for EtcdBackup {
 fn default_backup_interval() -> String {
     "1h".into()
 }
-fn default_backup_retention() -> u32 {
-    24
+fn default_hourly_days() -> u32 {
+    7
+}
+fn default_daily_days() -> u32 {
+    90
 }
 
 /// Worker settings.
@@ -372,6 +417,54 @@ pub struct NodePool {
     /// Plugin parameter overrides for this pool's scope.
     #[serde(default)]
     pub plugins: IndexMap<String, PluginSettings>,
+    /// Several instance types and a spot/on-demand split, rendered as the
+    /// group's MixedInstancesPolicy (eksctl's `instancesDistribution`). The
+    /// types replace `instanceType`; the first is the launch template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances_distribution: Option<InstancesDistribution>,
+}
+
+/// A pool's instance types and how its capacity splits between on-demand and
+/// spot (AWS::AutoScaling::AutoScalingGroup InstancesDistribution).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstancesDistribution {
+    /// Two or more instance types of one architecture, of similar size (the
+    /// autoscaler sizes the group by the first).
+    pub instance_types: Vec<String>,
+    /// Instances that are always on-demand, before any spot.
+    #[serde(default)]
+    pub on_demand_base_capacity: u32,
+    /// The on-demand share (0 to 100) above the base; 0 is all spot.
+    #[serde(default)]
+    pub on_demand_percentage_above_base_capacity: u32,
+    /// How spot capacity is chosen.
+    #[serde(default)]
+    pub spot_allocation_strategy: SpotAllocationStrategy,
+    /// Replace a spot instance on a rebalance recommendation, before its interruption.
+    #[serde(default = "yes")]
+    pub capacity_rebalance: bool,
+}
+
+/// The spot allocation strategies EC2 Auto Scaling offers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpotAllocationStrategy {
+    /// AWS's recommendation: the lowest-priced pools among those least likely to be interrupted.
+    #[default]
+    PriceCapacityOptimized,
+    CapacityOptimized,
+    LowestPrice,
+}
+
+impl SpotAllocationStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpotAllocationStrategy::PriceCapacityOptimized => "price-capacity-optimized",
+            SpotAllocationStrategy::CapacityOptimized => "capacity-optimized",
+            SpotAllocationStrategy::LowestPrice => "lowest-price",
+        }
+    }
 }
 
 /// A node taint.

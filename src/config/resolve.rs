@@ -30,6 +30,31 @@ pub enum Origin {
     Plugin { plugin: String, index: usize },
 }
 
+/// Where a release is declared (cluster.yaml's `charts[i]`, a plugin.yaml's
+/// `spec.charts[i]`), for the errors the user fixes there: a chart that is
+/// not locked, a locked version its constraint no longer matches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Declared {
+    pub file: PathBuf,
+    /// The entry's key path.
+    pub path: String,
+    pub entry: crate::located::Pos,
+    /// The `version` value, when the entry sets one.
+    pub version: Option<crate::located::Pos>,
+}
+
+impl Declared {
+    /// Where `file` declares the entry at `path`, from its source map.
+    pub fn at(file: &std::path::Path, map: &SourceMap, path: &str) -> Self {
+        Declared {
+            file: file.to_path_buf(),
+            path: path.to_string(),
+            entry: map.locate(path),
+            version: map.value(&format!("{path}.version")),
+        }
+    }
+}
+
 /// One Helm release, resolved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Release {
@@ -48,6 +73,9 @@ pub struct Release {
     pub create_namespace: bool,
     pub bootstrap: bool,
     pub origin: Origin,
+    /// Where it is declared; None for releases made in code (tests).
+    #[serde(skip)]
+    pub declared: Option<Declared>,
 }
 
 mod duration_secs {

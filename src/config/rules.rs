@@ -223,6 +223,84 @@ pub fn normalize_constraint(c: &str) -> String {
 pub const BACKUP_INTERVAL_MIN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 pub const BACKUP_INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// Why `t` cannot be an EC2 instance type, with the nearest type of the
+/// max-pods table suggested, or None. The shape is `family.size`: a family of
+/// lowercase letters, digits and `-` with a generation digit (`m5`, `c7gn`,
+/// `u-6tb1`), and a size (`nano` … `xlarge`, `Nxlarge`, `metal`,
+/// `metal-Nxl`), as in https://docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html.
+/// A type of that shape the table lacks is accepted (maxPods then says more).
+pub fn instance_type_problem(t: &str) -> Option<String> {
+    static SHAPE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^[a-z][a-z0-9-]{0,15}\.(nano|micro|small|medium|large|[0-9]{0,3}xlarge|metal|metal-[0-9]{1,3}xl)$")
+            .expect("valid regex")
+    });
+    let family_has_digit = t
+        .split('.')
+        .next()
+        .is_some_and(|f| f.chars().any(|c| c.is_ascii_digit()));
+    if t.len() <= 32 && SHAPE.is_match(t) && family_has_digit {
+        return None;
+    }
+    let known: Vec<String> = super::maxpods::FAMILIES
+        .iter()
+        .flat_map(|(f, sizes)| sizes.iter().map(move |s| format!("{f}.{s}")))
+        .collect();
+    // A family alone (`m5`): its usual size.
+    let family_only = super::maxpods::FAMILIES
+        .iter()
+        .find(|(f, _)| *f == t)
+        .map(|(f, sizes)| {
+            let size = sizes
+                .iter()
+                .find(|s| **s == "large")
+                .or(sizes.first())
+                .copied()
+                .unwrap_or("large");
+            format!("{f}.{size}")
+        });
+    let hint = match family_only.or_else(|| crate::located::closest(t, &known)) {
+        Some(best) => format!(" (did you mean {best:?}?)"),
+        None => " (for example \"m5.large\" or \"c7g.2xlarge\")".to_string(),
+    };
+    Some(format!(
+        "{t:?} is not an EC2 instance type (a family and a size, family.size){hint}"
+    ))
+}
+
+/// Why `c` cannot be a chart's name, with the nearest name that can be, or
+/// None: letters, digits, `.`, `_` and `-`, starting with a letter or digit,
+/// at most 250 characters (helm's own rule for chart names,
+/// pkg/chartutil/create.go `chartName` in helm/helm v3; pkg/chart/metadata.go
+/// refuses path separators, `.` and `..`).
+pub fn chart_name_problem(c: &str) -> Option<String> {
+    static SHAPE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,249}$").expect("valid regex"));
+    if SHAPE.is_match(c) {
+        return None;
+    }
+    let mut near = String::new();
+    for ch in c.chars() {
+        if ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | '-') {
+            near.push(ch);
+        } else if !near.ends_with('-') {
+            near.push('-');
+        }
+    }
+    let near: String = near
+        .trim_matches(|ch: char| !ch.is_ascii_alphanumeric())
+        .chars()
+        .take(250)
+        .collect();
+    let hint = if near.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean {near:?}?)")
+    };
+    Some(format!(
+        "{c:?} is not a chart name (letters, digits, '.', '_' and '-', starting with a letter or digit){hint}"
+    ))
+}
+
 /// An EC2 image ID: `ami-` and 8 (older) or 17 lowercase hex digits.
 pub fn is_ami_id(s: &str) -> bool {
     s.strip_prefix("ami-").is_some_and(|h| {

@@ -10,8 +10,9 @@ use super::graph::{GraphProblem, ReleaseGraph};
 use super::model::{is_arm64, AmiSetting, ChartSpec, ClusterConfig};
 use super::resolve::{Origin, Release};
 use super::rules::{
-    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, is_ami_id, is_region,
-    name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID, VPC_ID,
+    check_issuer_url, check_label_value, check_qualified_name, controller_count_error, instance_type_problem,
+    is_ami_id, is_region, name_problem, parse_s3_uri, BACKUP_INTERVAL_MAX, BACKUP_INTERVAL_MIN, KMS_ARN, SUBNET_ID,
+    VPC_ID,
 };
 use crate::located::{Located, SourceMap};
 
@@ -329,10 +330,17 @@ impl Validator<'_> {
         if cfg.controller.max_pods == Some(0) {
             self.err("controller.maxPods", "0 pods leaves the node useless (use 1 or more)");
         }
+        if let Some(why) = instance_type_problem(&cfg.controller.instance_type) {
+            self.err("controller.instanceType", why);
+        }
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, pool) in cfg.worker.node_pools.iter().enumerate() {
             let base = format!("worker.nodePools[{i}]");
             self.name(&format!("{base}.name"), &pool.name, 40);
+            let instance_type_set = self.map.key(&format!("{base}.instanceType")).is_some();
+            for (path, message) in super::check_instances_distribution(pool, &base, instance_type_set) {
+                self.err(&path, message);
+            }
             if let Some(first) = seen.insert(pool.name.as_str(), i) {
                 self.err(
                     &format!("{base}.name"),
@@ -354,6 +362,9 @@ impl Validator<'_> {
                 (None, Some(_), None) => self.err(&format!("{base}.minSize"), "minSize needs maxSize"),
                 (None, None, Some(_)) => self.err(&format!("{base}.maxSize"), "maxSize needs minSize"),
                 _ => {}
+            }
+            if let Some(why) = instance_type_problem(&pool.instance_type) {
+                self.err(&format!("{base}.instanceType"), why);
             }
             if pool.root_volume_size < 8 {
                 self.err(
@@ -405,10 +416,31 @@ impl Validator<'_> {
             ),
             Ok(_) => {}
         }
-        if !(1..=1000).contains(&b.retention) {
+        let quota = cfg.etcd.quota_backend_bytes;
+        if !(256 * 1024 * 1024..=64 * 1024 * 1024 * 1024).contains(&quota) {
             self.err(
-                "etcd.backup.retention",
-                format!("{} snapshots: keep between 1 and 1000", b.retention),
+                "etcd.quotaBackendBytes",
+                format!(
+                    "{quota} bytes is outside 256 MiB (268435456) to 64 GiB (68719476736); etcd suggests at most 8 GiB"
+                ),
+            );
+        }
+        if !(1..=365).contains(&b.retention.hourly_days) {
+            self.err(
+                "etcd.backup.retention.hourlyDays",
+                format!(
+                    "{} days: keep hourly snapshots between 1 and 365 days",
+                    b.retention.hourly_days
+                ),
+            );
+        }
+        if !(1..=3650).contains(&b.retention.daily_days) {
+            self.err(
+                "etcd.backup.retention.dailyDays",
+                format!(
+                    "{} days: keep daily snapshots between 1 and 3650 days",
+                    b.retention.daily_days
+                ),
             );
         }
         let check = |v: &mut Self, path: &str, id: &str| {
@@ -481,7 +513,8 @@ impl Validator<'_> {
             let problems = match chart_release(c, Origin::Cluster { index: i }, values_files, |p| {
                 work_tree_chart(dir, p)
             }) {
-                Ok(r) => {
+                Ok(mut r) => {
+                    r.declared = Some(super::resolve::Declared::at(self.file, self.map, &base));
                     releases.push(r);
                     Vec::new()
                 }

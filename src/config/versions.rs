@@ -33,6 +33,10 @@ pub struct K8sRelease {
     pub cluster_autoscaler: &'static str,
     /// aws-cloud-controller-manager image tag for this minor.
     pub cloud_controller_manager: &'static str,
+    /// Every patch of this minor a cluster may run (cluster.yaml may name
+    /// one), oldest first; `default_patch` is the newest.
+    #[serde(skip)]
+    pub patches: &'static [&'static str],
 }
 
 /// Supported minors, oldest first.
@@ -42,18 +46,21 @@ pub const RELEASES: &[K8sRelease] = &[
         default_patch: "1.35.4",
         cluster_autoscaler: "v1.35.0",
         cloud_controller_manager: "v1.35.3",
+        patches: &["1.35.4"],
     },
     K8sRelease {
         minor: "1.36",
         default_patch: "1.36.3",
         cluster_autoscaler: "v1.36.0",
         cloud_controller_manager: "v1.36.2",
+        patches: &["1.36.1", "1.36.3"],
     },
     K8sRelease {
         minor: "1.37",
         default_patch: "1.37.2",
         cluster_autoscaler: "v1.37.0",
         cloud_controller_manager: "v1.37.1",
+        patches: &["1.37.2"],
     },
 ];
 
@@ -99,11 +106,111 @@ pub fn resolve_version(s: &str) -> Result<K8sVersion, String> {
         Some(p) => format!("{minor}.{}", p.parse::<u32>().unwrap_or(0)),
         None => release.default_patch.to_string(),
     };
+    if !release.patches.contains(&version.as_str()) {
+        return Err(format!(
+            "Kubernetes {version} is not in kube-aws's version table (known {minor} patches: {}; use \"{minor}\" for {})",
+            release.patches.join(", "),
+            release.default_patch
+        ));
+    }
     Ok(K8sVersion {
         minor,
         version,
         release: *release,
     })
+}
+
+/// What moving a running cluster to a new `kubernetesVersion` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum VersionChange {
+    /// The same version: nothing to upgrade.
+    Same,
+    /// A newer patch of the same minor.
+    Patch,
+    /// The next minor.
+    Minor,
+}
+
+/// `1.35.4` as numbers; None when it is not `MAJOR.MINOR.PATCH`.
+fn triple(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().ok());
+    let t = (it.next()??, it.next()??, it.next()??);
+    it.next().is_none().then_some(t)
+}
+
+/// The versions of the table a cluster running `running` may move to next,
+/// oldest first: a newer patch of its minor, or a patch of the next minor
+/// (kubeadm upgrades one minor at a time:
+/// <https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/>,
+/// "Skipping MINOR versions when upgrading is unsupported").
+pub fn allowed_next(running: &str) -> Vec<&'static str> {
+    let Some((major, minor, patch)) = triple(running) else {
+        return Vec::new();
+    };
+    RELEASES
+        .iter()
+        .flat_map(|r| r.patches.iter().copied())
+        .filter(|v| match triple(v) {
+            Some((a, b, c)) => a == major && ((b == minor && c > patch) || b == minor + 1),
+            None => false,
+        })
+        .collect()
+}
+
+fn allowed_text(running: &str) -> String {
+    match allowed_next(running) {
+        v if v.is_empty() => {
+            format!("none: {running} is the newest version kube-aws knows; keep kubernetesVersion at it")
+        }
+        v => v.join(", "),
+    }
+}
+
+/// Whether a cluster running `running` (the version its stack records) may
+/// move to `target` (cluster.yaml's `kubernetesVersion`, `1.36` or `1.36.3`):
+/// the same version, a newer patch in the table, or a patch of the next
+/// minor. A downgrade, a skipped minor and a patch the table does not list
+/// are refused, naming the versions allowed next. A downgrade is never safe:
+/// etcd's data written by a newer control plane is not read by an older one
+/// (the version skew policy allows no older API server after an upgrade,
+/// <https://kubernetes.io/releases/version-skew-policy/#kube-apiserver>).
+pub fn check_upgrade(running: &str, target: &str) -> Result<(VersionChange, K8sVersion), String> {
+    let want = resolve_version(target).map_err(|why| {
+        format!(
+            "{why}; the cluster runs {running}: allowed next versions: {}",
+            allowed_text(running)
+        )
+    })?;
+    let (Some(from), Some(to)) = (triple(running), triple(&want.version)) else {
+        return Err(format!(
+            "the cluster's recorded version {running:?} is not MAJOR.MINOR.PATCH"
+        ));
+    };
+    let same = |what: &str| format!("{what}; allowed next versions: {}", allowed_text(running));
+    if to < from {
+        return Err(same(&format!(
+            "{target:?} ({}) is older than the running {running}: kube-aws never downgrades \
+             (an older control plane must not run over etcd data a newer one wrote)",
+            want.version
+        )));
+    }
+    if to == from {
+        return Ok((VersionChange::Same, want));
+    }
+    if from.0 != to.0 || to.1 > from.1 + 1 {
+        return Err(same(&format!(
+            "{target:?} ({}) skips a minor: the cluster runs {running}, and kubeadm upgrades \
+             one minor at a time",
+            want.version
+        )));
+    }
+    let change = if to.1 == from.1 {
+        VersionChange::Patch
+    } else {
+        VersionChange::Minor
+    };
+    Ok((change, want))
 }
 
 /// The minor of a version string such as `v1.35.0` or `1.35`, if it has one.
@@ -155,6 +262,51 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn patches_outside_the_table_are_refused() {
+        let e = resolve_version("1.36.2").unwrap_err();
+        assert!(
+            e.contains("1.36.2 is not in kube-aws's version table") && e.contains("1.36.1, 1.36.3"),
+            "{e}"
+        );
+        for r in RELEASES {
+            assert_eq!(r.patches.last(), Some(&r.default_patch), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn upgrades_go_one_minor_at_a_time_and_never_back() {
+        assert_eq!(check_upgrade("1.35.4", "1.35").unwrap().0, VersionChange::Same);
+        assert_eq!(check_upgrade("1.36.1", "1.36").unwrap().0, VersionChange::Patch);
+        let (c, v) = check_upgrade("1.35.4", "1.36").unwrap();
+        assert_eq!((c, v.version.as_str()), (VersionChange::Minor, "1.36.3"));
+        assert_eq!(check_upgrade("1.35.4", "1.36.1").unwrap().0, VersionChange::Minor);
+        assert_eq!(allowed_next("1.35.4"), ["1.36.1", "1.36.3"]);
+        assert_eq!(allowed_next("1.36.1"), ["1.36.3", "1.37.2"]);
+        assert!(allowed_next("1.37.2").is_empty());
+
+        let skip = check_upgrade("1.35.4", "1.37").unwrap_err();
+        assert!(
+            skip.contains("skips a minor") && skip.ends_with("allowed next versions: 1.36.1, 1.36.3"),
+            "{skip}"
+        );
+        let down = check_upgrade("1.36.3", "1.35").unwrap_err();
+        assert!(
+            down.contains("never downgrades") && down.ends_with("allowed next versions: 1.37.2"),
+            "{down}"
+        );
+        let down = check_upgrade("1.36.3", "1.36.1").unwrap_err();
+        assert!(down.contains("older than the running 1.36.3"), "{down}");
+        let unknown = check_upgrade("1.35.4", "1.36.9").unwrap_err();
+        assert!(
+            unknown.contains("1.36.9 is not in kube-aws's version table")
+                && unknown.ends_with("allowed next versions: 1.36.1, 1.36.3"),
+            "{unknown}"
+        );
+        let newest = check_upgrade("1.37.2", "1.36").unwrap_err();
+        assert!(newest.contains("none: 1.37.2 is the newest"), "{newest}");
     }
 
     #[test]

@@ -193,6 +193,11 @@ pub fn work_tree(dir: &Path) -> Result<Vec<PluginDef>, PluginError> {
     if !plugins_dir.is_dir() {
         return Ok(Vec::new());
     }
+    // A symlinked plugins/ or plugin directory must stay inside the work tree,
+    // like every file read from it (the one rule in reader.rs).
+    let shown_plugins = crate::config::display_path(dir, "plugins");
+    crate::reader::check_dir_inside(dir, &plugins_dir, &shown_plugins)
+        .map_err(|l| PluginError::Invalid(Diagnostics::sorted(vec![l])))?;
     let entries = std::fs::read_dir(&plugins_dir).map_err(|source| PluginError::Read {
         path: plugins_dir.clone(),
         source,
@@ -210,7 +215,11 @@ pub fn work_tree(dir: &Path) -> Result<Vec<PluginDef>, PluginError> {
         if dir_name.starts_with('.') {
             continue;
         }
-        let display_dir = crate::config::display_path(dir, "plugins").join(&dir_name);
+        let display_dir = shown_plugins.join(&dir_name);
+        if let Err(l) = crate::reader::check_dir_inside(dir, &d, &display_dir) {
+            errors.push(l);
+            continue;
+        }
         let file = display_dir.join(MANIFEST_FILE);
         let text = match crate::reader::read_text(&d, Path::new(MANIFEST_FILE), &file, &crate::reader::TEXT_LIMIT) {
             Ok(t) => t,

@@ -16,7 +16,11 @@
 //! What can only be known while rendering is counted by calls kube-aws adds
 //! to the parsed template ([`instrument`]): the depth of macro calls
 //! ([`MAX_MACRO_DEPTH`]) and the number of macro calls plus loop iterations
-//! ([`MAX_STEPS`]). Rendering runs on a thread with a known stack
+//! ([`MAX_STEPS`]), and the size and depth of every value a template keeps
+//! (`set`, `set_global`, a macro's arguments: [`MAX_VALUE_BYTES`],
+//! [`MAX_VALUE_DEPTH`]), so a value doubled in a loop or through a recursive
+//! macro stops at the limit, not at the machine's memory; one tag can combine
+//! at most [`MAX_OPERATORS`] such values. Rendering runs on a thread with a known stack
 //! ([`crate::deep::STACK_SIZE`]),
 //! which these limits keep far from full (tests/it/hostile_parsers.rs renders
 //! at each limit).
@@ -38,6 +42,12 @@ pub const MAX_MACRO_DEPTH: usize = 64;
 pub const MAX_STEPS: usize = 100_000;
 /// Most items `range()` may produce.
 pub const MAX_RANGE: usize = 100_000;
+/// Most bytes of one value a template builds and keeps (`set`,
+/// `set_global`, a macro's arguments): strings by their length, lists and
+/// maps by the sum of their items (keys included, 8 bytes a number).
+pub const MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
+/// Most levels of lists and maps in one such value.
+pub const MAX_VALUE_DEPTH: usize = 64;
 /// Most bytes one rendered template may produce.
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 /// Stack kept free below the limits: a guard call that finds less left refuses.
@@ -49,6 +59,7 @@ pub const FUNCTIONS: &[&str] = &["range", "throw"];
 const ENTER: &str = "__kube_aws_enter";
 const LEAVE: &str = "__kube_aws_leave";
 const STEP: &str = "__kube_aws_step";
+const BOUND: &str = "__kube_aws_bound";
 
 /// A refusal at a byte offset of the template text.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +77,10 @@ pub struct Scan {
     pub top_loops: Vec<usize>,
     /// Offsets of `{% for` tags inside each macro, in order.
     pub macro_loops: HashMap<String, Vec<usize>>,
+    /// Offsets of `{% set` and `{% set_global` tags, in order, outside any macro.
+    pub top_sets: Vec<usize>,
+    /// Offsets of `{% set` and `{% set_global` tags inside each macro, in order.
+    pub macro_sets: HashMap<String, Vec<usize>>,
 }
 
 /// 1-based line and column of byte `offset` in `text`.
@@ -195,7 +210,12 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
         if kind != b'%' {
             continue;
         }
-        let Some(&(Tok::Ident(keyword), _)) = toks.first() else {
+        // `{%-` trims whitespace: the keyword follows the `-`.
+        let first = match toks.first() {
+            Some(&(Tok::Other, at)) if b[at] == b'-' => toks.get(1),
+            t => t,
+        };
+        let Some(&(Tok::Ident(keyword), _)) = first else {
             continue;
         };
         match keyword {
@@ -233,6 +253,10 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
                     }
                 }
             }
+            "set" | "set_global" => match &in_macro {
+                Some(m) => scan.macro_sets.entry(m.clone()).or_default().push(start),
+                None => scan.top_sets.push(start),
+            },
             "endif" | "endfor" | "endmacro" | "endfilter" | "endblock" => {
                 let closed = blocks.pop().map(|(k, _)| k);
                 if closed == Some("macro") {
@@ -316,6 +340,13 @@ pub enum Stop {
     /// More than [`MAX_STEPS`] macro calls and loop iterations; `offset` is
     /// the tag that took the last step.
     Steps { offset: usize },
+    /// A value over [`MAX_VALUE_BYTES`] or [`MAX_VALUE_DEPTH`], kept by the
+    /// `set` tag or passed to the macro (`macro_name`) at `offset`.
+    Value {
+        offset: usize,
+        macro_name: Option<String>,
+        why: String,
+    },
 }
 
 #[derive(Default)]
@@ -371,10 +402,61 @@ fn step(offset: usize) -> tera::Result<()> {
     Ok(())
 }
 
+/// Why `v` is over [`MAX_VALUE_BYTES`] or [`MAX_VALUE_DEPTH`], if it is;
+/// walks without recursion and stops at the first limit passed.
+pub fn value_problem(v: &Value) -> Option<String> {
+    let mut bytes = 0usize;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, depth)) = stack.pop() {
+        match v {
+            Value::String(s) => bytes += s.len(),
+            Value::Array(_) | Value::Object(_) if depth > MAX_VALUE_DEPTH => {
+                return Some(format!("nests lists and maps more than {MAX_VALUE_DEPTH} levels deep"))
+            }
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1))),
+            Value::Object(m) => {
+                for (k, i) in m {
+                    bytes += k.len();
+                    stack.push((i, depth + 1));
+                }
+            }
+            _ => bytes += 8,
+        }
+        if bytes > MAX_VALUE_BYTES {
+            return Some(format!("is larger than {MAX_VALUE_BYTES} bytes"));
+        }
+    }
+    None
+}
+
+/// The filter [`instrument`] puts after each `set` value.
+fn bound(v: &Value, args: &HashMap<String, Value>) -> tera::Result<Value> {
+    match value_problem(v) {
+        Some(why) => stop(Stop::Value {
+            offset: offset_arg(args),
+            macro_name: None,
+            why,
+        }),
+        None => Ok(v.clone()),
+    }
+}
+
 fn enter(args: &HashMap<String, Value>) -> tera::Result<Value> {
     let offset = offset_arg(args);
     step(offset)?;
     let macro_name = args.get("m").and_then(Value::as_str).unwrap_or("").to_string();
+    // The macro's arguments, passed as `v_<name>` (see `instrument`).
+    let mut passed: Vec<_> = args.iter().filter(|(k, _)| k.starts_with("v_")).collect();
+    passed.sort_by_key(|(k, _)| k.as_str());
+    for (k, v) in passed {
+        if let Some(why) = value_problem(v) {
+            return stop(Stop::Value {
+                offset,
+                macro_name: Some(macro_name),
+                why: format!("its argument `{}` {why}", &k[2..]),
+            });
+        }
+    }
     let (depth, base) = STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.depth += 1;
@@ -443,12 +525,12 @@ pub fn tera() -> tera::Tera {
     t.register_function(ENTER, enter);
     t.register_function(LEAVE, leave);
     t.register_function(STEP, loop_step);
+    t.register_filter(BOUND, bound);
     t
 }
 
-fn call(name: &str, args: &[(&str, Value)]) -> Node {
-    let args = args
-        .iter()
+fn call_args(args: &[(&str, Value)]) -> HashMap<String, Expr> {
+    args.iter()
         .map(|(k, v)| {
             let val = match v {
                 Value::String(s) => ExprVal::String(s.clone()),
@@ -456,7 +538,14 @@ fn call(name: &str, args: &[(&str, Value)]) -> Node {
             };
             (k.to_string(), Expr::new(val))
         })
-        .collect();
+        .collect()
+}
+
+fn call(name: &str, args: &[(&str, Value)]) -> Node {
+    call_with(name, call_args(args))
+}
+
+fn call_with(name: &str, args: HashMap<String, Expr>) -> Node {
     Node::VariableBlock(
         WS::default(),
         Expr::new(ExprVal::FunctionCall(FunctionCall {
@@ -466,54 +555,72 @@ fn call(name: &str, args: &[(&str, Value)]) -> Node {
     )
 }
 
+/// The offsets of a body's loop and set tags, in text order.
+struct Tags<L, S> {
+    loops: L,
+    sets: S,
+}
+
 /// Adds the counting calls to template `name` of `t`: each macro body starts
 /// with an enter call and ends with a leave call; each loop body starts with
-/// a step call. Calls carry the offset of their tag, from `scan`.
+/// a step call; each `set` value gets a bounding filter. Calls carry the
+/// offset of their tag, from `scan`; the enter call also carries the macro's
+/// arguments, to bound them.
 ///
 /// This edits tera's parsed template (`Tera::templates` and `tera::ast` are
 /// public but hidden from tera's docs); Cargo.lock pins tera, and the tests
 /// at the limits fail if a tera update changes them.
 pub fn instrument(t: &mut tera::Tera, name: &str, scan: &Scan) {
     let Some(tpl) = t.templates.get_mut(name) else { return };
-    let mut top = scan.top_loops.iter().copied();
+    let mut top = Tags {
+        loops: scan.top_loops.iter().copied(),
+        sets: scan.top_sets.iter().copied(),
+    };
     add_steps(&mut tpl.ast, &mut top);
     for (mname, def) in tpl.macros.iter_mut() {
         let at = scan.macros.get(mname).copied().unwrap_or(0);
-        let loops = scan.macro_loops.get(mname).cloned().unwrap_or_default();
-        let mut loops = loops.into_iter();
-        add_steps(&mut def.body, &mut loops);
-        def.body.insert(
-            0,
-            call(
-                ENTER,
-                &[("m", Value::String(mname.clone())), ("at", Value::from(at as u64))],
-            ),
-        );
+        let mut tags = Tags {
+            loops: scan.macro_loops.get(mname).cloned().unwrap_or_default().into_iter(),
+            sets: scan.macro_sets.get(mname).cloned().unwrap_or_default().into_iter(),
+        };
+        add_steps(&mut def.body, &mut tags);
+        let mut args = call_args(&[("m", Value::String(mname.clone())), ("at", Value::from(at as u64))]);
+        for name in def.args.keys() {
+            args.insert(format!("v_{name}"), Expr::new(ExprVal::Ident(name.clone())));
+        }
+        def.body.insert(0, call_with(ENTER, args));
         def.body.push(call(LEAVE, &[]));
     }
 }
 
-fn add_steps(body: &mut [Node], loops: &mut impl Iterator<Item = usize>) {
+fn add_steps<L: Iterator<Item = usize>, S: Iterator<Item = usize>>(body: &mut [Node], tags: &mut Tags<L, S>) {
     for node in body {
         match node {
             Node::Forloop(_, f, _) => {
-                let at = loops.next().unwrap_or(0);
-                add_steps(&mut f.body, loops);
+                let at = tags.loops.next().unwrap_or(0);
+                add_steps(&mut f.body, tags);
                 f.body.insert(0, call(STEP, &[("at", Value::from(at as u64))]));
                 if let Some(e) = &mut f.empty_body {
-                    add_steps(e, loops);
+                    add_steps(e, tags);
                 }
+            }
+            Node::Set(_, set) => {
+                let at = tags.sets.next().unwrap_or(0);
+                set.value.filters.push(FunctionCall {
+                    name: BOUND.to_string(),
+                    args: call_args(&[("at", Value::from(at as u64))]),
+                });
             }
             Node::If(i, _) => {
                 for (_, _, b) in &mut i.conditions {
-                    add_steps(b, loops);
+                    add_steps(b, tags);
                 }
                 if let Some((_, b)) = &mut i.otherwise {
-                    add_steps(b, loops);
+                    add_steps(b, tags);
                 }
             }
-            Node::FilterSection(_, f, _) => add_steps(&mut f.body, loops),
-            Node::Block(_, bl, _) => add_steps(&mut bl.body, loops),
+            Node::FilterSection(_, f, _) => add_steps(&mut f.body, tags),
+            Node::Block(_, bl, _) => add_steps(&mut bl.body, tags),
             _ => {}
         }
     }

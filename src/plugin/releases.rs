@@ -48,6 +48,7 @@ pub fn plugin_release(
         // The plugin's `set` is in its values layer, below the user's values/<release>.yaml.
         release: Release {
             set: serde_json::Map::new(),
+            declared: Some(crate::config::Declared::at(&def.file, &def.map, &base)),
             ..release?
         },
         values,

@@ -128,6 +128,25 @@ impl<'a> Renderer<'a> {
                     ),
                 ))
             }
+            Outcome::Stopped(guard::Stop::Value {
+                offset,
+                macro_name,
+                why,
+            }) => {
+                let what = match macro_name {
+                    Some(m) => format!("a call of macro `{m}`: {why}"),
+                    None => format!("the value this tag keeps {why}"),
+                };
+                return Err(fail(
+                    Some(guard::line_col(text, offset)),
+                    format!(
+                        "{what} (the limits for one value in a plugin template are {} bytes and {} levels; \
+                         a value doubled in a loop or a recursive macro?)",
+                        guard::MAX_VALUE_BYTES,
+                        guard::MAX_VALUE_DEPTH
+                    ),
+                ));
+            }
             Outcome::Failed(full) => full,
         };
         if full.contains(guard::OUTPUT_TOO_BIG) {

@@ -26,16 +26,23 @@ const CSR_APPROVER_SERVICE: &str = include_str!("templates/kube-aws-csr-approver
 const CSR_APPROVER_TIMER: &str = include_str!("templates/kube-aws-csr-approver.timer");
 const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.service");
 const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.timer");
+const ETCD_MAINTENANCE_SERVICE: &str = include_str!("templates/kube-aws-etcd-maintenance.service");
+const ETCD_MAINTENANCE_TIMER: &str = include_str!("templates/kube-aws-etcd-maintenance.timer");
 const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
 /// The controllers' etcd units, enabled (`--now`) with the plugin units, before
 /// kubeadm: each waits for etcd itself (the backup service's
 /// ConditionPathExists, the lifecycle watcher's checks).
-pub const ETCD_UNITS: &[&str] = &["kube-aws-etcd-backup.timer", "kube-aws-lifecycle.service"];
+pub const ETCD_UNITS: &[&str] = &[
+    "kube-aws-etcd-backup.timer",
+    "kube-aws-etcd-maintenance.timer",
+    "kube-aws-lifecycle.service",
+];
 /// Where the controllers' etcd tools read the name of their settings parameter.
 pub const ETCD_JSON: &str = "/etc/kube-aws/etcd.json";
 const MODULES_CONF: &str = include_str!("templates/modules.conf");
 const SYSCTL_CONF: &str = include_str!("templates/sysctl.conf");
 const UDEV_POLICY_ROUTES_MASK: &str = include_str!("templates/99-vpc-policy-routes.rules");
+const LOGIND_CONF: &str = include_str!("templates/logind-kube-aws.conf");
 
 /// Where the addon plan and values live on the controller.
 pub const NODE_ADDON_DIR: &str = "/etc/kube-aws/addons";
@@ -205,20 +212,23 @@ fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String,
     // labels, addresses); the kubelet only waits for it with `external`
     // (https://kubernetes.io/docs/tasks/administer-cluster/running-cloud-controller/).
     kubelet.insert("cloud-provider".into(), "external".into());
-    let (instance_type, wanted) = match spec.pool {
-        None => (
+    let addressing = input.plugins.pod_addressing();
+    let max_pods = match spec.pool {
+        None => crate::config::kubelet_max_pods(
+            addressing,
             &input.cluster.controller.instance_type,
             input.cluster.controller.max_pods,
         ),
+        // A mixed pool's smallest over its types (src/config/mixed.rs).
         Some(name) => match input.cluster.worker.node_pools.iter().find(|p| p.name == name) {
-            Some(p) => (&p.instance_type, p.max_pods),
+            Some(p) => crate::config::pool_max_pods(addressing, p),
             None => return Ok(kubelet),
         },
     };
     // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
     // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
     // max-pods differs per instance type.
-    match crate::config::kubelet_max_pods(input.plugins.pod_addressing(), instance_type, wanted) {
+    match max_pods {
         Ok(Some(n)) => {
             kubelet.insert("max-pods".into(), n.to_string());
         }
@@ -248,11 +258,22 @@ fn node_registration(ctx: &Ctx, spec: &NodeSpec, kubelet: &BTreeMap<String, Stri
 /// controllers) instead of signing one themselves, so metrics-server and
 /// `kubectl logs` can verify it
 /// (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
+///
+/// Graceful node shutdown is the backstop for a termination that no drainer
+/// saw (a console terminate, a spot reclaim without notice, a `poweroff`):
+/// kubelet holds a logind delay lock and, on PrepareForShutdown, terminates
+/// ordinary pods through the API within the first 40 s and critical pods
+/// (system-cluster-critical, system-node-critical) in the last 20 s
+/// (https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/).
+/// 40 s covers the default terminationGracePeriodSeconds (30 s); logind's
+/// limit is raised above the total by a node file (templates/logind-kube-aws.conf).
 fn kubelet_configuration() -> Value {
     json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "serverTLSBootstrap": true,
+        "shutdownGracePeriod": "60s",
+        "shutdownGracePeriodCriticalPods": "20s",
     })
 }
 
@@ -294,6 +315,12 @@ fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<
                 "extraVolumes": [super::security::apiserver_volume()]},
             "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
             "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
+            // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
+            // controllers take the ClusterConfiguration `kubeadm init` stored.
+            "etcd": {"local": {"extraArgs": extra_args(v1beta4, &BTreeMap::from([(
+                "quota-backend-bytes".to_string(),
+                input.cluster.etcd.quota_backend_bytes.to_string(),
+            )]))}},
         }));
         docs.push(kubelet_configuration());
     }
@@ -388,6 +415,11 @@ fn render_node(
         ("/etc/modules-load.d/kube-aws.conf", "0644", MODULES_CONF.into()),
         ("/etc/sysctl.d/90-kube-aws.conf", "0644", SYSCTL_CONF.into()),
         (
+            "/etc/systemd/logind.conf.d/50-kube-aws.conf",
+            "0644",
+            LOGIND_CONF.into(),
+        ),
+        (
             "/etc/udev/rules.d/99-vpc-policy-routes.rules",
             "0644",
             UDEV_POLICY_ROUTES_MASK.into(),
@@ -473,6 +505,8 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     let reconciler = json!({
         "planParameter": plan_parameter_name(ctx),
         "installedURI": format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
+        // The addons' wait conditions are in the root stack, named after the cluster.
+        "waitConditionStack": ctx.cluster,
     });
     let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [
@@ -482,11 +516,13 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
         ("kube-aws-csr-approver.timer", CSR_APPROVER_TIMER),
         ("kube-aws-etcd-backup.service", ETCD_BACKUP_SERVICE),
         ("kube-aws-etcd-backup.timer", ETCD_BACKUP_TIMER),
+        ("kube-aws-etcd-maintenance.service", ETCD_MAINTENANCE_SERVICE),
+        ("kube-aws-etcd-maintenance.timer", ETCD_MAINTENANCE_TIMER),
         ("kube-aws-lifecycle.service", LIFECYCLE_SERVICE),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));
     }
-    // Only names: the settings themselves (backup interval, retention,
+    // Only names: the settings themselves (backup interval, quota,
     // controller count) are in the parameter, so changing them replaces no controller.
     let etcd = json!({
         "settingsParameter": super::cfn::etcd_parameter_name(ctx),

@@ -71,6 +71,9 @@ pub const ADDON_STATUS_DIR: &str = "status/addons/";
 /// What the controllers' reconciler installed: `update` reads it to list the
 /// releases a new plan drops.
 pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
+/// The controllers' upgrade status object (src/node/kube_aws_node/upgrade.py):
+/// phase, step, reason, and the version the control plane last reached.
+pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
 /// The nodes' bootstrap reports.
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
 /// The last etcd backup run.

@@ -536,13 +536,10 @@ fn check_output_dir(work_tree: &Path, dir: &Path) -> Result<(), WriteError> {
         .map_err(io_err(dir))?
         .filter_map(Result::ok)
         .collect();
+    // Only the marker says a directory is render output: a directory holding
+    // only directories named like the layout's may still be the user's.
     let marked = std::fs::symlink_metadata(dir.join(RENDER_MARKER)).is_ok_and(|m| m.is_file());
-    // Output of a render from before the marker existed: only the layout's directories.
-    let legacy = entries.iter().all(|e| {
-        e.file_type().is_ok_and(|t| t.is_dir())
-            && layout::RENDERED_DIRS.contains(&e.file_name().to_string_lossy().as_ref())
-    });
-    if !entries.is_empty() && !marked && !legacy {
+    if !entries.is_empty() && !marked {
         return Err(refuse(format!(
             "it is not empty and holds no {RENDER_MARKER} marker, so it is not the output of an earlier \
              render and replacing it would delete its files; choose an empty or new directory, or remove \

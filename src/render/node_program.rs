@@ -20,6 +20,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
     ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
+    ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("join_token.py", include_str!("../node/kube_aws_node/join_token.py")),
@@ -32,6 +33,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 
 const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");

@@ -23,6 +23,13 @@ pub const RETRY_DELAY_SECONDS: u64 = 10;
 /// and every non-bootstrap release's wait condition includes it.
 pub const READYZ_TIMEOUT_SECONDS: u64 = 900;
 pub const NODE_READY_TIMEOUT_SECONDS: u64 = 600;
+/// One controller's share of the worker gate: its group's signal timeout
+/// (src/render/cfn/nodes.rs NODE_SIGNAL_TIMEOUT, 30 minutes).
+pub const CONTROLLER_ROLL_SECONDS: u64 = 1800;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
 /// Releases the reconciler installs at once (each once its dependencies are ready).
 pub const CONCURRENCY: u32 = 4;
 /// The annotation (value `"true"`) that puts a Deployment, DaemonSet or
@@ -47,6 +54,21 @@ pub struct Plan {
     pub kind: String,
     pub cluster: String,
     pub region: String,
+    /// The cluster's Kubernetes version: the reconciler installs the plan
+    /// only once every controller's kubelet runs this minor, so an upgrade's
+    /// minor-pinned addons (cloud controller manager, cluster-autoscaler)
+    /// follow the control plane (src/node/kube_aws_node/upgrade.py).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kubernetes_version: String,
+    /// How long the Ready-node gate waits for a worker (a Ready node that is
+    /// not a controller) before it settles for any Ready node: the pools
+    /// start only once the control plane is done (root stack DependsOn), so
+    /// this covers each controller's boot ([`CONTROLLER_ROLL_SECONDS`]) plus
+    /// [`NODE_READY_TIMEOUT_SECONDS`]. Zero (left out) when no pool starts
+    /// with a node (every pool at minimum 0 waits for cluster-autoscaler, an
+    /// addon itself).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub worker_ready_timeout_seconds: u64,
     /// `s3://…/<cluster>/status/addons/`; the installer appends `<release>.json`.
     #[serde(rename = "statusURI")]
     pub status_uri: String,
@@ -189,6 +211,20 @@ fn install_order(input: &RenderInput) -> Result<Vec<usize>, RenderError> {
     })
 }
 
+/// [`Plan::worker_ready_timeout_seconds`].
+fn worker_ready_timeout(input: &RenderInput) -> u64 {
+    let default_hooks = crate::plugin::NodeHooks::default();
+    let starts_with_a_node = input.cluster.worker.node_pools.iter().any(|p| {
+        let hooks = input.plugins.pools.get(&p.name).unwrap_or(&default_hooks);
+        super::cfn::pool_bounds(p, hooks).min > 0
+    });
+    if starts_with_a_node {
+        NODE_READY_TIMEOUT_SECONDS + u64::from(input.cluster.controller.count) * CONTROLLER_ROLL_SECONDS
+    } else {
+        0
+    }
+}
+
 /// `metrics-server` -> `MetricsServer` (logical IDs are alphanumeric).
 pub fn camel(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
@@ -282,6 +318,8 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         kind: "AddonPlan".into(),
         cluster: input.cluster.cluster_name.clone(),
         region: input.cluster.region.clone(),
+        kubernetes_version: ctx.k8s_version.clone(),
+        worker_ready_timeout_seconds: worker_ready_timeout(input),
         status_uri: format!("{}/{}", ctx.s3_base, layout::ADDON_STATUS_DIR),
         helm: PlanHelm {
             version: helm.version,

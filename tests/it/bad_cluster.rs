@@ -224,7 +224,11 @@ bad!(
 );
 bad!(
     backup_interval_too_short,
-    format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: 0\n")
+    format!("{BASE}etcd:\n  backup:\n    interval: 1m\n    retention: {{hourlyDays: 0, dailyDays: 4000}}\n")
+);
+bad!(
+    etcd_quota_too_small,
+    format!("{BASE}etcd:\n  quotaBackendBytes: 1048576\n")
 );
 bad!(
     bad_pod_security_level,
@@ -278,3 +282,53 @@ bad!(
         "{BASE}worker:\n  nodePools:\n    - name: general\n      minSize: 2\n      maxSize: 4\n      plugins:\n        cluster-autoscaler: {{minSize: 0}}\nplugins:\n  cluster-autoscaler: {{enabled: true}}\n"
     )
 );
+
+// ---- issue 30, item 8: values that can only be data look like data ----
+bad!(
+    controller_instance_type_shell,
+    format!("{BASE}controller:\n  instanceType: $(touch x)\n")
+);
+bad!(
+    pool_instance_type_typo,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      count: 1\n      instanceType: m5.larg\n")
+);
+bad!(
+    pool_instance_type_no_size,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      count: 1\n      instanceType: m5\n")
+);
+bad!(
+    chart_name_shell,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    chart: \"$(touch x)\"\n")
+);
+bad!(
+    chart_name_path,
+    format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    chart: ../etc/passwd\n")
+);
+
+#[test]
+fn instance_types_and_chart_names_of_every_shape_aws_and_helm_use_are_accepted() {
+    for t in [
+        "m5.large",
+        "t3.nano",
+        "c7gn.16xlarge",
+        "u-6tb1.112xlarge",
+        "mac1.metal",
+        "c7i.metal-24xl",
+        "x2iedn.32xlarge",
+        "trn1n.32xlarge",
+        "g4dn.xlarge",
+        "hpc7g.16xlarge",
+        "inf2.48xlarge",
+    ] {
+        let yaml = format!(
+            "{BASE}worker:\n  nodePools:\n    - name: a\n      count: 1\n      instanceType: {t}\n      maxPods: 10\n"
+        );
+        let (code, stderr) = validate(&yaml, &[]);
+        assert!(!stderr.contains("instanceType"), "{t}: {code} {stderr}");
+    }
+    for c in ["ingress-nginx", "kube_state_metrics", "cert-manager.v1", "Grafana"] {
+        let yaml = format!("{BASE}charts:\n  - name: a\n    repo: https://c.example.com\n    chart: {c}\n");
+        let (code, stderr) = validate(&yaml, &[]);
+        assert!(!stderr.contains(".chart"), "{c}: {code} {stderr}");
+    }
+}

@@ -714,7 +714,9 @@ fn real_work_tree_up_status_update_destroy() {
         .collect();
     assert_eq!(protocols, ["TCP"], "{listeners}");
     assert_eq!(group_size(&env, "ControlPlane"), (1, 1, 1));
-    assert_eq!(group_size(&env, "NodePoolGeneral"), (1, 1, 1));
+    // A worker group's MaxSize leaves room for the rolling update's surge
+    // instance (launch before terminate, src/render/cfn/nodes.rs surge_max).
+    assert_eq!(group_size(&env, "NodePoolGeneral"), (1, 2, 1));
 
     // The published objects: each cloud-config where its stub looks for it,
     // byte for byte; the root names each nested template by its key.
@@ -801,7 +803,7 @@ fn real_work_tree_up_status_update_destroy() {
         env.aws(&["cloudformation", "get-template", "--stack-name", CLUSTER]),
         live_before
     );
-    assert_eq!(group_size(&env, "NodePoolGeneral"), (2, 2, 2));
+    assert_eq!(group_size(&env, "NodePoolGeneral"), (2, 3, 2));
     assert_eq!(group_size(&env, "ControlPlane"), (1, 1, 1));
 
     // The AMI was resolved at up and pinned: a concrete ID in the root's

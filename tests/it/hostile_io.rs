@@ -16,10 +16,10 @@ use crate::common;
 use assert_cmd::Command;
 use kube_aws::render::{self, write_rendered, write_rendered_steps, WriteStep, WriteSteps, RENDER_MARKER};
 
-const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
+pub(crate) const BASE: &str = "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket-1/kube-aws\n";
 
 /// A minimal work tree `root/tree` (with `extra` files) that renders offline.
-fn work_tree(root: &Path, cluster: &str, extra: &[(&str, &[u8])]) -> PathBuf {
+pub(crate) fn work_tree(root: &Path, cluster: &str, extra: &[(&str, &[u8])]) -> PathBuf {
     let tree = root.join("tree");
     std::fs::create_dir_all(&tree).unwrap();
     std::fs::write(tree.join("cluster.yaml"), cluster).unwrap();
@@ -33,7 +33,7 @@ fn work_tree(root: &Path, cluster: &str, extra: &[(&str, &[u8])]) -> PathBuf {
 
 /// Runs kube-aws in `cwd` with a deadline: a hang fails the test instead of
 /// hanging it. Returns (exit code, stderr, elapsed).
-fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
+pub(crate) fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
     let start = Instant::now();
     let out = Command::cargo_bin("kube-aws")
         .unwrap()
@@ -52,7 +52,7 @@ fn run(cwd: &Path, args: &[&str]) -> (i32, String, Duration) {
 }
 
 /// Every file under `dir`, relative, with its bytes.
-fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     common::files_under(dir)
         .into_iter()
         .map(|p| {
@@ -64,7 +64,7 @@ fn snapshot_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The error text with the temporary directory replaced, for snapshots.
-fn redact(stderr: &str, root: &Path) -> String {
+pub(crate) fn redact(stderr: &str, root: &Path) -> String {
     let real = root.canonicalize().unwrap();
     stderr
         .replace(&real.display().to_string(), "[TMP]")
@@ -107,12 +107,17 @@ fn output_dir_that_holds_user_files_is_refused_and_nothing_is_deleted() {
     assert!(!tmp.path().join("out/stale.txt").exists());
     assert!(tree.join("cluster.yaml").is_file());
 
-    // Output of a render from before the marker (only the layout's directories) is replaced too.
+    // A directory holding only directories named like the layout's (addons/,
+    // manifests/, stacks/, userdata/) but no marker is the user's: refused,
+    // nothing deleted (issue 30 item 3; it was replaced as "legacy output").
     std::fs::create_dir_all(tmp.path().join("legacy/stacks")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("legacy/addons")).unwrap();
     std::fs::write(tmp.path().join("legacy/stacks/old.json"), "{}").unwrap();
     let (code, stderr, _) = run(tmp.path(), &["--dir", "tree", "render", "--output-dir", "legacy"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(!tmp.path().join("legacy/stacks/old.json").exists());
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("holds no"), "{stderr}");
+    assert!(tmp.path().join("legacy/stacks/old.json").is_file());
+    insta::assert_snapshot!("output_dir_unmarked_layout_dirs", redact(&stderr, tmp.path()));
 }
 
 fn rendered_input(text: &str) -> render::Rendered {
@@ -190,7 +195,7 @@ fn write_killed_after_each_step_leaves_a_complete_output_and_is_cleaned_up() {
     }
 }
 
-const CHART: &str = "apiVersion: v2\nname: x\nversion: 1.0.0\n";
+pub(crate) const CHART: &str = "apiVersion: v2\nname: x\nversion: 1.0.0\n";
 
 /// A work tree with one local chart release `x`, locked, so that `render`
 /// reads values/x.yaml.

@@ -51,7 +51,7 @@ fn plugin_tree(template: &str) -> tempfile::TempDir {
 }
 
 /// Resolves the plugins of a tree: Ok(the rendered /etc/demo) or the error text.
-fn render_template(template: &str) -> Result<String, String> {
+pub(crate) fn render_template(template: &str) -> Result<String, String> {
     let dir = plugin_tree(template);
     let shown = |e: String| e.replace(&dir.path().display().to_string(), "<dir>");
     let cluster = kube_aws::config::load_cluster(dir.path()).map_err(|e| shown(e.to_string()))?;
@@ -60,7 +60,7 @@ fn render_template(template: &str) -> Result<String, String> {
     Ok(dump)
 }
 
-fn refused(template: &str) -> String {
+pub(crate) fn refused(template: &str) -> String {
     let start = Instant::now();
     let err = render_template(template).expect_err("the template must be refused");
     assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());

@@ -7,6 +7,13 @@
 //! bundle, the charts, the plan pointer, the installer's lease (conditional
 //! writes), the installed record, the status objects and the KMS-encrypted
 //! secret bundle the reconciler decrypts before each run are real there.
+//! Two of the tests run the reconciler as the controller with moto's IAM
+//! enforced (`Bed::under_controller_role`: the rendered ControllerRole made
+//! in moto's IAM, assumed, its session handed to the reconciler): a first
+//! install, a repeat, a run after a reboot (tmpfs gone, secrets decrypted
+//! again) and a plan that drops a release. moto checks each call's action
+//! and, for S3, the object; other services' resources and conditions are
+//! tests/it/node_iam.rs's to check.
 //!
 //! Not covered, and why:
 //! - CloudFormation signals: moto ignores WaitConditions, so `aws
@@ -36,6 +43,8 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
     };
     let mut bed = Bed::new(cp.clone());
     bed.publish(BUILT_INS);
+    // The reconciler runs as the controller, with moto's IAM enforced.
+    bed.under_controller_role();
     let run = bed.reconcile();
     for (name, _, _) in &bed.releases {
         eprintln!("{name}: {}", bed.status(name));
@@ -170,6 +179,32 @@ fn the_built_in_plan_installs_with_the_real_helm_on_the_real_control_plane() {
         !again.calls.contains("signal-resource") && !again.calls.contains("/charts/"),
         "{again}"
     );
+
+    // A reboot (tmpfs empty: no decrypted secret, no unpacked plan), then a
+    // plan that changes dex: the reconciler decrypts again under its role,
+    // and dex is upgraded with its secrets filled in, never the references.
+    std::fs::remove_dir_all(bed.path("node/run")).unwrap();
+    bed.publish(&BUILT_INS.replace("connectorClientID: kube-aws-demo", "connectorClientID: kube-aws-demo-2"));
+    let rebooted = bed.reconcile();
+    assert_eq!(rebooted.code, 0, "{rebooted}");
+    let (_, dex_ns, dex_wc) = bed.releases.iter().find(|(n, _, _)| n == "dex").unwrap().clone();
+    assert_eq!(bed.signalled(&dex_wc).as_deref(), Some("SUCCESS"), "{rebooted}");
+    let values = std::process::Command::new(cp.bin.join("helm"))
+        .args(["get", "values", "dex", "-n", &dex_ns, "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .output()
+        .unwrap();
+    let values = String::from_utf8_lossy(&values.stdout);
+    assert!(
+        values.contains("kube-aws-demo-2"),
+        "dex was not upgraded:\n{values}\n{rebooted}"
+    );
+    for r in refs.iter().filter(|r| r.starts_with("kube-aws-secret.dex.")) {
+        assert!(
+            values.contains(&secret_value(r)) && !values.contains(r.as_str()),
+            "{r} not filled in dex's values after the reboot:\n{values}"
+        );
+    }
 }
 
 /// A release the API server rejects (a label key it refuses), in a namespace
@@ -269,6 +304,9 @@ fn a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
         chart("keep-dns", "external-dns", "1.21.1", 1),
         chart("drop-dns", "external-dns", "1.21.1", 1),
     ));
+    // The reconciler runs as the controller, with moto's IAM enforced: the
+    // installed record it reads to find drop-dns is the finding-2 path.
+    bed.under_controller_role();
     let one = bed.reconcile();
     assert_eq!(one.code, 0, "{one}");
     let first_wc: std::collections::BTreeMap<String, String> =

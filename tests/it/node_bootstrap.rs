@@ -22,9 +22,15 @@
 //! one is broken, a held one waited for, then FAILURE; each node signals
 //! SUCCESS only once its own Node object is Ready, FAILURE with the reason
 //! after the timeout.
-//! Not covered: real kubeadm, systemd or IMDS behaviour (tests/it/node_secrets.rs
-//! runs the secrets script, which places the PKI, against moto; tests/it/testbed.rs
-//! runs the real kubeadm over a kube-aws PKI).
+//! Not covered here: real kubeadm, kubelet, systemd, cloud-init or IMDS
+//! behaviour. The real-node bed (tests/it/real_node/) boots the rendered
+//! user-data with all of them: a controller to Ready, three controllers under
+//! the join lock and a replacement, a worker's join, the reconciler's timer, a
+//! failed bootstrap's status object. What stays here is what the bed cannot
+//! stage cheaply: a stale or held join lock, a lock S3 will not grant, a join
+//! that fails, the Ready timeout, the installer's start once per plan and
+//! secrets version, and CloudFormation's SignalResource (moto has none).
+//! tests/it/node_secrets.rs runs the secrets script against moto.
 
 use crate::common;
 use crate::render_fixtures;

@@ -20,16 +20,29 @@
 //!   secrets under the controller role with IAM enforced, the baked packages,
 //!   kubeadm init under the S3 init lock) to a Ready node.
 //!
+//! - A worker joins with the bootstrap token of its own user-data and
+//!   becomes Ready; three controllers join under the S3 join lock, etcd has
+//!   three members, and a lost controller's replacement prunes its stale
+//!   member and joins; a bootstrap that fails (a plugin's unknown
+//!   kube-apiserver flag) publishes its status object and `kube-aws status
+//!   --wait` names node and step; the addon reconciler's timer installs the
+//!   plan on the real controller (the pod identity webhook, from an image
+//!   built from source). The moto side is tests/it/real_node/bed.rs.
+//!
 //! Not covered yet (docs/testing.md, "The real-node bed", says what is
-//! left): the node's CloudFormation signal (moto has no SignalResource), the
-//! API through the cluster's endpoint from the host, joining nodes, addons.
-//! The fakes of tests/it/node_bootstrap.rs, node_secrets.rs and installer.rs
-//! still cover those. A host that cannot run the bed (not root, no runc, no
-//! cgroups, no image) fails these tests, naming what is missing.
+//! left): the node's CloudFormation signals (moto has no SignalResource), the
+//! API through the load balancer's name from the host, helm releases on the
+//! real controller (the helm download and the charts' images), pod traffic
+//! between nodes. The fakes of tests/it/node_bootstrap.rs, node_secrets.rs
+//! and installer.rs still cover those. A host that cannot run the bed (not
+//! root, no runc, no cgroups, no image) fails these tests, naming what is
+//! missing.
 
 use std::time::{Duration, Instant};
 
 use crate::common::nodebed::{self, Node};
+use std::process::Output;
+
 use crate::common::output_text;
 
 /// The preflight checks `kubeadm init` must skip in a node container, each
@@ -41,8 +54,8 @@ use crate::common::output_text;
 const IGNORE_PREFLIGHT: &[&str] = &["SystemVerification"];
 
 /// How long each stage may take on a loaded 2-core machine.
-pub(crate) const BOOT_LIMIT: Duration = Duration::from_secs(120);
-pub(crate) const READY_LIMIT: Duration = Duration::from_secs(300);
+const BOOT_LIMIT: Duration = Duration::from_secs(120);
+const READY_LIMIT: Duration = Duration::from_secs(300);
 
 /// kubeadm's documents for the node. Three settings are the bed's, not
 /// kube-aws's: `failCgroupV1: false` (the host's cgroups are v1); kubelet's
@@ -226,89 +239,51 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
     );
 }
 
-pub(crate) const BED_BUCKET: &str = "kube-aws-nodebed";
-pub(crate) const BED_CLUSTER: &str = "bed";
-pub(crate) const BED_REGION: &str = "us-west-2";
+pub(crate) mod bed;
 
-/// The bed's own kubeadm settings (see `kubeadm_config` above for why each),
-/// as a plugin of the test's work tree: kube-aws renders its file into the
-/// controller's cloud-config, and the node program merges it into its kubeadm
-/// documents (`/etc/kube-aws/kubeadm.d`, kubeadmcfg.patch). Nothing of the bed
-/// is in kube-aws's own rendering.
-pub(crate) const BED_PLUGIN: &str = r#"apiVersion: kube-aws/v1
-kind: Plugin
-metadata:
-  name: nodebed
-  version: 0.1.0
-  description: the real-node bed's kubeadm settings (tests/it/real_node.rs)
-enabledByDefault: true
-spec:
-  nodes:
-    controller:
-      files:
-        - path: /etc/kube-aws/kubeadm.d/50-nodebed.json
-          content: |
-            [
-             {"kind": "InitConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
-             {"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
-             {"kind": "KubeletConfiguration", "failCgroupV1": false, "failSwapOn": false,
-              "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
-              "imageGCHighThresholdPercent": 100},
-             {"apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-              "conntrack": {"maxPerCore": 0}}
-            ]
-"#;
+use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
 
-/// The first `(instance id, private DNS name)` moto's EC2 lists with `Name` = `name`.
-pub(crate) fn moto_instance(env: &crate::common::MotoEnv, name: &str) -> (String, String) {
-    let r = env.aws_json(&[
-        "ec2",
-        "describe-instances",
-        "--filters",
-        &format!("Name=tag:Name,Values={name}"),
-    ]);
-    let i = r["Reservations"]
-        .as_array()
-        .and_then(|rs| rs.iter().flat_map(|r| r["Instances"].as_array().unwrap().iter()).next())
-        .unwrap_or_else(|| panic!("no instance {name} in moto: {r}"))
-        .clone();
-    (
-        i["InstanceId"].as_str().unwrap().to_string(),
-        i["PrivateDnsName"].as_str().unwrap().to_string(),
-    )
+/// The checks every controller booted from its user-data passes: cloud-init
+/// finishes clean, containerd runs on the node program's config.
+fn check_booted_controller(ctl: &BedNode) {
+    // The node program returns (after its signal) and cloud-init finishes
+    // without an error in any module.
+    let done = ctl.node.wait_for(
+        "cloud-init done",
+        "cloud-init status --wait >/dev/null 2>&1; cloud-init status --long | grep -qx 'status: done'",
+        BOOT_LIMIT,
+    );
+    if let Err(e) = done {
+        panic!(
+            "{e}\n{}",
+            output_text(&ctl.node.exec(&["cloud-init", "status", "--long"]))
+        );
+    }
+    // containerd runs with the node program's config (restarted on it), not
+    // the image's: kubeadm's pause image, the systemd cgroup driver, and
+    // restrict_oom_score_adj (this host lacks CAP_SYS_RESOURCE, or it runs
+    // as on EC2 without it).
+    let config = std::fs::read_to_string(ctl.node.rootfs().join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        !config.contains("scripts/install-nodebed.sh")
+            && config.contains("SystemdCgroup = true")
+            && config.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""),
+        "containerd's config is not the node program's:\n{config}"
+    );
 }
 
-/// The user-data of the launch template whose user-data is `role`'s stub, as
-/// moto's CloudFormation substituted it (`Fn::Sub`), decoded.
-pub(crate) fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str) -> String {
-    use base64::Engine;
-    let lts = env.aws_json(&["ec2", "describe-launch-templates"]);
-    let mut seen = Vec::new();
-    for lt in lts["LaunchTemplates"].as_array().unwrap() {
-        let id = lt["LaunchTemplateId"].as_str().unwrap();
-        let v = env.aws_json(&[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-id",
-            id,
-            "--versions",
-            "$Latest",
-        ]);
-        let data = v["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]
-            .as_str()
-            .unwrap_or_default();
-        let text = String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(data)
-                .unwrap_or_default(),
-        )
-        .unwrap_or_default();
-        if text.contains(&format!("kube-aws {role} user-data stub")) {
-            return text;
-        }
-        seen.push(lt["LaunchTemplateName"].as_str().unwrap_or_default().to_string());
-    }
-    panic!("no launch template in moto holds the {role} stub; templates: {seen:?}")
+/// The Ready condition of `name` as the API of `ctl` says it.
+fn node_ready_status(bed: &MotoBed, ctl: &BedNode, name: &str) -> Output {
+    bed.kubectl(
+        ctl,
+        &[
+            "get",
+            "node",
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    )
 }
 
 /// `kube-aws up` of a one-controller work tree against moto (listening on
@@ -319,220 +294,19 @@ pub(crate) fn launch_template_user_data(env: &crate::common::MotoEnv, role: &str
 /// the S3 init lock) bring the node to Ready.
 #[test]
 fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
-    use std::path::Path;
     use std::process::Command;
     let test = "real_node::a_controller_boots_from_its_rendered_user_data_to_a_ready_node";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
-    let t0 = Instant::now();
-    let _bridge = nodebed::bridge();
-    let env = crate::common::MotoEnv::new();
-    // The nodes reach moto through a relay on the bridge address (see
-    // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).
-    let relay_port = crate::common::free_port();
-    let mut relay = Command::new("python3");
-    relay
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
-        .args([
-            nodebed::HOST_IP,
-            &relay_port.to_string(),
-            "127.0.0.1",
-            &env.moto.port.to_string(),
-        ]);
-    let relay = crate::common::Server::start_on(relay, nodebed::HOST_IP, relay_port);
-    env.aws(&["s3", "mb", &format!("s3://{BED_BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
-    std::fs::write(
-        dir.join("cluster.yaml"),
-        format!(
-            "clusterName: {BED_CLUSTER}\nregion: {BED_REGION}\ns3URI: s3://{BED_BUCKET}/clusters\nkmsKeyARN: {kms}\n\
-             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.join("plugins/nodebed")).unwrap();
-    std::fs::write(dir.join("plugins/nodebed/plugin.yaml"), BED_PLUGIN).unwrap();
-    let up = env.kube_aws(dir, &["up"]);
-    assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
-    let t_up = t0.elapsed();
-
-    let stub = launch_template_user_data(&env, "controller");
-    assert!(!stub.contains("${"), "moto left a placeholder in the stub:\n{stub}");
-    let userdata = dir.join("controller.user-data");
-    std::fs::write(&userdata, &stub).unwrap();
-    let runtime: serde_json::Value = {
-        // runtime.json is the stub's first file: the API endpoint the node uses.
-        let doc: serde_yaml::Value = serde_yaml::from_str(&stub).unwrap();
-        let f = doc["write_files"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|f| f["path"].as_str() == Some("/etc/kube-aws/runtime.json"))
-            .expect("runtime.json in the stub");
-        serde_json::from_str(f["content"].as_str().unwrap()).unwrap()
-    };
-    let api = runtime["apiEndpoint"].as_str().unwrap().to_string();
-
-    // The instance moto launched for the controller group: the node is it.
-    let (instance_id, dns_name) = moto_instance(&env, &format!("{BED_CLUSTER}-controller"));
-    // Its instance profile's role.
-    let roles = env.aws_json(&["iam", "list-roles"]);
-    let role = roles["Roles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["RoleName"].as_str().unwrap_or_default().contains("-ControllerRole-"))
-        .unwrap_or_else(|| panic!("no controller role in moto: {roles}"));
-    let role_name = role["RoleName"].as_str().unwrap().to_string();
-    // EC2's instance profile stands aside: with IAM enforced from here on,
-    // an admin assumes the role and the IMDS hands the node its credentials;
-    // every call the node makes is checked against the rendered policies.
-    let (admin, admin_arn) = crate::node_iam_moto::admin(&env);
-    crate::node_iam_moto::enforce_iam(&env);
-    let c = crate::node_iam_moto::assume(&env, &admin, &admin_arn, "ControllerRole");
-    let creds = serde_json::json!({"AccessKeyId": c.key, "SecretAccessKey": c.secret, "Token": c.token});
-
-    let plan = Node::plan("ctl");
-    let node_ip = plan.ip.clone();
-    let mac = {
-        let o: Vec<u8> = plan.ip.split('.').map(|p| p.parse().unwrap()).collect();
-        format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
-    };
-    let imds_conf = dir.join("imds.json");
-    std::fs::write(
-        &imds_conf,
-        serde_json::json!({
-            "instanceId": instance_id,
-            "localHostname": dns_name,
-            "localIpv4": plan.ip,
-            "mac": mac,
-            "region": BED_REGION,
-            "availabilityZone": format!("{BED_REGION}a"),
-            "role": role_name,
-            "credentials": creds,
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let imds_port = crate::common::free_port();
-    let mut cmd = Command::new("python3");
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
-        .args(["--bind", nodebed::HOST_IP, "--port", &imds_port.to_string(), "--config"])
-        .arg(&imds_conf);
-    let _imds = crate::common::Server::start_on(cmd, nodebed::HOST_IP, imds_port);
-
-    let t_boot = Instant::now();
-    let node = Node::boot(
-        &image,
-        plan,
-        &nodebed::Boot {
-            userdata: Some(&userdata),
-            env: vec![
-                ("NODEBED_AWS_ENDPOINT", relay.url()),
-                ("NODEBED_IMDS", format!("{}:{imds_port}", nodebed::HOST_IP)),
-                ("NODEBED_MAC", mac.clone()),
-                // EC2's DNS: the node's private DNS name, and the API's load
-                // balancer, which here is the controller itself.
-                ("NODEBED_HOSTS", format!("{node_ip} {dns_name};{node_ip} {api}")),
-            ],
-        },
-    );
-
-    // Each step of the node program as it appears in its boot log.
-    let log = node.rootfs().join("var/lib/kube-aws/bootstrap.log");
-    let limit = BOOT_LIMIT + READY_LIMIT;
-    let mut steps: Vec<(String, Duration)> = Vec::new();
-    let ready_line = format!("node {dns_name} is Ready");
-    let outcome = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        for l in text.lines() {
-            if let Some(s) = l.strip_prefix("kube-aws: step ") {
-                if !steps.iter().any(|(n, _)| n == s) {
-                    steps.push((s.to_string(), t_boot.elapsed()));
-                }
-            }
-        }
-        if text.contains(&ready_line) {
-            break Ok(());
-        }
-        if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {
-            break Err(format!("the node program failed: {l}"));
-        }
-        // cloud-init's final stage ran the stub (which execs the node
-        // program): once cloud-init is done, nothing more will come.
-        if node.rootfs().join("var/lib/cloud/data/result.json").exists() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if !text.contains(&ready_line) {
-                break Err("cloud-init finished without the node program saying the node is Ready".into());
-            }
-        }
-        if t_boot.elapsed() > limit {
-            break Err(format!("not Ready after {limit:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    };
-    let ready = t_boot.elapsed();
-    let times: Vec<String> = steps
-        .iter()
-        .map(|(n, t)| format!("{n} {:.1}s", t.as_secs_f64()))
-        .collect();
-    if let Err(e) = outcome {
-        let cloud_init = node.exec(&[
-            "sh",
-            "-c",
-            "tail -n 60 /var/log/cloud-init-output.log; cloud-init status --long",
-        ]);
-        panic!(
-            "node {} ({dns_name}): {e}\nsteps: {}\n--- bootstrap.log ---\n{}\n--- cloud-init ---\n{}\n{}",
-            node.name,
-            times.join(", "),
-            std::fs::read_to_string(&log).unwrap_or_default(),
-            output_text(&cloud_init),
-            node.diagnostics()
-        );
-    }
-    // The node program returns (after its signal) and cloud-init finishes
-    // without an error in any module.
-    let done = node.wait_for(
-        "cloud-init done",
-        "cloud-init status --wait >/dev/null 2>&1; cloud-init status --long | grep -qx 'status: done'",
-        BOOT_LIMIT,
-    );
-    if let Err(e) = done {
-        panic!("{e}\n{}", output_text(&node.exec(&["cloud-init", "status", "--long"])));
-    }
-    // containerd runs with the node program's config (restarted on it), not
-    // the image's: kubeadm's pause image, the systemd cgroup driver, and
-    // restrict_oom_score_adj (this host lacks CAP_SYS_RESOURCE, or it runs
-    // as on EC2 without it).
-    let config = std::fs::read_to_string(node.rootfs().join("etc/containerd/config.toml")).unwrap();
-    assert!(
-        !config.contains("scripts/install-nodebed.sh")
-            && config.contains("SystemdCgroup = true")
-            && config.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""),
-        "containerd's config is not the node program's:\n{config}"
-    );
+    let bed = MotoBed::up(test, &image, "", &[]);
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    let f = ctl.expect_ready(BOOT_READY_LIMIT);
+    let ready = f.outcome.clone().unwrap();
+    check_booted_controller(&ctl);
     // The node as the cluster sees it, through admin.conf from the host.
-    let kubeconfig = node.rootfs().join("etc/kubernetes/admin.conf");
-    let kubectl = crate::common::testbed::bin_dir(test)
-        .expect("the control-plane test bed")
-        .join("kubectl");
-    let get = Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--server", &format!("https://{}:6443", node.ip)])
-        .args([
-            "get",
-            "node",
-            &dns_name,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ])
-        .output()
-        .unwrap();
+    let get = node_ready_status(&bed, &ctl, &inst.dns);
     assert_eq!(
         String::from_utf8_lossy(&get.stdout).trim(),
         "True",
@@ -540,18 +314,14 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         output_text(&get)
     );
     // The init lock the node took in moto's S3.
-    let keys = crate::node_iam_moto::must(
-        &env,
-        &admin,
-        &[
-            "s3api",
-            "list-objects-v2",
-            "--bucket",
-            BED_BUCKET,
-            "--query",
-            "Contents[].Key",
-        ],
-    );
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
     assert!(
         keys.as_array()
             .into_iter()
@@ -564,23 +334,15 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     // key with them) gives a working `kubectl get nodes`. The host cannot
     // resolve the load balancer's name, so kubectl dials the controller and
     // checks the apiserver's certificate for that name.
-    let mut kc = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
-    env.apply(&mut kc);
-    kc.env("AWS_ACCESS_KEY_ID", &admin.key)
-        .env("AWS_SECRET_ACCESS_KEY", &admin.secret)
-        .arg("--dir")
-        .arg(dir)
-        .args(["kubeconfig", "--file"])
-        .arg(dir.join("kubeconfig"))
-        .stdin(std::process::Stdio::null());
-    let kc = kc.output().unwrap();
+    let dir = bed.dir();
+    let kc = bed.kube_aws(&["kubeconfig", "--file", dir.join("kubeconfig").to_str().unwrap()]);
     assert!(kc.status.success(), "kube-aws kubeconfig: {}", output_text(&kc));
     let with_kube_aws = |args: &[&str]| {
-        Command::new(&kubectl)
+        Command::new(&bed.kubectl)
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
-            .args(["--server", &format!("https://{}:6443", node.ip)])
-            .args(["--tls-server-name", &api.to_lowercase()])
+            .args(["--server", &format!("https://{}:6443", ctl.node.ip)])
+            .args(["--tls-server-name", &bed.api.to_lowercase()])
             .args(args)
             .output()
             .unwrap()
@@ -594,14 +356,655 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     );
     let nodes = with_kube_aws(&["get", "nodes", "-o", "name"]);
     assert!(
-        nodes.status.success() && String::from_utf8_lossy(&nodes.stdout).trim() == format!("node/{dns_name}"),
+        nodes.status.success() && String::from_utf8_lossy(&nodes.stdout).trim() == format!("node/{}", inst.dns),
         "kubectl get nodes with kube-aws kubeconfig's credentials: {}",
         output_text(&nodes)
     );
     eprintln!(
         "{test}: up against moto {:.1}s; node boot to Ready {:.1}s; steps (from node start): {}",
-        t_up.as_secs_f64(),
+        bed.up.as_secs_f64(),
         ready.as_secs_f64(),
-        times.join(", ")
+        f.times()
+    );
+}
+
+/// The cluster.yaml lines of a worker pool of `count` nodes.
+fn pool(count: u32) -> String {
+    format!("worker:\n  nodePools:\n    - name: general\n      count: {count}\n")
+}
+
+/// Each node of a test's cluster gets its own pod range on the bridge CNI
+/// (host-local IPAM): 10.244.<k>.0/24 for its k-th node, inside kube-aws's
+/// podSubnet (10.244.0.0/16), with routes between the nodes' namespaces
+/// (scripts/nodebed/node.sh start, NODEBED_POD_SUBNET and NODEBED_PEERS). It is
+/// not the node's `spec.podCIDR` (the controller manager allocates that in
+/// its own order): on EC2 the VPC CNI gives pods VPC addresses and ignores
+/// podCIDR too.
+fn pod_net(k: u32, peers: &[(&BedNode, u32)]) -> Vec<(&'static str, String)> {
+    let peers: Vec<String> = peers
+        .iter()
+        .map(|(n, j)| format!("{} {} 10.244.{j}.0/24", n.node.name, n.node.ip))
+        .collect();
+    vec![
+        ("NODEBED_POD_SUBNET", format!("10.244.{k}.0/24")),
+        ("NODEBED_PEERS", peers.join(";")),
+    ]
+}
+
+/// A pool of one worker: its node boots from the worker launch template's
+/// user-data beside the controller (as an auto scaling group's would), takes
+/// the bootstrap token from its own secrets (decrypted under the worker
+/// role, IAM enforced), joins through the API's name (the controller, here)
+/// with the CA hash kube-aws computed, and becomes Ready.
+#[test]
+fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
+    let test = "real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, &pool(1), &[]);
+    let ctl_inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let wk_inst = bed.instances(&format!("{}-worker-general", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &ctl_inst, &ctl_inst.ip, pod_net(0, &[]));
+    let wk = bed.boot(
+        "worker-general",
+        "WorkerRole",
+        &wk_inst,
+        &ctl_inst.ip,
+        pod_net(1, &[(&ctl, 0)]),
+    );
+    let mut f = bed::expect_all_ready(&[&ctl, &wk], BOOT_READY_LIMIT);
+    let (cf, wf) = (f.remove(0), f.remove(0));
+
+    // The worker joined: no init or join lock, no control plane of its own.
+    let steps: Vec<&str> = wf.steps.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(
+        steps.contains(&"kubeadm-join") && !steps.iter().any(|s| s.contains("lock") || s.contains("init")),
+        "the worker's steps: {steps:?}"
+    );
+    // With the join token the controller minted and published after its
+    // init (issue 27: never the bundle's init token, which workers cannot decrypt).
+    let join = std::fs::read_to_string(wk.node.rootfs().join("var/lib/kube-aws/kubeadm.yaml")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(join.split("\n---\n").next().unwrap()).unwrap();
+    let discovery = &doc["discovery"]["bootstrapToken"];
+    let token = discovery["token"].as_str().unwrap_or_default();
+    assert_eq!(doc["kind"], "JoinConfiguration", "{join}");
+    assert!(
+        discovery["apiServerEndpoint"].as_str() == Some(&format!("{}:6443", bed.api.to_lowercase()))
+            && discovery["caCertHashes"][0]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("sha256:"),
+        "the worker's discovery: {discovery}"
+    );
+    let tokens = ctl
+        .node
+        .sh("kubeadm token list --kubeconfig /etc/kubernetes/admin.conf -o jsonpath='{.token}{\"\\n\"}'");
+    assert!(
+        !token.is_empty() && tokens.lines().any(|t| t.trim() == token),
+        "the worker's token is not one the controller's kubeadm lists"
+    );
+    let published = bed.aws(&[
+        "ssm",
+        "get-parameter",
+        "--name",
+        &format!("/kube-aws/{}/bootstrap-token", bed::BED_CLUSTER),
+        "--with-decryption",
+    ]);
+    let record: serde_json::Value =
+        serde_json::from_str(published["Parameter"]["Value"].as_str().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(record["token"].as_str(), Some(token), "the worker did not join with the published token");
+    // It never decrypted the bundle's init token; the join token is in its store (for blanking).
+    wk.node
+        .sh("test ! -e /run/kube-aws/secrets/kubeadm/bootstrap-token && test -s /run/kube-aws/secrets/kubeadm/join-token");
+    // The cluster sees it Ready, as a worker (no control-plane role), with
+    // its kubelet's client certificate from the TLS bootstrap.
+    let get = node_ready_status(&bed, &ctl, &wk_inst.dns);
+    assert_eq!(
+        String::from_utf8_lossy(&get.stdout).trim(),
+        "True",
+        "{}",
+        output_text(&get)
+    );
+    let labels = bed.kubectl(
+        &ctl,
+        &["get", "node", &wk_inst.dns, "-o", "jsonpath={.metadata.labels}"],
+    );
+    assert!(
+        labels.status.success()
+            && !String::from_utf8_lossy(&labels.stdout).contains("node-role.kubernetes.io/control-plane"),
+        "{}",
+        output_text(&labels)
+    );
+    // (a link to an absolute path in the node: read there)
+    wk.node.sh("test -s /var/lib/kubelet/pki/kubelet-client-current.pem");
+    // The controller routes the worker's pod range through the worker's
+    // address (node.sh's stand-in for a VPC route table).
+    let route = ctl.node.sh("ip route show 10.244.1.0/24");
+    assert!(
+        route.contains(&format!("via {}", wk.node.ip)),
+        "the controller's route to the worker's pods: {route}"
+    );
+    // The boot timelines (scripts/bench-node.sh prints them).
+    eprintln!(
+        "--- boot timeline ---\n{}{}--- end ---",
+        bed::timeline(&ctl, &cf),
+        bed::timeline(&wk, &wf)
+    );
+    eprintln!(
+        "{test}: up {:.1}s; controller Ready {:.1}s ({}); worker Ready {:.1}s ({}); test {:.1}s",
+        bed.up.as_secs_f64(),
+        cf.outcome.clone().unwrap().as_secs_f64(),
+        cf.times(),
+        wf.outcome.clone().unwrap().as_secs_f64(),
+        wf.times(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// etcd's members (name, peer URLs, learner) as `ctl`'s etcd lists them
+/// (its v3 JSON gateway, with the apiserver's etcd client certificate).
+fn etcd_members(ctl: &BedNode) -> Vec<serde_json::Value> {
+    let out = ctl.node.sh("curl -fsS --cacert /etc/kubernetes/pki/etcd/ca.crt \
+         --cert /etc/kubernetes/pki/apiserver-etcd-client.crt --key /etc/kubernetes/pki/apiserver-etcd-client.key \
+         -X POST -d '{}' https://127.0.0.1:2379/v3/cluster/member/list");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["members"].as_array().cloned().unwrap_or_default()
+}
+
+/// The hosts of the members' peer URLs, sorted.
+fn member_ips(members: &[serde_json::Value]) -> Vec<String> {
+    let mut ips: Vec<String> = members
+        .iter()
+        .flat_map(|m| m["peerURLs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|u| {
+            let u = u.as_str()?.trim_start_matches("https://").to_string();
+            Some(u.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or(u))
+        })
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// Waits until `ctl`'s etcd lists exactly `want` (sorted member addresses),
+/// none of them a learner; panics with the last list otherwise.
+fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    let start = Instant::now();
+    loop {
+        let m = etcd_members(ctl);
+        if member_ips(&m) == want && !m.iter().any(|m| m["isLearner"] == true) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "etcd members {m:?}, not {want:?}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Three controllers: the first takes the init lock and `kubeadm init`s,
+/// the second and third (booted at the same time) join one at a time under
+/// the S3 join lock, and etcd has three members. Then the third's container
+/// is killed (an instance lost without its lifecycle hook: its etcd member
+/// stays) and its auto scaling group replaces it; the replacement prunes the
+/// stale member (etcd.py `prune`, under the join lock, before its join) and
+/// joins: etcd has three members again, the lost one's gone.
+#[test]
+fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
+    let test = "real_node::three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "controller: {count: 3}\n", &[]);
+    let group = format!("{}-controller", bed::BED_CLUSTER);
+    let insts = bed.instances(&group);
+    assert_eq!(insts.len(), 3, "{insts:?}");
+    let api_ip = insts[0].ip.clone();
+    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    let c2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[1],
+        &api_ip,
+        pod_net(1, &[(&c1, 0)]),
+    );
+    let c3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[2],
+        &api_ip,
+        pod_net(2, &[(&c1, 0), (&c2, 1)]),
+    );
+    let f = bed::expect_all_ready(&[&c1, &c2, &c3], BOOT_READY_LIMIT);
+    let t_three = t0.elapsed();
+    let has = |f: &bed::Followed, s: &str| f.steps.iter().any(|(n, _)| n == s);
+    assert!(
+        has(&f[0], "kubeadm-init") && !has(&f[0], "join-lock"),
+        "{}",
+        f[0].times()
+    );
+    for (i, fi) in f.iter().enumerate().skip(1) {
+        assert!(
+            has(fi, "init-lock") && has(fi, "join-lock") && has(fi, "etcd-prune") && has(fi, "kubeadm-join"),
+            "controller {}: {}",
+            i + 1,
+            fi.times()
+        );
+    }
+    // How long each joiner held on to take the join lock (the later one
+    // waits for the other's join; locks.acquire says nothing while it waits).
+    let at = |f: &bed::Followed, s: &str| f.steps.iter().find(|(n, _)| n == s).map(|(_, t)| *t).unwrap();
+    let waited: Vec<String> = f[1..]
+        .iter()
+        .map(|fi| format!("{:.1}s", (at(fi, "etcd-prune") - at(fi, "join-lock")).as_secs_f64()))
+        .collect();
+    expect_members(
+        &c1,
+        &[&insts[0].ip, &insts[1].ip, &insts[2].ip],
+        Duration::from_secs(120),
+    );
+    // The join lock is released after each join.
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
+    assert!(
+        !keys.to_string().contains("/bootstrap/join-lock"),
+        "the join lock was left in S3: {keys}"
+    );
+
+    // The third is lost: its container killed, its instance replaced.
+    let lost = insts[2].clone();
+    drop(c3);
+    bed.aws(&[
+        "autoscaling",
+        "terminate-instance-in-auto-scaling-group",
+        "--instance-id",
+        &lost.id,
+        "--no-should-decrement-desired-capacity",
+    ]);
+    let now = bed.instances(&group);
+    let new = now
+        .iter()
+        .find(|i| !insts.iter().any(|o| o.id == i.id))
+        .unwrap_or_else(|| panic!("moto's group did not replace {}: {now:?}", lost.id))
+        .clone();
+    let t_replace = Instant::now();
+    let c4 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &new,
+        &api_ip,
+        pod_net(3, &[(&c1, 0), (&c2, 1)]),
+    );
+    let f4 = c4.expect_ready(BOOT_READY_LIMIT + Duration::from_secs(120));
+    expect_members(&c1, &[&insts[0].ip, &insts[1].ip, &new.ip], Duration::from_secs(120));
+    // kube-aws removed the lost member (kubeadm never does): the
+    // replacement's prune, or the lifecycle watch of a survivor, which looks
+    // every minute and may get there first (then the prune's second look
+    // finds nothing left).
+    let removed = |l: &str| l.contains("removed stale etcd member") && l.contains(&lost.ip);
+    let by_prune = c4.log().lines().any(removed);
+    let by_watch: Vec<&str> = [&c1, &c2]
+        .iter()
+        .filter(|c| {
+            c.node
+                .sh("journalctl --no-pager -u kube-aws-lifecycle.service")
+                .lines()
+                .any(removed)
+        })
+        .map(|c| c.inst.dns.as_str())
+        .collect();
+    assert!(
+        by_prune || !by_watch.is_empty(),
+        "no kube-aws log says it removed {}'s member; the replacement's:\n{}",
+        lost.ip,
+        c4.log()
+    );
+    // Every controller's Node Ready but the lost one's (its Node object
+    // stays until the cloud controller manager, not run here, deletes it).
+    for i in [&insts[0], &insts[1], &new] {
+        let get = node_ready_status(&bed, &c1, &i.dns);
+        assert_eq!(
+            String::from_utf8_lossy(&get.stdout).trim(),
+            "True",
+            "{}: {}",
+            i.dns,
+            output_text(&get)
+        );
+    }
+    eprintln!(
+        "{test}: up {:.1}s; three controllers Ready {:.1}s after the test began (first: {}; second: {}; third: {}); \
+         join lock waits {waited:?}; replacement Ready {:.1}s after its start ({}); the lost member removed by {}; test {:.1}s",
+        bed.up.as_secs_f64(),
+        t_three.as_secs_f64(),
+        f[0].times(),
+        f[1].times(),
+        f[2].times(),
+        t_replace.elapsed().as_secs_f64(),
+        f4.times(),
+        if by_prune {
+            "the replacement's prune".to_string()
+        } else {
+            format!("the lifecycle watch on {by_watch:?}")
+        },
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// A test plugin that brings a flag kube-apiserver does not know, and
+/// shortens kubeadm's wait for a healthy control plane from its 4 minutes to
+/// one (a setting of this test's, not of the bed's).
+const BAD_FLAG_PLUGIN: &str = r#"apiVersion: kube-aws/v1
+kind: Plugin
+metadata:
+  name: badflag
+  version: 0.1.0
+  description: an unknown kube-apiserver flag (tests/it/real_node.rs)
+enabledByDefault: true
+spec:
+  kubernetes:
+    apiServer:
+      flags: {no-such-flag: "true"}
+  nodes:
+    controller:
+      files:
+        - path: /etc/kube-aws/kubeadm.d/60-badflag.json
+          content: |
+            [{"kind": "InitConfiguration", "timeouts": {"controlPlaneComponentHealthCheck": "1m0s"}}]
+"#;
+
+/// A controller whose bootstrap fails (kube-apiserver exits on the plugin's
+/// unknown flag, so `kubeadm init` never sees a healthy control plane)
+/// publishes its failure report, the status object
+/// `status/nodes/<instance id>.json`, naming the step; `kube-aws status
+/// --wait` reads it and names the node and the step. (moto has no
+/// SignalResource and its stacks complete at once: `status --wait` has no
+/// operation to follow, and `up --wait` returns before the node boots, so
+/// the report is what the test checks, with the command's output.)
+#[test]
+fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
+    let test = "real_node::a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "", &[("badflag", BAD_FLAG_PLUGIN)]);
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    let f = ctl.follow(BOOT_READY_LIMIT);
+    let failed_at = f.outcome.as_ref().err().cloned().unwrap_or_default();
+    assert!(
+        failed_at.contains("step kubeadm-init failed (exit "),
+        "{}",
+        ctl.explain(&f, "expected kubeadm init to fail")
+    );
+    // kube-apiserver refused the flag (kubeadm's own output is kept in a
+    // private file: it may show the bootstrap token).
+    let apiserver = ctl
+        .node
+        .sh("crictl ps -a --name kube-apiserver -q | head -1 | xargs -r crictl logs 2>&1 | tail -5");
+    assert!(
+        apiserver.contains("unknown flag: --no-such-flag"),
+        "kube-apiserver said: {apiserver}"
+    );
+    // The status object (published after the failure line is logged: wait).
+    let key = format!("clusters/{}/status/nodes/{}.json", bed::BED_CLUSTER, inst.id);
+    let path = bed.dir().join("report.json");
+    let start = Instant::now();
+    loop {
+        let (ok, out) = crate::node_iam_moto::aws_as(
+            &bed.env,
+            &bed.admin,
+            &[
+                "s3api",
+                "get-object",
+                "--bucket",
+                bed::BED_BUCKET,
+                "--key",
+                &key,
+                path.to_str().unwrap(),
+            ],
+        );
+        if ok {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no status object {key}: {out}\n{}",
+            ctl.log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(report["step"], "kubeadm-init", "{report}");
+    assert_eq!(report["instanceId"], inst.id.as_str(), "{report}");
+    assert_eq!(report["nodeName"], inst.dns.as_str(), "{report}");
+    assert_eq!(report["role"], "controller", "{report}");
+    assert!(report["exitCode"].as_i64().unwrap_or(0) != 0, "{report}");
+    // No secret in it: the bootstrap token (in the node's secrets store).
+    let token = ctl.node.sh("cat /run/kube-aws/secrets/kubeadm/bootstrap-token");
+    assert!(
+        !token.trim().is_empty() && !report.to_string().contains(token.trim()),
+        "the failure report holds the bootstrap token"
+    );
+    // `kube-aws status --wait` names the node and the step.
+    let st = bed.kube_aws(&["status", "--wait"]);
+    let text = output_text(&st);
+    let headline = format!(
+        "node {} ({}, controller) failed at step kubeadm-init",
+        inst.dns, inst.id
+    );
+    assert!(
+        text.contains("failed nodes:") && text.contains(&headline),
+        "kube-aws status --wait:\n{text}"
+    );
+    eprintln!(
+        "{test}: failed at kubeadm-init {:.1}s after the node started ({}); test {:.1}s",
+        ctl.booted.elapsed().as_secs_f64(),
+        f.times(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The pod identity webhook's image, as the rendered manifest names it,
+/// written from the test bed's binary (built from source at the pinned
+/// version by scripts/install-testbed.sh): one layer with /webhook.
+fn webhook_image(out: &std::path::Path) {
+    let bin = crate::common::testbed::bin_dir("webhook image")
+        .expect("the control-plane test bed")
+        .join("amazon-eks-pod-identity-webhook");
+    let o = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/nodebed/oci_image.py"))
+        .arg(out)
+        .arg("public.ecr.aws/eks/amazon-eks-pod-identity-webhook:v0.6.17")
+        .arg("--file")
+        .arg(format!("{}=/webhook", bin.display()))
+        .args(["--entrypoint", "/webhook"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "oci_image.py: {}", output_text(&o));
+}
+
+/// The addon reconciler runs as the controller's systemd timer
+/// (kube-aws-addons.timer, enabled by the bootstrap's `installer` step)
+/// under the controller role with IAM enforced: it reads the plan pointer
+/// from SSM, the bundle from S3, and installs the plan of the bed's cluster —
+/// the pod identity webhook's manifests (no helm release: the VPC CNI and the
+/// cloud controller manager are off, and the node could not download the
+/// helm client from get.helm.sh) — then writes the installed record. The
+/// webhook's image is built from source (the test bed's binary), imported
+/// into the node's containerd as its published name, and runs on the real
+/// controller: its Deployment rolls out, and a pod of an annotated service
+/// account is mutated (a server-side dry run through the webhook).
+#[test]
+fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
+    let test = "real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let bed = MotoBed::up(test, &image, "", &[]);
+    webhook_image(&bed.dir().join("webhook.tar"));
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    // Once the node program has restarted containerd on its config (the
+    // step after `containerd`), the image goes into its store: a baked AMI
+    // would hold it, as the bed's image holds the control plane's.
+    let limit = BOOT_READY_LIMIT;
+    while !ctl.log().contains("step plugin-units") {
+        assert!(
+            ctl.booted.elapsed() < limit,
+            "{}",
+            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::fs::copy(
+        bed.dir().join("webhook.tar"),
+        ctl.node.rootfs().join("root/webhook.tar"),
+    )
+    .unwrap();
+    ctl.node
+        .wait_for(
+            "the webhook image imported",
+            "ctr -n k8s.io images import /root/webhook.tar >/dev/null",
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = ctl.expect_ready(limit);
+    let t_ready = t0.elapsed();
+    // The bed runs no cloud controller manager (its image and EC2 API are
+    // not here): the test does its part for the node, removing the taint
+    // kubelet's `--cloud-provider=external` puts on it, or nothing but the
+    // static pods is ever scheduled.
+    let untaint = bed.kubectl(
+        &ctl,
+        &[
+            "taint",
+            "node",
+            &inst.dns,
+            "node.cloudprovider.kubernetes.io/uninitialized-",
+        ],
+    );
+    assert!(untaint.status.success(), "{}", output_text(&untaint));
+
+    // The timer's run (OnBootSec=2min, then a minute after each run) ends
+    // with the plan done.
+    let ran = ctl.node.wait_for(
+        "the reconciler's run",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 0 ready, 0 failed or skipped, 0 dropped'",
+        Duration::from_secs(420),
+    );
+    if let Err(e) = ran {
+        panic!(
+            "{e}\n--- kube-aws-addons ---\n{}",
+            output_text(
+                &ctl.node
+                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
+            )
+        );
+    }
+    let t_ran = t0.elapsed();
+    let timer = ctl.node.sh("systemctl show -p ActiveState kube-aws-addons.timer");
+    assert_eq!(timer.trim(), "ActiveState=active", "{timer}");
+    // The installed record, in S3.
+    let path = bed.dir().join("installed.json");
+    bed.aws(&[
+        "s3api",
+        "get-object",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--key",
+        &format!("clusters/{}/status/addons/installed.json", bed::BED_CLUSTER),
+        path.to_str().unwrap(),
+    ]);
+    let record = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        record.contains("\"plan\"")
+            && record.contains("pod-identity-webhook")
+            && record.contains("MutatingWebhookConfiguration"),
+        "the installed record: {record}"
+    );
+    // The webhook runs on the real controller, from the image built here.
+    let rollout = bed.kubectl(
+        &ctl,
+        &[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment/pod-identity-webhook",
+            "--timeout=300s",
+        ],
+    );
+    assert!(
+        rollout.status.success(),
+        "the webhook did not roll out: {}\n{}\n{}",
+        output_text(&rollout),
+        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "pods", "-o", "wide"])),
+        output_text(&bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "describe",
+                "pods",
+                "-l",
+                "app=pod-identity-webhook"
+            ]
+        ))
+    );
+    let t_rolled = t0.elapsed();
+    // It mutates a pod whose service account names a role.
+    let sa = bed.kubectl(&ctl, &["create", "serviceaccount", "demo"]);
+    assert!(sa.status.success(), "{}", output_text(&sa));
+    let ann = bed.kubectl(
+        &ctl,
+        &[
+            "annotate",
+            "serviceaccount",
+            "demo",
+            "eks.amazonaws.com/role-arn=arn:aws:iam::123456789012:role/demo",
+        ],
+    );
+    assert!(ann.status.success(), "{}", output_text(&ann));
+    let start = Instant::now();
+    let env = loop {
+        let o = bed.kubectl(
+            &ctl,
+            &[
+                "run",
+                "demo",
+                "--image=registry.k8s.io/pause:3.10.1",
+                "--overrides={\"spec\":{\"serviceAccountName\":\"demo\"}}",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.spec.containers[0].env}",
+            ],
+        );
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("AWS_ROLE_ARN") || start.elapsed() > Duration::from_secs(60) {
+            break format!("{text}\n{}", output_text(&o));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(
+        env.contains("arn:aws:iam::123456789012:role/demo") && env.contains("AWS_WEB_IDENTITY_TOKEN_FILE"),
+        "the webhook did not mutate the pod: {env}"
+    );
+    eprintln!(
+        "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; test {:.1}s",
+        t_ready.as_secs_f64(),
+        f.times(),
+        t_ran.as_secs_f64(),
+        t_rolled.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
     );
 }

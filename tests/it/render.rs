@@ -316,15 +316,25 @@ fn install_order_and_wait_conditions() {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["calico", "cert-manager", "metrics-server", "dex"]);
+    // The wait conditions are in the root stack, after the control plane and
+    // every pool (which start only once the control plane is done).
+    let root: serde_json::Value = serde_json::from_slice(r.get("stacks/root.json").unwrap()).unwrap();
     let cp: serde_json::Value = serde_json::from_slice(r.get("stacks/control-plane.json").unwrap()).unwrap();
+    for pool in ["NodePoolGeneral", "NodePoolSpotArm"] {
+        assert_eq!(
+            root["Resources"][pool]["DependsOn"],
+            serde_json::json!(["ControlPlane"])
+        );
+    }
     for e in plan["releases"].as_array().unwrap() {
-        let wc = &cp["Resources"][e["waitCondition"].as_str().unwrap()];
+        let id = e["waitCondition"].as_str().unwrap();
+        assert!(cp["Resources"].get(id).is_none(), "{id} in the control-plane stack");
+        let wc = &root["Resources"][id];
         assert_eq!(wc["Type"], "AWS::CloudFormation::WaitCondition");
         assert_eq!(wc["CreationPolicy"]["ResourceSignal"]["Count"], 1);
         let deps = wc["DependsOn"].as_array().unwrap();
-        assert_eq!(deps[0], "ControllerGroup");
-        assert_eq!(deps[1], "AddonPlan");
-        assert_eq!(deps.len(), 2 + e["dependsOn"].as_array().unwrap().len());
+        assert_eq!(deps[..3], ["ControlPlane", "NodePoolGeneral", "NodePoolSpotArm"]);
+        assert_eq!(deps.len(), 3 + e["dependsOn"].as_array().unwrap().len());
     }
 }
 
@@ -633,16 +643,15 @@ fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
         plan["releases"][i]["waitCondition"].as_str().unwrap().to_string()
     };
     let (cp_a, cp_b) = (stack(&a, "control-plane"), stack(&b, "control-plane"));
-    // Only the pointer and wait conditions differ (a kept wait condition may
-    // list a dependency's new ID, which CloudFormation does not update it for).
+    // Only the pointer (control plane) and wait conditions (root) differ (a
+    // kept wait condition may list a dependency's new ID, which
+    // CloudFormation does not update it for).
+    assert_eq!(changed_resources(&cp_a, &cp_b), ["AddonPlan"]);
+    let (cp_a, cp_b) = (stack(&a, "root"), stack(&b, "root"));
     for id in changed_resources(&cp_a, &cp_b) {
         let t = cp_b["Resources"].get(&id).unwrap_or(&cp_a["Resources"][&id])["Type"].clone();
-        assert!(
-            id == "AddonPlan" || t == "AWS::CloudFormation::WaitCondition",
-            "{id} ({t}) changed"
-        );
+        assert!(t == "AWS::CloudFormation::WaitCondition", "{id} ({t}) changed");
     }
-    assert_ne!(cp_a["Resources"]["AddonPlan"], cp_b["Resources"]["AddonPlan"]);
     // The new wait conditions are exactly the changed releases'.
     let ids = |cp: &serde_json::Value| -> std::collections::BTreeSet<String> {
         cp["Resources"].as_object().unwrap().keys().cloned().collect()
@@ -663,7 +672,10 @@ fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
     want.sort();
     assert_eq!(added, want);
     for (path, bytes) in &a.files {
-        if path.starts_with("userdata/") || (path.starts_with("stacks/") && path != "stacks/control-plane.json") {
+        if path.starts_with("userdata/")
+            || (path.starts_with("stacks/")
+                && !["stacks/control-plane.json", "stacks/root.json"].contains(&path.as_str()))
+        {
             assert_eq!(b.get(path), Some(bytes.as_slice()), "{path} changed");
         }
     }
@@ -682,10 +694,11 @@ fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
             .collect()
     };
     assert_eq!(unchanged(&a), unchanged(&b));
-    // Each wait condition depends on the pointer: it exists only once the controllers can see its plan.
+    // Each wait condition depends on the control-plane stack, whose pointer
+    // makes its plan live: it exists only once the controllers can see its plan.
     let any_wc = wc(&b, 0);
     let deps = &cp_b["Resources"][any_wc.as_str()]["DependsOn"];
-    assert!(deps.as_array().unwrap().iter().any(|d| d == "AddonPlan"), "{deps}");
+    assert!(deps.as_array().unwrap().iter().any(|d| d == "ControlPlane"), "{deps}");
 }
 
 /// The controllers keep etcd's quorum through an update: one at a time,
@@ -768,15 +781,15 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
         .ends_with(":autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"));
 }
 
-/// Backups: the controllers may write, list and delete objects under
-/// `etcd/` of the cluster's prefix and nothing else there, encrypt them with
-/// the cluster's key through S3 only, and read their settings parameter,
-/// which holds the interval, retention and count (not the user data).
+/// Backups: the controllers may write and list objects under `etcd/` of the
+/// cluster's prefix and nothing else there, never delete one (the bucket's
+/// lifecycle rules expire them), encrypt them with the cluster's key through
+/// S3 only, and read their settings parameter, which holds the interval and
+/// count (not the user data; retention is the bucket's, not the nodes').
 #[test]
 fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     let mut input = full();
     input.cluster.etcd.backup.interval = "2h".into();
-    input.cluster.etcd.backup.retention = 12;
     let r = rendered(&input);
     let cp = stack(&r, "control-plane");
     let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
@@ -794,9 +807,13 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     let prefix = settings["backupPrefix"].as_str().unwrap();
     assert!(prefix.ends_with("/etcd/"), "{prefix}");
     assert_eq!(settings["intervalSeconds"], 7200);
-    assert_eq!(settings["retention"], 12);
+    assert!(settings.get("retention").is_none(), "{settings}");
     assert_eq!(settings["controllerCount"], input.cluster.controller.count);
     let bucket = settings["bucket"].as_str().unwrap();
+    assert_eq!(
+        sid("WriteEtcdSnapshots")["Action"],
+        serde_json::json!(["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"])
+    );
     assert_eq!(
         sid("WriteEtcdSnapshots")["Resource"],
         serde_json::json!([format!("arn:aws:s3:::{bucket}/{prefix}*")])
@@ -876,10 +893,22 @@ fn what_each_kind_of_change_replaces() {
         ),
         ("controller count", Box::new(|i| i.cluster.controller.count += 2)),
         (
-            "etcd backup interval and retention",
+            "apiserver flag (plugin)",
+            Box::new(|i| {
+                i.plugins
+                    .cluster
+                    .api_server_flags
+                    .insert("oidc-username-claim".into(), "email".into());
+            }),
+        ),
+        (
+            "kubernetesVersion 1.35 to 1.36",
+            Box::new(|i| i.cluster.kubernetes_version = "1.36".into()),
+        ),
+        (
+            "etcd backup interval",
             Box::new(|i| {
                 i.cluster.etcd.backup.interval = "30m".into();
-                i.cluster.etcd.backup.retention = 48;
             }),
         ),
     ];
@@ -918,7 +947,7 @@ fn what_each_kind_of_change_replaces() {
             "addon values",
             "chart version",
             "plugin manifest",
-            "etcd backup interval and retention",
+            "etcd backup interval",
         ]
         .contains(kind);
         assert_eq!(rolls, !no_node_change, "{kind}: {touched:?}");
@@ -926,6 +955,19 @@ fn what_each_kind_of_change_replaces() {
             assert!(!touched.iter().any(|t| t.contains("LaunchTemplate")), "{touched:?}");
             // The settings parameter carries the count (the restore decision), not the user data.
             assert!(touched.iter().any(|t| t.contains("EtcdSettings")), "{touched:?}");
+        }
+        if *kind == "apiserver flag (plugin)" {
+            // The controllers only: the first new one uploads the new
+            // ClusterConfiguration before it joins (src/node/kube_aws_node/upgrade.py).
+            assert!(touched.iter().all(|t| t.starts_with("control-plane/")), "{touched:?}");
+        }
+        if kind.starts_with("kubernetesVersion") {
+            for group in [
+                "control-plane/ControllerLaunchTemplate",
+                "node-pool-general/WorkerLaunchTemplate",
+            ] {
+                assert!(touched.iter().any(|t| t.starts_with(group)), "{kind}: {touched:?}");
+            }
         }
         if kind.starts_with("etcd backup") {
             assert_eq!(touched, ["control-plane/EtcdSettings (SSM::Parameter)"]);

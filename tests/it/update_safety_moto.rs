@@ -2,8 +2,10 @@
 //! goes `up`; the control plane's live template has the rolling update that
 //! keeps etcd's quorum and the termination lifecycle hook, and moto's
 //! controller group spans three subnets in three zones. `kube-aws backups` lists the snapshots a
-//! controller wrote (real S3 objects, SSE-KMS, where the node writes them)
-//! newest first, in text and JSON, with the last run's status. An explicit
+//! controller wrote (real S3 objects, SSE-KMS, where the node writes them:
+//! the hourly and the daily tier) newest first, in text and JSON, with the
+//! last run's status; `up` set the bucket's lifecycle rules that expire each
+//! tier, and kept the bucket's other rule. An explicit
 //! `ami:` in cluster.yaml replaces the pinned AMI, and the preview says which
 //! groups roll and why; a changed backup interval changes the settings
 //! parameter only.
@@ -69,6 +71,15 @@ fn put(env: &Env, dir: &Path, key: &str, body: &[u8], kms: &str) {
 fn three_controllers_spread_roll_and_back_up() {
     let env = Env::new();
     env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    // A rule of the bucket's own, which `up` must keep.
+    env.aws(&[
+        "s3api",
+        "put-bucket-lifecycle-configuration",
+        "--bucket",
+        BUCKET,
+        "--lifecycle-configuration",
+        r#"{"Rules": [{"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 30}}]}"#,
+    ]);
     let kms = env.create_kms_key();
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
@@ -128,10 +139,59 @@ fn three_controllers_spread_roll_and_back_up() {
         "{}",
         text(&none)
     );
-    // Two snapshots where the node writes them, and its status object.
-    put(&env, dir, "etcd/20261201T000000Z-ip-10-0-0-5.db", &[0u8; 2048], &kms);
+    // The snapshots' retention: one lifecycle rule per tier, the default days.
+    let rules = env.aws_json(&["s3api", "get-bucket-lifecycle-configuration", "--bucket", BUCKET]);
+    let rules: Vec<(String, String, i64)> = rules["Rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["ID"].as_str().unwrap().to_string(),
+                r["Filter"]["Prefix"].as_str().unwrap_or_default().to_string(),
+                r["Expiration"]["Days"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("logs".to_string(), "logs/".to_string(), 30),
+            (
+                "kube-aws-demo-etcd-hourly".to_string(),
+                format!("clusters/{CLUSTER}/etcd/hourly/"),
+                7
+            ),
+            (
+                "kube-aws-demo-etcd-daily".to_string(),
+                format!("clusters/{CLUSTER}/etcd/daily/"),
+                90
+            )
+        ]
+    );
+    // Snapshots of both tiers where the node writes them, and its status object.
+    put(
+        &env,
+        dir,
+        "etcd/hourly/20261201T000000Z-ip-10-0-0-5.db",
+        &[0u8; 2048],
+        &kms,
+    );
+    put(
+        &env,
+        dir,
+        "etcd/daily/20261201T000000Z-ip-10-0-0-5.db",
+        &[0u8; 2048],
+        &kms,
+    );
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    put(&env, dir, "etcd/20261201T010000Z-ip-10-0-0-5.db", &[0u8; 4096], &kms);
+    put(
+        &env,
+        dir,
+        "etcd/hourly/20261201T010000Z-ip-10-0-0-5.db",
+        &[0u8; 4096],
+        &kms,
+    );
     put(
         &env,
         dir,
@@ -142,23 +202,45 @@ fn three_controllers_spread_roll_and_back_up() {
     let out = env.kube_aws(dir, &["backups", "-o", "json"]);
     assert!(out.status.success(), "{}", text(&out));
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let listed: Vec<(&str, i64)> = j["snapshots"]
+    let mut listed: Vec<(&str, &str, i64)> = j["snapshots"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["key"].as_str().unwrap(), s["size"].as_i64().unwrap()))
+        .map(|s| {
+            (
+                s["tier"].as_str().unwrap(),
+                s["key"].as_str().unwrap(),
+                s["size"].as_i64().unwrap(),
+            )
+        })
         .collect();
+    // The two older ones were written within a second: their order is S3's time's.
+    listed[1..].sort();
     assert_eq!(
         listed,
         [
-            ("clusters/demo/etcd/20261201T010000Z-ip-10-0-0-5.db", 4096),
-            ("clusters/demo/etcd/20261201T000000Z-ip-10-0-0-5.db", 2048)
+            (
+                "hourly",
+                "clusters/demo/etcd/hourly/20261201T010000Z-ip-10-0-0-5.db",
+                4096
+            ),
+            (
+                "daily",
+                "clusters/demo/etcd/daily/20261201T000000Z-ip-10-0-0-5.db",
+                2048
+            ),
+            (
+                "hourly",
+                "clusters/demo/etcd/hourly/20261201T000000Z-ip-10-0-0-5.db",
+                2048
+            ),
         ]
     );
     assert!(j["snapshots"][0]["time"].as_str().unwrap().ends_with('Z'), "{j}");
     assert_eq!(j["last_run"]["phase"], "failed");
     let t = env.kube_aws(dir, &["backups"]);
     assert!(text(&t).contains("4.0 KiB"), "{}", text(&t));
+    assert!(text(&t).contains("  daily   clusters/demo/etcd/daily/"), "{}", text(&t));
     assert!(
         text(&t).contains("last backup run: failed: An error occurred (SlowDown)"),
         "{}",
@@ -168,7 +250,7 @@ fn three_controllers_spread_roll_and_back_up() {
     // A changed backup interval: only the control plane's settings change.
     std::fs::write(
         dir.join("cluster.yaml"),
-        cluster_yaml(&kms, "etcd:\n  backup:\n    interval: 30m\n    retention: 48\n"),
+        cluster_yaml(&kms, "etcd:\n  backup:\n    interval: 30m\n"),
     )
     .unwrap();
     let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
@@ -181,10 +263,7 @@ fn three_controllers_spread_roll_and_back_up() {
     assert!(!out.contains("instances replaced"), "{out}");
     let p = env.aws_json(&["ssm", "get-parameter", "--name", "/kube-aws/demo/etcd"]);
     let settings: Value = serde_json::from_str(p["Parameter"]["Value"].as_str().unwrap()).unwrap();
-    assert_eq!(
-        (settings["intervalSeconds"].as_i64(), settings["retention"].as_i64()),
-        (Some(1800), Some(48))
-    );
+    assert_eq!(settings["intervalSeconds"].as_i64(), Some(1800));
 
     // An explicit AMI: every group rolls, and the preview says why.
     let pinned = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
@@ -198,10 +277,7 @@ fn three_controllers_spread_roll_and_back_up() {
     let explicit = "ami-0123456789abcdef0";
     std::fs::write(
         dir.join("cluster.yaml"),
-        cluster_yaml(
-            &kms,
-            &format!("etcd:\n  backup:\n    interval: 30m\n    retention: 48\nami: {explicit}\n"),
-        ),
+        cluster_yaml(&kms, &format!("etcd:\n  backup:\n    interval: 30m\nami: {explicit}\n")),
     )
     .unwrap();
     let upd = env.kube_aws(dir, &["update", "--yes", "--refresh-ami"]);

@@ -87,6 +87,7 @@ fn release(name: &str, plugin: bool, files: &[&str], set: Value) -> Release {
         create_namespace: true,
         bootstrap: false,
         origin,
+        declared: None,
     }
 }
 

@@ -21,6 +21,7 @@ COMMANDS = {
     "lifecycle": ("etcd", "lifecycle_main", True),
     "etcd-backup": ("etcd", "etcd_backup_main", True),
     "etcd-restore": ("etcd", "etcd_restore_main", True),
+    "etcd-maintenance": ("defrag", "maintenance_main", True),
     "certs": ("certs", "main", True),
     "bootstrap-token": ("join_token", "main", True),
 }

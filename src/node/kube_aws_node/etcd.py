@@ -17,7 +17,7 @@ Subcommands (wired into `kube-aws-node`):
 
 Where the settings come from: /etc/kube-aws/etcd.json names the SSM parameter
 (control-plane stack, `EtcdSettings`) holding bucket, backupPrefix,
-intervalSeconds, retention, kmsKeyARN, controllerCount, lifecycleHook and
+intervalSeconds, kmsKeyARN, controllerCount, lifecycleHook and
 lifecycleTimeoutSeconds; /etc/kube-aws/runtime.json gives the cluster's bucket,
 key prefix, stack and API endpoint.
 """
@@ -59,8 +59,15 @@ PEER_PORT = 2380
 # metadata", EC2 Auto Scaling user guide: poll, act on `Terminated`).
 POLL_SECONDS = 5
 PRUNE_SECONDS = 60
-# What a snapshot key looks like: etcd/<UTC time>-<member>.db (sorts by time).
+# What a snapshot key looks like: etcd/<tier>/<UTC time>-<member>.db (sorts by
+# time). Two tiers, each expired by the bucket's lifecycle rule on its prefix
+# (src/aws/retention.rs; kops's etcd-manager keeps hourly snapshots for a week
+# and daily ones for 90 days): no node deletes a snapshot, and the node role
+# has no s3:DeleteObject on them. Keys directly under etcd/ are an older
+# layout's, still read by a restore.
 SNAPSHOT_SUFFIX = ".db"
+HOURLY, DAILY = "hourly/", "daily/"
+DAY_SECONDS = 86400
 UPLOAD_ATTEMPTS = 3
 
 
@@ -180,14 +187,28 @@ def parse_time(s):
     return datetime.datetime.fromisoformat(s).timestamp()
 
 
-def snapshots(listing, prefix):
-    """The snapshot objects of a list-objects-v2 answer, oldest first:
-    [{"key", "size", "time"}]."""
+def snapshot_tier(key, prefix):
+    """"hourly/", "daily/" or "" (the older flat layout) for a snapshot key
+    under `prefix`; None for anything else."""
+    if not key.startswith(prefix) or not key.endswith(SNAPSHOT_SUFFIX):
+        return None
+    rest = key[len(prefix):]
+    for tier in (HOURLY, DAILY):
+        if rest.startswith(tier) and "/" not in rest[len(tier):]:
+            return tier
+    return "" if "/" not in rest else None
+
+
+def snapshots(listing, prefix, tiers=(HOURLY, DAILY, "")):
+    """The snapshot objects of a list-objects-v2 answer in `tiers`, oldest
+    first: [{"key", "size", "time", "tier"}]."""
     out = []
     for o in (listing or {}).get("Contents") or []:
         key = o.get("Key", "")
-        if key.startswith(prefix) and key.endswith(SNAPSHOT_SUFFIX) and "/" not in key[len(prefix):]:
-            out.append({"key": key, "size": int(o.get("Size", 0)), "time": parse_time(o["LastModified"])})
+        tier = snapshot_tier(key, prefix)
+        if tier is not None and tier in tiers:
+            out.append({"key": key, "size": int(o.get("Size", 0)), "time": parse_time(o["LastModified"]),
+                        "tier": tier})
     out.sort(key=lambda o: (o["time"], o["key"]))
     return out
 
@@ -206,11 +227,9 @@ def snapshot_key(prefix, now, member_name):
     return "%s%s-%s%s" % (prefix, stamp, safe, SNAPSHOT_SUFFIX)
 
 
-def retention_victims(snaps, retention):
-    """The oldest snapshots beyond `retention` (snaps oldest first)."""
-    if retention < 1 or len(snaps) <= retention:
-        return []
-    return [s["key"] for s in snaps[:len(snaps) - retention]]
+def daily_key(prefix, hourly_key):
+    """The daily tier's copy of an hourly snapshot: same name, daily/ prefix."""
+    return prefix + DAILY + hourly_key.rsplit("/", 1)[-1]
 
 
 JOIN, INIT, RESTORE, FAIL = "join", "init", "restore", "fail"
@@ -566,7 +585,10 @@ def watch(node, etcd_factory, run, clock, max_ticks=None):
             try:
                 previous, removed = prune_once(node, etcd_factory(), previous)
                 for m in removed:
-                    print("kube-aws: removed stale etcd member %s (%s)" % (m.get("name", ""), member_ips(m)))
+                    # flush: stdout is a pipe to the journal, block-buffered; the
+                    # real-node bed found this line missing (tests/it/real_node.rs)
+                    print("kube-aws: removed stale etcd member %s (%s)" % (m.get("name", ""), member_ips(m)),
+                          flush=True)
             except Exception as e:
                 print("kube-aws: stale member check: %s" % e, file=sys.stderr)
         clock.sleep(POLL_SECONDS)
@@ -606,6 +628,11 @@ def lifecycle_main(argv, aws, imds=imds_get, etcd_factory=EtcdGateway, run=run_c
         for m in gone:
             etcd.member_remove(peers, m["ID"])
             print("removed stale etcd member %s (%s)" % (m.get("name", ""), ", ".join(member_ips(m))))
+        if not gone:
+            # Another controller's watch may have removed them in the minute
+            # between the looks (seen on the real-node bed): say so.
+            print("no stale etcd member left on the second look (%s)" % ", ".join(
+                ip for m in first for ip in member_ips(m)))
         return 0
     print("usage: kube-aws-node lifecycle [watch|leave|prune]", file=sys.stderr)
     return 2
@@ -650,12 +677,13 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
         return 0, None
     bucket, prefix = s["bucket"], s["backupPrefix"]
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
-    snaps = snapshots(listing, prefix)
+    hourly = snapshots(listing, prefix, (HOURLY, ""))
+    daily = snapshots(listing, prefix, (DAILY,))
     now = clock.now()
-    if not force and not backup_due(snaps, now, int(s["intervalSeconds"])):
+    if not force and not backup_due(hourly, now, int(s["intervalSeconds"])):
         return 0, None
     instance = node.instance()
-    key = snapshot_key(prefix, now, instance.get("nodeName") or instance.get("instanceId", ""))
+    key = snapshot_key(prefix + HOURLY, now, instance.get("nodeName") or instance.get("instanceId", ""))
     report = {"phase": "failed", "key": key, "instanceId": instance.get("instanceId", ""),
               "startedAt": int(now)}
     local = host_snapshot or host(SNAPSHOT_PATH)
@@ -663,6 +691,11 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
         etcdctl_in_container(run, ["snapshot", "save", SNAPSHOT_PATH])
         size = os.path.getsize(local)
         err = upload_snapshot(node.aws, local, bucket, key, s.get("kmsKeyARN", ""), clock)
+        # One snapshot a day also goes to the daily tier, kept longer.
+        if not err and backup_due(daily, now, DAY_SECONDS):
+            err = upload_snapshot(node.aws, local, bucket, daily_key(prefix, key), s.get("kmsKeyARN", ""), clock)
+            if not err:
+                report["daily"] = daily_key(prefix, key)
     except Exception as e:
         err, size = str(e), 0
     finally:
@@ -673,12 +706,6 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
         report["message"] = err
         return 1, report
     report.update({"phase": "ok", "size": size})
-    snaps.append({"key": key, "size": size, "time": now})
-    for victim in retention_victims(snaps, int(s["retention"])):
-        try:
-            node.aws(["s3api", "delete-object", "--bucket", bucket, "--key", victim])
-        except Exception as e:
-            report["message"] = "retention: %s" % e
     return 0, report
 
 

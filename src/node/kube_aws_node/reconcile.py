@@ -60,7 +60,7 @@ import tarfile
 import threading
 import time
 
-from . import bundle, cfn, jsonio, lease, paths, schedule, secrets
+from . import bundle, cfn, jsonio, lease, paths, schedule, secrets, upgrade
 from .awscall import Aws, AwsError, listed_object
 from .console import Console
 from .retry import retry
@@ -179,7 +179,8 @@ class Reconciler(object):
         self.aws = aws
         self.runtime = runtime
         self.node = node if node is not None else {}
-        self.stack = runtime["stackName"]
+        # The stack of the addons' wait conditions: the root stack (after the pools).
+        self.stack = reconciler.get("waitConditionStack") or runtime["stackName"]
         self.bucket = runtime["bucket"]
         self.prefix = runtime["keyPrefix"]
         self.secrets_version = runtime.get("secretsVersion") or ""
@@ -362,6 +363,20 @@ class Reconciler(object):
 
     def readyz(self):
         return self.run(["kubectl", "get", "--raw=/readyz"])[1].strip() == "ok"
+
+    def ready_node_gate(self):
+        """A Ready worker when a pool starts with one (pools start after the
+        control plane: the plan's workerReadyTimeoutSeconds covers it), else,
+        or after that, any Ready node."""
+        worker_wait = self.plan.get("workerReadyTimeoutSeconds") or 0
+        if worker_wait and self.wait_until(worker_wait, self.a_worker_is_ready):
+            return True
+        return self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+
+    def a_worker_is_ready(self):
+        code, text = self.run(["kubectl", "get", "nodes", "-l", "!node-role.kubernetes.io/control-plane", "-o",
+                               'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'])
+        return code == 0 and "True" in text.split()
 
     def a_node_is_ready(self):
         code, text = self.run(["kubectl", "get", "nodes", "-o", 'jsonpath={range .items[*]}'
@@ -731,7 +746,7 @@ class Reconciler(object):
                         if gate is None:
                             # The bootstrap addons are in (decide starts no other before).
                             self.apply_manifests()
-                            gate = self.wait_until(self.plan["nodeReadyTimeoutSeconds"], self.a_node_is_ready)
+                            gate = self.ready_node_gate()
                             if gate:
                                 self.wait_manifest_rollouts()
                         if not gate:
@@ -786,6 +801,11 @@ class Reconciler(object):
             self.log("plan %s: the releases that failed are tried again after %s"
                      % (self.plan_sha, lease.iso(record.doc["retryAfter"])))
             return 0
+        behind = self.control_plane_behind()
+        if behind:
+            self.log("plan %s is for Kubernetes %s: it waits until every controller runs it (behind: %s)"
+                     % (self.plan_sha, self.plan["kubernetesVersion"], ", ".join(behind)))
+            return 0
         self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log)
         try:
             if not self.lease.acquire(run_id):
@@ -804,6 +824,18 @@ class Reconciler(object):
         finally:
             self.lease.release()
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def control_plane_behind(self):
+        """The controllers still on an older minor than the plan's (upgrade.py):
+        an upgrade's addons wait for the control plane. Unknown counts as none."""
+        if not self.plan.get("kubernetesVersion"):
+            return []
+        code, text = self.run(["kubectl", "get", "nodes", "-o", "json"])
+        try:
+            return upgrade.control_plane_behind(jsonio.parse(text, "kubectl get nodes"), self.plan["kubernetesVersion"]) \
+                if code == 0 else []
+        except jsonio.JsonError:
+            return []
 
     def prune_bundles(self):
         d = os.path.join(self.work, "bundles")

@@ -91,7 +91,7 @@ class FakeAws(object):
         return [c for c in self.calls if c[:2] == [service, op]]
 
 
-SETTINGS = {"bucket": "b", "backupPrefix": "p/demo/etcd/", "intervalSeconds": 3600, "retention": 3,
+SETTINGS = {"bucket": "b", "backupPrefix": "p/demo/etcd/", "intervalSeconds": 3600,
             "kmsKeyARN": "arn:aws:kms:us-west-2:111122223333:key/k", "controllerCount": 3,
             "lifecycleHook": "kube-aws-etcd-member", "lifecycleTimeoutSeconds": 300}
 RUNTIME = {"cluster": "demo", "bucket": "b", "keyPrefix": "p/demo", "stackName": "demo-ControlPlane-1",
@@ -307,7 +307,8 @@ class Leaving(WithFiles):
         fake = FakeEtcd([member(11, "10.0.1.5")])
         code, msg, problems = etcd.leave(node(aws), fake, run, FakeClock())
         self.assertEqual((code, problems), (0, []))
-        self.assertEqual(len(aws.ops("s3", "cp")), 1)
+        # The last snapshot, hourly, and (no daily one in the listing) daily too.
+        self.assertEqual([c[4].split("/")[-2] for c in aws.ops("s3", "cp")], ["hourly", "daily"])
         self.assertIn("last etcd member stays", msg)
         put = [c for c in aws.ops("s3api", "put-object") if "p/demo/status/etcd/backup.json" in c]
         self.assertEqual(len(put), 1)
@@ -357,20 +358,24 @@ def listing(*items):
 class Snapshots(unittest.TestCase):
     PREFIX = "p/demo/etcd/"
 
-    def test_listing_due_and_retention(self):
+    def test_listing_both_tiers_and_due(self):
         got = etcd.snapshots(listing(
-            (self.PREFIX + "20261201T010000Z-a.db", 10, "2026-12-01T01:00:00+00:00"),
-            (self.PREFIX + "20261201T000000Z-a.db", 9, "2026-12-01T00:00:00.000Z"),
+            (self.PREFIX + "hourly/20261201T010000Z-a.db", 10, "2026-12-01T01:00:00+00:00"),
+            (self.PREFIX + "hourly/20261201T000000Z-a.db", 9, "2026-12-01T00:00:00.000Z"),
+            (self.PREFIX + "daily/20261130T000000Z-a.db", 8, "2026-11-30T00:00:00Z"),
+            (self.PREFIX + "20261129T000000Z-a.db", 7, "2026-11-29T00:00:00Z"),
             (self.PREFIX + "notes.txt", 1, "2026-12-01T02:00:00Z"),
             (self.PREFIX + "old/x.db", 1, "2026-12-01T02:00:00Z"),
+            (self.PREFIX + "hourly/deeper/x.db", 1, "2026-12-01T02:00:00Z"),
         ), self.PREFIX)
-        self.assertEqual([s["size"] for s in got], [9, 10])
-        newest = got[-1]["time"]
-        self.assertFalse(etcd.backup_due(got, newest + 1800, 3600))
-        self.assertTrue(etcd.backup_due(got, newest + 3590, 3600))
+        self.assertEqual([(s["tier"], s["size"]) for s in got], [("", 7), ("daily/", 8), ("hourly/", 9), ("hourly/", 10)])
+        hourly = [s for s in got if s["tier"] in ("hourly/", "")]
+        newest = hourly[-1]["time"]
+        self.assertFalse(etcd.backup_due(hourly, newest + 1800, 3600))
+        self.assertTrue(etcd.backup_due(hourly, newest + 3590, 3600))
         self.assertTrue(etcd.backup_due([], 0, 3600))
-        self.assertEqual(etcd.retention_victims(got, 1), [self.PREFIX + "20261201T000000Z-a.db"])
-        self.assertEqual(etcd.retention_victims(got, 2), [])
+        self.assertEqual(etcd.daily_key(self.PREFIX, self.PREFIX + "hourly/20261201T010000Z-a.db"),
+                         self.PREFIX + "daily/20261201T010000Z-a.db")
 
     def test_keys_sort_by_time(self):
         a = etcd.snapshot_key(self.PREFIX, 1764558000, "ip-10-0-1-5.ec2.internal")
@@ -415,7 +420,7 @@ class Backup(WithFiles):
         self.assertFalse([c for c in calls if "save" in c])
         self.assertFalse(aws.ops("s3", "cp"))
 
-    def test_the_leader_snapshots_encrypts_and_keeps_the_newest_n(self):
+    def test_the_leader_snapshots_encrypts_and_deletes_nothing(self):
         run, calls = self.runner()
         aws = self.aws(self.OLD)
         code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
@@ -424,13 +429,27 @@ class Backup(WithFiles):
         save = [c for c in calls if "save" in c][0]
         self.assertEqual(save[:5], ["crictl", "--runtime-endpoint", etcd.CRI, "exec", "c0ffee"])
         self.assertIn("/etc/kubernetes/pki/etcd/healthcheck-client.crt", save)
-        cp = aws.ops("s3", "cp")[0]
-        self.assertTrue(cp[4].startswith("s3://b/p/demo/etcd/") and cp[4].endswith(".db"), cp)
-        self.assertEqual(cp[-4:], ["--sse", "aws:kms", "--sse-kms-key-id", SETTINGS["kmsKeyARN"]])
-        # Retention 3: of the 3 old and the new one, the oldest goes.
-        deleted = [c[c.index("--key") + 1] for c in aws.ops("s3api", "delete-object")]
-        self.assertEqual(deleted, ["p/demo/etcd/20261101T000000Z-a.db"])
+        # The hourly snapshot, and (no daily one yet) the same file to the daily tier.
+        cps = aws.ops("s3", "cp")
+        self.assertEqual(len(cps), 2, cps)
+        self.assertTrue(cps[0][4].startswith("s3://b/p/demo/etcd/hourly/") and cps[0][4].endswith(".db"), cps)
+        self.assertEqual(cps[1][4], "s3://b/" + etcd.daily_key("p/demo/etcd/", cps[0][4][len("s3://b/"):]))
+        self.assertEqual(report["daily"], cps[1][4][len("s3://b/"):])
+        for cp in cps:
+            self.assertEqual(cp[-4:], ["--sse", "aws:kms", "--sse-kms-key-id", SETTINGS["kmsKeyARN"]])
+        # Retention is the bucket's lifecycle rules: no node deletes a snapshot.
+        self.assertFalse(aws.ops("s3api", "delete-object"))
         self.assertFalse(os.path.exists(self.snap), "the local snapshot is left behind")
+
+    def test_a_daily_snapshot_once_a_day(self):
+        run, _ = self.runner()
+        recent_daily = [("p/demo/etcd/daily/20261102T000000Z-a.db", 5, "2026-11-03T00:00:00Z")]
+        clock = FakeClock(etcd.parse_time("2026-11-03T20:00:00Z"))
+        aws = self.aws(self.OLD + recent_daily)
+        code, report = etcd.backup_once(node(aws), run, clock, self.snap)
+        self.assertEqual(code, 0)
+        self.assertEqual(len(aws.ops("s3", "cp")), 1, "a second daily snapshot within a day")
+        self.assertNotIn("daily", report)
 
     def test_not_due_writes_nothing(self):
         run, calls = self.runner()

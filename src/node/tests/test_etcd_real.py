@@ -37,13 +37,17 @@ class Clock(object):
         time.sleep(min(s, 1))
 
 
-@unittest.skipUnless(HAVE, "KUBE_AWS_TESTBED_BIN with etcd and kubeadm is not set: real etcd tests skipped")
-class RealEtcd(unittest.TestCase):
+class EtcdMembers(object):
+    """Three real members for a test case's class; a subclass may give its
+    own etcd flags and loopback range (test_defrag_real.py)."""
+    EXTRA_ARGS = []
+    BASE = 60
+
     @classmethod
     def setUpClass(cls):
         pid = os.getpid()
         # Addresses of this run only (any 127/8 address is loopback on Linux).
-        base = "127.%d.%d." % (60 + pid % 150, (pid // 150) % 250)
+        base = "127.%d.%d." % (cls.BASE + pid % 150, (pid // 150) % 250)
         cls.ips = [base + str(i) for i in (1, 2, 3)]
         cls.tmp = tempfile.mkdtemp(prefix="kube-aws-etcd-")
         pki = os.path.join(cls.tmp, "pki")
@@ -77,7 +81,7 @@ class RealEtcd(unittest.TestCase):
                 "--cert-file", p("server.crt"), "--key-file", p("server.key"),
                 "--peer-client-cert-auth", "--peer-trusted-ca-file", p("ca.crt"),
                 "--peer-cert-file", p("peer.crt"), "--peer-key-file", p("peer.key"),
-            ], stdout=log, stderr=log))
+            ] + cls.EXTRA_ARGS, stdout=log, stderr=log))
         cls.client = etcd.EtcdGateway(ca=p("ca.crt"), cert=p("healthcheck-client.crt"),
                                       key=p("healthcheck-client.key"))
         cls.endpoints = ["https://%s:2379" % ip for ip in cls.ips]
@@ -102,6 +106,9 @@ class RealEtcd(unittest.TestCase):
             log.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
+
+@unittest.skipUnless(HAVE, "KUBE_AWS_TESTBED_BIN with etcd and kubeadm is not set: real etcd tests skipped")
+class RealEtcd(EtcdMembers, unittest.TestCase):
     def test_members_leader_removal_through_a_peer_and_stale_rules(self):
         members = self.client.member_list(self.endpoints)
         self.assertEqual(sorted(etcd.member_ips(m)[0] for m in members), sorted(self.ips))

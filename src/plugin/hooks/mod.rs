@@ -225,10 +225,23 @@ pub const AUTOSCALER_ENABLED_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
 /// cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery Setup":
 /// `…/node-template/label/<key>: <value>`, `…/node-template/taint/<key>: <value>:<Effect>`).
 pub const NODE_TEMPLATE_TAG: &str = "k8s.io/cluster-autoscaler/node-template";
+/// Prefix of the tag aws-node-termination-handler drains by (its `managedTag`,
+/// `aws-node-termination-handler/<clusterName>`): a pool carrying it gets a
+/// termination lifecycle hook, and the tag reaches its instances.
+pub const NTH_MANAGED_TAG_PREFIX: &str = "aws-node-termination-handler/";
 /// AWS's limit on a tag key's length.
 pub const TAG_KEY_LIMIT: usize = 128;
 
 impl NodeHooks {
+    /// The tag of aws-node-termination-handler on this scope's group, when the
+    /// handler drains its nodes.
+    pub fn nth_managed_tag(&self) -> Option<&str> {
+        self.asg_tags
+            .keys()
+            .find(|k| k.starts_with(NTH_MANAGED_TAG_PREFIX))
+            .map(String::as_str)
+    }
+
     /// Is this scope's group sized by the cluster-autoscaler?
     pub fn autoscaled(&self) -> bool {
         self.asg_tags.contains_key(AUTOSCALER_ENABLED_TAG)

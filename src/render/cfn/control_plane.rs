@@ -1,6 +1,7 @@
 //! The `control-plane` stack: the controllers' group (see `nodes`), their
-//! etcd membership and settings, the addon plan pointer, and one wait
-//! condition per addon release in dependency order.
+//! etcd membership and settings, and the addon plan pointer. The addons'
+//! wait conditions (one per release, in dependency order) are rendered here
+//! but live in the root stack, after the pools (`addon_wait_conditions`).
 
 use std::collections::BTreeMap;
 
@@ -48,7 +49,6 @@ pub(super) fn plan_pointer(ctx: &Ctx, bundle: &AddonBundle, releases: &[ReleaseS
 pub(super) fn control_plane_stack(
     input: &RenderInput,
     ctx: &Ctx,
-    plan: &Plan,
     bundle: &AddonBundle,
     node: &NodeUserData,
 ) -> Result<Map<String, Value>, RenderError> {
@@ -61,10 +61,7 @@ pub(super) fn control_plane_stack(
             ),
         });
     }
-    let mut t = template(format!(
-        "kube-aws cluster {}: control plane and addon wait conditions",
-        ctx.cluster
-    ));
+    let mut t = template(format!("kube-aws cluster {}: control plane", ctx.cluster));
     let mut r = Map::new();
     let g = Group {
         prefix: "Controller",
@@ -80,6 +77,7 @@ pub(super) fn control_plane_stack(
         hooks: &input.plugins.controller,
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
+        distribution: None,
     };
     let mut params = node_stack_parameters(&g);
     let release_secrets = release_secrets(input);
@@ -91,13 +89,29 @@ pub(super) fn control_plane_stack(
     etcd_membership(ctx, &mut r);
     r.insert(ETCD_SETTINGS.into(), etcd_settings(input, ctx)?);
     r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle, &release_secrets));
+    t.insert("Resources".into(), Value::Object(r));
+    t.insert(
+        "Outputs".into(),
+        json!({"ControllerRoleArn": {"Value": {"Fn::GetAtt": ["ControllerRole", "Arn"]}}}),
+    );
+    Ok(t)
+}
+
+/// One wait condition per addon release, for the root stack: each waits for
+/// `after` (the control-plane stack, whose plan pointer makes the plan live,
+/// and every pool stack: many addons need a worker to be ready) and for the
+/// wait conditions of the releases it depends on. In the control-plane stack
+/// they would keep it from completing until the addons are ready, and the
+/// pools, which wait for it, would never start.
+pub(super) fn addon_wait_conditions(plan: &Plan, after: &[String]) -> Map<String, Value> {
     let ids: BTreeMap<&str, &str> = plan
         .releases
         .iter()
         .map(|e| (e.name.as_str(), e.wait_condition.as_str()))
         .collect();
+    let mut r = Map::new();
     for e in &plan.releases {
-        let mut deps = vec![json!("ControllerGroup"), json!(PLAN_POINTER)];
+        let mut deps: Vec<Value> = after.iter().map(|a| json!(a)).collect();
         deps.extend(
             e.depends_on
                 .iter()
@@ -112,10 +126,5 @@ pub(super) fn control_plane_stack(
                              "ChartVersion": e.chart_version}}),
         );
     }
-    t.insert("Resources".into(), Value::Object(r));
-    t.insert(
-        "Outputs".into(),
-        json!({"ControllerRoleArn": {"Value": {"Fn::GetAtt": ["ControllerRole", "Arn"]}}}),
-    );
-    Ok(t)
+    r
 }

@@ -60,7 +60,7 @@ pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
 }
 
 /// The controllers' etcd settings, as an SSM parameter the stack manages
-/// rather than user data: a changed backup interval, retention or controller
+/// rather than user data: a changed backup interval or controller
 /// count updates the parameter and replaces no controller.
 pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, RenderError> {
     let b = &input.cluster.etcd.backup;
@@ -71,7 +71,9 @@ pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, Ren
         "bucket": ctx.bucket,
         "backupPrefix": format!("{}/{ETCD_BACKUP_DIR}/", ctx.key_prefix),
         "intervalSeconds": interval.as_secs(),
-        "retention": b.retention,
+        // For `etcd-maintenance` (src/node/kube_aws_node/defrag.py): the quota
+        // it reports against; etcd itself gets it through kubeadm's extraArgs.
+        "quotaBackendBytes": input.cluster.etcd.quota_backend_bytes,
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
         "controllerCount": input.cluster.controller.count,
         "lifecycleHook": ETCD_LIFECYCLE_HOOK,
@@ -84,8 +86,9 @@ pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, Ren
         "Description": format!("kube-aws cluster {}: etcd backups and membership", ctx.cluster)}}))
 }
 
-/// What the controllers' etcd tools may do: read their settings; write, list
-/// and delete snapshots under `etcd/` only; encrypt them with the cluster's
+/// What the controllers' etcd tools may do: read their settings; write and
+/// list snapshots under `etcd/` only, never delete one (the bucket's
+/// lifecycle rules expire them, src/aws/retention.rs); encrypt them with the cluster's
 /// key (SSE-KMS: S3 asks KMS for a data key in the caller's name, and for
 /// Decrypt on multipart uploads and on the download of a restore; the
 /// encryption context S3 passes is the object's ARN, or the bucket's with S3
@@ -98,7 +101,7 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
         json!({"Sid": "ReadEtcdSettings", "Effect": "Allow", "Action": ["ssm:GetParameter"],
             "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}", etcd_parameter_name(ctx))}}),
         json!({"Sid": "WriteEtcdSnapshots", "Effect": "Allow",
-            "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Action": ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"],
             "Resource": [objects]}),
         json!({"Sid": "ListEtcdSnapshots", "Effect": "Allow", "Action": ["s3:ListBucket"],
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],

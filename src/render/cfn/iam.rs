@@ -28,6 +28,8 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
         read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
         read.push(obj(layout::INSTALLED_RELEASES));
+        // The upgrade status (src/node/kube_aws_node/upgrade.py): the version the control plane reached.
+        read.push(obj(layout::UPGRADE_STATUS));
         // The addon installer's lease (src/node/kube_aws_node/lease.py), read
         // only once it exists (it is created with If-None-Match first).
         read.push(obj(&format!("{}addons-lease", layout::BOOTSTRAP_DIR)));
@@ -143,9 +145,10 @@ pub(super) fn reconciler_statements(ctx: &Ctx) -> Vec<Value> {
         json!({"Sid": "ListInstalledRecord", "Effect": "Allow", "Action": ["s3:ListBucket"],
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringEquals": {"s3:prefix": [format!("{}/{}", ctx.key_prefix, layout::INSTALLED_RELEASES)]}}}),
-        json!({"Sid": "DescribeOwnWaitConditions", "Effect": "Allow",
-            "Action": ["cloudformation:DescribeStackResource", "cloudformation:DescribeStacks"],
-            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"}}),
+        // The addons' wait conditions are in the root stack, named after the cluster.
+        json!({"Sid": "SignalAddonWaitConditions", "Effect": "Allow",
+            "Action": ["cloudformation:SignalResource", "cloudformation:DescribeStackResource", "cloudformation:DescribeStacks"],
+            "Resource": {"Fn::Sub": format!("arn:${{AWS::Partition}}:cloudformation:${{AWS::Region}}:${{AWS::AccountId}}:stack/{}/*", ctx.cluster)}}),
     ]
 }
 

@@ -29,7 +29,7 @@ pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::default_zone_count;
 pub use self::nodes::{pool_bounds, NodeUserData, PoolBounds, SSM_MANAGED_POLICY};
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
-pub use self::root::{AMI_METADATA, CA_CERT_HASH, SECRETS_METADATA, SECRET_BUNDLE_KEY};
+pub use self::root::{AMI_METADATA, CA_CERT_HASH, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY};
 pub use crate::config::is_arm64;
 
 use self::control_plane::control_plane_stack;
@@ -118,14 +118,14 @@ pub fn render_stacks(
 ) -> Result<Vec<(String, Value)>, RenderError> {
     let empty = NodeUserData::default();
     let stub = |role: &str| nodes.get(role).unwrap_or(&empty);
-    let mut root = root_stack(input, ctx, nodes);
+    let mut root = root_stack(input, ctx, nodes, plan);
     service_account_resources(input, &mut root)?;
     let mut stacks = vec![
         ("root".to_string(), root),
         ("network".to_string(), network_stack(input, ctx)?),
         (
             "control-plane".to_string(),
-            control_plane_stack(input, ctx, plan, bundle, stub("controller"))?,
+            control_plane_stack(input, ctx, bundle, stub("controller"))?,
         ),
     ];
     for pool in &input.cluster.worker.node_pools {

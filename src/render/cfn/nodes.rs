@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::super::{layout, Ctx, RenderInput};
 use super::iam::policy_statements;
 use super::{cluster_tag, instance_name, tags, template};
-use crate::config::NodePool;
+use crate::config::{InstancesDistribution, NodePool};
 use crate::plugin::NodeHooks;
 
 /// The AWS managed policy for SSM Session Manager on every node role.
@@ -40,6 +40,8 @@ pub(super) struct Group<'a> {
     /// Bundle entries this role may decrypt.
     pub(super) secrets: &'a [String],
     pub(super) extra_target_groups: Vec<Value>,
+    /// A mixed pool's types and spot split (None: `instance_type` alone).
+    pub(super) distribution: Option<&'a InstancesDistribution>,
 }
 
 /// The tag the VPC CNI puts on the network interfaces it creates (its
@@ -67,32 +69,91 @@ pub(super) fn sub_escape(stub: &str) -> String {
         .replace("${!CACertHash}", "${CACertHash}")
 }
 
-/// The group's rolling update: one instance at a time, every other one in
-/// service, and the next only once the new one has signalled (its kubeadm
-/// join is done). CloudFormation's UpdatePolicy attribute: MinInstancesInService
-/// "must be less than the MaxSize of the Auto Scaling group", and with
-/// WaitOnResourceSignals PauseTime is how long it waits for the batch's
-/// signals (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
-/// For controllers (count 1, 3 or 5, MinSize = MaxSize = count) that is
-/// count - 1 in service: etcd keeps its quorum while one member is replaced.
-/// Controllers also suspend the processes that would replace or move an
-/// instance behind the update's back (AWS knowledge center,
+/// The group's rolling update: one instance at a time, and the next only once
+/// the new one has signalled (its kubeadm join is done). CloudFormation's
+/// UpdatePolicy attribute: MinInstancesInService "must be less than the
+/// MaxSize of the Auto Scaling group", and with WaitOnResourceSignals PauseTime
+/// is how long it waits for the batch's signals
+/// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
+/// - Controllers (count 1, 3 or 5, MinSize = MaxSize = count): count - 1 in
+///   service, so etcd keeps its quorum while one member is replaced.
+/// - Workers: launch before terminate. MinInstancesInService is the group's
+///   starting size, so CloudFormation raises the desired capacity by the batch
+///   (one instance, within MaxSize: [`surge_max`] leaves room), waits for the
+///   new node's signal, and only then terminates an old one; the pool never
+///   runs below its size. A group the autoscaler has grown above its MinSize
+///   can drop to one below its current size at a time.
+///
+/// Every group suspends the processes that would replace or move an instance
+/// behind the update's back (AWS knowledge center,
 /// auto-scaling-group-rolling-updates: HealthCheck, ReplaceUnhealthy,
-/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate).
+/// AZRebalance, AlarmNotification, ScheduledActions; never Launch or Terminate,
+/// which the update itself uses). CloudFormation resumes them when the update
+/// ends, rolled back or not.
 pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
-    let mut policy = json!({
-        "MinInstancesInService": initial.saturating_sub(1).min(g.max.saturating_sub(1)).to_string(),
-        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true});
-    if g.controller {
-        policy["SuspendProcesses"] = json!([
-            "HealthCheck",
-            "ReplaceUnhealthy",
-            "AZRebalance",
-            "AlarmNotification",
-            "ScheduledActions"
-        ]);
-    }
+    let in_service = if g.controller {
+        initial.saturating_sub(1)
+    } else {
+        initial
+    };
+    let policy = json!({
+        "MinInstancesInService": in_service.min(g.max.saturating_sub(1)).to_string(),
+        "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true,
+        "SuspendProcesses": ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "AlarmNotification", "ScheduledActions"]});
     json!({ "AutoScalingRollingUpdate": policy })
+}
+
+/// A worker group's MaxSize with room for the rolling update's one surge
+/// instance above its starting size (`rolling_update`).
+pub fn surge_max(bounds: &PoolBounds) -> u32 {
+    let initial = bounds.desired.unwrap_or(bounds.min);
+    bounds.max.max(initial + 1)
+}
+
+/// A mixed pool's MixedInstancesPolicy: the launch template with one override
+/// per instance type (their order is the on-demand priority), and the
+/// on-demand base, the on-demand share above it and the spot strategy
+/// (AWS::AutoScaling::AutoScalingGroup MixedInstancesPolicy,
+/// InstancesDistribution; `price-capacity-optimized` is what the EC2 Auto
+/// Scaling user guide recommends for spot). Capacity rebalancing, on the
+/// group, launches a replacement when EC2 recommends a rebalance.
+pub(super) fn mixed_instances_policy(template: Value, d: &InstancesDistribution) -> Value {
+    let overrides: Vec<Value> = d.instance_types.iter().map(|t| json!({"InstanceType": t})).collect();
+    json!({
+        "LaunchTemplate": {"LaunchTemplateSpecification": template, "Overrides": overrides},
+        "InstancesDistribution": {
+            "OnDemandAllocationStrategy": "prioritized",
+            "OnDemandBaseCapacity": d.on_demand_base_capacity,
+            "OnDemandPercentageAboveBaseCapacity": d.on_demand_percentage_above_base_capacity,
+            "SpotAllocationStrategy": d.spot_allocation_strategy.as_str(),
+        },
+    })
+}
+
+/// The name of the termination lifecycle hook of a drained worker group.
+pub const DRAIN_HOOK_NAME: &str = "kube-aws-drain";
+/// How long a terminating instance waits for its drain: aws-node-termination-
+/// handler's `nodeTerminationGracePeriod` (at most 270 s, plugin.yaml) must fit
+/// in it, and it equals the queue's message retention (kops uses 300 s for both:
+/// kubernetes/kops pkg/model/awsmodel/nodeterminationhandler.go).
+pub const DRAIN_HEARTBEAT_SECONDS: u32 = 300;
+
+/// The `EC2_INSTANCE_TERMINATING` lifecycle hook of a worker group whose nodes
+/// aws-node-termination-handler drains: the instance waits in
+/// Terminating:Wait until the handler completes the action after the drain, or
+/// until the heartbeat runs out; either way it then terminates (`CONTINUE`,
+/// so a handler that is down delays terminations, never blocks them). A
+/// resource of its own, as the controllers' etcd hook (etcd.rs): a stack
+/// delete removes the hook before the group, so deleting a pool never waits
+/// on drains; an instance the group launches before the hook exists has no
+/// pods to drain yet.
+pub(super) fn drain_lifecycle_hook(group: &str) -> Value {
+    json!({"Type": "AWS::AutoScaling::LifecycleHook", "Properties": {
+        "AutoScalingGroupName": {"Ref": group},
+        "LifecycleHookName": DRAIN_HOOK_NAME,
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+        "HeartbeatTimeout": DRAIN_HEARTBEAT_SECONDS,
+        "DefaultResult": "CONTINUE"}})
 }
 
 /// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
@@ -162,8 +223,11 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         json!({"Key": "Name", "Value": name, "PropagateAtLaunch": true}),
         json!({"Key": cluster_tag(ctx), "Value": "owned", "PropagateAtLaunch": true}),
     ];
+    let nth_tag = if g.controller { None } else { g.hooks.nth_managed_tag() };
     for (k, v) in &g.hooks.asg_tags {
-        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
+        // The termination handler reads its managed tag on the instance.
+        let propagate = nth_tag == Some(k.as_str());
+        group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": propagate}));
     }
     for (k, v) in &g.template_tags {
         group_tags.push(json!({"Key": k, "Value": v, "PropagateAtLaunch": false}));
@@ -180,6 +244,14 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
     if let Some(d) = g.desired {
         props["DesiredCapacity"] = json!(d.to_string());
     }
+    if let Some(d) = g.distribution {
+        let template = props
+            .as_object_mut()
+            .and_then(|m| m.remove("LaunchTemplate"))
+            .unwrap_or(Value::Null);
+        props["MixedInstancesPolicy"] = mixed_instances_policy(template, d);
+        props["CapacityRebalance"] = json!(d.capacity_rebalance);
+    }
     let mut asg = json!({"Type": "AWS::AutoScaling::AutoScalingGroup",
         "Properties": props,
         "UpdatePolicy": rolling_update(g, initial),
@@ -191,6 +263,9 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
     }
     r.insert(format!("{p}Group"), asg);
+    if nth_tag.is_some() {
+        r.insert(format!("{p}DrainHook"), drain_lifecycle_hook(&format!("{p}Group")));
+    }
     r.insert(
         format!("{p}SecretBundlePointer"),
         json!({"Type": "AWS::SSM::Parameter", "Properties": {
@@ -243,13 +318,14 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         instance_type: &pool.instance_type,
         root_volume: pool.root_volume_size,
         min: bounds.min,
-        max: bounds.max,
+        max: surge_max(&bounds),
         desired: bounds.desired,
         template_tags: hooks.node_template_tags(pool),
         security_group: "WorkerSecurityGroupId",
         hooks,
         secrets: &node.secrets,
         extra_target_groups: vec![],
+        distribution: pool.instances_distribution.as_ref(),
     };
     t.insert("Parameters".into(), node_stack_parameters(&g));
     let mut r = Map::new();

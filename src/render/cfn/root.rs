@@ -1,12 +1,15 @@
-//! The `root` stack: the nested stacks by TemplateURL, the pinned AMI and
-//! secrets-version parameters the publisher fills, and their metadata.
+//! The `root` stack: the nested stacks by TemplateURL (the pools after the
+//! control plane), the addons' wait conditions after both, the pinned AMI,
+//! secrets-version and Kubernetes version parameters the publisher fills, and
+//! their metadata.
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::super::plan::camel;
+use super::super::plan::{camel, Plan};
 use super::super::{Ctx, RenderInput};
+use super::control_plane::addon_wait_conditions;
 use super::nodes::{ca_cert_hash_parameter, secret_bundle_key_parameter, secrets_version_parameter, NodeUserData};
 use super::{is_arm64, template};
 
@@ -50,11 +53,23 @@ pub const CA_CERT_HASH: &str = "CACertHash";
 /// `secret_bundle_parameter`).
 pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
 
+/// The root parameter recording the Kubernetes version the cluster runs
+/// (`1.35.4`): the stack owns it, so it is the version of the last update
+/// that completed (a rolled-back update rolls it back too). `update` and
+/// `validate --stack` check a new `kubernetesVersion` against it
+/// (src/config/versions.rs `check_upgrade`); no resource uses it.
+pub const KUBERNETES_VERSION: &str = "KubernetesVersion";
+
 /// Root metadata naming, per secrets version parameter, the bundle entries it
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
 
-pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String, NodeUserData>) -> Map<String, Value> {
+pub(super) fn root_stack(
+    input: &RenderInput,
+    ctx: &Ctx,
+    nodes: &BTreeMap<String, NodeUserData>,
+    plan: &Plan,
+) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
     // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
     // stack's content-addressed key (see src/aws/publish.rs).
@@ -70,6 +85,11 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
     params.insert(SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
+    params.insert(
+        KUBERNETES_VERSION.into(),
+        json!({"Type": "String", "Default": ctx.k8s_version, "AllowedPattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$",
+            "Description": "the Kubernetes version the cluster runs: kube-aws update refuses a skipped minor, a downgrade or an unknown patch against it"}),
+    );
     let mut amis = Map::new();
     // Each AMI parameter's source: the SSM public parameter, or the image
     // cluster.yaml's `ami` names for that architecture (the publisher passes
@@ -117,12 +137,17 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
                            "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH},
                            SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}});
     r.insert("ControlPlane".into(), control_plane);
+    // The pools start once the control plane is done: an upgrade rolls the
+    // controllers first, so no kubelet is newer than an API server
+    // (https://kubernetes.io/releases/version-skew-policy/#kubelet).
+    let mut after = vec!["ControlPlane".to_string()];
     for (pool, pool_ami) in input.cluster.worker.node_pools.iter().zip(pool_amis) {
         let id = format!("NodePool{}", camel(&pool.name));
         let version = node_stack(&id, &format!("worker-{}", pool.name));
+        after.push(id.clone());
         r.insert(
             id,
-            json!({"Type": "AWS::CloudFormation::Stack", "Properties": {
+            json!({"Type": "AWS::CloudFormation::Stack", "DependsOn": ["ControlPlane"], "Properties": {
                 "TemplateURL": url(&format!("node-pool-{}", pool.name)),
                 "Parameters": {"SubnetIds": out("SubnetIds"), "WorkerSecurityGroupId": out("WorkerSecurityGroupId"),
                                "ApiEndpoint": out("ApiEndpoint"), "SecretsVersion": version,
@@ -136,6 +161,8 @@ pub(super) fn root_stack(input: &RenderInput, ctx: &Ctx, nodes: &BTreeMap<String
         covered.insert(rs.parameter.clone(), json!(rs.names));
         r["ControlPlane"]["Properties"]["Parameters"][&rs.parameter] = json!({"Ref": rs.parameter});
     }
+    // The addons' wait conditions come last: after the control plane and every pool.
+    r.extend(addon_wait_conditions(plan, &after));
     t.insert(
         "Metadata".into(),
         json!({ SECRETS_METADATA: covered, AMI_METADATA: amis }),

@@ -1,6 +1,7 @@
 //! Unit tests of the stacks' pure parts: pool sizes, node-template tags,
 //! subnet CIDRs, durations.
 
+use super::nodes::surge_max;
 use super::subnets::subnet_cidrs;
 use super::{is_arm64, iso_duration, pool_bounds};
 use crate::config::NodePool;
@@ -119,4 +120,22 @@ fn subnets_and_durations() {
     assert_eq!(iso_duration(5400), "PT1H30M");
     assert_eq!(iso_duration(45), "PT45S");
     assert_eq!(iso_duration(0), "PT0S");
+}
+
+/// A worker group has room for one instance above its starting size, so a
+/// rolling update launches before it terminates (nodes.rs rolling_update).
+#[test]
+fn worker_groups_have_room_for_the_surge_instance() {
+    let fixed = pool_bounds(&pool("{name: a, count: 3}"), &NodeHooks::default());
+    assert_eq!((fixed.min, fixed.max, fixed.desired), (3, 3, Some(3)));
+    assert_eq!(surge_max(&fixed), 4);
+    // An autoscaled group with room already keeps its bound.
+    let scaled = pool_bounds(&pool("{name: a, minSize: 2, maxSize: 10}"), &autoscaled(None, None));
+    assert_eq!(surge_max(&scaled), 10);
+    // Autoscaled with min = max: one above.
+    let pinned = pool_bounds(&pool("{name: a, minSize: 2, maxSize: 2}"), &autoscaled(None, None));
+    assert_eq!(surge_max(&pinned), 3);
+    // A pool at zero still gets a group that may hold one.
+    let zero = pool_bounds(&pool("{name: a, minSize: 0, maxSize: 0}"), &autoscaled(None, None));
+    assert_eq!(surge_max(&zero), 1);
 }

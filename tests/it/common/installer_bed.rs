@@ -37,6 +37,27 @@ pub const BUILT_INS: &str = "plugins:
 
 pub const BUCKET: &str = "kube-aws-testbed";
 pub const PREFIX: &str = "clusters/testbed";
+/// The control-plane stack's name on the bed's controller (runtime.json).
+const STACK: &str = "testbed-ControlPlane-1ABC";
+
+/// `v` with every `{"Fn::Sub": "…"}` resolved as CloudFormation would for the
+/// bed's control-plane stack (moto's account, us-west-2).
+fn sub_resolved(v: &Value) -> Value {
+    match v {
+        Value::Object(o) if o.len() == 1 && o.contains_key("Fn::Sub") => Value::String(
+            o["Fn::Sub"]
+                .as_str()
+                .unwrap_or_else(|| panic!("Fn::Sub with variables is not resolved here: {v}"))
+                .replace("${AWS::Partition}", "aws")
+                .replace("${AWS::Region}", "us-west-2")
+                .replace("${AWS::AccountId}", "123456789012")
+                .replace("${AWS::StackName}", STACK),
+        ),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), sub_resolved(x))).collect()),
+        Value::Array(a) => Value::Array(a.iter().map(sub_resolved).collect()),
+        other => other.clone(),
+    }
+}
 
 /// In front of the real aws CLI (moto): records every call; answers
 /// `cloudformation describe-stacks` (UPDATE_IN_PROGRESS) and
@@ -97,6 +118,11 @@ pub struct Bed {
     cloud_config: String,
     /// The moto KMS key the secret bundle is encrypted with.
     kms_key: String,
+    /// The control-plane stack the latest publish rendered.
+    stack: Value,
+    /// The controller role's session, once [`Bed::under_controller_role`]
+    /// switched IAM enforcement on: the reconciler then runs as it.
+    role: Option<super::iam::Creds>,
 }
 
 impl Bed {
@@ -135,6 +161,8 @@ impl Bed {
             plan: Value::Null,
             cloud_config: String::new(),
             kms_key,
+            stack: Value::Null,
+            role: None,
         }
     }
 
@@ -156,10 +184,13 @@ impl Bed {
     pub fn publish_with(&mut self, plugins: &str, concurrency: Option<u32>) {
         let wt = self.path("wt");
         std::fs::create_dir_all(&wt).unwrap();
+        // The key the bed encrypts the secret bundle with is the cluster's
+        // kmsKeyARN, so the rendered role may decrypt exactly that.
         let cluster_yaml = format!(
-            "{}\nkubernetesVersion: \"{}\"\n{plugins}",
+            "{}\nkubernetesVersion: \"{}\"\nkmsKeyARN: {}\n{plugins}",
             NODES_CLUSTER_YAML.replace("s3://kube-aws-testbed", &format!("s3://{BUCKET}/clusters")),
-            self.cp.version.trim_start_matches('v')
+            self.cp.version.trim_start_matches('v'),
+            self.kms_key
         );
         std::fs::write(wt.join("cluster.yaml"), cluster_yaml).unwrap();
         let cache = ChartCache::new(self.path("cache"));
@@ -225,6 +256,7 @@ impl Bed {
             &value,
         ]);
         self.cloud_config = rendered.text("userdata/controller.cloud-config").unwrap().to_string();
+        self.stack = stack;
         self.releases = plan["releases"]
             .as_array()
             .unwrap()
@@ -240,6 +272,50 @@ impl Bed {
         self.plan = plan;
     }
 
+    /// From here on the reconciler runs as the controller, with IAM enforced:
+    /// the rendered `ControllerRole` of the latest publish is made in moto's
+    /// IAM as CloudFormation would make it (its `Fn::Sub`s resolved for the
+    /// control-plane stack), enforcement is switched on, the test acts as an
+    /// admin user for its own calls, and the reconciler gets the role's
+    /// session credentials (in place of EC2's instance profile).
+    pub fn under_controller_role(&mut self) {
+        use super::iam::{admin, assume, enforce_iam};
+        let (admin_creds, admin_arn) = admin(&self.env);
+        let role = &self.stack["Resources"]["ControllerRole"]["Properties"];
+        assert!(
+            role.is_object(),
+            "no ControllerRole in the rendered control-plane stack"
+        );
+        let name = format!("{STACK}-ControllerRole-1XYZ");
+        self.env.aws(&[
+            "iam",
+            "create-role",
+            "--role-name",
+            &name,
+            "--assume-role-policy-document",
+            &sub_resolved(&role["AssumeRolePolicyDocument"]).to_string(),
+        ]);
+        for p in role["Policies"].as_array().unwrap() {
+            self.env.aws(&[
+                "iam",
+                "put-role-policy",
+                "--role-name",
+                &name,
+                "--policy-name",
+                p["PolicyName"].as_str().unwrap(),
+                "--policy-document",
+                &sub_resolved(&p["PolicyDocument"]).to_string(),
+            ]);
+        }
+        // The managed AmazonSSMManagedInstanceCore (ManagedPolicyArns) is
+        // left out: moto does not load AWS's managed policies unless told,
+        // and without it (it allows ssm:GetParameter on `*`) the SSM pointers
+        // the reconciler reads must be allowed by kube-aws's own statements.
+        enforce_iam(&self.env);
+        self.env.act_as(&admin_creds.key, &admin_creds.secret);
+        self.role = Some(assume(&self.env, &admin_creds, &admin_arn, "ControllerRole"));
+    }
+
     /// One tick of the reconciler's timer, on this controller.
     pub fn reconcile(&self) -> Run {
         // The controller's files: its cloud-config's (the node program,
@@ -249,7 +325,7 @@ impl Bed {
         std::fs::write(
             node.join("etc/kube-aws/runtime.json"),
             serde_json::json!({
-                "stackName": "testbed-ControlPlane-1ABC", "region": "us-west-2", "bucket": BUCKET,
+                "stackName": STACK, "region": "us-west-2", "bucket": BUCKET,
                 "keyPrefix": PREFIX, "secretsVersion": "0123456789abcdef", "cluster": "testbed",
                 "secretBundleParameter": "/kube-aws/testbed/secret-bundle/controller",
             })
@@ -271,6 +347,11 @@ impl Bed {
             self.cp.bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
+        if let Some(r) = &self.role {
+            cmd.env("AWS_ACCESS_KEY_ID", &r.key)
+                .env("AWS_SECRET_ACCESS_KEY", &r.secret)
+                .env("AWS_SESSION_TOKEN", r.token.as_deref().unwrap_or_default());
+        }
         let out = cmd
             .env("PATH", path)
             // A pyenv shim puts its version's bin directory (with an `aws`)

@@ -219,25 +219,38 @@ pub fn write_cloud_config_files(cloud_config: &str, root: &Path) {
 pub struct MotoEnv {
     pub moto: Server,
     pub home: tempfile::TempDir,
+    /// The access key pair commands run with: moto's any-key `testing` until
+    /// a test switches IAM enforcement on and acts as a user it made
+    /// ([`MotoEnv::act_as`]).
+    keys: std::sync::Mutex<(String, String)>,
 }
 
 impl MotoEnv {
     pub fn new() -> MotoEnv {
-        MotoEnv {
-            moto: start_moto(),
-            home: tempfile::tempdir().unwrap(),
-        }
+        MotoEnv::with(start_moto())
     }
 
     /// moto listening on `host` instead of 127.0.0.1.
     pub fn on(host: &str) -> MotoEnv {
+        MotoEnv::with(start_moto_on(host))
+    }
+
+    fn with(moto: Server) -> MotoEnv {
         MotoEnv {
-            moto: start_moto_on(host),
+            moto,
             home: tempfile::tempdir().unwrap(),
+            keys: std::sync::Mutex::new(("testing".into(), "testing".into())),
         }
     }
 
+    /// Every later command of this environment runs as the IAM user whose
+    /// access key this is (once enforcement is on, `testing` is refused).
+    pub fn act_as(&self, key: &str, secret: &str) {
+        *self.keys.lock().unwrap() = (key.into(), secret.into());
+    }
+
     pub fn apply(&self, cmd: &mut Command) {
+        let keys = self.keys.lock().unwrap().clone();
         let path = format!(
             "{}:{}",
             tools_bin().display(),
@@ -247,8 +260,8 @@ impl MotoEnv {
             .env("PATH", path)
             .env("HOME", self.home.path())
             .env("XDG_CACHE_HOME", self.home.path().join("cache"))
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_ACCESS_KEY_ID", &keys.0)
+            .env("AWS_SECRET_ACCESS_KEY", &keys.1)
             .env("AWS_DEFAULT_REGION", "us-west-2")
             .env("AWS_ENDPOINT_URL", self.moto.url())
             .env("AWS_EC2_METADATA_DISABLED", "true")
@@ -355,6 +368,7 @@ pub fn validate_work_tree(yaml: &str, files: &[(&str, &str)]) -> (i32, String) {
 }
 
 pub mod charts;
+pub mod iam;
 pub mod installer_bed;
 pub mod nodebed;
 pub mod testbed;

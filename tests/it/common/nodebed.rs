@@ -80,27 +80,33 @@ pub struct Node {
 pub const HOST_IP: &str = "10.250.0.1";
 
 /// The host bridge, made so that servers can bind to `HOST_IP` before a node
-/// starts; on drop it goes if no node is on it (the last node's stop also
-/// deletes it), so a test that fails before its nodes start leaves none.
-pub struct Bridge;
+/// starts, and held (`node.sh bridge TOKEN`) while the handle lives: another
+/// test's last node stopping does not take it from under this test's servers
+/// (seen when the booting tests ran in parallel). On drop the hold goes, and
+/// the bridge with it if no node is on it and no other live test holds it, so
+/// a test that fails before its nodes start leaves none.
+pub struct Bridge {
+    token: String,
+}
 
-/// Makes the bridge.
+/// Makes (and holds) the bridge.
 pub fn bridge() -> Bridge {
+    let token = format!("{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst));
     let out = Command::new("bash")
         .arg(node_sh())
-        .arg("bridge")
+        .args(["bridge", &token])
         .stdin(Stdio::null())
         .output()
         .expect("run node.sh bridge");
     assert!(out.status.success(), "node.sh bridge: {}", super::output_text(&out));
-    Bridge
+    Bridge { token }
 }
 
 impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(node_sh())
-            .arg("unbridge")
+            .args(["unbridge", &self.token])
             .stdin(Stdio::null())
             .output();
     }

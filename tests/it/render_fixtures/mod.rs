@@ -142,6 +142,7 @@ pub fn dex_release() -> Release {
             plugin: "dex".into(),
             index: 0,
         },
+        declared: None,
     }
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Boot-time benchmark of the real-node bed (not a test: it prints figures).
+# Boots a controller and a worker from their rendered user-data against moto,
+# as tests/it/real_node.rs `a_worker_joins_with_the_bootstrap_token_and_becomes_ready`
+# does (it is that test, run alone and RUNS times), and prints each node's
+# timeline from its container's start: cloud-init's stages, each step of the
+# node program (kubeadm-init / kubeadm-join is kubeadm's own time), Ready, and
+# the slowest step. For comparison: an EKS-optimized AMI node on EC2 is Ready
+# in about a minute from launch (docs/testing.md, "The real-node bed").
+#
+#   scripts/bench-node.sh [RUNS]     (make bench-node; needs root and the bed:
+#                                     make testbed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-1}
+TEST=real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready
+cargo test --quiet --test it --no-run
+for i in $(seq "$RUNS"); do
+  echo "== run $i of $RUNS ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  out=$(cargo test --quiet --test it "$TEST" -- --exact --nocapture 2>&1) || {
+    printf '%s\n' "$out" | tail -n 60 >&2
+    echo "bench-node: the boot failed (above)" >&2
+    exit 1
+  }
+  printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
+  printf '%s\n' "$out" | grep -o "up [0-9.]*s; controller Ready.*" | sed 's/ (metadata[^)]*)//g'
+done

@@ -1,0 +1,351 @@
+"""Kubernetes upgrades on the controllers, run by `kube-aws-node bootstrap`
+when a controller of a newer version joins the control plane, and the gate
+that keeps the addon reconciler from installing a new minor's addons before
+the control plane runs that minor.
+
+kube-aws replaces nodes rather than upgrading them in place: a new
+`kubernetesVersion` gives the controllers new user data, and CloudFormation
+replaces them one at a time under the join lock (bootstrap.py), then the pools
+(root stack DependsOn), then the addons' wait conditions. What this module
+adds to a controller's join, under that lock:
+
+- The cluster's version is kubeadm-config's ClusterConfiguration
+  `kubernetesVersion`, read with a short-lived admin kubeconfig this
+  controller mints from the cluster CA it already holds (`kubeadm kubeconfig
+  user`, group kubeadm:cluster-admins).
+- First, whatever the version: this controller uploads its own
+  ClusterConfiguration and KubeletConfiguration into kubeadm-config and
+  kubelet-config (`kubeadm init phase upload-config all`, so kubeadm
+  defaults and validates them as at init), then joins. That is kubeadm's
+  reconfiguration path (change those objects, then each node's static pods
+  and kubelet config: https://kubernetes.io/docs/tasks/administer-cluster/
+  kubeadm/kubeadm-reconfigure/), and the join is what writes this node's
+  static pods and kubelet config from them: a changed flag (a plugin's
+  apiserver, controller-manager or scheduler flag, the issuer, Dex's OIDC
+  flags) or KubeletConfiguration reaches every controller as the roll
+  replaces it, and every worker, whose pool rolls after the control plane.
+  Unchanged, the upload writes what is there already.
+- This node is a newer patch or the next minor (`decide`): the upload
+  carries its version, as Cluster API's KubeadmControlPlane sets the new
+  version in kubeadm-config before it joins a machine of that version
+  (kubernetes-sigs/cluster-api controlplane/kubeadm/internal/
+  workload_cluster.go, UpdateKubernetesVersionInKubeadmConfigMap); its
+  static pods are the new version from the start and its kubelet is never
+  newer than its own API server (kubeadm's ControlPlaneKubeletLocalMode, GA
+  and locked on since 1.35, cmd/kubeadm/app/features/features.go@v1.35.4:
+  a control-plane kubelet talks to its local API server). Once it is Ready
+  it runs `kubeadm upgrade apply vX.Y.Z --yes`: the RBAC rules, the config
+  uploads, certificate renewal, and kube-proxy and CoreDNS once no other
+  control-plane instance runs an older kube-apiserver image
+  (cmd/kubeadm/app/cmd/phases/upgrade/addons.go@v1.35.4 shouldUpgradeAddons).
+- A later controller of the same roll joins at the new version; if
+  kube-proxy is still at an older tag it runs `kubeadm upgrade node`, which
+  upgrades kube-proxy and CoreDNS once every instance runs the new image (the
+  last controller of the roll does it).
+- This node is older than the cluster, or a minor was skipped: it refuses
+  (StepFailed), so a rollback never runs an older control plane over etcd
+  data a newer one wrote; `kube-aws update` refuses those moves before any
+  node sees them (src/config/versions.rs).
+
+A failure (the upload, the join, this node's Ready, `kubeadm upgrade apply`)
+puts kubeadm-config and kubelet-config back as they were and fails the boot: no other node has
+changed (the next controller waits for this one's signal, the pools for the
+control-plane stack), and the roll back (CloudFormation's, on the FAILURE
+signal) joins old controllers to a cluster at their version. Every step's phase
+(upgrading, upgraded, failed with the step and the reason) is written to the
+status object s3://<bucket>/<prefix>/status/control-plane/upgrade.json,
+which also records the version the control plane last reached: the
+replacement of a single controller, which restores etcd's snapshot and runs
+`kubeadm init` on it (etcd.py), refuses to do so at an older version than
+that record.
+
+Invariant: the decisions (`decide`, `config_version`, `needs_addon_upgrade`,
+`control_plane_behind`, `restore_refusal`) are pure; every command is an
+argument list; the minted kubeconfig holds a key and is written 0600 in the
+node's work directory and removed after use.
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+from . import fsutil, jsonio, paths
+from .awscall import AwsError
+
+VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+# kubeadm marshals ClusterConfiguration with `kubernetesVersion` at the top level.
+VERSION_LINE = re.compile(r"(?m)^kubernetesVersion: *\"?(v?[0-9][^\s\"]*)\"? *$")
+STATUS_KEY = "status/control-plane/upgrade.json"
+
+
+class UpgradeError(Exception):
+    pass
+
+
+def parse(version):
+    """(major, minor, patch) of `v1.35.4` / `1.35.4`, or None."""
+    m = VERSION.fullmatch(str(version or "").strip())
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def decide(cluster, mine):
+    """(action, reason) for a controller at `mine` joining a control plane
+    at `cluster`: "join" (same version), "upgrade" (a newer patch or the next
+    minor), or "refuse" with the reason (older, a skipped minor, unreadable)."""
+    c, m = parse(cluster), parse(mine)
+    if c is None or m is None:
+        return "refuse", "cannot compare the cluster's version %r with this node's %r" % (cluster, mine)
+    if m == c:
+        return "join", ""
+    if m < c:
+        return "refuse", ("the control plane runs %s and this node is %s: an older control plane never "
+                          "runs over etcd data a newer one wrote" % (fmt(c), fmt(m)))
+    if m[0] != c[0] or m[1] > c[1] + 1:
+        return "refuse", ("the control plane runs %s and this node is %s: kubeadm upgrades one minor at a "
+                          "time" % (fmt(c), fmt(m)))
+    return "upgrade", ""
+
+
+def fmt(t):
+    return "%d.%d.%d" % t
+
+
+def config_version(cluster_configuration):
+    """The `kubernetesVersion` of kubeadm-config's ClusterConfiguration text, or None."""
+    found = VERSION_LINE.findall(cluster_configuration or "")
+    return found[0] if len(found) == 1 else None
+
+
+def needs_addon_upgrade(kube_proxy_image, version):
+    """Whether kube-proxy's image (`registry.k8s.io/kube-proxy:v1.35.4`) is at another tag than `version`."""
+    tag = (kube_proxy_image or "").rpartition(":")[2]
+    return parse(tag) != parse(version)
+
+
+def control_plane_behind(nodes, version):
+    """Names of the Ready control-plane Nodes (`kubectl get nodes -o json`)
+    whose kubelet runs an older minor than `version`: the reconciler installs a plan
+    for that minor only once there are none (the version skew policy: the
+    cloud controller manager and cluster-autoscaler must not be newer than
+    the API servers, and each controller's kubelet and API server move
+    together). A plan without a version gates nothing."""
+    want = parse(version)
+    if want is None:
+        return []
+    behind = []
+    for n in (nodes or {}).get("items") or []:
+        labels = (n.get("metadata") or {}).get("labels") or {}
+        if "node-role.kubernetes.io/control-plane" not in labels:
+            continue
+        # A controller that is gone leaves its Node NotReady until the cloud
+        # controller manager deletes it: only Ready ones count.
+        ready = [c for c in (n.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Ready" and c.get("status") == "True"]
+        if not ready:
+            continue
+        have = parse(((n.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion"))
+        if have is None or have[:2] < want[:2]:
+            behind.append((n.get("metadata") or {}).get("name", "?"))
+    return sorted(behind)
+
+
+class Upgrader(object):
+    """The upgrade steps of one controller's join; `boot` is bootstrap.Boot."""
+
+    def __init__(self, boot, version):
+        self.boot = boot
+        self.version = version.lstrip("v")
+        self.kubeconfig = os.path.join(boot.work, "upgrade-admin.conf")
+        self.status = {}
+
+    # --- commands ---------------------------------------------------------
+    def run(self, args):
+        """(code, stdout, stderr) of a command."""
+        try:
+            p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, errors="replace")
+        except OSError as e:
+            return 127, "", "%s: %s" % (args[0], e.strerror)
+        return p.returncode, p.stdout, p.stderr
+
+    def kubectl(self, args):
+        code, out, err = self.run(["kubectl", "--kubeconfig", self.kubeconfig] + args)
+        if code != 0:
+            raise UpgradeError("kubectl %s: %s" % (" ".join(args[:3]), (err.strip().splitlines() or ["exit %d" % code])[-1]))
+        return out
+
+    def mint(self, config_path):
+        """An admin kubeconfig (one hour) from the cluster CA, before this node has admin.conf."""
+        code, out, err = self.run(["kubeadm", "kubeconfig", "user", "--config", config_path, "--client-name",
+                                   "kube-aws:upgrade", "--org", "kubeadm:cluster-admins", "--validity-period", "1h"])
+        if code != 0:
+            raise UpgradeError("kubeadm kubeconfig user: %s" % (err.strip().splitlines() or ["exit %d" % code])[-1])
+        fsutil.write_atomic(self.kubeconfig, out.encode("utf-8"), mode=0o600)
+
+    def forget(self):
+        try:
+            os.unlink(self.kubeconfig)
+        except OSError:
+            pass
+
+    # --- kubeadm-config and kubelet-config ----------------------------------------
+    def get(self, name):
+        return jsonio.parse(self.kubectl(["get", "configmap", name, "-n", "kube-system", "-o", "json"]), name)
+
+    def read_config(self):
+        """The two ConfigMaps as they are (kubeadm-config, kubelet-config) and the cluster's version."""
+        cm = self.get("kubeadm-config")
+        version = config_version((cm.get("data") or {}).get("ClusterConfiguration", ""))
+        if version is None:
+            raise UpgradeError("kubeadm-config names no single kubernetesVersion")
+        return [cm, self.get("kubelet-config")], version
+
+    def upload(self, config_path):
+        """This node's ClusterConfiguration and KubeletConfiguration into
+        kubeadm-config and kubelet-config, by kubeadm itself (defaulted and
+        validated as at init): kubeadm's reconfiguration path is to change
+        these objects, then the nodes' static pods and kubelet config
+        (https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-reconfigure/);
+        a node that joins after this takes both from them."""
+        code, _, err = self.run(["kubeadm", "init", "phase", "upload-config", "all", "--config", config_path,
+                                 "--kubeconfig", self.kubeconfig])
+        if code != 0:
+            raise UpgradeError("kubeadm init phase upload-config: %s"
+                               % (err.strip().splitlines() or ["exit %d" % code])[-1])
+
+    def restore(self, originals):
+        """Puts each ConfigMap's data back as it was read (a replace of the
+        current object, so its resourceVersion is the live one)."""
+        for old in originals:
+            name = old["metadata"]["name"]
+            cur = self.get(name)
+            cur["data"] = old.get("data") or {}
+            path = os.path.join(self.boot.work, name + ".json")
+            fsutil.write_atomic(path, json.dumps(cur).encode("utf-8"), mode=0o600)
+            self.kubectl(["replace", "-f", path])
+
+    # --- the status object ------------------------------------------------------
+    def report(self, **fields):
+        self.status.update(fields)
+        self.status["updatedAt"] = int(time.time())
+        self.status["node"] = self.boot.node_name
+        rt = self.boot.rt
+        path = os.path.join(self.boot.work, "upgrade-status.json")
+        jsonio.write(path, self.status, mode=0o600)
+        try:
+            self.boot.aws(["s3", "cp", "--only-show-errors", "--content-type", "application/json", path,
+                           "s3://%s/%s/%s" % (rt["bucket"], rt["keyPrefix"], STATUS_KEY)])
+        except AwsError as e:
+            self.boot.say("cannot write the upgrade status: %s" % e)
+
+    # --- the join ----------------------------------------------------------------
+    def join(self, config_path, do_join):
+        """Joins this controller (`do_join()` runs `kubeadm join`), upgrading
+        the cluster first when this node is newer. Raises UpgradeError with
+        what failed; the status object says it too."""
+        self.mint(config_path)
+        try:
+            return self._join(config_path, do_join)
+        finally:
+            self.forget()
+
+    def _join(self, config_path, do_join):
+        say = self.boot.say
+        originals, cluster = self.read_config()
+        action, reason = decide(cluster, self.version)
+        frm = cluster.lstrip("v")
+        say("the control plane runs Kubernetes %s; this node is %s: %s" % (frm, self.version, action))
+        if action == "refuse":
+            self.report(phase="refused", version=frm, to=self.version, step="version-check", message=reason)
+            raise UpgradeError(reason)
+        if action == "upgrade":
+            self.report(phase="upgrading", version=frm, **{"from": frm, "to": self.version, "step": "upload-config"})
+        try:
+            # This node's configuration first (for an upgrade, its version):
+            # the join then writes its static pods and kubelet config from it.
+            self.upload(config_path)
+            if action == "upgrade":
+                self.report(step="kubeadm-join")
+            do_join()
+            if action == "upgrade":
+                # kubeadm upgrade apply's health checks want every control-plane node Ready.
+                self.report(step="node-ready")
+                self.boot.wait_node_ready()
+                self.report(step="kubeadm-upgrade-apply")
+                code = self.boot_sh(["kubeadm", "upgrade", "apply", "v" + self.version, "--yes"])
+                if code != 0:
+                    raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)"
+                                       % (self.version, code))
+        except Exception as e:
+            # The roll back replaces this node with one of the old version and
+            # configuration, which joins only a cluster at its version: put
+            # both ConfigMaps back. (The old API servers ran beside this one
+            # all along, as in any HA upgrade.)
+            try:
+                self.restore(originals)
+                put_back = "kubeadm-config and kubelet-config are back as they were (%s)" % frm
+            except Exception as undo:  # noqa: BLE001 - say it, keep the first error
+                put_back = "kubeadm-config and kubelet-config could not be put back: %s" % undo
+            step = self.status.get("step") if action == "upgrade" else "kubeadm-join"
+            self.report(phase="failed", version=frm, step=step,
+                        message="%s; %s" % (getattr(e, "message", "") or e, put_back))
+            raise
+        if action == "join":
+            self.after_join()
+            return action
+        self.report(phase="upgraded", version=self.version, step="done", message="")
+        return action
+
+    def boot_sh(self, args):
+        try:
+            self.boot.sh(args)
+            return 0
+        except Exception as e:  # bootstrap.StepFailed
+            return getattr(e, "code", 1) or 1
+
+    def after_join(self):
+        """The same version: upgrade kube-proxy and CoreDNS when a roll left
+        them behind (`kubeadm upgrade node` does, once every control-plane
+        instance runs the new kube-apiserver image)."""
+        try:
+            image = self.kubectl(["get", "daemonset", "kube-proxy", "-n", "kube-system", "-o",
+                                  "jsonpath={.spec.template.spec.containers[0].image}"]).strip()
+        except UpgradeError as e:
+            self.boot.say("cannot read kube-proxy's image (%s): no addon upgrade" % e)
+            return
+        if not image or not needs_addon_upgrade(image, self.version):
+            return
+        self.boot.say("kube-proxy is %s, not v%s: kubeadm upgrade node" % (image, self.version))
+        code = self.boot_sh(["kubeadm", "upgrade", "node"])
+        if code != 0:
+            self.report(phase="failed", step="kubeadm-upgrade-node",
+                        message="kubeadm upgrade node exited %d (see the boot log)" % code)
+            raise UpgradeError("kubeadm upgrade node exited %d" % code)
+        self.report(phase="upgraded", version=self.version, step="done", message="")
+
+
+def recorded_version(aws, bucket, prefix, work):
+    """The version the status object says the control plane last reached, or
+    None when there is none or it cannot be read."""
+    path = os.path.join(work, "upgrade-status-read.json")
+    try:
+        aws(["s3", "cp", "--only-show-errors", "s3://%s/%s/%s" % (bucket, prefix, STATUS_KEY), path], attempts=1)
+        return jsonio.read(path).get("version")
+    except (AwsError, OSError, jsonio.JsonError, AttributeError):
+        return None
+
+
+def restore_refusal(recorded, mine):
+    """Why a single controller at `mine` must not `kubeadm init` over the
+    restored snapshot of a control plane that reached `recorded`, or ""."""
+    r, m = parse(recorded), parse(mine)
+    if r is None or m is None or m >= r:
+        return ""
+    return ("the control plane reached Kubernetes %s and this node is %s: an older control plane never runs "
+            "over etcd data a newer one wrote" % (fmt(r), fmt(m)))
+
+
+def node_version():
+    """This node's pinned version (node.json kubernetesVersion)."""
+    return jsonio.read(paths.etc("node.json"))["kubernetesVersion"].lstrip("v")

@@ -1,0 +1,248 @@
+"""upgrade: the version decisions, and a controller's join that upgrades the
+cluster, against a fake cluster (kubeadm-config, kube-proxy) and a fake boot."""
+import json
+import os
+import tempfile
+import unittest
+
+import helpers  # noqa: F401 - puts the package on sys.path
+from kube_aws_node import upgrade
+from kube_aws_node.upgrade import (UpgradeError, config_version, control_plane_behind, decide,
+                                   needs_addon_upgrade, restore_refusal)
+
+CLUSTER_CONFIGURATION = ("apiServer: {}\napiVersion: kubeadm.k8s.io/v1beta4\ncontrolPlaneEndpoint: api:6443\n"
+                         "kind: ClusterConfiguration\nkubernetesVersion: v1.35.4\nnetworking:\n  podSubnet: 10.0.0.0/16\n")
+
+
+class Decisions(unittest.TestCase):
+    def test_one_minor_at_a_time_never_back(self):
+        self.assertEqual(decide("v1.35.4", "1.35.4"), ("join", ""))
+        self.assertEqual(decide("v1.36.1", "1.36.3")[0], "upgrade")
+        self.assertEqual(decide("v1.35.4", "1.36.3")[0], "upgrade")
+        action, why = decide("v1.36.3", "1.35.4")
+        self.assertEqual(action, "refuse")
+        self.assertIn("runs 1.36.3 and this node is 1.35.4: an older control plane never runs", why)
+        self.assertIn("one minor at a time", decide("v1.35.4", "1.37.2")[1])
+        self.assertEqual(decide("latest", "1.35.4")[0], "refuse")
+        self.assertEqual(decide("v1.36.3", "1.36.1")[0], "refuse")
+
+    def test_kubeadm_config_version_is_read_only_when_there_is_one(self):
+        self.assertEqual(config_version(CLUSTER_CONFIGURATION), "v1.35.4")
+        self.assertIsNone(config_version("kind: ClusterConfiguration\n"))
+        self.assertIsNone(config_version("kubernetesVersion: v1.35.4\nkubernetesVersion: v1.36.3\n"))
+        # A nested key of that name is not the version.
+        self.assertIsNone(config_version("etcd:\n  kubernetesVersion: v9.9.9\n"))
+
+    def test_kube_proxy_tag(self):
+        self.assertTrue(needs_addon_upgrade("registry.k8s.io/kube-proxy:v1.35.4", "1.36.3"))
+        self.assertFalse(needs_addon_upgrade("registry.k8s.io/kube-proxy:v1.36.3", "1.36.3"))
+        self.assertFalse(needs_addon_upgrade("localhost:5000/kube-proxy:v1.36.3", "v1.36.3"))
+
+    def test_addons_wait_for_every_ready_controller_at_the_minor(self):
+        def node(name, version, cp=True, ready="True"):
+            return {"metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": ""} if cp else {}},
+                    "status": {"nodeInfo": {"kubeletVersion": version},
+                               "conditions": [{"type": "Ready", "status": ready}]}}
+        nodes = {"items": [node("c1", "v1.36.3"), node("c2", "v1.35.4"), node("w1", "v1.35.4", cp=False),
+                           node("gone", "v1.35.4", ready="Unknown")]}
+        self.assertEqual(control_plane_behind(nodes, "1.36.3"), ["c2"])
+        self.assertEqual(control_plane_behind(nodes, "1.35.4"), [])
+        # A patch upgrade does not hold the addons back; no version gates nothing.
+        self.assertEqual(control_plane_behind({"items": [node("c1", "v1.36.1")]}, "1.36.3"), [])
+        self.assertEqual(control_plane_behind(nodes, ""), [])
+
+    def test_a_restore_never_runs_older_than_the_record(self):
+        self.assertIn("reached Kubernetes 1.36.3 and this node is 1.35.4", restore_refusal("1.36.3", "1.35.4"))
+        self.assertEqual(restore_refusal("1.35.4", "1.36.3"), "")
+        self.assertEqual(restore_refusal(None, "1.35.4"), "")
+
+
+class FakeBoot(object):
+    def __init__(self, work):
+        self.work = work
+        self.node_name = "ip-10-0-0-5.ec2.internal"
+        self.rt = {"bucket": "b", "keyPrefix": "p/demo"}
+        self.said = []
+        self.sh_calls = []
+        self.fail_on = None
+        self.uploads = []
+
+    def say(self, text):
+        self.said.append(text)
+
+    def sh(self, args):
+        self.sh_calls.append(list(args))
+        if self.fail_on and args[:3] == self.fail_on:
+            e = Exception("%s failed" % " ".join(args))
+            e.code = 1
+            raise e
+
+    def wait_node_ready(self):
+        self.sh_calls.append(["wait-node-ready"])
+
+    def aws(self, args, attempts=None):
+        with open(args[-2]) as f:
+            self.uploads.append((args[-1], json.load(f)))
+
+
+class FakeUpgrader(upgrade.Upgrader):
+    """kubeadm and kubectl against a fake cluster: kubeadm-config and
+    kubelet-config (with the resourceVersion a replace checks) and kube-proxy's image."""
+
+    def __init__(self, boot, version, cluster_version="v1.35.4", proxy="v1.35.4", upload_fails=False):
+        upgrade.Upgrader.__init__(self, boot, version)
+        self.cms = {
+            "kubeadm-config": {"metadata": {"name": "kubeadm-config", "resourceVersion": "1"},
+                               "data": {"ClusterConfiguration": CLUSTER_CONFIGURATION.replace("v1.35.4",
+                                                                                              cluster_version)}},
+            "kubelet-config": {"metadata": {"name": "kubelet-config", "resourceVersion": "1"},
+                               "data": {"kubelet": "kind: KubeletConfiguration\nmaxPods: 110\n"}}}
+        self.proxy = "registry.k8s.io/kube-proxy:" + proxy
+        self.upload_fails = upload_fails
+        self.commands = []
+
+    def bump(self, name, data):
+        cm = self.cms[name]
+        cm["data"] = data
+        cm["metadata"]["resourceVersion"] = str(int(cm["metadata"]["resourceVersion"]) + 1)
+
+    def run(self, args):
+        self.commands.append(args)
+        if args[:3] == ["kubeadm", "kubeconfig", "user"]:
+            return 0, "apiVersion: v1\nkind: Config\n", ""
+        if args[:5] == ["kubeadm", "init", "phase", "upload-config", "all"]:
+            self.assertions_on_upload(args)
+            if self.upload_fails:
+                return 1, "", "error uploading the kubelet configuration"
+            # This node's configuration, at its version (kubeadm defaults it).
+            self.bump("kubeadm-config", {"ClusterConfiguration": CLUSTER_CONFIGURATION.replace(
+                "v1.35.4", "v" + self.version).replace("apiServer: {}", "apiServer: {extraArgs: [{name: oidc}]}")})
+            self.bump("kubelet-config", {"kubelet": "kind: KubeletConfiguration\nmaxPods: 58\n"})
+            return 0, "", ""
+        assert args[0] == "kubectl" and args[2] == self.kubeconfig, args
+        assert os.stat(self.kubeconfig).st_mode & 0o777 == 0o600
+        verb = args[3]
+        if verb == "get" and args[4] == "configmap":
+            return 0, json.dumps(self.cms[args[5]]), ""
+        if verb == "get" and args[4] == "daemonset":
+            return 0, self.proxy, ""
+        if verb == "replace":
+            with open(args[5]) as f:
+                new = json.load(f)
+            cur = self.cms[new["metadata"]["name"]]
+            if new["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]:
+                return 1, "", "Error from server (Conflict): the object has been modified"
+            self.bump(new["metadata"]["name"], new["data"])
+            return 0, "configmap replaced\n", ""
+        raise AssertionError(args)
+
+    def assertions_on_upload(self, args):
+        assert args[5:] == ["--config", "/cfg", "--kubeconfig", self.kubeconfig], args
+
+    def version_now(self):
+        return config_version(self.cms["kubeadm-config"]["data"]["ClusterConfiguration"])
+
+    def kubelet_now(self):
+        return self.cms["kubelet-config"]["data"]["kubelet"]
+
+
+class Join(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.boot = FakeBoot(self.dir)
+        self.joined = []
+
+    def join(self):
+        self.joined.append(True)
+        self.boot.sh(["kubeadm", "join", "--config", "x"])
+
+    def statuses(self):
+        return [(u[1].get("phase"), u[1].get("step")) for u in self.boot.uploads]
+
+    def test_a_newer_controller_sets_the_version_joins_then_upgrade_apply(self):
+        u = FakeUpgrader(self.boot, "1.36.3")
+        self.assertEqual(u.join("/cfg", self.join), "upgrade")
+        # kubeadm-config named the new version before the join (static pods new from the start).
+        self.assertEqual(u.version_now(), "v1.36.3")
+        self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"], ["wait-node-ready"],
+                                              ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"]])
+        self.assertEqual(self.statuses()[0], ("upgrading", "upload-config"))
+        self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
+        last = self.boot.uploads[-1]
+        self.assertEqual(last[0], "s3://b/p/demo/status/control-plane/upgrade.json")
+        self.assertEqual((last[1]["from"], last[1]["to"], last[1]["version"]), ("1.35.4", "1.36.3", "1.36.3"))
+        # The minted admin kubeconfig is gone.
+        self.assertFalse(os.path.exists(u.kubeconfig))
+
+    def test_a_failed_upgrade_apply_puts_the_version_back_and_says_so(self):
+        self.boot.fail_on = ["kubeadm", "upgrade", "apply"]
+        u = FakeUpgrader(self.boot, "1.36.3")
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", self.join)
+        self.assertIn("kubeadm upgrade apply v1.36.3 exited 1", str(e.exception))
+        self.assertEqual(u.version_now(), "v1.35.4")
+        phase, step = self.statuses()[-1]
+        self.assertEqual((phase, step), ("failed", "kubeadm-upgrade-apply"))
+        msg = self.boot.uploads[-1][1]["message"]
+        self.assertIn("kubeadm-config and kubelet-config are back as they were (1.35.4)", msg)
+        self.assertIn("maxPods: 110", u.kubelet_now())
+        self.assertEqual(self.boot.uploads[-1][1]["version"], "1.35.4")
+
+    def test_a_failed_join_changes_nothing_else(self):
+        self.boot.fail_on = ["kubeadm", "join", "--config"]
+        u = FakeUpgrader(self.boot, "1.36.3")
+        with self.assertRaises(Exception):
+            u.join("/cfg", self.join)
+        self.assertEqual(u.version_now(), "v1.35.4")
+        self.assertNotIn(["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"], self.boot.sh_calls)
+        self.assertEqual(self.statuses()[-1], ("failed", "kubeadm-join"))
+
+    def test_an_older_controller_refuses_before_joining(self):
+        u = FakeUpgrader(self.boot, "1.35.4", cluster_version="v1.36.3")
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", self.join)
+        self.assertIn("older control plane never runs", str(e.exception))
+        self.assertEqual(self.joined, [])
+        self.assertEqual(self.statuses(), [("refused", "version-check")])
+        self.assertFalse([c for c in u.commands if c[3:4] == ["replace"] or "upload-config" in c])
+
+    def test_a_later_controller_joins_and_upgrades_the_addons_left_behind(self):
+        u = FakeUpgrader(self.boot, "1.36.3", cluster_version="v1.36.3", proxy="v1.35.4")
+        self.assertEqual(u.join("/cfg", self.join), "join")
+        self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"], ["kubeadm", "upgrade", "node"]])
+        self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
+        # At the same version with current addons: a plain join.
+        boot = FakeBoot(self.dir)
+        u = FakeUpgrader(boot, "1.36.3", cluster_version="v1.36.3", proxy="v1.36.3")
+        u.join("/cfg", lambda: boot.sh(["kubeadm", "join"]))
+        self.assertEqual(boot.sh_calls, [["kubeadm", "join"]])
+        self.assertEqual(boot.uploads, [])
+
+    def test_a_changed_configuration_reaches_the_configmaps_before_the_join(self):
+        # Same version, new flags and kubelet settings: uploaded, then the
+        # join writes this node's static pods and kubelet config from them.
+        u = FakeUpgrader(self.boot, "1.35.4", proxy="v1.35.4")
+        order = []
+        u.join("/cfg", lambda: order.append((u.version_now(), len(u.commands))) or self.join())
+        self.assertIn("oidc", u.cms["kubeadm-config"]["data"]["ClusterConfiguration"])
+        self.assertIn("maxPods: 58", u.kubelet_now())
+        uploads = [i for i, c in enumerate(u.commands) if c[:4] == ["kubeadm", "init", "phase", "upload-config"]]
+        self.assertEqual(len(uploads), 1)
+        # The upload came before the join.
+        self.assertEqual(order[0][0], "v1.35.4")
+        self.assertLess(uploads[0], order[0][1])
+        self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"]])
+        self.assertEqual(self.boot.uploads, [])
+
+    def test_a_failed_upload_joins_nothing(self):
+        u = FakeUpgrader(self.boot, "1.36.3", upload_fails=True)
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", self.join)
+        self.assertIn("upload-config", str(e.exception))
+        self.assertEqual(self.joined, [])
+        self.assertEqual(u.version_now(), "v1.35.4")
+        self.assertEqual(self.statuses()[-1], ("failed", "upload-config"))
+
+
+if __name__ == "__main__":
+    unittest.main()

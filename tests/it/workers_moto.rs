@@ -1,0 +1,274 @@
+//! Workers replaced gracefully (issue 28), on moto server: a real work tree
+//! with aws-node-termination-handler enabled (its chart locked to the real
+//! upstream archive in `$KUBE_AWS_SHARED_DATA/charts`) goes through `up --wait`;
+//! the queue (SSE, 300 s retention), the EventBridge rules with the queue as
+//! their target, the pool's group with the managed tag reaching its instances,
+//! and the lifecycle hook in the pool stack's template are checked through the
+//! API. And `update --wait` with the cluster-autoscaler: the pause is tried
+//! (certificate minted from moto's bundle), fails to reach an API server, and
+//! `update` warns and completes; without `--wait` it warns and leaves it.
+//!
+//! Not covered: moto 5.2.5 has no CloudFormation support for
+//! `AWS::AutoScaling::LifecycleHook` or `AWS::SQS::QueuePolicy` (it skips them
+//! with a warning), so the hook is checked in the template CloudFormation
+//! holds, not with DescribeLifecycleHooks, and the queue policy not at all here
+//! (tests/it/workers.rs checks both in the rendered template); moto's
+//! EventBridge does not deliver EC2 or Auto Scaling events, and the handler
+//! itself is not run (tests/it/workers.rs says what that needs).
+
+use crate::common;
+
+use common::charts::{lock_to_shared_charts, shared_charts};
+use common::MotoEnv as Env;
+use kube_aws::chart::ChartCache;
+use serde_json::Value;
+
+const BUCKET: &str = "kube-aws-e2e";
+
+fn text(o: &std::process::Output) -> String {
+    common::output_text(o)
+}
+
+/// The physical id of the one resource of `ty` in stack `stack`.
+fn resource(env: &Env, stack: &str, logical: &str) -> String {
+    let r = env.aws_json(&[
+        "cloudformation",
+        "describe-stack-resource",
+        "--stack-name",
+        stack,
+        "--logical-resource-id",
+        logical,
+    ]);
+    r["StackResourceDetail"]["PhysicalResourceId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn nth_stacks_create_with_queue_rules_tags_and_hooks() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    let yaml = crate::workers::CLUSTER_YAML
+        .replace("s3://demo-bucket/kube-aws", &format!("s3://{BUCKET}/clusters"))
+        .replace("arn:aws:kms:us-west-2:111122223333:key/k", &kms);
+    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
+    // The chart cache `up` reads ($XDG_CACHE_HOME/kube-aws/charts).
+    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    lock_to_shared_charts(dir, &cache, &shared_charts());
+
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let account = kms.split(':').nth(4).unwrap().to_string();
+
+    // The queue: encrypted, 300 s retention, at the URL the chart was given.
+    // The aws CLI does not take AWS_ENDPOINT_URL for SQS: named here.
+    let moto = env.moto.url();
+    let sqs = |args: &[&str]| -> Value {
+        let mut a = vec!["sqs", "--endpoint-url", moto.as_str()];
+        a.extend_from_slice(args);
+        env.aws_json(&a)
+    };
+    let url = sqs(&["get-queue-url", "--queue-name", "demo-nth"])["QueueUrl"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(url.ends_with(&format!("/{account}/demo-nth")), "{url}");
+    let values = std::fs::read_to_string(
+        dir.join("rendered")
+            .join(kube_aws::render::layout::addon_values("aws-node-termination-handler")),
+    )
+    .unwrap();
+    assert!(
+        values.contains(&format!("https://sqs.us-west-2.amazonaws.com/{account}/demo-nth")),
+        "{values}"
+    );
+    let attrs = sqs(&["get-queue-attributes", "--queue-url", &url, "--attribute-names", "All"]);
+    assert_eq!(attrs["Attributes"]["SqsManagedSseEnabled"], "true", "{attrs}");
+    assert_eq!(attrs["Attributes"]["MessageRetentionPeriod"], "300", "{attrs}");
+    let queue_arn = attrs["Attributes"]["QueueArn"].as_str().unwrap().to_string();
+
+    // Five rules, each sending to the queue.
+    let rules = env.aws_json(&["events", "list-rules", "--name-prefix", "demo-nth-"]);
+    let rules = rules["Rules"].as_array().unwrap();
+    let mut names: Vec<&str> = rules.iter().map(|r| r["Name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "demo-nth-asg-lifecycle",
+            "demo-nth-rebalance",
+            "demo-nth-scheduled-change",
+            "demo-nth-spot",
+            "demo-nth-state-change"
+        ]
+    );
+    for r in rules {
+        let name = r["Name"].as_str().unwrap();
+        let targets = env.aws_json(&["events", "list-targets-by-rule", "--rule", name]);
+        assert_eq!(targets["Targets"][0]["Arn"], queue_arn.as_str(), "{name}: {targets}");
+        let pattern: Value = serde_json::from_str(r["EventPattern"].as_str().unwrap()).unwrap();
+        assert!(pattern["detail-type"].is_array(), "{name}: {pattern}");
+    }
+
+    // The pool that enables the plugin: the managed tag, propagated to its
+    // instances; the hook in the template CloudFormation holds.
+    let nested = |logical: &str| resource(&env, "demo", logical);
+    let general = nested("NodePoolGeneral");
+    let group = resource(&env, &general, "WorkerGroup");
+    let g = env.aws_json(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+        &group,
+    ]);
+    let tags = g["AutoScalingGroups"][0]["Tags"].as_array().unwrap();
+    let managed = tags
+        .iter()
+        .find(|t| t["Key"] == "aws-node-termination-handler/demo")
+        .unwrap_or_else(|| panic!("{tags:?}"));
+    assert_eq!(managed["PropagateAtLaunch"], true);
+    let instances: Vec<&str> = g["AutoScalingGroups"][0]["Instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["InstanceId"].as_str().unwrap())
+        .collect();
+    assert_eq!(instances.len(), 2, "{g}");
+    let mut args = vec!["ec2", "describe-instances", "--instance-ids"];
+    args.extend(instances.iter().copied());
+    let d = env.aws_json(&args);
+    for res in d["Reservations"].as_array().unwrap() {
+        for i in res["Instances"].as_array().unwrap() {
+            assert!(
+                i["Tags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["Key"] == "aws-node-termination-handler/demo"),
+                "{i}"
+            );
+        }
+    }
+    let template = env.aws_json(&["cloudformation", "get-template", "--stack-name", &general]);
+    let body: Value = match &template["TemplateBody"] {
+        Value::String(s) => serde_json::from_str(s).unwrap(),
+        v => v.clone(),
+    };
+    let hook = &body["Resources"]["WorkerDrainHook"]["Properties"];
+    assert_eq!(
+        hook["LifecycleTransition"], "autoscaling:EC2_INSTANCE_TERMINATING",
+        "{body}"
+    );
+    assert_eq!(hook["DefaultResult"], "CONTINUE");
+
+    // The pool that opts out: no managed tag.
+    let batch = nested("NodePoolBatch");
+    let group = resource(&env, &batch, "WorkerGroup");
+    let g = env.aws_json(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+        &group,
+    ]);
+    assert!(!g.to_string().contains("aws-node-termination-handler/"), "{g}");
+}
+
+/// `update --wait` on a cluster with the cluster-autoscaler tries to pause it
+/// before the roll: the certificate is minted from the published bundle (moto's
+/// KMS), and moto's load balancer name reaches no API server, so `update` warns
+/// that the autoscaler is not paused and goes on to UPDATE_COMPLETE. The pause
+/// itself runs against a real API server in tests/it/autoscaler_pause_testbed.rs.
+#[test]
+fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    let yaml = |count: u32| {
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: general\n      minSize: 1\n      maxSize: {count}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n  \
+             cluster-autoscaler: {{enabled: true}}\n"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), yaml(3)).unwrap();
+    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    lock_to_shared_charts(dir, &cache, &shared_charts());
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+
+    std::fs::write(dir.join("cluster.yaml"), yaml(4)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "2m"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(
+        out.contains("warning: cluster-autoscaler not paused, it may scale the groups during the roll: cannot reach the API server"),
+        "{out}"
+    );
+    assert!(out.contains("is UPDATE_COMPLETE"), "{out}");
+    assert!(!out.contains("cluster-autoscaler paused"), "{out}");
+
+    // Without --wait nothing could put it back: it is left alone, with a warning.
+    std::fs::write(dir.join("cluster.yaml"), yaml(5)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    assert!(
+        out.contains("warning: cluster-autoscaler not paused: only `update --wait` can put it back afterwards"),
+        "{out}"
+    );
+}
+
+/// A pool with two instance types and a spot split renders and creates: moto's
+/// group holds the MixedInstancesPolicy (overrides, distribution) and launches
+/// its instances; capacity rebalancing is on.
+#[test]
+fn mixed_spot_pool_creates() {
+    let env = Env::new();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: spot\n      count: 2\n      instancesDistribution:\n        \
+             instanceTypes: [m6i.large, m5.large, m6a.large]\n        onDemandBaseCapacity: 1\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let pool = resource(&env, "demo", "NodePoolSpot");
+    let group = resource(&env, &pool, "WorkerGroup");
+    let g = env.aws_json(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+        &group,
+    ]);
+    let g = &g["AutoScalingGroups"][0];
+    let m = &g["MixedInstancesPolicy"];
+    let types: Vec<&str> = m["LaunchTemplate"]["Overrides"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{g}"))
+        .iter()
+        .map(|o| o["InstanceType"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["m6i.large", "m5.large", "m6a.large"], "{g}");
+    assert_eq!(
+        m["InstancesDistribution"]["SpotAllocationStrategy"], "price-capacity-optimized",
+        "{g}"
+    );
+    assert_eq!(m["InstancesDistribution"]["OnDemandBaseCapacity"], 1, "{g}");
+    assert_eq!(g["Instances"].as_array().unwrap().len(), 2, "{g}");
+    assert_eq!((g["MinSize"].as_i64(), g["MaxSize"].as_i64()), (Some(2), Some(3)));
+}
