@@ -352,7 +352,7 @@ fn up_status_update_destroy_against_moto() {
     // three hours ago, and an etcd snapshot five hours old (stale at the
     // default interval of 1h): status shows both ages and warns of the snapshot.
     let minted = now - std::time::Duration::from_secs(3 * 3600 + 120);
-    let token = serde_json::json!({"instanceId": "i-0abc", "checkedAt": stamp(now), "action": "kept",
+    let token_status = serde_json::json!({"instanceId": "i-0abc", "checkedAt": stamp(now), "action": "kept",
         "reason": "", "tokenId": "abcdef", "mintedAt": stamp(minted),
         "expires": stamp(minted + std::time::Duration::from_secs(86400)), "ok": true, "error": ""});
     env.aws(&[
@@ -363,7 +363,7 @@ fn up_status_update_destroy_against_moto() {
         "--key",
         &format!("clusters/{CLUSTER}/status/bootstrap-token.json"),
         "--body",
-        write_tmp(&token.to_string()).to_str().unwrap(),
+        write_tmp(&token_status.to_string()).to_str().unwrap(),
     ]);
     env.aws(&[
         "s3api",

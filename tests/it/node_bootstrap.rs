@@ -386,8 +386,15 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert_eq!(init["bootstrapTokens"][0]["ttl"], "86400s");
     let join_token = c.published_token();
     assert_ne!(join_token, TOKEN);
-    assert!(a.ran("systemctl enable --now kube-aws-bootstrap-token.timer"), "{:#?}", a.log);
-    assert!(!a.stderr.contains(&join_token[7..]), "the join token is in the boot log");
+    assert!(
+        a.ran("systemctl enable --now kube-aws-bootstrap-token.timer"),
+        "{:#?}",
+        a.log
+    );
+    assert!(
+        !a.stderr.contains(&join_token[7..]),
+        "the join token is in the boot log"
+    );
     assert!(init.get("certificateKey").is_none(), "no certificate upload: {init}");
     assert!(!a.ran("--upload-certs"), "{:#?}", a.log);
     let cluster = a.doc("init.yaml", "ClusterConfiguration");
@@ -493,7 +500,11 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     // The published join token; the worker never decrypted the bundle's.
     assert_eq!(jc["discovery"]["bootstrapToken"]["token"], join_token.as_str());
     assert!(!w.join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
-    assert!(wb.ran("ssm get-parameter --name /kube-aws/full/bootstrap-token --with-decryption"), "{:#?}", wb.log);
+    assert!(
+        wb.ran("ssm get-parameter --name /kube-aws/full/bootstrap-token --with-decryption"),
+        "{:#?}",
+        wb.log
+    );
     assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], CA_HASH);
     assert!(jc.get("controlPlane").is_none(), "{jc}");
     assert_eq!(jc["nodeRegistration"]["name"], HOSTNAME);

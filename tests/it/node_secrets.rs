@@ -417,7 +417,10 @@ fn a_ciphertext_under_another_name_is_refused() {
         err.contains("cannot decrypt the secret 'kube-aws-secret.vault.password' with this node's role"),
         "{err}"
     );
-    assert!(!w.path().join("run/kube-aws/secrets/kube-aws-secret.vault.password").exists());
+    assert!(!w
+        .path()
+        .join("run/kube-aws/secrets/kube-aws-secret.vault.password")
+        .exists());
     // The worker file still holds the reference, not a value.
     assert!(read(w.path(), "etc/vault/worker.json").contains("kube-aws-secret.vault.password"));
 }

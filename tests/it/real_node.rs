@@ -454,10 +454,15 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
     ]);
     let record: serde_json::Value =
         serde_json::from_str(published["Parameter"]["Value"].as_str().unwrap_or("{}")).unwrap_or_default();
-    assert_eq!(record["token"].as_str(), Some(token), "the worker did not join with the published token");
+    assert_eq!(
+        record["token"].as_str(),
+        Some(token),
+        "the worker did not join with the published token"
+    );
     // It never decrypted the bundle's init token; the join token is in its store (for blanking).
-    wk.node
-        .sh("test ! -e /run/kube-aws/secrets/kubeadm/bootstrap-token && test -s /run/kube-aws/secrets/kubeadm/join-token");
+    wk.node.sh(
+        "test ! -e /run/kube-aws/secrets/kubeadm/bootstrap-token && test -s /run/kube-aws/secrets/kubeadm/join-token",
+    );
     // The cluster sees it Ready, as a worker (no control-plane role), with
     // its kubelet's client certificate from the TLS bootstrap.
     let get = node_ready_status(&bed, &ctl, &wk_inst.dns);

@@ -62,12 +62,16 @@ fn not_after(path: &Path) -> i64 {
 }
 
 fn now() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 #[test]
 fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_they_expire() {
-    let test = "real_node_certs::short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_they_expire";
+    let test =
+        "real_node_certs::short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_they_expire";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
@@ -106,7 +110,10 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         assert!(
             Instant::now() < deadline,
             "no renewal before the certificates expired; last answer: {out}\n{}\n{}",
-            output_text(&ctl.node.exec(&["journalctl", "--no-pager", "-n", "80", "-u", "kube-aws-certs"])),
+            output_text(
+                &ctl.node
+                    .exec(&["journalctl", "--no-pager", "-n", "80", "-u", "kube-aws-certs"])
+            ),
             ctl.node.diagnostics()
         );
         std::thread::sleep(Duration::from_secs(5));
@@ -139,7 +146,12 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         "-o",
         "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
     ]);
-    assert_eq!(String::from_utf8_lossy(&ready.stdout).trim(), "True", "{}", output_text(&ready));
+    assert_eq!(
+        String::from_utf8_lossy(&ready.stdout).trim(),
+        "True",
+        "{}",
+        output_text(&ready)
+    );
     eprintln!(
         "{test}: booted in {:.1}s; renewed {:.1}s after the start; apiserver.crt expired at {original}, renewed \
          to {renewed}; the API answered {}s after the original expiry",

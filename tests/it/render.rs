@@ -409,10 +409,7 @@ fn each_role_decrypts_only_its_own_secrets() {
             .clone()
     };
     let decryptable = |stack: &str| -> Vec<String> {
-        let Some(s) = statements(stack)
-            .into_iter()
-            .find(|s| s["Sid"] == "DecryptOwnSecrets")
-        else {
+        let Some(s) = statements(stack).into_iter().find(|s| s["Sid"] == "DecryptOwnSecrets") else {
             return vec![];
         };
         assert_eq!(
@@ -444,7 +441,12 @@ fn each_role_decrypts_only_its_own_secrets() {
         let key = st.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
         assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt"]), "{pool}");
         let arn = &key["Condition"]["StringEquals"]["kms:EncryptionContext:PARAMETER_ARN"]["Fn::Sub"];
-        assert!(arn.as_str().unwrap().ends_with(":parameter/kube-aws/full/bootstrap-token"), "{key}");
+        assert!(
+            arn.as_str()
+                .unwrap()
+                .ends_with(":parameter/kube-aws/full/bootstrap-token"),
+            "{key}"
+        );
     }
     let cp = statements("stacks/control-plane.json");
     let key = cp.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
@@ -476,14 +478,29 @@ fn each_role_decrypts_only_its_own_secrets() {
         serde_json::json!([{"path": "values/dex.yaml", "format": "yaml"}])
     );
     // No node may encrypt, except S3 on the controllers' behalf for the etcd
-    // snapshots (SSE-KMS): every other thing a node writes is not secret.
+    // snapshots (SSE-KMS) and Parameter Store for the join token they mint
+    // (only that parameter, through SSM): every other thing a node writes is not secret.
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
-        let text = String::from_utf8_lossy(bytes);
-        assert!(!text.contains("\"kms:Encrypt\""), "{path}");
         let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
         for res in t["Resources"].as_object().unwrap().values() {
             for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
                 for st in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+                    if st["Action"].to_string().contains("\"kms:Encrypt\"") {
+                        assert_eq!(st["Sid"], "JoinTokenKey", "{path}: {st}");
+                        let c = &st["Condition"]["StringEquals"];
+                        assert_eq!(
+                            c["kms:ViaService"]["Fn::Sub"], "ssm.${AWS::Region}.amazonaws.com",
+                            "{st}"
+                        );
+                        assert!(
+                            c["kms:EncryptionContext:PARAMETER_ARN"]["Fn::Sub"]
+                                .as_str()
+                                .unwrap()
+                                .ends_with(":parameter/kube-aws/full/bootstrap-token"),
+                            "{st}"
+                        );
+                        assert!(path.ends_with("control-plane.json"), "{path}");
+                    }
                     if st.to_string().contains("kms:GenerateDataKey") {
                         assert_eq!(st["Sid"], "EncryptEtcdSnapshots", "{path}: {st}");
                         assert!(st["Condition"]["StringEquals"]["kms:ViaService"].is_string(), "{st}");
