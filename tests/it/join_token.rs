@@ -8,7 +8,8 @@
 //! authenticates (the API server's bootstrap token authenticator honours the
 //! Secret's `expiration` itself), that the next run mints a fresh one which
 //! does, and that `kube-aws rotate bootstrap-token` gets a new token and the
-//! old one revoked at once, well before its expiry.
+//! old one revoked at once, well before its expiry. Each run's TTL is set
+//! through the node program's knob (KUBE_AWS_TOKEN_TTL_SECONDS).
 //!
 //! Not covered here: the roles' IAM (tests/it/node_iam_moto.rs mints and
 //! reads the token under the controller and worker roles with IAM enforced,
@@ -24,18 +25,23 @@ use serde_json::{json, Value};
 const BUCKET: &str = "kube-aws-jt";
 const CLUSTER: &str = "jt";
 const PARAMETER: &str = "/kube-aws/jt/bootstrap-token";
-/// The TTL the test gives tokens (KUBE_AWS_TOKEN_TTL_SECONDS), in seconds.
-const TTL: u64 = 25;
+/// The TTLs the test gives tokens (KUBE_AWS_TOKEN_TTL_SECONDS), in seconds:
+/// a long one, whose half no run of the node program reaches on a loaded
+/// machine (a run's kubectl and aws CLI calls took 14 s at a load of 6, and
+/// 77 s passed between two runs beside a clippy build), and a short one, to
+/// see a token expire.
+const LONG: u64 = 900;
+const SHORT: u64 = 120;
 
 /// `kube-aws-node bootstrap-token` as a controller's timer runs it: its exit code and output.
-fn node_run(env: &MotoEnv, cp: &testbed::ControlPlane, root: &Path) -> (bool, String) {
+fn node_run(env: &MotoEnv, cp: &testbed::ControlPlane, root: &Path, ttl: u64) -> (bool, String) {
     let mut c = Command::new(common::tool("python"));
     env.apply(&mut c);
     let path = format!("{}:{}:/usr/bin:/bin", cp.bin.display(), common::tools_bin().display());
     c.env("PATH", path)
         .env("KUBE_AWS_ROOT", root)
         .env("KUBE_AWS_RETRY_DELAY", "0")
-        .env("KUBE_AWS_TOKEN_TTL_SECONDS", TTL.to_string())
+        .env("KUBE_AWS_TOKEN_TTL_SECONDS", ttl.to_string())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node/kube-aws-node"))
         .arg("bootstrap-token");
     let o = c.output().unwrap();
@@ -107,7 +113,7 @@ fn an_expired_token_authenticates_no_one_and_the_timer_and_rotate_give_fresh_one
     .unwrap();
 
     // The first run mints: the token authenticates as a kubeadm join token.
-    let (ok, out) = node_run(&env, &cp, r);
+    let (ok, out) = node_run(&env, &cp, r, LONG);
     assert!(ok, "{out}");
     let first = published(&env);
     let t1 = first["token"].as_str().unwrap().to_string();
@@ -139,26 +145,11 @@ fn an_expired_token_authenticates_no_one_and_the_timer_and_rotate_give_fresh_one
     );
 
     // A second run keeps it (less than half its TTL has passed).
-    let (ok, out) = node_run(&env, &cp, r);
+    let (ok, out) = node_run(&env, &cp, r, LONG);
     assert!(ok, "{out}");
     assert_eq!(published(&env)["token"], t1.as_str(), "{out}");
 
-    // Past its expiry the API server refuses it.
-    let expires = humantime::parse_rfc3339(first["expires"].as_str().unwrap()).unwrap();
-    let wait = expires.duration_since(std::time::SystemTime::now()).unwrap_or_default();
-    std::thread::sleep(wait + std::time::Duration::from_secs(2));
-    let refused = whoami(&cp, &t1).expect_err("an expired join token still authenticates");
-    assert!(refused.contains("Unauthorized"), "{refused}");
-
-    // The timer's next run mints a fresh one, which authenticates.
-    let (ok, out) = node_run(&env, &cp, r);
-    assert!(ok, "{out}");
-    assert!(out.contains("minted join token"), "{out}");
-    let t2 = published(&env)["token"].as_str().unwrap().to_string();
-    assert_ne!(t2, t1);
-    whoami(&cp, &t2).unwrap_or_else(|e| panic!("the fresh token does not authenticate: {e}"));
-
-    // `kube-aws rotate bootstrap-token`: the next run mints and revokes t2 at once.
+    // `kube-aws rotate bootstrap-token`: the next run mints and revokes t1 at once.
     let tree = tempfile::tempdir().unwrap();
     std::fs::write(
         tree.path().join("cluster.yaml"),
@@ -169,19 +160,40 @@ fn an_expired_token_authenticates_no_one_and_the_timer_and_rotate_give_fresh_one
     let rotate = env.kube_aws(tree.path(), &["rotate", "bootstrap-token"]);
     assert!(rotate.status.success(), "{}", common::output_text(&rotate));
     assert!(common::output_text(&rotate).contains("asked for a new join token"));
-    let (ok, out) = node_run(&env, &cp, r);
+    let (ok, out) = node_run(&env, &cp, r, SHORT);
     assert!(ok, "{out}");
     assert!(
         out.contains("rotation was requested") && out.contains("revoked"),
         "{out}"
     );
+    let second = published(&env);
+    let t2 = second["token"].as_str().unwrap().to_string();
+    assert_ne!(t2, t1);
+    let refused = whoami(&cp, &t1).expect_err("a revoked join token still authenticates");
+    assert!(refused.contains("Unauthorized"), "{refused}");
+    // Refused for its revocation, not its expiry.
+    let t1_expires = humantime::parse_rfc3339(first["expires"].as_str().unwrap()).unwrap();
+    assert!(
+        t1_expires > std::time::SystemTime::now(),
+        "the revoked token had expired anyway"
+    );
+    whoami(&cp, &t2).unwrap_or_else(|e| panic!("the rotated token does not authenticate: {e}"));
+
+    // Past its expiry the API server refuses t2 (nothing revoked it).
+    let expires = humantime::parse_rfc3339(second["expires"].as_str().unwrap()).unwrap();
+    let wait = expires.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    std::thread::sleep(wait + std::time::Duration::from_secs(2));
+    let refused = whoami(&cp, &t2).expect_err("an expired join token still authenticates");
+    assert!(refused.contains("Unauthorized"), "{refused}");
+
+    // The timer's next run mints a fresh one, which authenticates; the run after keeps it.
+    let (ok, out) = node_run(&env, &cp, r, LONG);
+    assert!(ok, "{out}");
+    assert!(out.contains("minted join token"), "{out}");
     let t3 = published(&env)["token"].as_str().unwrap().to_string();
     assert_ne!(t3, t2);
-    let refused = whoami(&cp, &t2).expect_err("a revoked join token still authenticates");
-    assert!(refused.contains("Unauthorized"), "{refused}");
-    whoami(&cp, &t3).unwrap_or_else(|e| panic!("the rotated token does not authenticate: {e}"));
-    // The request is served: the run after keeps t3.
-    let (ok, out) = node_run(&env, &cp, r);
+    whoami(&cp, &t3).unwrap_or_else(|e| panic!("the fresh token does not authenticate: {e}"));
+    let (ok, out) = node_run(&env, &cp, r, LONG);
     assert!(ok, "{out}");
     assert_eq!(published(&env)["token"], t3.as_str(), "{out}");
 }
