@@ -91,25 +91,16 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         "the API server's certificate expires in {left}s, not within 8 minutes"
     );
 
-    // The timer renews them: the node's status object says so.
+    // The timer renews them: the certificate on disk is replaced (the status
+    // object is rewritten by every 30-second run, so a renewal's own report
+    // may be gone by the time the test looks), and the node's status object
+    // is ok with an earliest expiry past the original.
     let key = format!("clusters/{}/status/certs/{}.json", bed::BED_CLUSTER, inst.id);
     let deadline = Instant::now() + Duration::from_secs((left + 60) as u64);
-    let report = loop {
-        let (ok, out) = crate::node_iam_moto::aws_as(
-            &bed.env,
-            &bed.admin,
-            &["s3", "cp", &format!("s3://{}/{key}", bed::BED_BUCKET), "-"],
-        );
-        if ok {
-            let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-            if r["renewed"].as_array().is_some_and(|a| !a.is_empty()) {
-                break r;
-            }
-            assert_ne!(r["ok"], false, "the renewal failed: {r:#}\n{}", ctl.node.diagnostics());
-        }
+    while not_after(&pki.join("apiserver.crt")) <= original {
         assert!(
             Instant::now() < deadline,
-            "no renewal before the certificates expired; last answer: {out}\n{}\n{}",
+            "no renewal before the certificates expired\n{}\n{}",
             output_text(
                 &ctl.node
                     .exec(&["journalctl", "--no-pager", "-n", "80", "-u", "kube-aws-certs"])
@@ -117,11 +108,26 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
             ctl.node.diagnostics()
         );
         std::thread::sleep(Duration::from_secs(5));
-    };
+    }
     let renewed_at = t0.elapsed();
-    assert!(report["renewed"].to_string().contains("apiserver"), "{report:#}");
     let renewed = not_after(&pki.join("apiserver.crt"));
-    assert!(renewed > original, "apiserver.crt still expires at {original}");
+    let report = loop {
+        let (ok, out) = crate::node_iam_moto::aws_as(
+            &bed.env,
+            &bed.admin,
+            &["s3", "cp", &format!("s3://{}/{key}", bed::BED_BUCKET), "-"],
+        );
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+        if ok && r["earliestLeaf"]["expiresEpoch"].as_i64().is_some_and(|e| e > original) {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(120),
+            "the status object: {out}"
+        );
+        std::thread::sleep(Duration::from_secs(5));
+    };
+    assert_eq!(report["ok"], true, "{report:#}");
 
     // Past the original certificates' expiry the cluster still answers: kubectl
     // checks the API server's certificate (an expired one fails), and the API
