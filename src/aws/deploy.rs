@@ -108,6 +108,7 @@ pub async fn up(
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     pin_amis(&mut published, None, false, |n| resolve_ami(clients, n)).await?;
     clear_runtime_state(clients, &Location::new(cluster)?).await?;
+    super::join_token::delete_published(clients, &cluster.cluster_name).await?;
     let req = StackRequest {
         name: name.clone(),
         template_url: published.root_template_url.clone(),
@@ -191,6 +192,12 @@ pub struct StatusReport {
     pub nodes: Vec<NodeReport>,
     /// The controllers' certificate expiry (issue 27, src/aws/expiry.rs).
     pub certificates: super::expiry::CertificateStatus,
+    /// The published join token's id and age (src/aws/join_token.rs).
+    #[serde(rename = "bootstrapToken")]
+    pub bootstrap_token: super::join_token::TokenStatus,
+    /// The newest etcd snapshot's age (src/aws/expiry.rs).
+    #[serde(rename = "etcdSnapshot")]
+    pub etcd_snapshot: super::expiry::SnapshotStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -260,12 +267,25 @@ pub async fn status(
         .unwrap_or_default();
     let certificates =
         super::expiry::summarize(&super::expiry::read_certificate_reports(clients, &location).await?, now);
+    let bootstrap_token =
+        super::join_token::summarize(super::join_token::read_report(clients, &location).await?.as_ref(), now);
+    let backups = super::backups::list_backups(clients, cluster).await?;
+    let interval = humantime::parse_duration(cluster.etcd.backup.interval.trim())
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(3600);
+    let etcd_snapshot = super::expiry::snapshot_status(
+        backups.snapshots.first().map(|s| (s.key.as_str(), s.time.as_str())),
+        interval,
+        now,
+    );
     Ok(StatusReport {
         stack,
         nested,
         addons: out,
         nodes,
         certificates,
+        bootstrap_token,
+        etcd_snapshot,
     })
 }
 
@@ -444,6 +464,7 @@ pub struct Purged {
 /// the bucket policy.
 pub async fn purge(clients: &Clients, cluster: &ClusterConfig, location: &Location) -> Result<Purged, AwsError> {
     let objects = delete_under(clients, &location.bucket, &format!("{}/", location.prefix)).await?;
+    super::join_token::delete_published(clients, &cluster.cluster_name).await?;
     super::retention::withdraw(clients, cluster, location).await?;
     super::issuer::withdraw_public_read(clients, location).await?;
     let issuer_bucket = match super::issuer::delete_issuer_bucket(clients, cluster, location).await? {

@@ -4,6 +4,8 @@
 //! leaf and CA expiry and the run's result. `summarize` (pure) picks the
 //! earliest of the controllers that reported lately and warns inside
 //! [`WARN_DAYS`], on a failed renewal, and when every report is stale.
+//! `snapshot_status` (pure) gives the newest etcd snapshot's age, stale
+//! after two backup intervals.
 
 use serde::{Deserialize, Serialize};
 
@@ -144,6 +146,41 @@ pub fn summarize(reports: &[CertificateReport], now: i64) -> CertificateStatus {
     }
 }
 
+/// What `status` shows of etcd's snapshots: the newest one's age.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStatus {
+    pub newest: Option<String>,
+    /// RFC 3339, when S3 stored it.
+    pub time: Option<String>,
+    pub age_seconds: Option<i64>,
+    pub warnings: Vec<String>,
+}
+
+/// The newest snapshot's age at `now`; stale (a warning) once it is older
+/// than two backup intervals and an hour (the leader writes one per
+/// interval). No snapshot is no warning: a new cluster has none for its first
+/// interval (`kube-aws backups` lists them all).
+pub fn snapshot_status(newest: Option<(&str, &str)>, interval_seconds: i64, now: i64) -> SnapshotStatus {
+    let Some((key, time)) = newest else {
+        return SnapshotStatus::default();
+    };
+    let age = epoch_of(time).map(|t| now - t);
+    let mut warnings = Vec::new();
+    if let Some(a) = age.filter(|a| *a > 2 * interval_seconds + 3600) {
+        warnings.push(format!(
+            "the newest etcd snapshot is {} hours old ({key}): backups are failing (`kube-aws backups` shows the last run)",
+            a / 3600
+        ));
+    }
+    SnapshotStatus {
+        newest: Some(key.to_string()),
+        time: Some(time.to_string()),
+        age_seconds: age,
+        warnings,
+    }
+}
+
 /// The controllers' certificate status objects (unreadable ones are skipped).
 pub async fn read_certificate_reports(
     clients: &Clients,
@@ -186,6 +223,21 @@ mod tests {
         assert_eq!((leaf.node.as_str(), leaf.days_left), ("b", 200));
         assert_eq!(s.earliest_ca.unwrap().certificate, "ca");
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    }
+
+    #[test]
+    fn a_snapshot_older_than_two_intervals_is_stale() {
+        let at = |t: i64| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t as u64))
+                .to_string()
+        };
+        let fresh = at(NOW - 1800);
+        let s = snapshot_status(Some(("c/demo/etcd/a.db", &fresh)), 3600, NOW);
+        assert_eq!((s.age_seconds, s.warnings.len()), (Some(1800), 0), "{s:?}");
+        let old = at(NOW - 4 * 3600);
+        let s = snapshot_status(Some(("c/demo/etcd/b.db", &old)), 3600, NOW);
+        assert!(s.warnings[0].contains("4 hours old (c/demo/etcd/b.db)"), "{s:?}");
+        assert_eq!(snapshot_status(None, 3600, NOW), SnapshotStatus::default());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod destroy_api;
 pub mod error;
 pub mod expiry;
 pub mod issuer;
+pub mod join_token;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;

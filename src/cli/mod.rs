@@ -15,6 +15,7 @@ mod nodes;
 mod plugins;
 mod progress_view;
 pub mod render;
+mod rotate;
 mod schema;
 mod status;
 mod up;
@@ -131,6 +132,8 @@ pub enum Command {
     Kubeconfig(kubeconfig::KubeconfigArgs),
     /// List the etcd snapshots in S3 (key, size, time) and the last backup run
     Backups(backups::BackupsArgs),
+    /// Rotate a cluster credential now: `rotate bootstrap-token`
+    Rotate(rotate::RotateArgs),
     /// Print a shell completion script (bash, zsh or fish), plugin commands included
     Completions(completions::CompletionsArgs),
     /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
@@ -222,6 +225,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => nodes::run_logs(&cli.global, args),
         Command::Kubeconfig(args) => kubeconfig::run(&cli.global, args),
         Command::Backups(args) => backups::run(&cli.global, args),
+        Command::Rotate(args) => rotate::run(&cli.global, args),
         Command::Completions(args) => completions::run(&cli.global, args),
         Command::External(argv) => external(&cli.global, argv),
     }

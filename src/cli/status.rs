@@ -95,7 +95,19 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
             e.certificate, e.expires, e.days_left
         );
     }
-    for w in &c.warnings {
+    let t = &r.bootstrap_token;
+    if let (Some(id), Some(age)) = (&t.token_id, t.age_seconds) {
+        println!(
+            "join token: {id}, minted {} ago, expires {}",
+            age_text(age),
+            t.expires.as_deref().unwrap_or("?")
+        );
+    }
+    let e = &r.etcd_snapshot;
+    if let (Some(key), Some(age)) = (&e.newest, e.age_seconds) {
+        println!("etcd: newest snapshot {} old ({key})", age_text(age));
+    }
+    for w in c.warnings.iter().chain(&t.warnings).chain(&e.warnings) {
         println!("warning: {w}");
     }
     if !r.addons.is_empty() {
@@ -109,4 +121,15 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `3h12m`, `2d4h`, `45s`: an age for people.
+fn age_text(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+    }
 }

@@ -51,6 +51,9 @@ pub struct ClusterConfig {
     /// When the controllers renew kubeadm's control-plane certificates.
     #[serde(default)]
     pub certificates: super::security::Certificates,
+    /// The join tokens the controllers mint: how long each authenticates.
+    #[serde(default)]
+    pub bootstrap_tokens: super::security::BootstrapTokens,
     /// An explicit AMI instead of the pinned Amazon Linux 2023 one: an image ID
     /// (`ami-…`) for every node, or one per architecture
     /// (`{x86_64: ami-…, arm64: ami-…}`; an architecture left out keeps the

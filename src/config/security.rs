@@ -79,6 +79,43 @@ fn sixty() -> u32 {
     60
 }
 
+/// The join tokens the controllers mint (src/node/kube_aws_node/join_token.py).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootstrapTokens {
+    /// How long a join token authenticates, in hours: 1 to 168, default 24.
+    /// The controllers mint a new one once the published one is half through
+    /// it (checked every 10 minutes); `kube-aws rotate bootstrap-token` forces one.
+    #[serde(default = "twenty_four")]
+    pub ttl_hours: u32,
+}
+
+impl Default for BootstrapTokens {
+    fn default() -> Self {
+        BootstrapTokens {
+            ttl_hours: twenty_four(),
+        }
+    }
+}
+
+fn twenty_four() -> u32 {
+    24
+}
+
+/// The problems of `bootstrapTokens`, as (key path, message).
+pub fn token_problems(tokens: &BootstrapTokens) -> Vec<(String, String)> {
+    if (1..=168).contains(&tokens.ttl_hours) {
+        return vec![];
+    }
+    vec![(
+        "bootstrapTokens.ttlHours".into(),
+        format!(
+            "{} hours is outside 1 to 168 (a join token lives this long; controllers mint a new one every half of it)",
+            tokens.ttl_hours
+        ),
+    )]
+}
+
 /// Every problem of the two sections, as (key path, message).
 pub fn problems(pod_security: &PodSecurity, certificates: &Certificates) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -149,5 +186,15 @@ mod tests {
             ]
         );
         assert!(found[0].1.contains("did you mean \"baseline\""), "{}", found[0].1);
+    }
+
+    #[test]
+    fn token_ttls_outside_an_hour_to_a_week_are_named() {
+        assert!(token_problems(&BootstrapTokens::default()).is_empty());
+        for bad in [0, 169] {
+            let p = token_problems(&BootstrapTokens { ttl_hours: bad });
+            assert_eq!(p[0].0, "bootstrapTokens.ttlHours");
+            assert!(p[0].1.starts_with(&format!("{bad} hours")), "{}", p[0].1);
+        }
     }
 }

@@ -34,7 +34,10 @@ pub fn validate(file: &Path, dir: &Path, cfg: &ClusterConfig, map: &SourceMap) -
     v.access(cfg);
     v.nodes(cfg);
     v.etcd_and_ami(cfg);
-    for (path, message) in super::security::problems(&cfg.pod_security, &cfg.certificates) {
+    for (path, message) in super::security::problems(&cfg.pod_security, &cfg.certificates)
+        .into_iter()
+        .chain(super::security::token_problems(&cfg.bootstrap_tokens))
+    {
         v.err(&path, message);
     }
     v.helm(cfg);

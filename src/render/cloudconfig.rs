@@ -402,6 +402,7 @@ fn render_node(
         "kubernetesVersion": ctx.k8s_version,
         "kubernetesPackages": kubernetes_packages(ctx),
         "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
+        "bootstrapToken": super::security::bootstrap_token_settings(&input.cluster),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
             .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
             .chain(spec.pool.is_none().then_some(super::security::CERTS_UNITS).into_iter().flatten().copied())

@@ -40,6 +40,13 @@ pub fn secret_bundle_parameter(cluster: &str, role: &str) -> String {
     format!("/kube-aws/{cluster}/secret-bundle/{role}")
 }
 
+/// The SecureString parameter holding the current join token, minted by the
+/// controllers (src/node/kube_aws_node/join_token.py, never by a stack:
+/// CloudFormation cannot create a SecureString), read by joining nodes.
+pub fn bootstrap_token_parameter(cluster: &str) -> String {
+    format!("/kube-aws/{cluster}/bootstrap-token")
+}
+
 // Under `s3URI/<cluster>/`, written by the nodes at run time.
 /// The prefixes the nodes write at run time (`update`/`destroy --purge` treat them apart).
 pub const BOOTSTRAP_DIR: &str = "bootstrap/";
@@ -49,6 +56,13 @@ pub const JOIN_LOCK: &str = "bootstrap/join-lock";
 /// The controllers' certificate renewal lock: one controller renews and
 /// restarts its static pods at a time (src/node/kube_aws_node/certs.py).
 pub const CERTS_LOCK: &str = "bootstrap/certs-lock";
+/// The controllers' join token lock: one controller mints at a time (join_token.py).
+pub const TOKEN_LOCK: &str = "bootstrap/token-lock";
+/// `kube-aws rotate bootstrap-token`'s request: its LastModified is when a
+/// new token (and the old one's revocation) was asked for.
+pub const TOKEN_ROTATE: &str = "bootstrap/token-rotate";
+/// The join token's status (id, minted, expires; never the token).
+pub const TOKEN_STATUS: &str = "status/bootstrap-token.json";
 /// Each controller's certificate status, `<instance-id>.json` (certs.py).
 pub const CERTS_STATUS_DIR: &str = "status/certs/";
 pub const STATUS_DIR: &str = "status/";

@@ -24,6 +24,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("health.py", include_str!("../node/kube_aws_node/health.py")),
+    ("join_token.py", include_str!("../node/kube_aws_node/join_token.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
     ("lease.py", include_str!("../node/kube_aws_node/lease.py")),

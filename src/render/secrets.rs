@@ -132,16 +132,19 @@ pub fn fill_format(path: &str) -> FillFormat {
     }
 }
 
-/// The secrets of one node role: the bootstrap token (and, on controllers, the
-/// cluster PKI's keys) plus every plugin secret referenced in `files` (path,
+/// The secrets of one node role: on controllers the init token and the
+/// cluster PKI's keys, plus every plugin secret referenced in `files` (path,
 /// content), and which files to fill. Workers never get a PKI key.
 pub fn node_secrets<'a>(
     controller: bool,
     known: &[&str],
     files: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> NodeSecrets {
-    let mut names: BTreeSet<String> = BTreeSet::from([BOOTSTRAP_TOKEN.to_string()]);
+    let mut names: BTreeSet<String> = BTreeSet::new();
     if controller {
+        // The init token: workers join with the short-lived tokens the
+        // controllers mint (src/node/kube_aws_node/join_token.py).
+        names.insert(BOOTSTRAP_TOKEN.to_string());
         names.extend(crate::pki::KEY_ENTRIES.iter().map(|k| k.to_string()));
     }
     let mut out = Vec::new();
@@ -210,10 +213,10 @@ mod tests {
     }
 
     #[test]
-    fn workers_get_the_token_and_controllers_the_pki_keys_too() {
+    fn workers_get_no_token_and_controllers_the_init_token_and_the_pki_keys() {
         let k = known();
         let w = node_secrets(false, &k, [("/etc/a.yaml", "a: 1")]);
-        assert_eq!(w.names, vec![BOOTSTRAP_TOKEN]);
+        assert!(w.names.is_empty(), "{:?}", w.names);
         assert!(w.files.is_empty());
         assert!(w.pki.is_none(), "workers get no PKI");
         let c = node_secrets(

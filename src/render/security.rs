@@ -1,8 +1,9 @@
 //! What the controllers carry for a cluster that lives for years (pure):
 //! the API server's admission configuration (Pod Security admission, from
 //! cluster.yaml `podSecurity`), the flag and volume that hand it to the
-//! kube-apiserver static pod, and the certificate renewal's timer, service
-//! and settings file (`kube-aws-node certs`, src/node/kube_aws_node/certs.py).
+//! kube-apiserver static pod, the certificate renewal's timer, service
+//! and settings file (`kube-aws-node certs`, src/node/kube_aws_node/certs.py),
+//! and the join tokens' (`kube-aws-node bootstrap-token`, join_token.py).
 
 use serde_json::{json, Value};
 
@@ -10,6 +11,8 @@ use crate::config::ClusterConfig;
 
 const CERTS_SERVICE: &str = include_str!("templates/kube-aws-certs.service");
 const CERTS_TIMER: &str = include_str!("templates/kube-aws-certs.timer");
+const TOKEN_SERVICE: &str = include_str!("templates/kube-aws-bootstrap-token.service");
+const TOKEN_TIMER: &str = include_str!("templates/kube-aws-bootstrap-token.timer");
 
 /// The directory of the API server's admission configuration on a controller,
 /// mounted read-only into the kube-apiserver static pod at the same path.
@@ -85,7 +88,27 @@ pub fn controller_files(cluster: &ClusterConfig) -> Vec<(String, String, String)
             "0644".into(),
             CERTS_TIMER.into(),
         ),
+        // Enabled by the boot once the node is in the cluster (bootstrap.py).
+        (
+            "/etc/systemd/system/kube-aws-bootstrap-token.service".into(),
+            "0644".into(),
+            TOKEN_SERVICE.into(),
+        ),
+        (
+            "/etc/systemd/system/kube-aws-bootstrap-token.timer".into(),
+            "0644".into(),
+            TOKEN_TIMER.into(),
+        ),
     ]
+}
+
+/// node.json's `bootstrapToken` (every node): where the join token is
+/// published and how long each lives (src/node/kube_aws_node/join_token.py).
+pub fn bootstrap_token_settings(cluster: &ClusterConfig) -> Value {
+    json!({
+        "parameter": super::layout::bootstrap_token_parameter(&cluster.cluster_name),
+        "ttlSeconds": u64::from(cluster.bootstrap_tokens.ttl_hours) * 3600,
+    })
 }
 
 #[cfg(test)]

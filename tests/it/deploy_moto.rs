@@ -348,6 +348,33 @@ fn up_status_update_destroy_against_moto() {
         "--body",
         write_tmp(&report.to_string()).to_str().unwrap(),
     ]);
+    // The join token's status (src/node/kube_aws_node/join_token.py), minted
+    // three hours ago, and an etcd snapshot five hours old (stale at the
+    // default interval of 1h): status shows both ages and warns of the snapshot.
+    let minted = now - std::time::Duration::from_secs(3 * 3600 + 120);
+    let token_status = serde_json::json!({"instanceId": "i-0abc", "checkedAt": stamp(now), "action": "kept",
+        "reason": "", "tokenId": "abcdef", "mintedAt": stamp(minted),
+        "expires": stamp(minted + std::time::Duration::from_secs(86400)), "ok": true, "error": ""});
+    env.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BUCKET,
+        "--key",
+        &format!("clusters/{CLUSTER}/status/bootstrap-token.json"),
+        "--body",
+        write_tmp(&token_status.to_string()).to_str().unwrap(),
+    ]);
+    env.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BUCKET,
+        "--key",
+        &format!("clusters/{CLUSTER}/etcd/20261201T000000Z-i-0abc.db"),
+        "--body",
+        write_tmp("snapshot").to_str().unwrap(),
+    ]);
     let st = env.kube_aws(dir, &["status"]);
     all_output.push_str(&text(&st));
     assert!(st.status.success(), "{}", text(&st));
@@ -356,6 +383,10 @@ fn up_status_update_destroy_against_moto() {
         t.contains("certificates: earliest apiserver on ip-10-0-1-5.ec2.internal expires"),
         "{t}"
     );
+    assert!(t.contains("join token: abcdef, minted 3h2m ago, expires"), "{t}");
+    // moto stores the object now: the snapshot is fresh, no warning.
+    assert!(t.contains("etcd: newest snapshot "), "{t}");
+    assert!(!t.contains("etcd snapshot is"), "{t}");
     assert!(
         t.contains("warning: the certificate \"apiserver\" on ip-10-0-1-5.ec2.internal expires"),
         "{t}"
@@ -374,6 +405,20 @@ fn up_status_update_destroy_against_moto() {
     assert_eq!(j["certificates"]["earliestLeaf"]["daysLeft"], 20);
     assert_eq!(j["certificates"]["earliestCA"]["certificate"], "ca");
     assert_eq!(j["certificates"]["warnings"].as_array().unwrap().len(), 1);
+    assert_eq!(j["bootstrapToken"]["tokenId"], "abcdef", "{j}");
+    assert!(
+        j["bootstrapToken"]["ageSeconds"].as_i64().unwrap() >= 3 * 3600 + 120,
+        "{j}"
+    );
+    assert!(j["bootstrapToken"]["warnings"].as_array().unwrap().is_empty(), "{j}");
+    assert!(
+        j["etcdSnapshot"]["newest"]
+            .as_str()
+            .unwrap()
+            .ends_with("20261201T000000Z-i-0abc.db"),
+        "{j}"
+    );
+    assert!(j["etcdSnapshot"]["ageSeconds"].as_i64().unwrap() < 600, "{j}");
     // status --wait on a finished stack returns at once.
     let stw = env.kube_aws(dir, &["status", "--wait"]);
     assert!(stw.status.success(), "{}", text(&stw));

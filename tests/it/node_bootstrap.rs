@@ -9,10 +9,11 @@
 //! API server or signalable auto scaling group exists here (tests/it/testbed.rs
 //! runs the real control plane).
 //!
-//! Checked: the first controller inits with the bundle's token (no expiry), no
-//! certificate key and no upload, and publishes nothing to join with; later
-//! controllers join the control plane (no certificate key: the PKI is on disk)
-//! and workers join, with the token and the CA hash of runtime.json (the
+//! Checked: the first controller inits with the bundle's token (expiring after
+//! the join token TTL), no certificate key and no upload, then mints and
+//! publishes a join token (SSM SecureString); later controllers join the
+//! control plane (no certificate key: the PKI is on disk) and workers join,
+//! with that published token and the CA hash of runtime.json (the
 //! `CACertHash` stack parameter), waiting up to 30 minutes for discovery; the
 //! installer starts once per addon plan and secrets version (again after an
 //! update changes either); a failed join, a failed init or a lock S3 will not
@@ -332,6 +333,8 @@ impl Cluster {
             .env("FAKE_BUCKET", BUCKET)
             .env("FAKE_LOG", &log)
             .env("FAKE_OUT", &out)
+            .env("KUBE_AWS_TOKEN_WAIT", "0")
+            .env("KUBE_AWS_TOKEN_POLL", "0")
             .env("FAKE_TOKEN", TOKEN);
         for (k, v) in env {
             cmd.env(k, v);
@@ -348,6 +351,25 @@ impl Cluster {
                 .collect(),
             out,
         }
+    }
+
+    /// The join token the first controller minted and published (join_token.py).
+    fn published_token(&self) -> String {
+        let p: serde_json::Value = serde_json::from_str(&self.moto.aws(&[
+            "ssm",
+            "get-parameter",
+            "--region",
+            "eu-west-1",
+            "--name",
+            &kube_aws::render::layout::bootstrap_token_parameter("full"),
+            "--with-decryption",
+            "--output",
+            "json",
+        ]))
+        .unwrap();
+        assert_eq!(p["Parameter"]["Type"], "SecureString", "{p}");
+        let record: serde_json::Value = serde_json::from_str(p["Parameter"]["Value"].as_str().unwrap()).unwrap();
+        record["token"].as_str().unwrap().to_string()
     }
 
     /// An object under the cluster's prefix, read from moto.
@@ -380,7 +402,20 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(a.ok, "{}\n{:#?}", a.stderr, a.log);
     let init = a.doc("init.yaml", "InitConfiguration");
     assert_eq!(init["bootstrapTokens"][0]["token"], TOKEN);
-    assert_eq!(init["bootstrapTokens"][0]["ttl"], "0s");
+    // The init token expires (bootstrapTokens.ttlHours, 24 by default): joins
+    // use the token the controller minted and published right after init.
+    assert_eq!(init["bootstrapTokens"][0]["ttl"], "86400s");
+    let join_token = c.published_token();
+    assert_ne!(join_token, TOKEN);
+    assert!(
+        a.ran("systemctl enable --now kube-aws-bootstrap-token.timer"),
+        "{:#?}",
+        a.log
+    );
+    assert!(
+        !a.stderr.contains(&join_token[7..]),
+        "the join token is in the boot log"
+    );
     assert!(init.get("certificateKey").is_none(), "no certificate upload: {init}");
     assert!(!a.ran("--upload-certs"), "{:#?}", a.log);
     let cluster = a.doc("init.yaml", "ClusterConfiguration");
@@ -453,7 +488,7 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     assert!(b.ok, "{}\n{:#?}", b.stderr, b.log);
     assert!(!b.ran("kubeadm init --config"));
     let jc = b.doc("join.yaml", "JoinConfiguration");
-    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
+    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], join_token.as_str());
     assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], CA_HASH);
     assert_eq!(jc["timeouts"]["discovery"], "30m0s", "{jc}");
     assert_eq!(
@@ -483,7 +518,14 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     let wb = c.boot(&w, &[], &[]);
     assert!(wb.ok, "{}", wb.stderr);
     let jc = wb.doc("join.yaml", "JoinConfiguration");
-    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], TOKEN);
+    // The published join token; the worker never decrypted the bundle's.
+    assert_eq!(jc["discovery"]["bootstrapToken"]["token"], join_token.as_str());
+    assert!(!w.join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
+    assert!(
+        wb.ran("ssm get-parameter --name /kube-aws/full/bootstrap-token --with-decryption"),
+        "{:#?}",
+        wb.log
+    );
     assert_eq!(jc["discovery"]["bootstrapToken"]["caCertHashes"][0], CA_HASH);
     assert!(jc.get("controlPlane").is_none(), "{jc}");
     assert_eq!(jc["nodeRegistration"]["name"], HOSTNAME);
@@ -667,7 +709,8 @@ fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_r
     // `kubeadm version` fails inside kubeadm_config (a function, in a subshell),
     // printing the bootstrap token: without `set -E` no trap would run at all.
     let w = c.node("worker-general");
-    let b = c.boot(&w, &[], &[("FAKE_VERSION_FAIL", "1")]);
+    let token = c.published_token();
+    let b = c.boot(&w, &[], &[("FAKE_VERSION_FAIL", "1"), ("FAKE_TOKEN", &token)]);
     assert!(!b.ok);
     assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
     assert_eq!(
@@ -687,10 +730,10 @@ fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_r
     let log = r["log"].as_str().unwrap();
     assert!(log.contains("kube-aws: step kubeadm-join"), "{log}");
     assert!(
-        log.contains("kubeadm: cannot read config with token <secret kubeadm/bootstrap-token>"),
+        log.contains("kubeadm: cannot read config with token <secret kubeadm/join-token>"),
         "{log}"
     );
-    assert!(!r.to_string().contains(TOKEN), "{r:#}");
+    assert!(!r.to_string().contains(&token), "{r:#}");
     // The console still shows what happened.
     assert!(b.stderr.contains("step kubeadm-join failed"), "{}", b.stderr);
 }

@@ -90,7 +90,7 @@ fn conditions_hold(cond: Option<&Value>, r: &Request) -> bool {
     cond.as_object().unwrap().iter().all(|(op, keys)| {
         keys.as_object().unwrap().iter().all(|(key, want)| {
             let Some(have) = r.context.get(key) else { return false };
-            let want = strings(want);
+            let want = strings(&resolved(want));
             match op.as_str() {
                 "StringEquals" => want.iter().any(|w| w == have),
                 "StringLike" => want.iter().any(|w| glob(w, have)),

@@ -150,13 +150,8 @@ fn every_node_call_runs_under_its_own_role_with_iam_enforced() {
     assert_eq!(steps[0]["init"], true, "{joins}");
     assert_eq!(steps[1]["init"], false, "{joins}");
 
-    // Boot secrets: a worker its token, a controller the cluster's CA key too.
-    let w = driver(
-        &env,
-        &worker,
-        &["secrets", &vars("w", "worker-general"), "kubeadm/bootstrap-token"],
-    );
-    assert_eq!(w["ok"], true, "{w}");
+    // Boot secrets: a controller the init token and the cluster's CA key
+    // (a worker joins with the published join token, below).
     let c = driver(
         &env,
         &controller,
@@ -167,6 +162,21 @@ fn every_node_call_runs_under_its_own_role_with_iam_enforced() {
         ],
     );
     assert_eq!(c["ok"], true, "{c}");
+
+    // The join token: a controller mints and publishes it (join_token.py,
+    // under the token lock), a worker reads it, and a worker cannot publish one.
+    let minted = driver(&env, &controller, &["token-mint", &vars(&cp_stack, "controller")]);
+    assert_eq!(
+        (&minted["ok"], &minted["action"]),
+        (&json!(true), &json!("minted")),
+        "{minted}"
+    );
+    let read = driver(&env, &worker, &["token-read", &vars("w", "worker-general")]);
+    assert_eq!(read["ok"], true, "{read}");
+    assert_eq!(read["tokenId"], minted["tokenId"], "{read}");
+    let forged = driver(&env, &worker, &["token-publish", &vars("w", "worker-general")]);
+    assert_eq!(forged["ok"], false, "a worker published a join token: {forged}");
+    assert!(forged["error"].as_str().unwrap().contains("AccessDenied"), "{forged}");
 
     // Every grant of the table, under its role.
     for (role, who, stack, node_role) in [

@@ -265,30 +265,25 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(read(c.path(), "etc/vault/env"), env_file);
 
-    // A worker of the plain pool: the token and the cluster value, nothing else.
+    // A worker of the plain pool: the cluster value, nothing else (it joins
+    // with the controllers' published join token, not the bundle's).
     let w = node(dir, "worker-general");
     let run = run_node_script(&env, w.path());
     output.push_str(&text(&run));
     assert!(run.status.success(), "{}", text(&run));
-    assert_eq!(
-        stored(w.path()),
-        ["kube-aws-secret.vault.password", "kubeadm/bootstrap-token"]
-    );
+    assert_eq!(stored(w.path()), ["kube-aws-secret.vault.password"]);
     assert!(!w.path().join("etc/kubernetes/pki").exists(), "workers get no PKI");
     let j: serde_json::Value = serde_json::from_str(&read(w.path(), "etc/vault/worker.json")).unwrap();
     assert_eq!(j["password"].as_str(), Some(CLUSTER_VALUE));
     assert_eq!(j["plain"].as_str(), Some("kept"));
-    assert_eq!(read(w.path(), "run/kube-aws/secrets/kubeadm/bootstrap-token"), token);
+    assert!(!w.path().join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
 
     // The gpu pool overrides the value: it gets its own entry only.
     let g = node(dir, "worker-gpu");
     let run = run_node_script(&env, g.path());
     output.push_str(&text(&run));
     assert!(run.status.success(), "{}", text(&run));
-    assert_eq!(
-        stored(g.path()),
-        ["kube-aws-secret.vault.password.pool-gpu", "kubeadm/bootstrap-token"]
-    );
+    assert_eq!(stored(g.path()), ["kube-aws-secret.vault.password.pool-gpu"]);
     let j: serde_json::Value = serde_json::from_str(&read(g.path(), "etc/vault/worker.json")).unwrap();
     assert_eq!(j["password"].as_str(), Some(POOL_VALUE));
 
@@ -409,8 +404,8 @@ fn a_ciphertext_under_another_name_is_refused() {
     let bundle = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{key}"), "-"]);
     let mut b: serde_json::Value = serde_json::from_str(&bundle).unwrap_or_else(|e| panic!("{e}: {}", text(&up)));
     // Someone swaps the controller-only CA key's ciphertext in as the
-    // worker-readable token: the encryption context names the entry, so KMS refuses.
-    b["secrets"]["kubeadm/bootstrap-token"] = b["secrets"]["pki/ca.key"].clone();
+    // worker-readable plugin secret: the encryption context names the entry, so KMS refuses.
+    b["secrets"]["kube-aws-secret.vault.password"] = b["secrets"]["pki/ca.key"].clone();
     let swapped = tree.path().join("swapped.json");
     std::fs::write(&swapped, b.to_string()).unwrap();
     env.aws(&["s3", "cp", swapped.to_str().unwrap(), &format!("s3://{BUCKET}/{key}")]);
@@ -419,10 +414,13 @@ fn a_ciphertext_under_another_name_is_refused() {
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
-        err.contains("cannot decrypt the secret 'kubeadm/bootstrap-token' with this node's role"),
+        err.contains("cannot decrypt the secret 'kube-aws-secret.vault.password' with this node's role"),
         "{err}"
     );
-    assert!(!w.path().join("run/kube-aws/secrets/kubeadm/bootstrap-token").exists());
+    assert!(!w
+        .path()
+        .join("run/kube-aws/secrets/kube-aws-secret.vault.password")
+        .exists());
     // The worker file still holds the reference, not a value.
     assert!(read(w.path(), "etc/vault/worker.json").contains("kube-aws-secret.vault.password"));
 }

@@ -239,7 +239,7 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
     );
 }
 
-mod bed;
+pub(crate) mod bed;
 mod upgrade;
 
 use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
@@ -424,7 +424,8 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         steps.contains(&"kubeadm-join") && !steps.iter().any(|s| s.contains("lock") || s.contains("init")),
         "the worker's steps: {steps:?}"
     );
-    // With the token of its own secrets, which the controller's init made.
+    // With the join token the controller minted and published after its
+    // init (issue 27: never the bundle's init token, which workers cannot decrypt).
     let join = std::fs::read_to_string(wk.node.rootfs().join("var/lib/kube-aws/kubeadm.yaml")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(join.split("\n---\n").next().unwrap()).unwrap();
     let discovery = &doc["discovery"]["bootstrapToken"];
@@ -444,6 +445,24 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
     assert!(
         !token.is_empty() && tokens.lines().any(|t| t.trim() == token),
         "the worker's token is not one the controller's kubeadm lists"
+    );
+    let published = bed.aws(&[
+        "ssm",
+        "get-parameter",
+        "--name",
+        &format!("/kube-aws/{}/bootstrap-token", bed::BED_CLUSTER),
+        "--with-decryption",
+    ]);
+    let record: serde_json::Value =
+        serde_json::from_str(published["Parameter"]["Value"].as_str().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(
+        record["token"].as_str(),
+        Some(token),
+        "the worker did not join with the published token"
+    );
+    // It never decrypted the bundle's init token; the join token is in its store (for blanking).
+    wk.node.sh(
+        "test ! -e /run/kube-aws/secrets/kubeadm/bootstrap-token && test -s /run/kube-aws/secrets/kubeadm/join-token",
     );
     // The cluster sees it Ready, as a worker (no control-plane role), with
     // its kubelet's client certificate from the TLS bootstrap.

@@ -395,7 +395,7 @@ fn a_secret_reference_in_a_stack_is_refused() {
 #[test]
 fn each_role_decrypts_only_its_own_secrets() {
     let r = rendered(&full());
-    let decryptable = |stack: &str| -> Vec<String> {
+    let statements = |stack: &str| -> Vec<serde_json::Value> {
         let t: serde_json::Value = serde_json::from_slice(r.get(stack).unwrap()).unwrap();
         let role = t["Resources"]
             .as_object()
@@ -403,12 +403,15 @@ fn each_role_decrypts_only_its_own_secrets() {
             .values()
             .find(|v| v["Type"] == "AWS::IAM::Role")
             .unwrap();
-        let s = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
             .as_array()
             .unwrap()
-            .iter()
-            .find(|s| s["Action"] == serde_json::json!(["kms:Decrypt"]))
-            .unwrap();
+            .clone()
+    };
+    let decryptable = |stack: &str| -> Vec<String> {
+        let Some(s) = statements(stack).into_iter().find(|s| s["Sid"] == "DecryptOwnSecrets") else {
+            return vec![];
+        };
         assert_eq!(
             s["Condition"]["StringEquals"]["kms:EncryptionContext:kube-aws:cluster"],
             "full"
@@ -427,10 +430,27 @@ fn each_role_decrypts_only_its_own_secrets() {
             "pki/sa.key",
         ]
     );
-    // Workers never decrypt a PKI key: the condition names each entry.
+    // Workers never decrypt a PKI key nor the init token: they have no bundle
+    // entry here, and read the join token from its parameter, under the key
+    // only for that parameter, through SSM (issue 27).
     for pool in ["stacks/node-pool-general.json", "stacks/node-pool-spot-arm.json"] {
-        assert_eq!(decryptable(pool), ["kubeadm/bootstrap-token"], "{pool}");
+        assert_eq!(decryptable(pool), Vec::<String>::new(), "{pool}");
+        let st = statements(pool);
+        let ssm = st.iter().find(|s| s["Sid"] == "JoinToken").unwrap();
+        assert_eq!(ssm["Action"], serde_json::json!(["ssm:GetParameter"]), "{pool}");
+        let key = st.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
+        assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt"]), "{pool}");
+        let arn = &key["Condition"]["StringEquals"]["kms:EncryptionContext:PARAMETER_ARN"]["Fn::Sub"];
+        assert!(
+            arn.as_str()
+                .unwrap()
+                .ends_with(":parameter/kube-aws/full/bootstrap-token"),
+            "{key}"
+        );
     }
+    let cp = statements("stacks/control-plane.json");
+    let key = cp.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
+    assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt", "kms:Encrypt"]));
     // No node reads bootstrap/join.json any more: the CA hash is a stack parameter.
     for stack in ["stacks/control-plane.json", "stacks/node-pool-general.json"] {
         let text = r.text(stack).unwrap();
@@ -458,14 +478,29 @@ fn each_role_decrypts_only_its_own_secrets() {
         serde_json::json!([{"path": "values/dex.yaml", "format": "yaml"}])
     );
     // No node may encrypt, except S3 on the controllers' behalf for the etcd
-    // snapshots (SSE-KMS): every other thing a node writes is not secret.
+    // snapshots (SSE-KMS) and Parameter Store for the join token they mint
+    // (only that parameter, through SSM): every other thing a node writes is not secret.
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
-        let text = String::from_utf8_lossy(bytes);
-        assert!(!text.contains("\"kms:Encrypt\""), "{path}");
         let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
         for res in t["Resources"].as_object().unwrap().values() {
             for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
                 for st in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+                    if st["Action"].to_string().contains("\"kms:Encrypt\"") {
+                        assert_eq!(st["Sid"], "JoinTokenKey", "{path}: {st}");
+                        let c = &st["Condition"]["StringEquals"];
+                        assert_eq!(
+                            c["kms:ViaService"]["Fn::Sub"], "ssm.${AWS::Region}.amazonaws.com",
+                            "{st}"
+                        );
+                        assert!(
+                            c["kms:EncryptionContext:PARAMETER_ARN"]["Fn::Sub"]
+                                .as_str()
+                                .unwrap()
+                                .ends_with(":parameter/kube-aws/full/bootstrap-token"),
+                            "{st}"
+                        );
+                        assert!(path.ends_with("control-plane.json"), "{path}");
+                    }
                     if st.to_string().contains("kms:GenerateDataKey") {
                         assert_eq!(st["Sid"], "EncryptEtcdSnapshots", "{path}: {st}");
                         assert!(st["Condition"]["StringEquals"]["kms:ViaService"].is_string(), "{st}");

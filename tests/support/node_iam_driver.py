@@ -7,6 +7,10 @@ against moto with IAM enforced, and prints what AWS answered as JSON.
     python node_iam_driver.py joins VARS N         N controllers join in turn under the join lock,
                                                    then a replacement breaks a dead one's lock
     python node_iam_driver.py secrets VARS NAMES   secrets.decrypt_all for NAMES (comma-separated)
+    python node_iam_driver.py token-mint VARS      join_token.ensure (a controller mints and publishes;
+                                                   the cluster's Secrets are a stand-in: no API server here)
+    python node_iam_driver.py token-read VARS      join_token.current (a joining node reads it)
+    python node_iam_driver.py token-publish VARS   join_token.publish alone (refused to a worker)
 
 VARS is the table's placeholders as JSON ({bucket}, {prefix}, ...; plus
 "ciphertext": a KMS ciphertext for kms:Decrypt). A grant's call is the aws
@@ -25,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "src", "node"))
 
-from kube_aws_node import locks, secrets  # noqa: E402
+from kube_aws_node import join_token, locks, secrets  # noqa: E402
 from kube_aws_node.awscall import Aws, AwsError  # noqa: E402
 
 DENIED = ("AccessDenied", "UnauthorizedOperation", "not authorized")
@@ -61,6 +65,9 @@ def call_for(g, v, scratch):
     stack_id = ["--stack-name", v["stack"], "--logical-resource-id", "NoSuchResource"]
     return {
         "ssm:GetParameter": lambda: ["ssm", "get-parameter", "--name", res.split(":parameter", 1)[1]],
+        "ssm:PutParameter": lambda: ["ssm", "put-parameter", "--name", res.split(":parameter", 1)[1], "--type",
+                                     "String", "--value", "x", "--overwrite"],
+        "kms:Encrypt": lambda: ["kms", "encrypt", "--key-id", v["kms"], "--plaintext", "fileb://" + scratch + "/b"],
         "kms:Decrypt": lambda: ["kms", "decrypt", "--ciphertext-blob", "fileb://" + scratch + "/ct"],
         "kms:GenerateDataKey": lambda: ["kms", "generate-data-key", "--key-id", v["kms"], "--key-spec", "AES_256"],
         "cloudformation:SignalResource": lambda: ["cloudformation", "signal-resource"] + stack_id
@@ -148,6 +155,44 @@ def decrypt(v, names):
     return {"ok": True, "files": got}
 
 
+class StandInCluster(object):
+    """The cluster's bootstrap token Secrets, in memory (the API server's side
+    is tests/it/join_token.rs's, on the control-plane test bed)."""
+
+    def __init__(self):
+        self.ids = set()
+
+    def token_ids(self):
+        return set(self.ids)
+
+    def create(self, secret):
+        self.ids.add(secret["stringData"]["token-id"])
+
+    def delete(self, tid):
+        self.ids.discard(tid)
+
+
+def token(v, what):
+    aws = Aws(os.environ["AWS_DEFAULT_REGION"], attempts=1)
+    name = "/kube-aws/%s/bootstrap-token" % v["cluster"]
+    rt = {"bucket": v["bucket"], "keyPrefix": v["prefix"], "cluster": v["cluster"]}
+    try:
+        if what == "token-mint":
+            cfg = {"parameter": name, "ttl": 3600, "kms": v["kms"]}
+
+            def lock():
+                return join_token.S3Lock(aws, rt, "driver", lambda m: None)
+            r = join_token.ensure(aws, rt, cfg, StandInCluster(), lock, lambda m: None)
+            return {"ok": True, "action": r["action"], "tokenId": join_token.token_id(r["record"]["token"])}
+        if what == "token-publish":
+            join_token.publish(aws, name, join_token.make_record(join_token.new_token(), 0, 3600), v["kms"])
+            return {"ok": True}
+        os.environ.setdefault("KUBE_AWS_TOKEN_WAIT", "0")
+        return {"ok": True, "tokenId": join_token.token_id(join_token.current(aws, name))}
+    except (join_token.TokenError, AwsError) as e:
+        return {"ok": False, "error": str(e)}
+
+
 def main(argv):
     what = argv[0]
     if what in ("grants", "denied"):
@@ -159,6 +204,8 @@ def main(argv):
         result = joins(json.loads(argv[1]), int(argv[2]))
     elif what == "secrets":
         result = decrypt(json.loads(argv[1]), argv[2].split(","))
+    elif what in ("token-mint", "token-read", "token-publish"):
+        result = token(json.loads(argv[1]), what)
     else:
         print(__doc__, file=sys.stderr)
         return 2

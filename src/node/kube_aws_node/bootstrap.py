@@ -9,10 +9,12 @@ decrypt, place the cluster PKI on controllers, fill plugin files), packages
 already has them at those versions, as a baked AMI does), kernel (modprobe;
 a module the kernel already has is fine when modprobe cannot load it),
 containerd (kubeadm's pause image as the sandbox image), plugin units; then the first controller (the S3 init lock, If-None-Match) runs
-`kubeadm init` with the bundle's token; other controllers join the control
+`kubeadm init` with the bundle's token (valid for the join token TTL) and
+publishes the first minted join token (join_token.py); other controllers join the control
 plane one at a time (the S3 join lock, released after the join, broken when
 stale; under it, stale etcd members are pruned first), except that the replacement of a single controller restores etcd's
-newest snapshot and inits on it (etcd.restore_if_needed); workers join. Controllers then start the CSR approver's and the addon
+newest snapshot and inits on it (etcd.restore_if_needed); workers join.
+Every join uses the controllers' current join token (join_token.current). Controllers then start the CSR approver's and the addon
 reconciler's timers (the reconciler installs the CNI, without which no node
 is Ready). Each node signals its auto scaling group's CreationPolicy only
 once its own Node object is Ready (`kubectl get node NAME` with admin.conf on
@@ -33,7 +35,7 @@ import re
 import subprocess
 import time
 
-from . import cfn, etcd, fsutil, health, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
+from . import cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -362,13 +364,35 @@ class Boot(object):
                 out.extend(doc if isinstance(doc, list) else [doc])
         return out
 
+    def join_token(self):
+        """The controllers' current join token (join_token.py), kept in the
+        store so that every report blanks it."""
+        self.step("join-token")
+        try:
+            token = join_token.current(self.aws, join_token.settings(self.node)["parameter"], say=self.say)
+        except join_token.TokenError as e:
+            raise StepFailed(1, "read the join token", e.message)
+        target = os.path.join(self.store, "kubeadm", "join-token")
+        os.makedirs(self.store, mode=0o700, exist_ok=True)
+        os.chmod(self.store, 0o700)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        fsutil.write_atomic(target, token.encode("utf-8"))
+        return token
+
     def kubeadm_config(self, mode, name="kubeadm.yaml"):
+        if mode == "init":
+            # The bundle's token (controllers only) joins nothing for long: it
+            # expires after the TTL, and joins use the minted ones.
+            with open(os.path.join(self.store, "kubeadm", "bootstrap-token")) as f:
+                token = f.read().strip()
+        else:
+            token = self.join_token()
+            self.step("kubeadm-join")
         version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
-        with open(os.path.join(self.store, "kubeadm", "bootstrap-token")) as f:
-            token = f.read().strip()
+        ttl = join_token.settings(self.node)["ttl"]
         docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
         path = os.path.join(self.work, name)
-        documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version)
+        documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version, ttl)
         fsutil.write_atomic(path, kubeadmcfg.text(
             kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
         return path
@@ -460,6 +484,12 @@ class Boot(object):
         except StepFailed as e:
             self.say("kubeadm init failed; its output is in %s (it may show the bootstrap token)" % init_log)
             raise e
+        # Joining nodes wait for the first minted token (join_token.current).
+        self.step("join-token")
+        code = join_token.main([], self.aws, instance={"instanceId": self.unique_id(), "nodeName": self.node_name},
+                               say=self.say)
+        if code != 0:
+            raise StepFailed(code, "kube-aws-node bootstrap-token")
 
     def join_or_restore(self):
         """A controller of a cluster that already existed: join it, or, when
@@ -544,6 +574,8 @@ class Boot(object):
                 self.sh(["systemctl", "enable", "--now", "kube-aws-csr-approver.timer"])
                 self.step("installer")
                 self.sh(["systemctl", "enable", "--now", "kube-aws-addons.timer"])
+                # Mints join tokens before the published one is half through its TTL.
+                self.sh(["systemctl", "enable", "--now", "kube-aws-bootstrap-token.timer"])
             self.wait_node_ready()
         except StepFailed as e:
             if e.message:

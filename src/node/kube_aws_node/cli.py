@@ -23,6 +23,7 @@ COMMANDS = {
     "etcd-restore": ("etcd", "etcd_restore_main", True),
     "etcd-maintenance": ("defrag", "maintenance_main", True),
     "certs": ("certs", "main", True),
+    "bootstrap-token": ("join_token", "main", True),
 }
 
 

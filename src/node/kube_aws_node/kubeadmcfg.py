@@ -2,9 +2,9 @@
 (/etc/kube-aws/kubeadm.json) plus what only exists at boot.
 
 Invariant: `documents` is pure. `init` gets Init-, Cluster- and
-KubeletConfiguration (the bundle's token, never expiring: nodes of an auto
-scaling group join at any time); joins get only JoinConfiguration, with the
-token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
+KubeletConfiguration (the bundle's token, expiring after the join token TTL:
+nodes join later with the tokens the controllers mint, join_token.py); joins
+get only JoinConfiguration, with the current join token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
 to 30 minutes for discovery (nodes boot together with the first controller's
 init; kubeadm's default is 5); a joining controller gets `controlPlane: {}`
 (the shared CAs are already in /etc/kubernetes/pki: no certificate key).
@@ -19,7 +19,7 @@ import json
 MODES = ("init", "control-plane", "worker")
 
 
-def documents(docs, runtime, node_name, mode, token, version):
+def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3600):
     # A load balancer's DNS name as AWS gives it keeps the capitals of its
     # name (CloudFormation's generated names have some); kubeadm refuses an
     # endpoint that is not a lowercase RFC 1123 name, and DNS ignores case.
@@ -33,7 +33,7 @@ def documents(docs, runtime, node_name, mode, token, version):
             # instance by it, and gives the node its providerID and zone labels.
             d.setdefault("nodeRegistration", {})["name"] = node_name
         if kind == "InitConfiguration":
-            d["bootstrapTokens"] = [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
+            d["bootstrapTokens"] = [{"token": token, "ttl": "%ds" % int(ttl_seconds), "usages": ["signing", "authentication"],
                                      "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
         if kind == "ClusterConfiguration":
             d["controlPlaneEndpoint"] = endpoint

@@ -15,10 +15,11 @@ RT = {"apiEndpoint": "api.example.com", "caCertHash": "sha256:ab"}
 
 class Documents(unittest.TestCase):
     def test_init(self):
-        d = documents(DOCS, RT, "ip-1", "init", "t.0123", "v1.31.2")
+        d = documents(DOCS, RT, "ip-1", "init", "t.0123", "v1.31.2", 7200)
         self.assertEqual([x["kind"] for x in d], ["InitConfiguration", "ClusterConfiguration", "KubeletConfiguration"])
         self.assertEqual(d[0]["bootstrapTokens"][0]["token"], "t.0123")
-        self.assertEqual(d[0]["bootstrapTokens"][0]["ttl"], "0s")
+        # The init token expires too: joins use the tokens the controllers mint.
+        self.assertEqual(d[0]["bootstrapTokens"][0]["ttl"], "7200s")
         self.assertEqual(d[0]["nodeRegistration"]["name"], "ip-1")
         self.assertEqual(d[1]["controlPlaneEndpoint"], "api.example.com:6443")
         self.assertEqual(d[1]["kubernetesVersion"], "v1.31.2")

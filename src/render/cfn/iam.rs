@@ -16,9 +16,10 @@ const SECRET_BUNDLES: &str = "secrets/*/bundle.json";
 
 /// The statements every node role gets, plus its scope's plugin statements.
 /// Nodes write nothing secret (locks and status reports), so they only ever
-/// decrypt, and only their own bundle entries: workers the bootstrap token and
-/// their plugin secrets, never a PKI key (the KMS encryption-context condition
-/// names each entry).
+/// decrypt, and only their own bundle entries: workers their plugin secrets,
+/// never a PKI key or the init token (the KMS encryption-context condition
+/// names each entry); the join token comes from its parameter (controllers
+/// mint it).
 pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
     let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLES)];
@@ -64,7 +65,8 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],
         "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
     }));
-    if let Some(k) = &input.cluster.kms_key_arn {
+    s.extend(join_token_statements(input, ctx, g.controller));
+    if let (Some(k), false) = (&input.cluster.kms_key_arn, g.secrets.is_empty()) {
         s.push(json!({
             "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": k,
             "Condition": {"StringEquals": {
@@ -74,6 +76,40 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         }));
     }
     s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
+    s
+}
+
+/// The join token's SecureString parameter (join_token.py): every node reads
+/// it, controllers also write it. Parameter Store encrypts and decrypts a
+/// standard SecureString with the key itself (kms:Encrypt, kms:Decrypt),
+/// with the encryption context `PARAMETER_ARN` = the parameter's ARN
+/// (https://docs.aws.amazon.com/kms/latest/developerguide/services-parameter-store.html),
+/// so the key grants are conditioned on exactly this parameter, through SSM.
+/// Without `kmsKeyARN` the parameter is under the account's aws/ssm key,
+/// whose key policy already lets callers SSM allows use it through SSM.
+pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: bool) -> Vec<Value> {
+    let arn = format!(
+        "arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}",
+        layout::bootstrap_token_parameter(&ctx.cluster)
+    );
+    let (ssm, kms) = if controller {
+        (
+            vec!["ssm:GetParameter", "ssm:PutParameter"],
+            vec!["kms:Decrypt", "kms:Encrypt"],
+        )
+    } else {
+        (vec!["ssm:GetParameter"], vec!["kms:Decrypt"])
+    };
+    let mut s = vec![json!({"Sid": "JoinToken", "Effect": "Allow", "Action": ssm, "Resource": {"Fn::Sub": arn}})];
+    if let Some(k) = &input.cluster.kms_key_arn {
+        s.push(
+            json!({"Sid": "JoinTokenKey", "Effect": "Allow", "Action": kms, "Resource": k,
+            "Condition": {"StringEquals": {
+                "kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"},
+                "kms:EncryptionContext:PARAMETER_ARN": {"Fn::Sub": arn},
+            }}}),
+        );
+    }
     s
 }
 
@@ -89,7 +125,7 @@ pub(super) fn lock_statements(ctx: &Ctx) -> Vec<Value> {
     let dir = format!("{}/{}", ctx.key_prefix, layout::BOOTSTRAP_DIR);
     vec![
         json!({"Sid": "ReleaseJoinLock", "Effect": "Allow", "Action": ["s3:DeleteObject"],
-            "Resource": ([layout::JOIN_LOCK, layout::CERTS_LOCK].map(|l| format!("arn:aws:s3:::{}/{}/{l}", ctx.bucket, ctx.key_prefix)))}),
+            "Resource": ([layout::JOIN_LOCK, layout::CERTS_LOCK, layout::TOKEN_LOCK].map(|l| format!("arn:aws:s3:::{}/{}/{l}", ctx.bucket, ctx.key_prefix)))}),
         json!({"Sid": "ListLocks", "Effect": "Allow", "Action": ["s3:ListBucket"],
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
