@@ -8,6 +8,7 @@ plaintext) and never an argument. Answers retrying cannot change are not
 retried.
 """
 import re
+import os
 import subprocess
 import time
 
@@ -42,6 +43,24 @@ class AwsError(Exception):
         return any(f in self.message for f in FINAL)
 
 
+# The aws CLI asks IMDS for the role's credentials with a 1-second timeout
+# and a single attempt by default (botocore's InstanceMetadataFetcher); IMDS
+# is throttled per instance and a busy node's first seconds are slow, so one
+# slow answer became "Unable to locate credentials" (seen on the real-node bed
+# under load, all five of a call's attempts). The CLI's own settings
+# metadata_service_timeout and metadata_service_num_attempts (AWS CLI user
+# guide, "Configuration and credential file settings") widen both; an
+# operator's own values win.
+IMDS_ENV = {"AWS_METADATA_SERVICE_TIMEOUT": "5", "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "3"}
+
+
+def cli_env():
+    env = dict(os.environ)
+    for k, v in IMDS_ENV.items():
+        env.setdefault(k, v)
+    return env
+
+
 class Aws(object):
     def __init__(self, region, attempts=5, delay=None, scrub=None, runner=subprocess.run, sleep=time.sleep):
         self.region = region
@@ -58,6 +77,7 @@ class Aws(object):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             universal_newlines=True,
+            env=cli_env(),
         )
         if p.returncode != 0:
             lines = [l for l in (p.stderr or "").strip().splitlines() if l.strip()]

@@ -1,4 +1,6 @@
 """awscall.Aws: one retry policy, JSON out, errors without secrets."""
+import os
+import subprocess
 import unittest
 
 from helpers import FakeRunner
@@ -61,3 +63,21 @@ class AwsCall(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ImdsSettings(unittest.TestCase):
+    def test_the_cli_gets_a_wider_imds_timeout_unless_the_operator_set_one(self):
+        seen = []
+
+        def runner(args, **kw):
+            seen.append(kw.get("env") or {})
+            return subprocess.CompletedProcess(args, 0, "{}", "")
+
+        os.environ.pop("AWS_METADATA_SERVICE_TIMEOUT", None)
+        os.environ["AWS_METADATA_SERVICE_NUM_ATTEMPTS"] = "7"
+        try:
+            Aws("eu-west-1", delay=0, runner=runner, sleep=lambda s: None)(["sts", "get-caller-identity"])
+        finally:
+            os.environ.pop("AWS_METADATA_SERVICE_NUM_ATTEMPTS", None)
+        self.assertEqual(seen[0]["AWS_METADATA_SERVICE_TIMEOUT"], "5")
+        self.assertEqual(seen[0]["AWS_METADATA_SERVICE_NUM_ATTEMPTS"], "7")
