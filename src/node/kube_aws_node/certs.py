@@ -257,27 +257,9 @@ def renew_if_due(host, cfg, lock, say, manifests=None, held=None):
     return leaves, cas, names
 
 
-class S3Lock(object):
-    def __init__(self, aws, rt, holder, say):
-        self.aws, self.rt, self.holder, self.say = aws, rt, holder, say
-        self.key = "%s/%s" % (rt["keyPrefix"], LOCK_KEY)
-
-    def __enter__(self):
-        try:
-            locks.acquire(self.aws, self.rt["bucket"], self.key, self.holder,
-                          wait_seconds=paths.knob("CERTS_LOCK_WAIT", 3600),
-                          stale_seconds=paths.knob("CERTS_LOCK_STALE", 3600),
-                          poll_seconds=paths.knob("CERTS_LOCK_POLL", 30), log=self.say)
-        except locks.LockError as e:
-            raise CertsError("certs-lock", str(e))
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            locks.release(self.aws, self.rt["bucket"], self.key)
-        except Exception as e:  # noqa: BLE001 - the lock goes stale
-            self.say("cannot release the certificate lock (it goes stale): %s" % e)
-        return False
+def S3Lock(aws, rt, holder, say):
+    """The lock at LOCK_KEY, held for a `with` block (locks.Held)."""
+    return locks.Held(aws, rt, LOCK_KEY, holder, say, lambda m: CertsError("certs-lock", m), "CERTS_LOCK", (3600, 3600, 30))
 
 
 def put_json(aws, rt, key, value):

@@ -282,27 +282,9 @@ def current(aws, name, clock=time.time, sleep=time.sleep, say=None):
         sleep(paths.knob("TOKEN_POLL", 10))
 
 
-class S3Lock(object):
-    def __init__(self, aws, rt, holder, say):
-        self.aws, self.rt, self.holder, self.say = aws, rt, holder, say
-        self.key = "%s/%s" % (rt["keyPrefix"], LOCK_KEY)
-
-    def __enter__(self):
-        try:
-            locks.acquire(self.aws, self.rt["bucket"], self.key, self.holder,
-                          wait_seconds=paths.knob("TOKEN_LOCK_WAIT", 600),
-                          stale_seconds=paths.knob("TOKEN_LOCK_STALE", 600),
-                          poll_seconds=paths.knob("TOKEN_LOCK_POLL", 10), log=self.say)
-        except locks.LockError as e:
-            raise TokenError("token-lock", str(e))
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            locks.release(self.aws, self.rt["bucket"], self.key)
-        except Exception as e:  # noqa: BLE001 - the lock goes stale
-            self.say("cannot release the token lock (it goes stale): %s" % e)
-        return False
+def S3Lock(aws, rt, holder, say):
+    """The lock at LOCK_KEY, held for a `with` block (locks.Held)."""
+    return locks.Held(aws, rt, LOCK_KEY, holder, say, lambda m: TokenError("token-lock", m), "TOKEN_LOCK", (600, 600, 10))
 
 
 def put_json(aws, rt, key, value):

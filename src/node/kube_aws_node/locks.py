@@ -12,6 +12,7 @@ import os
 import tempfile
 import time
 
+from . import paths
 from .awscall import AwsError, listed_object
 
 HELD = ("PreconditionFailed", "ConditionalRequestConflict")
@@ -92,3 +93,34 @@ def acquire(aws, bucket, key, holder, wait_seconds, stale_seconds, poll_seconds,
             raise LockError("the lock s3://%s/%s is still held by another node after %ds"
                             % (bucket, key, wait_seconds))
         sleep(poll_seconds)
+
+
+class Held(object):
+    """`with Held(...)`: the lock at `key` (under the cluster's prefix)
+    acquired, and released however the block ends; a release that fails is
+    said, and the lock goes stale. `error(message)` builds the caller's
+    exception for a lock that cannot be taken; `knob` names the
+    KUBE_AWS_<knob>_{WAIT,STALE,POLL} test settings, `times` their defaults."""
+
+    def __init__(self, aws, rt, name, holder, say, error, knob, times):
+        self.aws, self.bucket, self.holder, self.say = aws, rt["bucket"], holder, say
+        self.key = "%s/%s" % (rt["keyPrefix"], name)
+        self.error, self.knob, self.times = error, knob, times
+
+    def __enter__(self):
+        wait, stale, poll = self.times
+        try:
+            acquire(self.aws, self.bucket, self.key, self.holder,
+                    wait_seconds=paths.knob(self.knob + "_WAIT", wait),
+                    stale_seconds=paths.knob(self.knob + "_STALE", stale),
+                    poll_seconds=paths.knob(self.knob + "_POLL", poll), log=self.say)
+        except LockError as e:
+            raise self.error(str(e))
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            release(self.aws, self.bucket, self.key)
+        except Exception as e:  # noqa: BLE001 - the lock goes stale
+            self.say("cannot release %s (it goes stale): %s" % (self.key, e))
+        return False
