@@ -26,10 +26,12 @@
 //! behaviour. The real-node bed (tests/it/real_node/) boots the rendered
 //! user-data with all of them: a controller to Ready, three controllers under
 //! the join lock and a replacement, a worker's join, the reconciler's timer, a
-//! failed bootstrap's status object. What stays here is what the bed cannot
+//! failed bootstrap's status object and FAILURE signal (moto's CreationPolicy
+//! through tests/support/moto_signals.py). What stays here is what the bed cannot
 //! stage cheaply: a stale or held join lock, a lock S3 will not grant, a join
 //! that fails, the Ready timeout, the installer's start once per plan and
-//! secrets version, and CloudFormation's SignalResource (moto has none).
+//! secrets version, and the signals of an update's rolling policy (moto
+//! takes signals only at create).
 //! tests/it/node_secrets.rs runs the secrets script against moto.
 
 use crate::common;

@@ -404,7 +404,7 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         return;
     };
     let t0 = Instant::now();
-    let bed = MotoBed::up(test, &image, &pool(1), &[]);
+    let (bed, up) = MotoBed::up_waiting(test, &image, &pool(1), &[]);
     let ctl_inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let wk_inst = bed.instances(&format!("{}-worker-general", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &ctl_inst, &ctl_inst.ip, pod_net(0, &[]));
@@ -491,6 +491,15 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
     assert!(
         route.contains(&format!("via {}", wk.node.ip)),
         "the controller's route to the worker's pods: {route}"
+    );
+    // Each node signalled SUCCESS to its group's CreationPolicy under its own
+    // role once Ready (moto holds the stack until then: moto_signals.py), and
+    // `kube-aws up --wait`, running since before the boot, ends with the
+    // stack created.
+    let (code, up_text) = up.finish(Duration::from_secs(180));
+    assert!(
+        code == Some(0) && up_text.contains("is CREATE_COMPLETE"),
+        "kube-aws up --wait (exit {code:?}):\n{up_text}"
     );
     // The boot timelines (scripts/bench-node.sh prints them).
     eprintln!(
@@ -729,19 +738,21 @@ spec:
 /// A controller whose bootstrap fails (kube-apiserver exits on the plugin's
 /// unknown flag, so `kubeadm init` never sees a healthy control plane)
 /// publishes its failure report, the status object
-/// `status/nodes/<instance id>.json`, naming the step; `kube-aws status
-/// --wait` reads it and names the node and the step. (moto has no
-/// SignalResource and its stacks complete at once: `status --wait` has no
-/// operation to follow, and `up --wait` returns before the node boots, so
-/// the report is what the test checks, with the command's output.)
+/// `status/nodes/<instance id>.json`, naming the step, and signals FAILURE
+/// to its group's CreationPolicy (under its own role, IAM enforced);
+/// `kube-aws up --wait`, running since before the node booted, ends with
+/// the failure and names the node and the step, and so does `kube-aws
+/// status --wait` afterwards. moto honours the CreationPolicy and the signal
+/// only through tests/support/moto_signals.py (its header says what it does
+/// not model: the policy's timeout, the rollback's deletes).
 #[test]
-fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
-    let test = "real_node::a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it";
+fn a_node_whose_bootstrap_fails_reports_the_step_and_up_wait_names_it() {
+    let test = "real_node::a_node_whose_bootstrap_fails_reports_the_step_and_up_wait_names_it";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
     let t0 = Instant::now();
-    let bed = MotoBed::up(test, &image, "", &[("badflag", BAD_FLAG_PLUGIN)]);
+    let (bed, up) = MotoBed::up_waiting(test, &image, "", &[("badflag", BAD_FLAG_PLUGIN)]);
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
     let f = ctl.follow(BOOT_READY_LIMIT);
@@ -800,13 +811,22 @@ fn a_node_whose_bootstrap_fails_reports_the_step_and_status_names_it() {
         !token.trim().is_empty() && !report.to_string().contains(token.trim()),
         "the failure report holds the bootstrap token"
     );
-    // `kube-aws status --wait` names the node and the step.
-    let st = bed.kube_aws(&["status", "--wait"]);
-    let text = output_text(&st);
+    // `kube-aws up --wait` ends with the group's failure and names the node
+    // and the step.
     let headline = format!(
         "node {} ({}, controller) failed at step kubeadm-init",
         inst.dns, inst.id
     );
+    let (code, up_text) = up.finish(Duration::from_secs(180));
+    assert!(
+        code.is_some_and(|c| c != 0) && up_text.contains(&headline) && up_text.contains("FAILURE signal"),
+        "kube-aws up --wait (exit {code:?}), expected the group's FAILURE and {headline:?}:\n{up_text}"
+    );
+    let said = up_text.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    eprintln!("{test}: kube-aws up --wait ended (exit {code:?}): {said}");
+    // So does `kube-aws status --wait` afterwards.
+    let st = bed.kube_aws(&["status", "--wait"]);
+    let text = output_text(&st);
     assert!(
         text.contains("failed nodes:") && text.contains(&headline),
         "kube-aws status --wait:\n{text}"

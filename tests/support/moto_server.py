@@ -80,9 +80,15 @@ Patches (moto 5.2.5):
    acts on them (no Terminating:Wait, no CompleteLifecycleAction). The
    termination lifecycle actions AWS documents are added by
    tests/support/moto_lifecycle.py (its docstring says what and what not).
+
+8. Not a bug but a missing feature, and opt-in (KUBE_AWS_MOTO_SIGNALS=1):
+   moto ignores CreationPolicy and has no SignalResource, so its stacks
+   complete at once. tests/support/moto_signals.py adds a group's
+   CreationPolicy and the signals (its docstring says what and what not).
 """
 
 import json
+import os
 import sys
 
 import moto
@@ -94,6 +100,7 @@ from moto.iam import access_control
 from moto.server import main
 
 import moto_lifecycle
+import moto_signals
 
 PATCHED_FOR = "5.2.5"
 
@@ -170,6 +177,8 @@ def apply_patches():
     statement._check_element_matches = _resource_unknown_matches_any(statement._check_element_matches)
     access_control.IAMPolicy.__init__ = _policy_from_dict(access_control.IAMPolicy.__init__)
     moto_lifecycle.apply()
+    if os.environ.get("KUBE_AWS_MOTO_SIGNALS") == "1":
+        moto_signals.apply()
 
 
 if __name__ == "__main__":

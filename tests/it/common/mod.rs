@@ -169,10 +169,19 @@ pub fn start_moto() -> Server {
 /// moto server as `start_moto`, listening on `host` (the real-node bed's
 /// bridge address, which its nodes reach).
 pub fn start_moto_on(host: &str) -> Server {
+    start_moto_with(host, false)
+}
+
+/// moto server as `start_moto_on`; with `signals`, its groups' CreationPolicy
+/// waits for SignalResource (tests/support/moto_signals.py).
+fn start_moto_with(host: &str, signals: bool) -> Server {
     let port = free_port();
     let mut cmd = Command::new(tool("python"));
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_server.py"))
         .args(["-H", host, "-p", &port.to_string()]);
+    if signals {
+        cmd.env("KUBE_AWS_MOTO_SIGNALS", "1");
+    }
     Server::start_on(cmd, host, port)
 }
 
@@ -233,6 +242,12 @@ impl MotoEnv {
     /// moto listening on `host` instead of 127.0.0.1.
     pub fn on(host: &str) -> MotoEnv {
         MotoEnv::with(start_moto_on(host))
+    }
+
+    /// moto whose groups' CreationPolicy waits for their signals
+    /// (tests/support/moto_signals.py): stacks stay CREATE_IN_PROGRESS.
+    pub fn with_signals() -> MotoEnv {
+        MotoEnv::with(start_moto_with("127.0.0.1", true))
     }
 
     fn with(moto: Server) -> MotoEnv {

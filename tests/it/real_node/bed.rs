@@ -156,15 +156,121 @@ pub fn stub_runtime(stub: &str) -> serde_json::Value {
     serde_json::from_str(f["content"].as_str().unwrap()).unwrap()
 }
 
+/// `kube-aws up --wait --timeout 20m`, running as the bed's admin while the
+/// test boots the nodes (`MotoBed::up_waiting`); killed on drop.
+pub struct WaitingUp {
+    child: std::process::Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl WaitingUp {
+    fn start(env: &MotoEnv, admin: &Creds, dir: &Path) -> WaitingUp {
+        let (out, err) = (dir.join("up-wait.stdout"), dir.join("up-wait.stderr"));
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+        env.apply(&mut c);
+        let child = c
+            .env("AWS_ACCESS_KEY_ID", &admin.key)
+            .env("AWS_SECRET_ACCESS_KEY", &admin.secret)
+            .env("NO_COLOR", "1")
+            .arg("--dir")
+            .arg(dir)
+            .args(["up", "--wait", "--timeout", "20m"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let mut up = WaitingUp { child, out, err };
+        // moto creates a stack's resources inside CreateStack; `up` prints
+        // "creating stack" once that call has returned.
+        let start = Instant::now();
+        while !std::fs::read_to_string(&up.out)
+            .unwrap_or_default()
+            .contains("creating stack")
+        {
+            if let Some(status) = up.child.try_wait().unwrap() {
+                panic!(
+                    "kube-aws up --wait ended ({status}) before the stack was created:\n{}",
+                    up.text()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(180),
+                "kube-aws up --wait created no stack in 180 s:\n{}",
+                up.text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        up
+    }
+
+    /// Its stdout and stderr so far.
+    pub fn text(&self) -> String {
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&self.out).unwrap_or_default(),
+            std::fs::read_to_string(&self.err).unwrap_or_default()
+        )
+    }
+
+    /// Waits at most `limit` for it to end: its exit code (None when it was
+    /// still running and has been killed) and its output.
+    pub fn finish(mut self, limit: Duration) -> (Option<i32>, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), self.text());
+            }
+            if start.elapsed() >= limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return (None, self.text());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for WaitingUp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl MotoBed {
     /// `kube-aws up` of a work tree whose cluster.yaml is the bed's (one
     /// controller, no VPC CNI, no cloud controller manager) plus `extra`
     /// (YAML keys at the top level), with the bed's plugin and the plugins in
     /// `plugins` (name, plugin.yaml); then IAM is enforced.
     pub fn up(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> MotoBed {
+        MotoBed::start(test, image, extra, plugins, false).0
+    }
+
+    /// As `up`, but moto honours the groups' CreationPolicy and takes their
+    /// signals (tests/support/moto_signals.py), and `kube-aws up --wait` is
+    /// left running as the admin: the stack stays CREATE_IN_PROGRESS until
+    /// the booted nodes signal. Returns once the stack's resources exist.
+    pub fn up_waiting(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> (MotoBed, WaitingUp) {
+        let (bed, up) = MotoBed::start(test, image, extra, plugins, true);
+        (bed, up.expect("kube-aws up --wait"))
+    }
+
+    fn start(
+        test: &'static str,
+        image: &Path,
+        extra: &str,
+        plugins: &[(&str, &str)],
+        waiting: bool,
+    ) -> (MotoBed, Option<WaitingUp>) {
         let t0 = Instant::now();
         let bridge = nodebed::bridge();
-        let env = MotoEnv::new();
+        let env = if waiting {
+            MotoEnv::with_signals()
+        } else {
+            MotoEnv::new()
+        };
         // The nodes reach moto through a relay on the bridge address (see
         // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).
         let relay_port = crate::common::free_port();
@@ -196,8 +302,15 @@ impl MotoBed {
             std::fs::create_dir_all(dir.join("plugins").join(name)).unwrap();
             std::fs::write(dir.join("plugins").join(name).join("plugin.yaml"), text).unwrap();
         }
-        let up = env.kube_aws(dir, &["up"]);
-        assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
+        // The admin is made while moto still lets anyone in.
+        let (admin, admin_arn) = node_iam_moto::admin(&env);
+        let waiting_up = if waiting {
+            Some(WaitingUp::start(&env, &admin, dir))
+        } else {
+            let up = env.kube_aws(dir, &["up"]);
+            assert!(up.status.success(), "kube-aws up: {}", output_text(&up));
+            None
+        };
         let stubs = launch_template_stubs(|a| env.aws_json(a));
         for (role, s) in &stubs {
             assert!(!s.contains("${"), "moto left a placeholder in the {role} stub:\n{s}");
@@ -210,12 +323,11 @@ impl MotoBed {
         // on, an admin assumes each node's role and its IMDS hands the node
         // the credentials; every call a node makes is checked against the
         // rendered policies.
-        let (admin, admin_arn) = node_iam_moto::admin(&env);
         node_iam_moto::enforce_iam(&env);
         let kubectl = crate::common::testbed::bin_dir(test)
             .expect("the control-plane test bed")
             .join("kubectl");
-        MotoBed {
+        let bed = MotoBed {
             image: image.to_path_buf(),
             env,
             relay,
@@ -227,7 +339,8 @@ impl MotoBed {
             kubectl,
             up: t0.elapsed(),
             _bridge: bridge,
-        }
+        };
+        (bed, waiting_up)
     }
 
     pub fn dir(&self) -> &Path {
