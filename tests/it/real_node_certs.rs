@@ -64,6 +64,14 @@ fn not_after(path: &Path) -> i64 {
     cert.validity().not_after.timestamp()
 }
 
+/// The renewal service's journal on the node, for a failure message.
+fn certs_journal(ctl: &bed::BedNode) -> String {
+    output_text(
+        &ctl.node
+            .exec(&["journalctl", "--no-pager", "-n", "80", "-u", "kube-aws-certs"]),
+    )
+}
+
 fn now() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -104,10 +112,7 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         assert!(
             Instant::now() < deadline,
             "no renewal before the certificates expired\n{}\n{}",
-            output_text(
-                &ctl.node
-                    .exec(&["journalctl", "--no-pager", "-n", "80", "-u", "kube-aws-certs"])
-            ),
+            certs_journal(&ctl),
             ctl.node.diagnostics()
         );
         std::thread::sleep(Duration::from_secs(5));
@@ -154,10 +159,7 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
             "/readyz after the original expiry, for {:.0}s: {}\n{}\n{}",
             past.elapsed().as_secs_f64(),
             output_text(&readyz),
-            output_text(
-                &ctl.node
-                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-certs"])
-            ),
+            certs_journal(&ctl),
             ctl.node.diagnostics()
         );
         std::thread::sleep(Duration::from_secs(3));
