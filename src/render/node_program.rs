@@ -12,6 +12,7 @@ pub const LAUNCHER: &str = "/opt/kube-aws/bin/kube-aws-node";
 /// Every module of the package, as shipped: adding a module is one line here.
 pub const MODULES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../node/kube_aws_node/__init__.py")),
+    ("apihost.py", include_str!("../node/kube_aws_node/apihost.py")),
     ("awscall.py", include_str!("../node/kube_aws_node/awscall.py")),
     ("bootstrap.py", include_str!("../node/kube_aws_node/bootstrap.py")),
     ("bundle.py", include_str!("../node/kube_aws_node/bundle.py")),

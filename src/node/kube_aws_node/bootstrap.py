@@ -35,7 +35,7 @@ import re
 import subprocess
 import time
 
-from . import cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
+from . import apihost, cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -279,6 +279,10 @@ class Boot(object):
             raise StepFailed(1, "IMDS mac", "IMDS mac %r is not a MAC address" % mac)
         self.node_name = name
         self.mac = mac
+        try:
+            self.local_ipv4 = self.imds(token, "local-ipv4")
+        except StepFailed:
+            self.local_ipv4 = ""
         jsonio.write(os.path.join(self.work, "instance.json"),
                      {"instanceId": self.instance_id, "nodeName": name, "mac": mac})
 
@@ -476,6 +480,8 @@ class Boot(object):
     def init(self, extra=()):
         self.step("kubeadm-init")
         config = self.kubeadm_config("init")
+        # Until the bootstrap ends, this controller's API is the only one (apihost.py).
+        self.api_pinned = apihost.pin(getattr(self, "local_ipv4", ""), self.rt["apiEndpoint"], self.say)
         # kubeadm prints the join commands with the token: keep them out of the
         # boot log (cloud-init-output.log), in a private file.
         init_log = os.path.join(self.work, "kubeadm-init.log")
@@ -561,6 +567,13 @@ class Boot(object):
             time.sleep(paths.knob("POLL_INTERVAL", 5))
 
     def boot(self):
+        try:
+            return self.boot_steps()
+        finally:
+            if getattr(self, "api_pinned", False):
+                apihost.unpin()
+
+    def boot_steps(self):
         try:
             self.metadata()
             self.network()
