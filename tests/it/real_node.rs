@@ -492,6 +492,47 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         route.contains(&format!("via {}", wk.node.ip)),
         "the controller's route to the worker's pods: {route}"
     );
+    // Pod traffic between nodes: a pod on the worker's pod network (a static
+    // pod from the etcd image already on the node, listening on 2379: no
+    // scheduler or taint in the way) answers the controller across the
+    // routes, as a Service's backend on another node would.
+    let image = ctl
+        .node
+        .sh("sed -n 's/^ *image: *//p' /etc/kubernetes/manifests/etcd.yaml");
+    wk.node.sh(&format!(
+        "cat >/etc/kubernetes/manifests/podnet.yaml <<'EOF'\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet, namespace: kube-system}}\nspec:\n  containers:\n  \
+         - name: etcd\n    image: {}\n    command: [etcd, --data-dir=/tmp/etcd, \
+         --listen-client-urls=http://0.0.0.0:2379, --advertise-client-urls=http://127.0.0.1:2379, \
+         --listen-peer-urls=http://127.0.0.1:2380]\nEOF",
+        image.trim()
+    ));
+    let ip_of = "crictl pods --name podnet --state ready -q | head -1 | \
+                 xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'";
+    wk.node
+        .wait_for(
+            "the podnet pod's address",
+            &format!("[ -n \"$({ip_of})\" ]"),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod_ip = wk.node.sh(ip_of).trim().to_string();
+    assert!(
+        pod_ip.starts_with("10.244.1."),
+        "the worker's pod has {pod_ip:?}, not an address of its range"
+    );
+    let across = ctl
+        .node
+        .wait_for(
+            "the worker's pod from the controller",
+            &format!("curl -fsS --max-time 5 http://{pod_ip}:2379/health | grep -q true"),
+            Duration::from_secs(90),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "{test}: the controller reached the worker's pod {pod_ip} {:.1}s after it had an address",
+        across.as_secs_f64()
+    );
     // Each node signalled SUCCESS to its group's CreationPolicy under its own
     // role once Ready (moto holds the stack until then: moto_signals.py), and
     // `kube-aws up --wait`, running since before the boot, ends with the

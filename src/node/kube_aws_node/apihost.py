@@ -18,8 +18,8 @@ the init lock). Only this node's API server exists then, so from just before
 resolves here through one /etc/hosts line. Joining nodes never pin: their
 discovery needs a controller that already serves.
 
-Invariant: `pin` adds exactly one marked line (after removing any earlier
-marked line), `unpin` removes the marked lines and nothing else; both
+Invariant: `pin` adds exactly one marked line, first in the file (after
+removing any earlier marked line), `unpin` removes the marked lines and nothing else; both
 replace the file atomically and keep its mode. `pinned` is pure.
 """
 import ipaddress
@@ -36,11 +36,13 @@ def without_pin(text):
 
 
 def pinned(text, ip, name):
-    """`text` (an /etc/hosts) with one marked line resolving `name` to `ip`."""
+    """`text` (an /etc/hosts) with one marked line resolving `name` to `ip`,
+    first: glibc answers from the first line naming a host, Go's resolver
+    dials the addresses of every such line in file order."""
     rest = without_pin(text)
     if rest and not rest.endswith("\n"):
         rest += "\n"
-    return rest + "%s %s %s\n" % (ip, name, MARK)
+    return "%s %s %s\n" % (ip, name, MARK) + rest
 
 
 def _rewrite(change):

@@ -12,8 +12,8 @@ class Pinned(unittest.TestCase):
     def test_one_marked_line_is_added_and_the_rest_kept(self):
         text = "127.0.0.1 localhost\n10.0.1.5 ip-10-0-1-5\n"
         out = apihost.pinned(text, "10.0.1.5", "api.example")
-        self.assertTrue(out.startswith(text))
-        added = out[len(text):].splitlines()
+        self.assertTrue(out.endswith(text))
+        added = out[:-len(text)].splitlines()
         self.assertEqual(len(added), 1)
         self.assertTrue(added[0].startswith("10.0.1.5 api.example "))
 
@@ -26,7 +26,9 @@ class Pinned(unittest.TestCase):
 
     def test_an_operators_own_line_for_the_name_is_not_removed(self):
         text = "10.9.9.9 api.example\n"
-        self.assertEqual(apihost.without_pin(apihost.pinned(text, "10.0.1.5", "api.example")), text)
+        out = apihost.pinned(text, "10.0.1.5", "api.example")
+        self.assertTrue(out.startswith("10.0.1.5 api.example "))
+        self.assertEqual(apihost.without_pin(out), text)
 
 
 class OnDisk(unittest.TestCase):
