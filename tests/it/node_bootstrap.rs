@@ -450,6 +450,24 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     let cluster = a.doc("init.yaml", "ClusterConfiguration");
     assert_eq!(cluster["controlPlaneEndpoint"], "api.full.example.com:6443");
     assert_eq!(cluster["kubernetesVersion"], "v1.31.2");
+    // The cluster-wide documents come from the addon bundle the plan pointer
+    // names, not the user data (reconfigure.py), and the node then enables
+    // the timer that applies a later change in place.
+    assert!(
+        a.ran("ssm get-parameter --name /kube-aws/full/addon-plan"),
+        "{:#?}",
+        a.log
+    );
+    assert!(
+        cluster["apiServer"]["extraArgs"].to_string().contains("oidc"),
+        "the plugins' apiserver flags, from the bundle: {cluster}"
+    );
+    assert!(a.doc("init.yaml", "KubeletConfiguration")["serverTLSBootstrap"] == true);
+    assert!(
+        a.ran("systemctl enable --now kube-aws-reconfigure.timer"),
+        "{:#?}",
+        a.log
+    );
     // The config holding the token is private.
     let mode = std::fs::metadata(first.join("var/lib/kube-aws/kubeadm.yaml"))
         .unwrap()
