@@ -6,13 +6,18 @@ from a fake kubelet-config ConfigMap (`upgrade node phase kubelet-config`),
 a fake kubelet whose containers get new IDs when their manifest changes, and
 a fake S3 for the lock and the status objects.
 
-Not covered here: real kubeadm phases on a real kubelet (the real-node bed,
-tests/it/real_node/upgrade.rs), IAM (node_iam.rs, node_iam_moto.rs check
-the rows of src/node/iam-calls.json).
+When KUBE_AWS_TESTBED_BIN has kubeadm, the built kubeadm writes the static
+pod manifests from the configuration a controller builds (no bootstrap
+token, the node's values), in its dry-run directory.
+
+Not covered here: real kubeadm phases against a cluster and a real kubelet
+(the real-node bed, tests/it/real_node/upgrade.rs), IAM (node_iam.rs,
+node_iam_moto.rs check the rows of src/node/iam-calls.json).
 """
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -345,6 +350,36 @@ class Runs(unittest.TestCase):
         with open(node.kubelet_config) as f:
             self.assertEqual(f.read(), "maxPods: 110\n")
         self.assertEqual(node.calls.count(["systemctl", "restart", "kubelet"]), 2)
+
+
+BIN = os.environ.get("KUBE_AWS_TESTBED_BIN", "")
+
+
+@unittest.skipUnless(BIN and os.path.exists(os.path.join(BIN, "kubeadm")),
+                     "KUBE_AWS_TESTBED_BIN has no kubeadm: the real kubeadm's manifests are not checked")
+class RealKubeadm(unittest.TestCase):
+    def test_the_built_kubeadm_writes_the_flags_into_each_manifest(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        kubeadm = os.path.join(BIN, "kubeadm")
+        rendered = kubeadm_json("https://dex.example")["documents"]
+        rendered[1]["controllerManager"] = {"extraArgs": [{"name": "node-monitor-grace-period", "value": "50s"}]}
+        docs = reconfigure.desired("ip-10-0-1-5.ec2.internal", "v1.35.4", rendered, [],
+                                   {"apiEndpoint": "api.example", "caCertHash": "sha256:x"})
+        config = os.path.join(d, "kubeadm-reconfigure.yaml")
+        with open(config, "w") as f:
+            f.write(reconfigure.kubeadmcfg.text(docs))
+        out = os.path.join(d, "dry")
+        env = dict(os.environ, KUBEADM_INIT_DRYRUN_DIR=out)
+        for _, phase, _ in reconfigure.COMPONENTS:
+            p = subprocess.run([kubeadm, "init", "phase", "control-plane", phase, "--config", config, "--dry-run"],
+                               env=env, capture_output=True, universal_newlines=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(out, "kube-apiserver.yaml")) as f:
+            self.assertIn("--oidc-issuer-url=https://dex.example", f.read())
+        with open(os.path.join(out, "kube-controller-manager.yaml")) as f:
+            self.assertIn("--node-monitor-grace-period=50s", f.read())
+        self.assertTrue(os.path.exists(os.path.join(out, "kube-scheduler.yaml")))
 
 
 if __name__ == "__main__":
