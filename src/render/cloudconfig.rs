@@ -29,6 +29,11 @@ const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.tim
 const ETCD_MAINTENANCE_SERVICE: &str = include_str!("templates/kube-aws-etcd-maintenance.service");
 const ETCD_MAINTENANCE_TIMER: &str = include_str!("templates/kube-aws-etcd-maintenance.timer");
 const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
+/// Every node's: a changed ClusterConfiguration or KubeletConfiguration
+/// applied in place (`kube-aws-node reconfigure`, enabled by the bootstrap
+/// once the node has joined).
+const RECONFIGURE_SERVICE: &str = include_str!("templates/kube-aws-reconfigure.service");
+const RECONFIGURE_TIMER: &str = include_str!("templates/kube-aws-reconfigure.timer");
 /// The controllers' etcd units, enabled (`--now`) with the plugin units, before
 /// kubeadm: each waits for etcd itself (the backup service's
 /// ConditionPathExists, the lifecycle watcher's checks).
@@ -291,38 +296,57 @@ fn networking(input: &RenderInput) -> Value {
     }
 }
 
-fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<Value, RenderError> {
-    let v1beta4 = minor_at_least(ctx, 31);
-    let api = if v1beta4 {
+fn kubeadm_api(ctx: &Ctx) -> &'static str {
+    if minor_at_least(ctx, 31) {
         "kubeadm.k8s.io/v1beta4"
     } else {
         "kubeadm.k8s.io/v1beta3"
-    };
+    }
+}
+
+/// The cluster-wide kubeadm documents: the ClusterConfiguration (`kubeadm
+/// init` stores it in kubeadm-config, and the controllers write their static
+/// pods from it) and the KubeletConfiguration (kubelet-config). They are in
+/// the addon bundle (`addons/kubeadm/cluster.json`), not in a node's user
+/// data, so a change of a plugin's apiserver, controller-manager or
+/// scheduler flag, the issuer or a kubelet setting changes no launch
+/// template: the controllers' reconfigure timer applies it in place
+/// (src/node/kube_aws_node/reconfigure.py).
+pub fn cluster_kubeadm_json(input: &RenderInput, ctx: &Ctx) -> String {
+    let v1beta4 = minor_at_least(ctx, 31);
+    let hooks = &input.plugins.cluster;
+    // No cloud-provider flag on the controller-manager: with an external
+    // cloud provider the cloud controller manager runs the cloud loops.
+    let cluster = json!({
+        "apiVersion": kubeadm_api(ctx),
+        "kind": "ClusterConfiguration",
+        "clusterName": ctx.cluster,
+        "networking": networking(input),
+        "apiServer": {"extraArgs": api_server_args(input, v1beta4),
+            "extraVolumes": [super::security::apiserver_volume()]},
+        "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
+        "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
+        // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
+        // controllers take the ClusterConfiguration `kubeadm init` stored.
+        "etcd": {"local": {"extraArgs": extra_args(v1beta4, &BTreeMap::from([(
+            "quota-backend-bytes".to_string(),
+            input.cluster.etcd.quota_backend_bytes.to_string(),
+        )]))}},
+    });
+    pretty(&json!({"documents": [cluster, kubelet_configuration()]}))
+}
+
+/// A node's own kubeadm documents (`/etc/kube-aws/kubeadm.json`): a
+/// controller's InitConfiguration (the first one's `kubeadm init` adds the
+/// cluster-wide documents, `cluster_kubeadm_json`) and every node's
+/// JoinConfiguration.
+fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<Value, RenderError> {
+    let api = kubeadm_api(ctx);
     let kubelet = kubelet_args(input, spec)?;
     let reg = node_registration(ctx, spec, &kubelet);
-    let hooks = &input.plugins.cluster;
     let mut docs = Vec::new();
     if spec.pool.is_none() {
         docs.push(json!({"apiVersion": api, "kind": "InitConfiguration", "nodeRegistration": reg}));
-        // No cloud-provider flag on the controller-manager: with an external
-        // cloud provider the cloud controller manager runs the cloud loops.
-        docs.push(json!({
-            "apiVersion": api,
-            "kind": "ClusterConfiguration",
-            "clusterName": ctx.cluster,
-            "networking": networking(input),
-            "apiServer": {"extraArgs": api_server_args(input, v1beta4),
-                "extraVolumes": [super::security::apiserver_volume()]},
-            "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
-            "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
-            // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
-            // controllers take the ClusterConfiguration `kubeadm init` stored.
-            "etcd": {"local": {"extraArgs": extra_args(v1beta4, &BTreeMap::from([(
-                "quota-backend-bytes".to_string(),
-                input.cluster.etcd.quota_backend_bytes.to_string(),
-            )]))}},
-        }));
-        docs.push(kubelet_configuration());
     }
     // Controllers after the first, and workers, join with this one.
     docs.push(json!({"apiVersion": api, "kind": "JoinConfiguration", "nodeRegistration": reg}));
@@ -423,6 +447,16 @@ fn render_node(
             "/etc/udev/rules.d/99-vpc-policy-routes.rules",
             "0644",
             UDEV_POLICY_ROUTES_MASK.into(),
+        ),
+        (
+            "/etc/systemd/system/kube-aws-reconfigure.service",
+            "0644",
+            RECONFIGURE_SERVICE.into(),
+        ),
+        (
+            "/etc/systemd/system/kube-aws-reconfigure.timer",
+            "0644",
+            RECONFIGURE_TIMER.into(),
         ),
     ];
     let program = super::node_program::files();

@@ -74,6 +74,10 @@ pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
 /// The controllers' upgrade status object (src/node/kube_aws_node/upgrade.py):
 /// phase, step, reason, and the version the control plane last reached.
 pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
+/// The controllers' reconfiguration status object
+/// (src/node/kube_aws_node/reconfigure.py): the configuration last applied
+/// or failed, on which controller, at which step; a failed one stops the others.
+pub const RECONFIGURE_STATUS: &str = "status/control-plane/reconfigure.json";
 /// The nodes' bootstrap reports.
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
 /// The last etcd backup run.
@@ -141,6 +145,17 @@ pub fn in_userdata(path: &str) -> bool {
 /// The path relative to `addons/`, when it is under it.
 pub fn in_addons(path: &str) -> Option<&str> {
     path.strip_prefix(ADDONS_DIR)?.strip_prefix('/')
+}
+
+/// The cluster-wide kubeadm documents (ClusterConfiguration,
+/// KubeletConfiguration) in the addon bundle, relative to the addon
+/// directory: the controllers read them from there at boot and on their
+/// reconfigure timer (src/node/kube_aws_node/reconfigure.py KUBEADM_FILE).
+pub const KUBEADM_IN_ADDONS: &str = "kubeadm/cluster.json";
+
+/// `addons/kubeadm/cluster.json`.
+pub fn kubeadm_cluster() -> String {
+    format!("{ADDONS_DIR}/{KUBEADM_IN_ADDONS}")
 }
 
 /// Whether `path` is under `manifests/`.

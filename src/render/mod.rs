@@ -203,6 +203,14 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
         out.put(layout::plugin_manifest(&m.plugin, &m.name), m.content.as_bytes())?;
     }
 
+    // The cluster-wide kubeadm documents travel with the addon plan, not in
+    // the controllers' user data: changing them replaces no instance, and the
+    // controllers apply them in place (src/node/kube_aws_node/reconfigure.py).
+    out.put(
+        layout::kubeadm_cluster(),
+        cloudconfig::cluster_kubeadm_json(input, &ctx),
+    )?;
+
     // The addon bundle the controllers' reconciler installs, named by the
     // control-plane stack's plan pointer: no addon file is in a node's user data.
     let bundle = plan::addon_bundle(input, &out)?;

@@ -32,6 +32,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("locks.py", include_str!("../node/kube_aws_node/locks.py")),
     ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
     ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),
+    ("reconfigure.py", include_str!("../node/kube_aws_node/reconfigure.py")),
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),

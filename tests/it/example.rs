@@ -249,7 +249,9 @@ fn example_nodes_fit_the_vpc_cni_the_cloud_provider_and_the_autoscaler() {
             "{role}"
         );
     }
-    let controller = kubeadm("controller");
+    // The cluster-wide documents are in the addon bundle's file (reconfigure.py).
+    let controller: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rendered.join("addons/kubeadm/cluster.json")).unwrap()).unwrap();
     let docs = controller["documents"].as_array().unwrap();
     let cluster = docs.iter().find(|d| d["kind"] == "ClusterConfiguration").unwrap();
     assert!(

@@ -261,6 +261,34 @@ fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered
     }
 }
 
+/// The addon bundle at its content-addressed key and the control-plane
+/// stack's plan pointer naming it, as `up` publishes them: a controller's
+/// boot reads the cluster-wide kubeadm documents from it (reconfigure.py).
+fn publish_addon_plan(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered, dir: &Path) {
+    use kube_aws::render::layout;
+    let text = rendered.text(layout::ADDON_BUNDLE).unwrap();
+    let sha = kube_aws::digest::sha256_hex(text.as_bytes());
+    let path = dir.join("addon-bundle.json");
+    std::fs::write(&path, text).unwrap();
+    let uri = format!(
+        "s3://{BUCKET}/clusters/full/{}",
+        layout::content_addressed(layout::ADDON_BUNDLE, &sha)
+    );
+    moto.aws(&["s3", "cp", path.to_str().unwrap(), &uri, "--region", "eu-west-1"]);
+    moto.aws(&[
+        "ssm",
+        "put-parameter",
+        "--region",
+        "eu-west-1",
+        "--type",
+        "String",
+        "--name",
+        "/kube-aws/full/addon-plan",
+        "--value",
+        &serde_json::json!({"uri": uri, "sha256": sha}).to_string(),
+    ]);
+}
+
 impl Cluster {
     fn new() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
@@ -283,6 +311,7 @@ impl Cluster {
         let moto = common::MotoEnv::new();
         moto.aws(&["s3", "mb", &format!("s3://{BUCKET}"), "--region", "eu-west-1"]);
         publish_secrets(&moto, &rendered, dir.path());
+        publish_addon_plan(&moto, &rendered, dir.path());
         Cluster {
             moto,
             dir,
@@ -423,6 +452,24 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     let cluster = a.doc("init.yaml", "ClusterConfiguration");
     assert_eq!(cluster["controlPlaneEndpoint"], "api.full.example.com:6443");
     assert_eq!(cluster["kubernetesVersion"], "v1.31.2");
+    // The cluster-wide documents come from the addon bundle the plan pointer
+    // names, not the user data (reconfigure.py), and the node then enables
+    // the timer that applies a later change in place.
+    assert!(
+        a.ran("ssm get-parameter --name /kube-aws/full/addon-plan"),
+        "{:#?}",
+        a.log
+    );
+    assert!(
+        cluster["apiServer"]["extraArgs"].to_string().contains("oidc"),
+        "the plugins' apiserver flags, from the bundle: {cluster}"
+    );
+    assert!(a.doc("init.yaml", "KubeletConfiguration")["serverTLSBootstrap"] == true);
+    assert!(
+        a.ran("systemctl enable --now kube-aws-reconfigure.timer"),
+        "{:#?}",
+        a.log
+    );
     // The config holding the token is private.
     let mode = std::fs::metadata(first.join("var/lib/kube-aws/kubeadm.yaml"))
         .unwrap()

@@ -208,11 +208,26 @@ fn hostile_values_stay_data_byte_exact() {
     assert_eq!(bundle["files"]["values/metrics-server.yaml"], evil);
     assert_eq!(bundle["files"]["values/dex.yaml"], evil_no_newline);
     assert_eq!(get("/etc/dex/$(id) `x` 'q'"), Some(evil_no_newline));
-    let kubeadm: serde_json::Value = serde_json::from_str(get("/etc/kube-aws/kubeadm.json").unwrap()).unwrap();
-    let args = &kubeadm["documents"][1]["apiServer"]["extraArgs"];
+    // The ClusterConfiguration travels in the addon bundle (reconfigure.py), as data.
+    let kubeadm: serde_json::Value =
+        serde_json::from_str(bundle["files"]["kubeadm/cluster.json"].as_str().unwrap()).unwrap();
+    assert_eq!(kubeadm["documents"][0]["kind"], "ClusterConfiguration");
+    let args = &kubeadm["documents"][0]["apiServer"]["extraArgs"];
     assert!(
         args.as_array().unwrap().iter().any(|a| a["value"] == flag),
         "flag must reach the kubeadm data file exactly: {args}"
+    );
+    let own: serde_json::Value = serde_json::from_str(get("/etc/kube-aws/kubeadm.json").unwrap()).unwrap();
+    let kinds: Vec<&str> = own["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["InitConfiguration", "JoinConfiguration"],
+        "the user data holds no cluster-wide document"
     );
     // Scripts and commands carry none of it.
     let markers = ["pwned", "curl evil", "whoami", "reboot", "rm -rf /)"];
@@ -955,6 +970,8 @@ fn what_each_kind_of_change_replaces() {
             vec![],
             vec!["NodePoolGeneral/WorkerGroup rolling"],
         ),
+        // The ClusterConfiguration is in the addon bundle, not the user data:
+        // the controllers apply it in place (reconfigure.py), no group rolls.
         (
             "apiserver flag (plugin)",
             Box::new(|i| {
@@ -964,7 +981,26 @@ fn what_each_kind_of_change_replaces() {
                     .insert("oidc-username-claim".into(), "email".into());
             }),
             vec![],
-            vec!["ControlPlane/ControllerGroup rolling"],
+            vec![],
+        ),
+        (
+            "controller-manager flag (plugin)",
+            Box::new(|i| {
+                i.plugins
+                    .cluster
+                    .controller_manager_flags
+                    .insert("node-monitor-grace-period".into(), "50s".into());
+            }),
+            vec![],
+            vec![],
+        ),
+        (
+            "scheduler flag (plugin)",
+            Box::new(|i| {
+                i.plugins.cluster.scheduler_flags.insert("v".into(), "3".into());
+            }),
+            vec![],
+            vec![],
         ),
         (
             "secret rotation (a controller secret)",

@@ -67,7 +67,15 @@ use common::testbed::{self, extra_args, kubeadm_json, run, ControlPlane};
 /// Every node cloud-config of a render, by role (`controller`, `worker-general`, ...).
 type CloudConfigs = BTreeMap<String, String>;
 
+/// A controller's kubeadm.json gets the addon bundle's cluster-wide documents
+/// (`addons/kubeadm/cluster.json`), as its boot adds them
+/// (src/node/kube_aws_node/reconfigure.py `with_published`).
 fn cloud_configs_of(files: impl IntoIterator<Item = (String, String)>) -> CloudConfigs {
+    let files: Vec<(String, String)> = files.into_iter().collect();
+    let cluster: Option<serde_json::Value> = files
+        .iter()
+        .find(|(p, _)| *p == kube_aws::render::layout::kubeadm_cluster())
+        .map(|(_, t)| serde_json::from_str(t).unwrap());
     files
         .into_iter()
         .filter_map(|(path, text)| {
@@ -75,6 +83,13 @@ fn cloud_configs_of(files: impl IntoIterator<Item = (String, String)>) -> CloudC
                 .strip_prefix("userdata/")?
                 .strip_suffix(".cloud-config")?
                 .to_string();
+            let text = match (&cluster, role.as_str()) {
+                (Some(c), "controller") => edit_kubeadm_json(&text, |v| {
+                    let docs = c["documents"].as_array().unwrap().iter().cloned();
+                    v["documents"].as_array_mut().unwrap().extend(docs)
+                }),
+                _ => text,
+            };
             Some((role, text))
         })
         .collect()
@@ -105,13 +120,20 @@ fn example_cloud_configs() -> CloudConfigs {
     } else {
         tmp.path().join("out/userdata")
     };
-    cloud_configs_of(std::fs::read_dir(&dir).unwrap().map(|e| {
-        let p = e.unwrap().path();
-        (
-            format!("userdata/{}", p.file_name().unwrap().to_string_lossy()),
-            std::fs::read_to_string(&p).unwrap(),
-        )
-    }))
+    let cluster = kube_aws::render::layout::kubeadm_cluster();
+    let cluster_path = dir.parent().unwrap().join(&cluster);
+    cloud_configs_of(
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    format!("userdata/{}", p.file_name().unwrap().to_string_lossy()),
+                    std::fs::read_to_string(&p).unwrap(),
+                )
+            })
+            .chain([(cluster, std::fs::read_to_string(&cluster_path).unwrap())]),
+    )
 }
 
 /// The every-hook fixture (tests/it/render_fixtures), rendered by the library.

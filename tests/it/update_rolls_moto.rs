@@ -6,7 +6,8 @@
 //! line is computed from the live templates (GetTemplate of the root and
 //! of each nested stack) against the published ones (src/aws/rolls.rs).
 //!
-//! The addon-only change is then applied: the preview says nothing rolls,
+//! The addon-only change (with a controller-manager flag) is then applied:
+//! the preview says nothing rolls,
 //! and moto agrees: every node stack's launch template boots the same data
 //! as before (as moto's CloudFormation resolved it from the new templates and
 //! parameters). A kubelet flag on one pool, applied: that pool's launch
@@ -46,7 +47,8 @@ fn cluster_yaml(kms: &str, controller: &str, pools: &str, plugin: &str, extra: &
 
 /// A plugin with one parameter per place a change can land: a manifest (the
 /// addon plan), a controller file (the controllers' user data), a secret in a
-/// controller file (the controllers' secrets version).
+/// controller file (the controllers' secrets version), a controller-manager
+/// flag (the ClusterConfiguration, in the addon bundle: reconfigure.py).
 fn write_plugin(dir: &Path) {
     let p = dir.join("plugins/tune");
     std::fs::create_dir_all(p.join("manifests")).unwrap();
@@ -60,8 +62,12 @@ spec:
     note: {type: string, default: one}
     controllerNote: {type: string, default: one}
     token: {type: string, secret: true, default: first-token}
+    grace: {type: string, default: 40s}
   kubernetes:
     manifests: [manifests/note.yaml.tera]
+    controllerManager:
+      flags:
+        node-monitor-grace-period: "{{ params.grace }}"
   nodes:
     controller:
       files:
@@ -199,6 +205,11 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
             "rolls: nothing: no instance is replaced, launched or terminated".into(),
         ),
         (
+            "controller-manager flag (plugin)",
+            [CONTROLLER, POOLS, "    grace: 50s\n", ""],
+            "rolls: nothing: no instance is replaced, launched or terminated".into(),
+        ),
+        (
             "plugin node file (controller)",
             [CONTROLLER, POOLS, "    controllerNote: two\n", ""],
             format!("rolls: ControlPlane/ControllerGroup: {one} (launch template (UserData))"),
@@ -292,8 +303,10 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
     // node stack's launch template boots the same data as before (moto
     // recreates a modified nested stack whole, ControlPlane here, so its
     // launch template's name and version are no evidence; its data is).
+    // A controller-manager flag goes with it: the ClusterConfiguration is in
+    // the addon bundle, which the controllers apply in place (reconfigure.py).
     let data = launch_template_data(&env);
-    write(CONTROLLER, POOLS, "    note: two\n", "");
+    write(CONTROLLER, POOLS, "    note: two\n    grace: 50s\n", "");
     let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
     assert!(upd.status.success(), "{}", text(&upd));
     assert_eq!(
@@ -320,7 +333,7 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
     write(
         CONTROLLER,
         "    - name: general\n      count: 1\n      maxPods: 30\n    - name: spot\n      count: 2\n",
-        "    note: two\n",
+        "    note: two\n    grace: 50s\n",
         "",
     );
     let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
@@ -338,7 +351,7 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
     write(
         CONTROLLER,
         "    - name: general\n      count: 1\n      maxPods: 30\n    - name: spot\n      count: 2\n",
-        "    note: two\n    token: second-token\n",
+        "    note: two\n    grace: 50s\n    token: second-token\n",
         "",
     );
     let out = env.kube_aws(dir, &["update"]);

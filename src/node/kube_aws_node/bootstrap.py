@@ -35,7 +35,8 @@ import re
 import subprocess
 import time
 
-from . import apihost, cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, secrets, upgrade
+from . import (apihost, cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, reconfigure, secrets,
+               upgrade)
 from .awscall import Aws, AwsError
 from .console import Console
 
@@ -359,14 +360,8 @@ class Boot(object):
         return next((line.strip() for line in out.splitlines() if "/pause:" in line), "")
 
     def kubeadm_patches(self):
-        """The documents of /etc/kube-aws/kubeadm.d/*.json (plugin files), in name order."""
-        d = paths.etc("kubeadm.d")
-        out = []
-        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-            if name.endswith(".json"):
-                doc = jsonio.read(os.path.join(d, name))
-                out.extend(doc if isinstance(doc, list) else [doc])
-        return out
+        """The plugin patches of /etc/kube-aws/kubeadm.d (reconfigure.py reads them the same way)."""
+        return reconfigure.kubeadm_patches()
 
     def join_token(self):
         """The controllers' current join token (join_token.py), kept in the
@@ -395,11 +390,22 @@ class Boot(object):
         version = self.sh(["kubeadm", "version", "-o", "short"], capture=True).strip()
         ttl = join_token.settings(self.node)["ttl"]
         docs = jsonio.read(paths.etc("kubeadm.json"))["documents"]
+        if mode == "init":
+            # The cluster-wide documents come with the addon plan, not the
+            # user data (reconfigure.py): a change of them replaces no node.
+            try:
+                docs = reconfigure.with_published(docs, self.published)
+            except reconfigure.ReconfigureError as e:
+                raise StepFailed(1, "read the kubeadm configuration", e.message)
         path = os.path.join(self.work, name)
         documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version, ttl)
         fsutil.write_atomic(path, kubeadmcfg.text(
             kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
         return path
+
+    def published(self):
+        """The addon plan's ClusterConfiguration and KubeletConfiguration (reconfigure.py)."""
+        return reconfigure.published_documents(self.aws, self.rt, self.node, self.work, self.store)
 
     def lock_key(self, name):
         return "%s/bootstrap/%s" % (self.rt["keyPrefix"], name)
@@ -579,6 +585,13 @@ class Boot(object):
             self.network()
             self.host()
             self.kubeadm()
+            # What this node joined (or initialized) with, then the timer that
+            # applies a later ClusterConfiguration or KubeletConfiguration in
+            # place (reconfigure.py).
+            self.step("reconfigure-timer")
+            reconfigure.record_boot(self.role, lambda args: self.sh(args, capture=True), self.rt, self.node_name,
+                                    self.say, self.published)
+            self.sh(["systemctl", "enable", "--now", "kube-aws-reconfigure.timer"])
             if self.role == "controller":
                 # The reconciler installs the CNI: no node is Ready before it runs.
                 self.step("timers")

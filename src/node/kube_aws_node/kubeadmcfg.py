@@ -4,7 +4,8 @@
 Invariant: `documents` is pure. `init` gets Init-, Cluster- and
 KubeletConfiguration (the bundle's token, expiring after the join token TTL:
 nodes join later with the tokens the controllers mint, join_token.py); joins
-get only JoinConfiguration, with the current join token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
+get only JoinConfiguration (a token of None: no bootstrapTokens, for the
+phases of `kube-aws-node reconfigure`, which mint none), with the current join token and the CA hash kube-aws computed (runtime.json caCertHash), waiting up
 to 30 minutes for discovery (nodes boot together with the first controller's
 init; kubeadm's default is 5); a joining controller gets `controlPlane: {}`
 (the shared CAs are already in /etc/kubernetes/pki: no certificate key).
@@ -32,7 +33,7 @@ def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3
             # The EC2 private DNS name: the cloud controller manager finds the
             # instance by it, and gives the node its providerID and zone labels.
             d.setdefault("nodeRegistration", {})["name"] = node_name
-        if kind == "InitConfiguration":
+        if kind == "InitConfiguration" and token is not None:
             d["bootstrapTokens"] = [{"token": token, "ttl": "%ds" % int(ttl_seconds), "usages": ["signing", "authentication"],
                                      "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
         if kind == "ClusterConfiguration":

@@ -30,6 +30,8 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         read.push(obj(layout::INSTALLED_RELEASES));
         // The upgrade status (src/node/kube_aws_node/upgrade.py): the version the control plane reached.
         read.push(obj(layout::UPGRADE_STATUS));
+        // The reconfiguration status (reconfigure.py): a configuration that failed on one controller.
+        read.push(obj(layout::RECONFIGURE_STATUS));
         // The addon installer's lease (src/node/kube_aws_node/lease.py), read
         // only once it exists (it is created with If-None-Match first).
         read.push(obj(&format!("{}addons-lease", layout::BOOTSTRAP_DIR)));

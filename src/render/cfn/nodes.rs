@@ -325,6 +325,10 @@ fn group_resources(
         // grace period is the bootstrap's own allowance (the signal timeout).
         asg["Properties"]["HealthCheckType"] = json!("ELB");
         asg["Properties"]["HealthCheckGracePeriod"] = json!(CONTROLLER_HEALTH_GRACE_SECONDS);
+        // A controller's boot reads the cluster-wide kubeadm documents from
+        // the addon bundle the plan pointer names (reconfigure.py): the
+        // pointer is updated before any controller is launched or replaced.
+        asg["DependsOn"] = json!([super::control_plane::PLAN_POINTER]);
     }
     if initial > 0 {
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});

@@ -424,18 +424,7 @@ impl MotoBed {
             .unwrap_or_else(|| panic!("no {role} stub; launch templates hold {:?}", self.stubs.keys()));
         let userdata = self.dir().join(format!("{}.user-data", plan.name));
         std::fs::write(&userdata, stub).unwrap();
-        let c = node_iam_moto::assume(&self.env, &self.admin, &self.admin_arn, logical);
-        let role_name = {
-            let roles = self.aws(&["iam", "list-roles"]);
-            roles["Roles"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["RoleName"].as_str().unwrap().to_string())
-                .find(|n| n.contains(&format!("-{logical}-")))
-                .unwrap()
-        };
-        let creds = serde_json::json!({"AccessKeyId": c.key, "SecretAccessKey": c.secret, "Token": c.token});
+        let (role_name, creds) = self.role_credentials(logical);
         let mac = {
             let o: Vec<u8> = plan.ip.split('.').map(|p| p.parse().unwrap()).collect();
             format!("02:42:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
@@ -457,11 +446,7 @@ impl MotoBed {
         )
         .unwrap();
         let port = crate::common::free_port();
-        let mut cmd = Command::new("python3");
-        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
-            .args(["--bind", nodebed::HOST_IP, "--port", &port.to_string(), "--config"])
-            .arg(&conf);
-        let imds = Server::start_on(cmd, nodebed::HOST_IP, port);
+        let imds = imds_server(&conf, port);
         let mut env = vec![
             ("NODEBED_AWS_ENDPOINT", self.relay.url()),
             ("NODEBED_IMDS", format!("{}:{port}", nodebed::HOST_IP)),
@@ -490,8 +475,44 @@ impl MotoBed {
             role: role.to_string(),
             booted,
             booted_at,
-            _imds: imds,
+            imds: Some(imds),
+            imds_conf: conf,
         }
+    }
+
+    /// The name of the rendered role `logical` and credentials of it.
+    fn role_credentials(&self, logical: &str) -> (String, serde_json::Value) {
+        let c = node_iam_moto::assume(&self.env, &self.admin, &self.admin_arn, logical);
+        let role_name = {
+            let roles = self.aws(&["iam", "list-roles"]);
+            roles["Roles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["RoleName"].as_str().unwrap().to_string())
+                .find(|n| n.contains(&format!("-{logical}-")))
+                .unwrap()
+        };
+        let creds = serde_json::json!({"AccessKeyId": c.key, "SecretAccessKey": c.secret, "Token": c.token});
+        (role_name, creds)
+    }
+
+    /// A running node's IMDS serves new credentials of the rendered role
+    /// `logical`. moto recreates a modified nested stack whole, its roles
+    /// with it (tests/it/update_rolls_moto.rs), so a node that outlives an
+    /// `update` of its stack holds credentials of a role that is gone; on
+    /// AWS the role is updated in place and the instance keeps its profile.
+    pub fn recredential(&self, n: &mut BedNode, logical: &str) {
+        let (role_name, creds) = self.role_credentials(logical);
+        let mut conf: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&n.imds_conf).unwrap()).unwrap();
+        conf["role"] = role_name.into();
+        conf["credentials"] = creds;
+        std::fs::write(&n.imds_conf, conf.to_string()).unwrap();
+        let port = n.imds.as_ref().unwrap().port;
+        // Stopped first: the node knows its IMDS by this address.
+        drop(n.imds.take());
+        n.imds = Some(imds_server(&n.imds_conf, port));
     }
 
     /// kubectl with `ctl`'s admin.conf, dialing the controller's address
@@ -516,7 +537,17 @@ pub struct BedNode {
     pub booted: Instant,
     /// The same moment by the wall clock (cloud-init's status has epoch times).
     pub booted_at: std::time::SystemTime,
-    _imds: Server,
+    imds: Option<Server>,
+    imds_conf: PathBuf,
+}
+
+/// The IMDS emulator of a node (tests/support/imds.py) on `port`, serving `conf`.
+fn imds_server(conf: &Path, port: u16) -> Server {
+    let mut cmd = Command::new("python3");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
+        .args(["--bind", nodebed::HOST_IP, "--port", &port.to_string(), "--config"])
+        .arg(conf);
+    Server::start_on(cmd, nodebed::HOST_IP, port)
 }
 
 /// What a node's boot log said: each step's time from the node's start, and

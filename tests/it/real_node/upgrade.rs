@@ -6,22 +6,23 @@
 //! a one-controller cluster is up and Ready; then a plugin bringing Dex's
 //! OIDC apiserver flags (those plugins/dex renders, with an issuer of the
 //! test's: Dex itself is a chart from the internet, out of reach here) is
-//! added to the work tree and `kube-aws update` runs against moto, which
-//! gives the controller launch template a new version. A controller booted
-//! from that version's user data (moto's group is given one more instance,
-//! as a rolling update's new one), uploads its ClusterConfiguration into `kubeadm-config` (kubeadm's
-//! reconfiguration path) before `kubeadm join`, and its kube-apiserver runs
-//! with the flags. The first controller keeps running beside it, standing
-//! for the other controllers of an HA control plane during the roll (a
-//! single controller's own roll terminates it first and restores etcd's
-//! snapshot: that path is `kubeadm init` with the same documents).
+//! added to the work tree and `kube-aws update` runs against moto. The
+//! ClusterConfiguration travels in the addon bundle, not the user data, so
+//! the controller's launch template is unchanged and no instance is
+//! launched; the running controller's `kube-aws-node reconfigure` (its
+//! timer's service, started here rather than waited for: the timer's first
+//! run is 5 to 8 minutes after boot) takes the join lock, uploads the
+//! ClusterConfiguration into `kubeadm-config` and writes the static pod
+//! manifests again (kubeadm's reconfiguration path,
+//! src/node/kube_aws_node/reconfigure.py), and the same node's
+//! kube-apiserver then runs with the flags and answers /readyz.
 //!
 //! Not here: the minor and patch upgrades (`kubeadm upgrade apply` on a real
 //! node) need the bed to build a second Kubernetes version; see
 //! docs/testing.md. The upgrade's steps run against fakes in
 //! tests/it/node_bootstrap.rs and src/node/tests/test_upgrade.py.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::bed::{self, MotoBed, READY_LIMIT};
 use super::pod_net;
@@ -58,7 +59,7 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
     let group = format!("{}-controller", bed::BED_CLUSTER);
     let insts = bed.instances(&group);
     let api_ip = insts[0].ip.clone();
-    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    let mut c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
     c1.expect_ready(READY_LIMIT);
     let apiserver_args = |n: &bed::BedNode| {
         n.node
@@ -66,70 +67,46 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
     };
     assert!(!apiserver_args(&c1).contains("oidc-issuer-url"));
 
-    // The flag is added after `up`.
+    // The flag is added after `up`: the launch template stays as it is.
     let dir = bed.dir().join("plugins/oidcflags");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("plugin.yaml"), OIDC_PLUGIN).unwrap();
     let old_stub = bed.stubs["controller"].clone();
     let upd = bed.kube_aws(&["update", "--yes"]);
     assert!(upd.status.success(), "kube-aws update: {}", output_text(&upd));
+    assert!(
+        output_text(&upd).contains("rolls: nothing: no instance is replaced, launched or terminated"),
+        "{}",
+        output_text(&upd)
+    );
     bed.refresh_stubs();
-    assert_ne!(
-        bed.stubs["controller"], old_stub,
-        "the controller launch template did not change"
+    // The cloud-config the launch template names (moto recreates a modified
+    // nested stack whole, so the stub's stack name moves; its data does not).
+    let cloud_config = |stub: &str| {
+        stub.split("\"cloudConfigSha256\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("no cloudConfigSha256 in the stub:\n{stub}"))
+            .to_string()
+    };
+    assert_eq!(
+        cloud_config(&bed.stubs["controller"]),
+        cloud_config(&old_stub),
+        "the controller's user data changed"
     );
 
-    // The group's next controller: one more instance in moto's group (the
-    // bed's stand-in for a rolling update's new instance; see the header).
-    let groups = bed.aws(&["autoscaling", "describe-auto-scaling-groups"]);
-    let asg = groups["AutoScalingGroups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| {
-            g["Instances"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|i| i["InstanceId"] == insts[0].id.as_str())
-                || g["AutoScalingGroupName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("ControllerGroup")
-        })
-        .unwrap_or_else(|| panic!("no group holds {}: {groups}", insts[0].id))["AutoScalingGroupName"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    bed.aws(&[
-        "autoscaling",
-        "update-auto-scaling-group",
-        "--auto-scaling-group-name",
-        &asg,
-        "--max-size",
-        "2",
-        "--desired-capacity",
-        "2",
-    ]);
-    let new = bed
-        .instances(&group)
-        .into_iter()
-        .find(|i| !insts.iter().any(|o| o.id == i.id))
-        .expect("moto's group started no new instance");
-    let t_new = Instant::now();
-    let c2 = bed.boot("controller", "ControllerRole", &new, &api_ip, pod_net(1, &[(&c1, 0)]));
-    let f2 = c2.expect_ready(READY_LIMIT + Duration::from_secs(120));
-    let log = c2.log();
-    let at = |s: &str| {
-        log.find(s)
-            .unwrap_or_else(|| panic!("no {s:?} in the boot log:\n{log}"))
-    };
-    // Uploaded before the join (kubeadm's reconfiguration path), at the same version: no upgrade apply.
-    assert!(
-        at("uploaded this node's ClusterConfiguration") < at("This node has joined the cluster"),
-        "{log}"
-    );
-    assert!(!log.contains("kubeadm upgrade apply"), "{log}");
+    // The running controller applies it in place (with its recreated role's
+    // credentials: a moto artifact, see MotoBed::recredential).
+    bed.recredential(&mut c1, "ControllerRole");
+    let t_reconfigure = Instant::now();
+    c1.node.sh("systemctl start kube-aws-reconfigure.service");
+    let took = t_reconfigure.elapsed();
+    let journal = c1
+        .node
+        .sh("journalctl -u kube-aws-reconfigure.service --no-pager -o cat | tail -40");
+    assert!(journal.contains("kube-apiserver: manifest written again"), "{journal}");
+    assert!(!journal.contains("reconfiguration failed"), "{journal}");
+    assert_eq!(bed.instances(&group).len(), 1, "no instance was launched");
 
     // kubeadm-config has the flag ...
     let cm = bed.kubectl(
@@ -150,11 +127,11 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
         "{}",
         output_text(&cm)
     );
-    // ... the new controller's static pod manifest ...
-    let manifest = c2.node.sh("cat /etc/kubernetes/manifests/kube-apiserver.yaml");
+    // ... the controller's static pod manifest ...
+    let manifest = c1.node.sh("cat /etc/kubernetes/manifests/kube-apiserver.yaml");
     assert!(manifest.contains(ISSUER_FLAG), "{manifest}");
     // ... and its running kube-apiserver, which answers.
-    let running = apiserver_args(&c2);
+    let running = apiserver_args(&c1);
     assert!(
         running.contains(ISSUER_FLAG) && running.contains("--oidc-client-id=kubernetes"),
         "{running}"
@@ -164,7 +141,7 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
         .arg(c1.node.rootfs().join("etc/kubernetes/admin.conf"))
         .args([
             "--server",
-            &format!("https://{}:6443", c2.node.ip),
+            &format!("https://{}:6443", c1.node.ip),
             "get",
             "--raw",
             "/readyz",
@@ -177,11 +154,19 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
         "{}",
         output_text(&ready)
     );
+    // A second run finds it applied.
+    c1.node.sh("systemctl start kube-aws-reconfigure.service");
+    let again = c1
+        .node
+        .sh("journalctl -u kube-aws-reconfigure.service --no-pager -o cat | tail -3");
+    assert!(
+        again.contains("the configuration this node runs is the current one"),
+        "{again}"
+    );
     eprintln!(
-        "{test}: up {:.1}s; the new controller Ready {:.1}s after its start ({}); test {:.1}s",
+        "{test}: up {:.1}s; the in-place reconfiguration {:.1}s; test {:.1}s",
         bed.up.as_secs_f64(),
-        t_new.elapsed().as_secs_f64(),
-        f2.times(),
+        took.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
 }
