@@ -198,6 +198,8 @@ pub struct StatusReport {
     /// The newest etcd snapshot's age (src/aws/expiry.rs).
     #[serde(rename = "etcdSnapshot")]
     pub etcd_snapshot: super::expiry::SnapshotStatus,
+    /// etcd's alarms and last maintenance pass (src/aws/etcd_status.rs).
+    pub etcd: super::etcd_status::EtcdStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -278,6 +280,7 @@ pub async fn status(
         interval,
         now,
     );
+    let etcd = super::etcd_status::read(clients, cluster).await?;
     Ok(StatusReport {
         stack,
         nested,
@@ -286,6 +289,7 @@ pub async fn status(
         certificates,
         bootstrap_token,
         etcd_snapshot,
+        etcd,
     })
 }
 

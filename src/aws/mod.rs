@@ -10,11 +10,13 @@
 pub mod ami;
 pub mod autoscaler;
 pub mod backups;
+pub mod cloudwatch;
 pub mod config;
 pub mod deploy;
 pub mod destroy;
 pub mod destroy_api;
 pub mod error;
+pub mod etcd_status;
 pub mod expiry;
 pub mod issuer;
 pub mod join_token;

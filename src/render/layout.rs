@@ -78,6 +78,8 @@ pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
 /// The last etcd backup run.
 pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
+/// The last etcd maintenance pass (src/node/kube_aws_node/defrag.py): sizes, alarms.
+pub const MAINTENANCE_STATUS: &str = "status/etcd/maintenance.json";
 /// Where the controllers' etcd snapshots go (no trailing slash: the nodes' settings name it).
 pub const ETCD_BACKUP_DIR: &str = "etcd";
 /// The published chart archives, `charts/<sha256>.tgz`.

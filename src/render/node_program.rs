@@ -29,6 +29,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
     ("lease.py", include_str!("../node/kube_aws_node/lease.py")),
     ("locks.py", include_str!("../node/kube_aws_node/locks.py")),
+    ("metrics.py", include_str!("../node/kube_aws_node/metrics.py")),
     ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
     ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),

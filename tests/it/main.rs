@@ -27,6 +27,7 @@ mod deploy_moto;
 mod destroy_api_testbed;
 mod destroy_sweep_moto;
 mod docs;
+mod etcd_status_moto;
 mod example;
 mod exposure;
 mod fuzz_corpus;

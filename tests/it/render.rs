@@ -1286,3 +1286,34 @@ fn controllers_are_judged_by_the_api_health_check_and_may_mark_themselves_unheal
         }
     }
 }
+
+/// etcd's alarms: the database at 70 % of etcd.quotaBackendBytes, the newest
+/// snapshot older than twice etcd.backup.interval (missing data breaching);
+/// the controllers may put metrics in the alarms' namespace only.
+#[test]
+fn etcd_alarms_watch_the_quota_and_the_backup_age() {
+    let mut input = full();
+    input.cluster.etcd.backup.interval = "2h".into();
+    input.cluster.etcd.quota_backend_bytes = 10 * 1024 * 1024 * 1024;
+    let r = rendered(&input);
+    let cp = stack(&r, "control-plane");
+    let size = &cp["Resources"]["EtcdDbSizeAlarm"]["Properties"];
+    assert_eq!(size["Threshold"], 7 * 1024 * 1024 * 1024u64);
+    assert_eq!(
+        (&size["Namespace"], &size["MetricName"]),
+        (&serde_json::json!("kube-aws/etcd"), &serde_json::json!("DbSizeBytes"))
+    );
+    let age = &cp["Resources"]["EtcdBackupAgeAlarm"]["Properties"];
+    assert_eq!(age["Threshold"], 4 * 3600);
+    assert_eq!(age["TreatMissingData"], "breaching");
+    assert_eq!(age["Dimensions"][0]["Value"], input.cluster.cluster_name.as_str());
+    let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let put = statements.iter().find(|s| s["Sid"] == "PublishEtcdMetrics").unwrap();
+    assert_eq!(
+        put["Condition"]["StringEquals"]["cloudwatch:namespace"],
+        "kube-aws/etcd"
+    );
+}

@@ -33,6 +33,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from . import metrics
+
 # KUBE_AWS_ROOT prefixes every node path this module reads or writes (tests only).
 ROOT = os.environ.get("KUBE_AWS_ROOT", "")
 ETCD_JSON = "/etc/kube-aws/etcd.json"
@@ -673,13 +675,18 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
     Returns (exit code, status object or None)."""
     s = node.settings()
     status = json.loads(etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
+    cluster = node.runtime.get("cluster", "")
     if not is_leader(status):
+        # Every controller records the raft term it saw (metrics.py).
+        metrics.tick(node.aws, cluster, status_of(status), False, None, clock.now(), host(metrics.TERM_STATE))
         return 0, None
     bucket, prefix = s["bucket"], s["backupPrefix"]
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
     hourly = snapshots(listing, prefix, (HOURLY, ""))
     daily = snapshots(listing, prefix, (DAILY,))
     now = clock.now()
+    metrics.tick(node.aws, cluster, status_of(status), True, hourly[-1]["time"] if hourly else None, now,
+                 host(metrics.TERM_STATE))
     if not force and not backup_due(hourly, now, int(s["intervalSeconds"])):
         return 0, None
     instance = node.instance()

@@ -419,6 +419,8 @@ class Backup(WithFiles):
         self.assertEqual((code, report), (0, None))
         self.assertFalse([c for c in calls if "save" in c])
         self.assertFalse(aws.ops("s3", "cp"))
+        # A follower publishes no metric (it records the raft term only).
+        self.assertFalse(aws.ops("cloudwatch", "put-metric-data"))
 
     def test_the_leader_snapshots_encrypts_and_deletes_nothing(self):
         run, calls = self.runner()
@@ -440,6 +442,9 @@ class Backup(WithFiles):
         # Retention is the bucket's lifecycle rules: no node deletes a snapshot.
         self.assertFalse(aws.ops("s3api", "delete-object"))
         self.assertFalse(os.path.exists(self.snap), "the local snapshot is left behind")
+        # The leader's tick published etcd's metrics (metrics.py), in its namespace.
+        put = aws.ops("cloudwatch", "put-metric-data")
+        self.assertEqual([p[2:4] for p in put], [["--namespace", "kube-aws/etcd"]])
 
     def test_a_daily_snapshot_once_a_day(self):
         run, _ = self.runner()

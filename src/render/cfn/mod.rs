@@ -24,7 +24,9 @@ use super::plan::{AddonBundle, Plan};
 use super::{Ctx, RenderError, RenderInput};
 
 pub use self::control_plane::{iso_duration, PLAN_POINTER};
-pub use self::etcd::{etcd_parameter_name, ETCD_LIFECYCLE_HOOK, ETCD_LIFECYCLE_TIMEOUT, ETCD_SETTINGS};
+pub use self::etcd::{
+    etcd_alarm_prefix, etcd_parameter_name, ETCD_LIFECYCLE_HOOK, ETCD_LIFECYCLE_TIMEOUT, ETCD_SETTINGS,
+};
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::default_zone_count;
 pub use self::nodes::{
