@@ -403,6 +403,13 @@ pub async fn plan_update(
     }
     // Before anything is published: a refused version changes nothing.
     let version = super::update_order::check_version(&live, cluster)?;
+    // Before anything is published: a render that would change the recorded
+    // zones changes nothing (src/aws/zones.rs).
+    if let Ok(bytes) = std::fs::read(artifacts.rendered_dir.join(publish::ROOT_TEMPLATE)) {
+        if let Ok(root) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            super::zones::check_zone_count(&live, cluster, &root)?;
+        }
+    }
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean

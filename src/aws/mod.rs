@@ -23,6 +23,7 @@ pub mod join_token;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod restore;
 pub mod retention;
 pub mod rollback_scope;
 pub mod rolls;
@@ -32,6 +33,7 @@ pub mod sweep;
 pub mod update_order;
 pub mod wait;
 pub mod watch;
+pub mod zones;
 
 pub use config::{connect, AwsOptions, Clients};
 

@@ -28,6 +28,8 @@ const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.s
 const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.timer");
 const ETCD_MAINTENANCE_SERVICE: &str = include_str!("templates/kube-aws-etcd-maintenance.service");
 const ETCD_MAINTENANCE_TIMER: &str = include_str!("templates/kube-aws-etcd-maintenance.timer");
+const ETCD_TEST_RESTORE_SERVICE: &str = include_str!("templates/kube-aws-etcd-test-restore.service");
+const ETCD_TEST_RESTORE_TIMER: &str = include_str!("templates/kube-aws-etcd-test-restore.timer");
 const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
 /// The controllers' etcd units, enabled (`--now`) with the plugin units, before
 /// kubeadm: each waits for etcd itself (the backup service's
@@ -35,6 +37,7 @@ const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.servi
 pub const ETCD_UNITS: &[&str] = &[
     "kube-aws-etcd-backup.timer",
     "kube-aws-etcd-maintenance.timer",
+    "kube-aws-etcd-test-restore.timer",
     "kube-aws-lifecycle.service",
 ];
 /// Where the controllers' etcd tools read the name of their settings parameter.
@@ -518,6 +521,8 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
         ("kube-aws-etcd-backup.timer", ETCD_BACKUP_TIMER),
         ("kube-aws-etcd-maintenance.service", ETCD_MAINTENANCE_SERVICE),
         ("kube-aws-etcd-maintenance.timer", ETCD_MAINTENANCE_TIMER),
+        ("kube-aws-etcd-test-restore.service", ETCD_TEST_RESTORE_SERVICE),
+        ("kube-aws-etcd-test-restore.timer", ETCD_TEST_RESTORE_TIMER),
         ("kube-aws-lifecycle.service", LIFECYCLE_SERVICE),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));

@@ -35,6 +35,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("testrestore.py", include_str!("../node/kube_aws_node/testrestore.py")),
     ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 

@@ -55,6 +55,7 @@ mod real_charts;
 mod real_node;
 mod real_node_certs;
 mod render;
+mod restore_moto;
 mod secret_rotation;
 mod servers;
 mod testbed;

@@ -768,6 +768,14 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     let mut one = default_zones.clone();
     one.cluster.controller.count = 1;
     assert!(stack(&rendered(&one), "network")["Resources"].get("Subnet2").is_none());
+    assert_eq!(stack(&rendered(&one), "root")["Outputs"]["ZoneCount"]["Value"], "2");
+    // After `up`, the stack's record wins (issue 29): 3 controllers scaled to
+    // one keep the three subnets, and the record stays 3.
+    let mut recorded = one.clone();
+    recorded.cluster.network.recorded_zone_count = Some(3);
+    let r = rendered(&recorded);
+    assert!(stack(&r, "network")["Resources"].get("Subnet2").is_some());
+    assert_eq!(stack(&r, "root")["Outputs"]["ZoneCount"]["Value"], "3");
     // Explicit zones win: 3 controllers on 2 listed zones split 2+1 (documented).
     let mut two = input.clone();
     two.cluster.network.availability_zones = vec!["us-west-2a".into(), "us-west-2b".into()];

@@ -24,6 +24,7 @@ COMMANDS = {
     "etcd-maintenance": ("defrag", "maintenance_main", True),
     "certs": ("certs", "main", True),
     "bootstrap-token": ("join_token", "main", True),
+    "etcd-test-restore": ("testrestore", "test_restore_main", True),
 }
 
 

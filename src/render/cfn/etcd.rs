@@ -61,6 +61,15 @@ pub(super) fn etcd_alarms(input: &RenderInput, ctx: &Ctx, r: &mut Map<String, Va
     Ok(())
 }
 
+/// Where `kube-aws restore` puts its request, relative to the cluster's prefix
+/// (src/node/kube_aws_node/etcd.py RESTORE_REQUEST), and the lock the first
+/// replacement controller takes to restore it.
+pub const ETCD_RESTORE_REQUEST: &str = "bootstrap/etcd-restore.json";
+pub const ETCD_RESTORE_LOCK: &str = "bootstrap/etcd-restore-lock";
+/// What the restorer writes once done; it names the request it served, which
+/// ends the request for the controllers that boot later (etcd.py `restore_served`).
+pub const ETCD_RESTORE_STATUS: &str = "status/etcd/restore.json";
+
 /// The SSM parameter holding the controllers' etcd settings.
 pub fn etcd_parameter_name(ctx: &Ctx) -> String {
     format!("/kube-aws/{}/etcd", ctx.cluster)
@@ -157,6 +166,15 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
     ];
+    // A pending `kube-aws restore` request (src/node/kube_aws_node/etcd.py):
+    // read exactly its key, and the restore status that says it was served.
+    // Listing it and taking its lock (under bootstrap/) are the lock
+    // statements' (src/render/cfn/iam.rs).
+    let exact = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
+    s.push(
+        json!({"Sid": "ReadEtcdRestoreRequest", "Effect": "Allow", "Action": ["s3:GetObject"],
+        "Resource": [exact(ETCD_RESTORE_REQUEST), exact(ETCD_RESTORE_STATUS)]}),
+    );
     // The backup tick's metrics (src/node/kube_aws_node/metrics.py): PutMetricData
     // has no resource-level scope; the namespace is its condition key.
     s.push(
