@@ -8,7 +8,8 @@
 //! status object through the aws CLI to moto and the backup tick's metrics
 //! go to moto's CloudWatch (tests/support/etcd_nospace.py); `kube-aws status`
 //! and `status -o json` then report the NOSPACE alarm, each member's size
-//! against the quota, and the alarms' states.
+//! against the quota, and the alarms' states. A changed backup interval
+//! moves the age alarm's threshold through `update`; `destroy` deletes both.
 //!
 //! Not covered here: moto does not evaluate alarms on the data put, so the
 //! size alarm's ALARM state is set with SetAlarmState (the API CloudWatch
@@ -185,4 +186,32 @@ fn nospace_on_real_etcd_and_the_alarms_are_reported_by_status() {
         .collect();
     assert_eq!(states[1], ("kube-aws-demo-etcd-db-size".into(), "ALARM".into()), "{j}");
     assert_eq!(states[0].0, "kube-aws-demo-etcd-backup-age", "{j}");
+
+    // The alarms follow the stack: a new backup interval moves the age
+    // alarm's threshold (an update of the alarm in place), and destroy
+    // deletes both (moto_server.py patch 9's update and delete).
+    let yaml = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    std::fs::write(dir.join("cluster.yaml"), yaml.replace("interval: 2h", "interval: 3h")).unwrap();
+    let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "2m"]);
+    assert!(upd.status.success(), "{}", text(&upd));
+    let after = env.aws_json(&[
+        "cloudwatch",
+        "describe-alarms",
+        "--alarm-names",
+        "kube-aws-demo-etcd-backup-age",
+    ]);
+    assert_eq!(
+        after["MetricAlarms"][0]["Threshold"].as_f64(),
+        Some(6.0 * 3600.0),
+        "{after}"
+    );
+    let d = env.kube_aws(dir, &["destroy", "--yes", "--wait", "--timeout", "2m"]);
+    assert!(d.status.success(), "{}", text(&d));
+    let gone = env.aws_json(&[
+        "cloudwatch",
+        "describe-alarms",
+        "--alarm-name-prefix",
+        "kube-aws-demo-etcd-",
+    ]);
+    assert_eq!(gone["MetricAlarms"], serde_json::json!([]), "{gone}");
 }
