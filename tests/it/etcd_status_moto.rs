@@ -189,7 +189,7 @@ fn nospace_on_real_etcd_and_the_alarms_are_reported_by_status() {
 
     // The alarms follow the stack: a new backup interval moves the age
     // alarm's threshold (an update of the alarm in place), and destroy
-    // deletes both (moto_server.py patch 9's update and delete).
+    // deletes both (moto_server.py patch 10's update and delete).
     let yaml = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
     std::fs::write(dir.join("cluster.yaml"), yaml.replace("interval: 2h", "interval: 3h")).unwrap();
     let upd = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "2m"]);

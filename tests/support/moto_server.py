@@ -81,7 +81,7 @@ Patches (moto 5.2.5):
    termination lifecycle actions AWS documents are added by
    tests/support/moto_lifecycle.py (its docstring says what and what not).
 
-8. iam access_control IAMRequestBase.__init__ names the action after the
+9. iam access_control IAMRequestBase.__init__ names the action after the
    request's SigV4 signing name (`<service>:<Action>`), and CloudWatch signs
    as `monitoring`: with IAM enforced, a PutMetricData allowed by a policy's
    `cloudwatch:PutMetricData` is refused as "not authorized to perform:
@@ -89,7 +89,7 @@ Patches (moto 5.2.5):
    `cloudwatch` (Service Authorization Reference, Amazon CloudWatch). The
    patch renames the prefix of the actions of that signing name only.
 
-9. Missing feature: moto's CloudFormation has no model for
+10. Missing feature: moto's CloudFormation has no model for
    AWS::CloudWatch::Alarm (moto/cloudwatch/models.py: `Alarm` is a plain
    BaseModel, only `Dashboard` is a CloudFormationModel), so
    cloudformation/parsing.py resource_class_from_type logs "No Moto
@@ -185,7 +185,7 @@ def _cloudwatch_action_prefix(init):
 
 
 class _CfnAlarm(CloudFormationModel):
-    """AWS::CloudWatch::Alarm (patch 9): the backend's Alarm behind it."""
+    """AWS::CloudWatch::Alarm (patch 10): the backend's Alarm behind it."""
 
     # moto's model metaclass (core/base_backend.py InstanceTrackerMeta) files
     # a model under the service its module is in.
@@ -279,7 +279,7 @@ def apply_patches():
     moto_lifecycle.apply()
     base = access_control.IAMRequestBase
     base.__init__ = _cloudwatch_action_prefix(base.__init__)
-    # Patch 9: a subclass is a model once defined (parsing.get_model_list is
+    # Patch 10: a subclass is a model once defined (parsing.get_model_list is
     # CloudFormationModel.__subclasses__(), cached on its first call, which
     # comes with the first stack: after this).
     models = CloudFormationModel.__subclasses__()
