@@ -178,6 +178,14 @@ fn data(tag: &mut ScopedDecoder) -> Result<String, String> {
     try_data(tag).map(|c| c.into_owned()).map_err(|e| e.to_string())
 }
 
+/// An ISO 8601 time as RFC 3339 to the second (`2026-12-01T00:00:00Z`);
+/// as given when it does not parse.
+fn seconds(t: &str) -> String {
+    humantime::parse_rfc3339_weak(t.trim_end_matches('Z'))
+        .map(|at| humantime::format_rfc3339_seconds(at).to_string())
+        .unwrap_or_else(|_| t.to_string())
+}
+
 /// `<DescribeAlarmsResponse><DescribeAlarmsResult><MetricAlarms><member>...`
 /// and the `NextToken`.
 pub fn parse_describe_alarms(xml: &str) -> Result<(Vec<MetricAlarm>, Option<String>), String> {
@@ -207,7 +215,9 @@ pub fn parse_describe_alarms(xml: &str) -> Result<(Vec<MetricAlarm>, Option<Stri
                             "AlarmName" => a.name = data(&mut f)?,
                             "StateValue" => a.state = data(&mut f)?,
                             "StateReason" => a.reason = data(&mut f)?,
-                            "StateUpdatedTimestamp" => a.since = Some(data(&mut f)?).filter(|s| !s.is_empty()),
+                            "StateUpdatedTimestamp" => {
+                                a.since = Some(seconds(&data(&mut f)?)).filter(|s| !s.is_empty())
+                            }
                             _ => {}
                         }
                     }
@@ -275,7 +285,9 @@ mod tests {
         assert_eq!(alarms[0].name, "kube-aws-demo-etcd-db-size");
         assert_eq!(alarms[0].state, "ALARM");
         assert_eq!(alarms[0].reason, "Threshold Crossed: 1 datapoint [12.0] >= 10");
-        assert_eq!(alarms[0].since.as_deref(), Some("2026-12-01T00:00:00.000Z"));
+        assert_eq!(alarms[0].since.as_deref(), Some("2026-12-01T00:00:00Z"));
+        assert_eq!(seconds("yesterday"), "yesterday");
+        assert_eq!(seconds("2026-12-01T10:05:00.5Z"), "2026-12-01T10:05:00Z");
         assert_eq!((alarms[1].state.as_str(), alarms[1].since.as_deref()), ("OK", None));
         assert!(parse_describe_alarms("<Other/>").is_err());
         let e = r#"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>no</Message></Error></ErrorResponse>"#;
