@@ -172,6 +172,8 @@ pub struct DeployPrepareOptions {
     pub dir: PathBuf,
     pub cache_dir: PathBuf,
     pub fetch: chart::FetchOptions,
+    /// The zone count the live stack recorded (`update`: src/aws/zones.rs).
+    pub recorded_zone_count: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,12 +221,13 @@ pub async fn prepare_deploy_then(
     })
     .await
     .map_err(Box::new)?;
-    let p = prepare(&PrepareOptions {
+    let mut p = prepare(&PrepareOptions {
         dir: opts.dir.clone(),
         cache_dir: opts.cache_dir.clone(),
         require_charts: true,
     })
     .map_err(Box::new)?;
+    p.input.cluster.network.recorded_zone_count = opts.recorded_zone_count;
     let rendered = crate::render::render(&p.input)?;
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
     crate::render::write_rendered_then(&opts.dir, &rendered_dir, &rendered, before_swap)?;

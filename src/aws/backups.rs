@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::publish::{get_object, Location};
 use super::{AwsError, Clients};
 use crate::config::ClusterConfig;
-use crate::render::layout::{BACKUP_STATUS, ETCD_BACKUP_DIR};
+use crate::render::layout::{BACKUP_STATUS, ETCD_BACKUP_DIR, TEST_RESTORE_STATUS};
 
 /// One snapshot object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,6 +37,10 @@ pub struct Backups {
     /// failed, `key`, `message`, `updatedAt`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_run: Option<serde_json::Value>,
+    /// The last weekly test restore's status object (`phase` ok or failed,
+    /// `key`, `revision`, `totalKey`, `message`, `testedAt`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_test_restore: Option<serde_json::Value>,
 }
 
 /// The tier of a key under `prefix`: `hourly`, `daily` or `flat`; None
@@ -111,6 +115,23 @@ pub fn table(b: &Backups) -> String {
         let what = run["message"].as_str().or_else(|| run["key"].as_str()).unwrap_or("");
         out.push_str(&format!("last backup run: {phase}: {what}\n"));
     }
+    if let Some(t) = &b.last_test_restore {
+        let phase = t["phase"].as_str().unwrap_or("unknown");
+        let key = t["key"].as_str().unwrap_or("");
+        let what = match (t["message"].as_str(), t["revision"].as_i64(), t["totalKey"].as_i64()) {
+            (Some(m), _, _) => format!(" ({m})"),
+            (None, Some(r), Some(k)) => format!(" (revision {r}, {k} keys, restored into a scratch dir)"),
+            _ => String::new(),
+        };
+        let when = t["testedAt"]
+            .as_u64()
+            .map(|s| {
+                let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(s);
+                format!(" at {}", humantime::format_rfc3339_seconds(at))
+            })
+            .unwrap_or_default();
+        out.push_str(&format!("last test restore: {phase}: {key}{what}{when}\n"));
+    }
     out
 }
 
@@ -149,10 +170,14 @@ pub async fn list_backups(clients: &Clients, cluster: &ClusterConfig) -> Result<
     let last_run = get_object(clients, &location.bucket, &location.key(BACKUP_STATUS))
         .await?
         .and_then(|b| serde_json::from_slice(&b).ok());
+    let last_test_restore = get_object(clients, &location.bucket, &location.key(TEST_RESTORE_STATUS))
+        .await?
+        .and_then(|b| serde_json::from_slice(&b).ok());
     Ok(Backups {
         location: format!("s3://{}/{prefix}", location.bucket),
         snapshots: snapshots_of(&prefix, objects),
         last_run,
+        last_test_restore,
     })
 }
 
@@ -202,15 +227,25 @@ mod tests {
             location: format!("s3://b/{p}"),
             snapshots: got,
             last_run: Some(serde_json::json!({"phase": "failed", "message": "SlowDown"})),
+            last_test_restore: Some(serde_json::json!({"phase": "ok", "key": "c/demo/etcd/hourly/x.db",
+                "revision": 42, "totalKey": 7, "testedAt": 1764558000})),
         };
         let t = table(&b);
         assert!(t.contains("3.8 MiB"), "{t}");
         assert!(t.contains("10 B"), "{t}");
-        assert!(t.ends_with("last backup run: failed: SlowDown\n"), "{t}");
+        assert!(t.contains("last backup run: failed: SlowDown\n"), "{t}");
+        assert!(
+            t.ends_with(
+                "last test restore: ok: c/demo/etcd/hourly/x.db (revision 42, 7 keys, restored into a scratch dir) \
+                 at 2025-12-01T03:00:00Z\n"
+            ),
+            "{t}"
+        );
         let empty = Backups {
             location: "s3://b/x/".into(),
             snapshots: vec![],
             last_run: None,
+            last_test_restore: None,
         };
         assert!(table(&empty).starts_with("no etcd snapshots in s3://b/x/"));
     }

@@ -36,6 +36,9 @@ pub struct Clients {
     pub elb: aws_sdk_elasticloadbalancing::Client,
     #[cfg(feature = "nodes")]
     pub route53: aws_sdk_route53::Client,
+    /// `status`'s etcd alarms (src/aws/etcd_status.rs): DescribeAlarms by
+    /// hand (src/aws/cloudwatch.rs).
+    pub cloudwatch: super::cloudwatch::CloudWatch,
     /// Resolves the AMI public parameters (`up`, `update --refresh-ami`).
     pub ssm: aws_sdk_ssm::Client,
     pub region: String,
@@ -139,6 +142,7 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
         elb: aws_sdk_elasticloadbalancing::Client::new(&sdk),
         #[cfg(feature = "nodes")]
         route53: aws_sdk_route53::Client::new(&sdk),
+        cloudwatch: super::cloudwatch::CloudWatch::new(&region, provider.clone()),
         ssm: aws_sdk_ssm::Client::new(&sdk),
         region,
         s3_endpoint,

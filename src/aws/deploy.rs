@@ -198,6 +198,8 @@ pub struct StatusReport {
     /// The newest etcd snapshot's age (src/aws/expiry.rs).
     #[serde(rename = "etcdSnapshot")]
     pub etcd_snapshot: super::expiry::SnapshotStatus,
+    /// etcd's alarms and last maintenance pass (src/aws/etcd_status.rs).
+    pub etcd: super::etcd_status::EtcdStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -278,6 +280,7 @@ pub async fn status(
         interval,
         now,
     );
+    let etcd = super::etcd_status::read(clients, cluster).await?;
     Ok(StatusReport {
         stack,
         nested,
@@ -286,6 +289,7 @@ pub async fn status(
         certificates,
         bootstrap_token,
         etcd_snapshot,
+        etcd,
     })
 }
 
@@ -399,6 +403,13 @@ pub async fn plan_update(
     }
     // Before anything is published: a refused version changes nothing.
     let version = super::update_order::check_version(&live, cluster)?;
+    // Before anything is published: a render that would change the recorded
+    // zones changes nothing (src/aws/zones.rs).
+    if let Ok(bytes) = std::fs::read(artifacts.rendered_dir.join(publish::ROOT_TEMPLATE)) {
+        if let Ok(root) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            super::zones::check_zone_count(&live, cluster, &root)?;
+        }
+    }
     let mut published = publish_artifacts(clients, cluster, artifacts).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean

@@ -147,6 +147,14 @@ pub enum AwsError {
     EndpointLost { detail: String },
     #[error("stopped waiting; the stack was left as it is: run `kube-aws status --wait` to resume")]
     Interrupted,
+    #[error(
+        "the stack's new VPC has {recorded} zones (recorded when `up` created it), but this render has {rendered}: \
+         changing them would replace subnets and roll every group; run `kube-aws update` without --use-rendered \
+         (it renders with the recorded count), or list the zones you want in network.availabilityZones"
+    )]
+    ZoneCountChanged { recorded: usize, rendered: usize },
+    #[error("restore refused, nothing was changed: {0}")]
+    RestoreRefused(#[from] super::restore::Refusal),
 }
 
 impl AwsError {
@@ -178,7 +186,9 @@ impl AwsError {
             | AwsError::Bundle(_)
             | AwsError::Pki(_)
             | AwsError::Irsa(_)
-            | AwsError::UnknownNode { .. } => ErrorKind::WorkTree,
+            | AwsError::UnknownNode { .. }
+            | AwsError::ZoneCountChanged { .. }
+            | AwsError::RestoreRefused(_) => ErrorKind::WorkTree,
             AwsError::Failed(_) | AwsError::SweepIncomplete { .. } => ErrorKind::DeployFailed,
             AwsError::TimedOut { .. } => ErrorKind::Timeout,
             AwsError::Interrupted => ErrorKind::Interrupted,

@@ -10,17 +10,20 @@
 pub mod ami;
 pub mod autoscaler;
 pub mod backups;
+pub mod cloudwatch;
 pub mod config;
 pub mod deploy;
 pub mod destroy;
 pub mod destroy_api;
 pub mod error;
+pub mod etcd_status;
 pub mod expiry;
 pub mod issuer;
 pub mod join_token;
 pub mod kubeconfig;
 pub mod nodes;
 pub mod publish;
+pub mod restore;
 pub mod retention;
 pub mod rollback_scope;
 pub mod rolls;
@@ -30,6 +33,7 @@ pub mod sweep;
 pub mod update_order;
 pub mod wait;
 pub mod watch;
+pub mod zones;
 
 pub use config::{connect, AwsOptions, Clients};
 

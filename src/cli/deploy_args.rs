@@ -74,10 +74,12 @@ pub struct PublishArgs {
 /// missing from the cache, and collects the plugins' secrets: what `up` and
 /// `update` publish. With `--use-rendered`, takes `<dir>/rendered` as it is.
 /// The render hooks run around that render (not with `--use-rendered`).
+/// `recorded_zone_count`: the live stack's record, which `update` renders with.
 pub fn artifacts(
     global: &super::GlobalOptions,
     cluster: &crate::config::Cluster,
     args: &PublishArgs,
+    recorded_zone_count: Option<usize>,
 ) -> anyhow::Result<ArtifactsOptions> {
     use crate::plugin::exec::{Step, When};
     let dir = &global.dir;
@@ -99,6 +101,7 @@ pub fn artifacts(
             dir: dir.to_path_buf(),
             cache_dir,
             fetch: crate::chart::FetchOptions::default(),
+            recorded_zone_count,
         },
         &mut |staged| super::hooks(global, cluster, Step::Render, When::Post, staged, None).map_err(Into::into),
     ))?;

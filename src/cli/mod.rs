@@ -15,6 +15,8 @@ mod nodes;
 mod plugins;
 mod progress_view;
 pub mod render;
+#[cfg(feature = "nodes")]
+mod restore;
 mod rotate;
 mod schema;
 mod status;
@@ -136,6 +138,9 @@ pub enum Command {
     Rotate(rotate::RotateArgs),
     /// Print a shell completion script (bash, zsh or fish), plugin commands included
     Completions(completions::CompletionsArgs),
+    #[cfg(feature = "nodes")]
+    /// Restore an etcd snapshot: every controller is replaced, the first restores it
+    Restore(restore::RestoreArgs),
     /// Any other name: a plugin's command, or `kube-aws-NAME` on PATH
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -227,6 +232,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Backups(args) => backups::run(&cli.global, args),
         Command::Rotate(args) => rotate::run(&cli.global, args),
         Command::Completions(args) => completions::run(&cli.global, args),
+        #[cfg(feature = "nodes")]
+        Command::Restore(args) => restore::run(&cli.global, args),
         Command::External(argv) => external(&cli.global, argv),
     }
 }

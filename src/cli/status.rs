@@ -110,6 +110,16 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
     for w in c.warnings.iter().chain(&t.warnings).chain(&e.warnings) {
         println!("warning: {w}");
     }
+    let etcd = crate::aws::etcd_status::lines(&r.etcd);
+    if !etcd.is_empty() {
+        println!("etcd:");
+        for l in etcd {
+            println!("  {l}");
+        }
+    }
+    for w in crate::aws::etcd_status::warnings(&r.etcd) {
+        println!("warning: {w}");
+    }
     if !r.addons.is_empty() {
         println!("addons:");
         for a in &r.addons {

@@ -39,7 +39,12 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);
     hooks(global, &cluster, Step::Update, When::Pre, &rendered, None)?;
-    let artifacts = artifacts(global, &cluster, &args.publish)?;
+    // The zones `up` recorded: the render keeps the stack's subnets.
+    let zones = runtime()?.block_on(async {
+        let clients = connect(&args.aws.options(), &cfg.region).await?;
+        crate::aws::zones::recorded(&clients, cfg).await
+    })?;
+    let artifacts = artifacts(global, &cluster, &args.publish, zones)?;
     let applied = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;

@@ -113,6 +113,13 @@ pub struct Network {
     /// (cheaper; its zone is a single point of failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nat_gateways: Option<NatGateways>,
+    /// Not in cluster.yaml: the zone count the live stack recorded when `up`
+    /// created it (the root stack's `ZoneCount` output), which `update`
+    /// renders with, so that a new VPC without availabilityZones keeps its
+    /// subnets whatever controller.count becomes (src/render/cfn/network.rs).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub recorded_zone_count: Option<usize>,
 }
 
 /// How many NAT gateways private subnets get.

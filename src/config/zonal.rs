@@ -35,7 +35,11 @@ impl ClusterConfig {
         if net.vpc_id.is_some() {
             net.subnet_ids.len()
         } else if net.availability_zones.is_empty() {
-            default_zone_count(self.controller.count)
+            // `update` renders with the count the live stack recorded at `up`
+            // (the root stack's ZoneCount output, src/aws/zones.rs), so that
+            // a changed controller.count adds or deletes no subnet.
+            net.recorded_zone_count
+                .unwrap_or_else(|| default_zone_count(self.controller.count))
         } else {
             net.availability_zones.len()
         }

@@ -28,6 +28,8 @@ const ETCD_BACKUP_SERVICE: &str = include_str!("templates/kube-aws-etcd-backup.s
 const ETCD_BACKUP_TIMER: &str = include_str!("templates/kube-aws-etcd-backup.timer");
 const ETCD_MAINTENANCE_SERVICE: &str = include_str!("templates/kube-aws-etcd-maintenance.service");
 const ETCD_MAINTENANCE_TIMER: &str = include_str!("templates/kube-aws-etcd-maintenance.timer");
+const ETCD_TEST_RESTORE_SERVICE: &str = include_str!("templates/kube-aws-etcd-test-restore.service");
+const ETCD_TEST_RESTORE_TIMER: &str = include_str!("templates/kube-aws-etcd-test-restore.timer");
 const LIFECYCLE_SERVICE: &str = include_str!("templates/kube-aws-lifecycle.service");
 /// Every node's: a changed ClusterConfiguration or KubeletConfiguration
 /// applied in place (`kube-aws-node reconfigure`, enabled by the bootstrap
@@ -40,6 +42,7 @@ const RECONFIGURE_TIMER: &str = include_str!("templates/kube-aws-reconfigure.tim
 pub const ETCD_UNITS: &[&str] = &[
     "kube-aws-etcd-backup.timer",
     "kube-aws-etcd-maintenance.timer",
+    "kube-aws-etcd-test-restore.timer",
     "kube-aws-lifecycle.service",
 ];
 /// Where the controllers' etcd tools read the name of their settings parameter.
@@ -552,6 +555,8 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
         ("kube-aws-etcd-backup.timer", ETCD_BACKUP_TIMER),
         ("kube-aws-etcd-maintenance.service", ETCD_MAINTENANCE_SERVICE),
         ("kube-aws-etcd-maintenance.timer", ETCD_MAINTENANCE_TIMER),
+        ("kube-aws-etcd-test-restore.service", ETCD_TEST_RESTORE_SERVICE),
+        ("kube-aws-etcd-test-restore.timer", ETCD_TEST_RESTORE_TIMER),
         ("kube-aws-lifecycle.service", LIFECYCLE_SERVICE),
     ] {
         files.push((unit_path(name), "0644".into(), unit.into()));

@@ -82,6 +82,10 @@ pub const RECONFIGURE_STATUS: &str = "status/control-plane/reconfigure.json";
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
 /// The last etcd backup run.
 pub const BACKUP_STATUS: &str = "status/etcd/backup.json";
+/// The last etcd maintenance pass (src/node/kube_aws_node/defrag.py): sizes, alarms.
+pub const MAINTENANCE_STATUS: &str = "status/etcd/maintenance.json";
+/// The last weekly test restore (src/node/kube_aws_node/testrestore.py).
+pub const TEST_RESTORE_STATUS: &str = "status/etcd/test-restore.json";
 /// Where the controllers' etcd snapshots go (no trailing slash: the nodes' settings name it).
 pub const ETCD_BACKUP_DIR: &str = "etcd";
 /// The published chart archives, `charts/<sha256>.tgz`.

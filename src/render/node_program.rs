@@ -30,12 +30,14 @@ pub const MODULES: &[(&str, &str)] = &[
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
     ("lease.py", include_str!("../node/kube_aws_node/lease.py")),
     ("locks.py", include_str!("../node/kube_aws_node/locks.py")),
+    ("metrics.py", include_str!("../node/kube_aws_node/metrics.py")),
     ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
     ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),
     ("reconfigure.py", include_str!("../node/kube_aws_node/reconfigure.py")),
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
+    ("testrestore.py", include_str!("../node/kube_aws_node/testrestore.py")),
     ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
 ];
 

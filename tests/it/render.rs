@@ -783,6 +783,14 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     let mut one = default_zones.clone();
     one.cluster.controller.count = 1;
     assert!(stack(&rendered(&one), "network")["Resources"].get("Subnet2").is_none());
+    assert_eq!(stack(&rendered(&one), "root")["Outputs"]["ZoneCount"]["Value"], "2");
+    // After `up`, the stack's record wins (issue 29): 3 controllers scaled to
+    // one keep the three subnets, and the record stays 3.
+    let mut recorded = one.clone();
+    recorded.cluster.network.recorded_zone_count = Some(3);
+    let r = rendered(&recorded);
+    assert!(stack(&r, "network")["Resources"].get("Subnet2").is_some());
+    assert_eq!(stack(&r, "root")["Outputs"]["ZoneCount"]["Value"], "3");
     // Explicit zones win: 3 controllers on 2 listed zones split 2+1 (documented).
     let mut two = input.clone();
     two.cluster.network.availability_zones = vec!["us-west-2a".into(), "us-west-2b".into()];
@@ -1321,4 +1329,35 @@ fn controllers_are_judged_by_the_api_health_check_and_may_mark_themselves_unheal
             }
         }
     }
+}
+
+/// etcd's alarms: the database at 70 % of etcd.quotaBackendBytes, the newest
+/// snapshot older than twice etcd.backup.interval (missing data breaching);
+/// the controllers may put metrics in the alarms' namespace only.
+#[test]
+fn etcd_alarms_watch_the_quota_and_the_backup_age() {
+    let mut input = full();
+    input.cluster.etcd.backup.interval = "2h".into();
+    input.cluster.etcd.quota_backend_bytes = 10 * 1024 * 1024 * 1024;
+    let r = rendered(&input);
+    let cp = stack(&r, "control-plane");
+    let size = &cp["Resources"]["EtcdDbSizeAlarm"]["Properties"];
+    assert_eq!(size["Threshold"], 7 * 1024 * 1024 * 1024u64);
+    assert_eq!(
+        (&size["Namespace"], &size["MetricName"]),
+        (&serde_json::json!("kube-aws/etcd"), &serde_json::json!("DbSizeBytes"))
+    );
+    let age = &cp["Resources"]["EtcdBackupAgeAlarm"]["Properties"];
+    assert_eq!(age["Threshold"], 4 * 3600);
+    assert_eq!(age["TreatMissingData"], "breaching");
+    assert_eq!(age["Dimensions"][0]["Value"], input.cluster.cluster_name.as_str());
+    let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let put = statements.iter().find(|s| s["Sid"] == "PublishEtcdMetrics").unwrap();
+    assert_eq!(
+        put["Condition"]["StringEquals"]["cloudwatch:namespace"],
+        "kube-aws/etcd"
+    );
 }

@@ -265,12 +265,11 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
             ),
         ),
         (
-            "controller.count 1 → 3 (a third zone's subnet)",
+            // The two zones `up` recorded (root output ZoneCount) stay: no
+            // third subnet, no group's subnets change (src/aws/zones.rs).
+            "controller.count 1 → 3 (the zones recorded at up stay)",
             ["  count: 3\n", POOLS, "", ""],
-            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances, the 1 running replaced, one at a time (subnets); \
-             then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (subnets); \
-             and NodePoolSpot/WorkerGroup: 2 instances replaced, one at a time (subnets)"
-                .into(),
+            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances, none replaced".into(),
         ),
     ];
     let mut table = String::from("| change | preview on moto |\n|---|---|\n");

@@ -85,6 +85,25 @@ Patches (moto 5.2.5):
    moto ignores CreationPolicy and has no SignalResource, so its stacks
    complete at once. tests/support/moto_signals.py adds a group's
    CreationPolicy and the signals (its docstring says what and what not).
+
+9. iam access_control IAMRequestBase.__init__ names the action after the
+   request's SigV4 signing name (`<service>:<Action>`), and CloudWatch signs
+   as `monitoring`: with IAM enforced, a PutMetricData allowed by a policy's
+   `cloudwatch:PutMetricData` is refused as "not authorized to perform:
+   monitoring:PutMetricData". AWS's action prefix for CloudWatch is
+   `cloudwatch` (Service Authorization Reference, Amazon CloudWatch). The
+   patch renames the prefix of the actions of that signing name only.
+
+10. Missing feature: moto's CloudFormation has no model for
+   AWS::CloudWatch::Alarm (moto/cloudwatch/models.py: `Alarm` is a plain
+   BaseModel, only `Dashboard` is a CloudFormationModel), so
+   cloudformation/parsing.py resource_class_from_type logs "No Moto
+   CloudFormation support for AWS::CloudWatch::Alarm" and the stack is
+   created without its alarms. AWS creates the alarm as PutMetricAlarm would
+   (AWS::CloudWatch::Alarm reference: Ref is the alarm name, Fn::GetAtt Arn
+   its ARN; a changed AlarmName replaces the alarm). The patch adds that
+   model for the single-metric form, through moto's own put_metric_alarm and
+   delete_alarms; `Metrics` (metric math) is refused rather than dropped.
 """
 
 import json
@@ -94,6 +113,8 @@ import sys
 import moto
 from moto.cloudformation import models as cloudformation_models
 from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+from moto.cloudwatch import models as cloudwatch_models
+from moto.core.common_models import CloudFormationModel
 from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
 from moto.iam import access_control
@@ -161,6 +182,92 @@ def _policy_from_dict(original):
     return init
 
 
+def _cloudwatch_action_prefix(init):
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self._action.startswith("monitoring:"):
+            self._action = "cloudwatch:" + self._action[len("monitoring:"):]
+
+    return patched
+
+
+class _CfnAlarm(CloudFormationModel):
+    """AWS::CloudWatch::Alarm (patch 10): the backend's Alarm behind it."""
+
+    # moto's model metaclass (core/base_backend.py InstanceTrackerMeta) files
+    # a model under the service its module is in.
+    __module__ = "moto.cloudwatch.models"
+
+    def __init__(self, alarm, account_id, region_name):
+        self.alarm = alarm
+        self.account_id = account_id
+        self.region_name = region_name
+
+    @staticmethod
+    def cloudformation_name_type():
+        return "AlarmName"
+
+    @staticmethod
+    def cloudformation_type():
+        return "AWS::CloudWatch::Alarm"
+
+    @property
+    def physical_resource_id(self):
+        return self.alarm.name
+
+    @classmethod
+    def has_cfn_attr(cls, attr):
+        return attr == "Arn"
+
+    def get_cfn_attribute(self, attribute_name):
+        if attribute_name == "Arn":
+            return self.alarm.alarm_arn
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        p = cloudformation_json["Properties"]
+        if "Metrics" in p:
+            raise NotImplementedError("tests/support/moto_server.py: AWS::CloudWatch::Alarm with Metrics")
+        backend = cloudwatch_models.cloudwatch_backends[account_id][region_name]
+        number = lambda k: None if p.get(k) is None else int(p[k])  # noqa: E731
+        alarm = backend.put_metric_alarm(
+            name=resource_name,
+            namespace=p.get("Namespace"),
+            metric_name=p.get("MetricName"),
+            comparison_operator=p["ComparisonOperator"],
+            evaluation_periods=int(p["EvaluationPeriods"]),
+            period=number("Period"),
+            threshold=None if p.get("Threshold") is None else float(p["Threshold"]),
+            statistic=p.get("Statistic"),
+            description=p.get("AlarmDescription"),
+            dimensions=p.get("Dimensions", []),
+            alarm_actions=p.get("AlarmActions", []),
+            datapoints_to_alarm=number("DatapointsToAlarm"),
+            extended_statistic=p.get("ExtendedStatistic"),
+            ok_actions=p.get("OKActions"),
+            insufficient_data_actions=p.get("InsufficientDataActions"),
+            unit=p.get("Unit"),
+            actions_enabled=p.get("ActionsEnabled", True) in (True, "true", "True"),
+            treat_missing_data=p.get("TreatMissingData"),
+            evaluate_low_sample_count_percentile=p.get("EvaluateLowSampleCountPercentile"),
+        )
+        return cls(alarm, account_id, region_name)
+
+    @classmethod
+    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
+        if original_resource.alarm.name != new_resource_name:
+            original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
+    @classmethod
+    def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name):
+        cloudwatch_models.cloudwatch_backends[account_id][region_name].delete_alarms([resource_name])
+
+    def delete(self, account_id, region_name):
+        cloudwatch_models.cloudwatch_backends[account_id][region_name].delete_alarms([self.alarm.name])
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -179,6 +286,13 @@ def apply_patches():
     moto_lifecycle.apply()
     if os.environ.get("KUBE_AWS_MOTO_SIGNALS") == "1":
         moto_signals.apply()
+    base = access_control.IAMRequestBase
+    base.__init__ = _cloudwatch_action_prefix(base.__init__)
+    # Patch 10: a subclass is a model once defined (parsing.get_model_list is
+    # CloudFormationModel.__subclasses__(), cached on its first call, which
+    # comes with the first stack: after this).
+    models = CloudFormationModel.__subclasses__()
+    assert [m for m in models if m.cloudformation_type() == "AWS::CloudWatch::Alarm"] == [_CfnAlarm]
 
 
 if __name__ == "__main__":

@@ -76,6 +76,9 @@ def call_for(g, v, scratch):
         "cloudformation:DescribeStacks": lambda: ["cloudformation", "describe-stacks", "--stack-name", v["stack"]],
         "ec2:DescribeInstances": lambda: ["ec2", "describe-instances"],
         "autoscaling:DescribeAutoScalingInstances": lambda: ["autoscaling", "describe-auto-scaling-instances"],
+        "cloudwatch:PutMetricData": lambda: [
+            "cloudwatch", "put-metric-data", "--namespace", (g.get("context") or {}).get("cloudwatch:namespace", "x"),
+            "--metric-name", "Probe", "--value", "1"],
         "autoscaling:SetInstanceHealth": lambda: [
             "autoscaling", "set-instance-health", "--instance-id", "i-00000000000000000",
             "--health-status", "Unhealthy"],

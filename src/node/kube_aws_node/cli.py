@@ -25,6 +25,7 @@ COMMANDS = {
     "certs": ("certs", "main", True),
     "bootstrap-token": ("join_token", "main", True),
     "reconfigure": ("reconfigure", "main", True),
+    "etcd-test-restore": ("testrestore", "test_restore_main", True),
 }
 
 

@@ -33,6 +33,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from . import locks, metrics
+from .awscall import AwsError, listed_object
+
 # KUBE_AWS_ROOT prefixes every node path this module reads or writes (tests only).
 ROOT = os.environ.get("KUBE_AWS_ROOT", "")
 ETCD_JSON = "/etc/kube-aws/etcd.json"
@@ -66,6 +69,18 @@ PRUNE_SECONDS = 60
 # has no s3:DeleteObject on them. Keys directly under etcd/ are an older
 # layout's, still read by a restore.
 SNAPSHOT_SUFFIX = ".db"
+# `kube-aws restore` (src/aws/restore.rs) writes its request here, relative to
+# the cluster's key prefix ({"id", "key"}), after deleting RESTORE_LOCK; the
+# first replacement controller to take the lock restores the key, the others
+# join it (kops's etcd-manager likewise restores on one member and lets the
+# others join empty and sync: docs/backup-restore.md).
+RESTORE_REQUEST = "bootstrap/etcd-restore.json"
+RESTORE_LOCK = "bootstrap/etcd-restore-lock"
+# What the restorer writes once the snapshot is in place ("request" names the
+# request it served). A request it names is over: a controller that boots
+# later (a rolling update, the single controller replaced again) decides as
+# if there were none, instead of joining a restore that is long done.
+RESTORE_STATUS = "status/etcd/restore.json"
 HOURLY, DAILY = "hourly/", "daily/"
 DAY_SECONDS = 86400
 UPLOAD_ATTEMPTS = 3
@@ -233,6 +248,54 @@ def daily_key(prefix, hourly_key):
 
 
 JOIN, INIT, RESTORE, FAIL = "join", "init", "restore", "fail"
+
+
+def requested_restore_decision(request, took_restore_lock, prefix):
+    """A pending `kube-aws restore` request decides before anything else: the
+    controller that took the restore lock restores the requested key (one of
+    this cluster's snapshots, else it fails), the others join it, whatever
+    the API answers (the old controllers may still be leaving)."""
+    key = str(request.get("key", ""))
+    rid = str(request.get("id", ""))
+    if not took_restore_lock:
+        return {"action": JOIN, "request": rid,
+                "reason": "kube-aws restore %s: another controller restores the snapshot; join it" % rid}
+    if snapshot_tier(key, prefix) is None:
+        return {"action": FAIL, "request": rid,
+                "reason": "kube-aws restore %s asks for %r, which is not a snapshot under %s" % (rid, key, prefix)}
+    return {"action": RESTORE, "key": key, "request": rid,
+            "reason": "kube-aws restore %s: this controller took the restore lock and restores %s" % (rid, key)}
+
+
+def read_restore_request(node):
+    """The pending request of `kube-aws restore`, or None."""
+    bucket = node.runtime["bucket"]
+    key = "%s/%s" % (node.runtime["keyPrefix"], RESTORE_REQUEST)
+    if listed_object(node.aws, bucket, key) is None:
+        return None
+    fd, path = tempfile.mkstemp(prefix="kube-aws-restore-")
+    os.close(fd)
+    try:
+        node.aws(["s3api", "get-object", "--bucket", bucket, "--key", key, path])
+        return read_json(path, {}) or None
+    finally:
+        os.unlink(path)
+
+
+def restore_served(node, rid):
+    """Whether request `rid` was served: the restorer's status object names
+    it. Unreadable (none yet, a refusal, a network error) is not served: the
+    controller then joins the restore, as before the status existed."""
+    fd, path = tempfile.mkstemp(prefix="kube-aws-restore-status-")
+    os.close(fd)
+    try:
+        node.aws(["s3api", "get-object", "--bucket", node.runtime["bucket"],
+                  "--key", "%s/%s" % (node.runtime["keyPrefix"], RESTORE_STATUS), path], attempts=1)
+        return bool(rid) and str((read_json(path, {}) or {}).get("request", "")) == rid
+    except (AwsError, OSError, ValueError, AttributeError):
+        return False
+    finally:
+        os.unlink(path)
 
 
 def restore_decision(took_init_lock, api_answers, controller_count, snaps):
@@ -673,13 +736,18 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
     Returns (exit code, status object or None)."""
     s = node.settings()
     status = json.loads(etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
+    cluster = node.runtime.get("cluster", "")
     if not is_leader(status):
+        # Every controller records the raft term it saw (metrics.py).
+        metrics.tick(node.aws, cluster, status_of(status), False, None, clock.now(), host(metrics.TERM_STATE))
         return 0, None
     bucket, prefix = s["bucket"], s["backupPrefix"]
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
     hourly = snapshots(listing, prefix, (HOURLY, ""))
     daily = snapshots(listing, prefix, (DAILY,))
     now = clock.now()
+    metrics.tick(node.aws, cluster, status_of(status), True, hourly[-1]["time"] if hourly else None, now,
+                 host(metrics.TERM_STATE))
     if not force and not backup_due(hourly, now, int(s["intervalSeconds"])):
         return 0, None
     instance = node.instance()
@@ -770,6 +838,18 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     s = node.settings()
     bucket, prefix = s["bucket"], s["backupPrefix"]
     count = int(s.get("controllerCount", 1))
+    request = None if took_init_lock else read_restore_request(node)
+    took = request and locks.take(node.aws, node.runtime["bucket"],
+                                  "%s/%s" % (node.runtime["keyPrefix"], RESTORE_LOCK),
+                                  node.instance().get("instanceId", ""))
+    if request and not took and restore_served(node, str(request.get("id", ""))):
+        request = None
+    if request:
+        plan = requested_restore_decision(request, took, prefix)
+        say(json.dumps(plan))
+        if plan["action"] != RESTORE:
+            return plan
+        return restore_snapshot(node, run, clock, plan, say)
     if not took_init_lock and count > 1:
         # Several controllers always join (restore_decision): no need to probe.
         plan = restore_decision(False, False, count, [])
@@ -783,6 +863,13 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     say(json.dumps(plan))
     if plan["action"] != RESTORE:
         return plan
+    return restore_snapshot(node, run, clock, plan, say)
+
+
+def restore_snapshot(node, run, clock, plan, say):
+    """Restores plan["key"] into etcd's data dir as a one-member cluster;
+    bootstrap then runs `kubeadm init` on it."""
+    bucket = node.settings()["bucket"]
     version = read_json(host(NODE_JSON), {}).get("kubernetesVersion", "")
     image = etcd_image(run(["kubeadm", "config", "images", "list", "--kubernetes-version", version]))
     if not image:
@@ -794,7 +881,8 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     for argv in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip()):
         run(argv)
     os.unlink(host(RESTORE_PATH))
-    node.put_json("status/etcd/restore.json", {"key": plan["key"], "instanceId": instance["instanceId"],
+    node.put_json(RESTORE_STATUS, {"key": plan["key"], "instanceId": instance["instanceId"],
+                                              "request": plan.get("request", ""),
                                               "restoredAt": int(clock.now())})
     done = {"action": "restored", "key": plan["key"]}
     say(json.dumps(done))

@@ -18,7 +18,7 @@ import unittest
 import helpers
 
 SERVICES = ("s3", "s3api", "ssm", "cloudformation", "ec2", "kms", "autoscaling", "sts", "iam", "sqs",
-            "elbv2", "route53", "secretsmanager")
+            "elbv2", "route53", "secretsmanager", "cloudwatch")
 PACKAGE = os.path.join(helpers.HERE, "..", "kube_aws_node")
 STUB = os.path.join(helpers.REPO, "src", "render", "templates", "stub.sh")
 TABLE = os.path.join(helpers.HERE, "..", "iam-calls.json")

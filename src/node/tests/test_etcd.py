@@ -78,7 +78,7 @@ class FakeAws(object):
         self.failing = dict(failing)  # (service, op) -> times it fails
         self.calls = []
 
-    def __call__(self, args):
+    def __call__(self, args, attempts=None):
         self.calls.append(list(args))
         key = tuple(args[:2])
         if self.failing.get(key, 0):
@@ -419,6 +419,8 @@ class Backup(WithFiles):
         self.assertEqual((code, report), (0, None))
         self.assertFalse([c for c in calls if "save" in c])
         self.assertFalse(aws.ops("s3", "cp"))
+        # A follower publishes no metric (it records the raft term only).
+        self.assertFalse(aws.ops("cloudwatch", "put-metric-data"))
 
     def test_the_leader_snapshots_encrypts_and_deletes_nothing(self):
         run, calls = self.runner()
@@ -440,6 +442,9 @@ class Backup(WithFiles):
         # Retention is the bucket's lifecycle rules: no node deletes a snapshot.
         self.assertFalse(aws.ops("s3api", "delete-object"))
         self.assertFalse(os.path.exists(self.snap), "the local snapshot is left behind")
+        # The leader's tick published etcd's metrics (metrics.py), in its namespace.
+        put = aws.ops("cloudwatch", "put-metric-data")
+        self.assertEqual([p[2:4] for p in put], [["--namespace", "kube-aws/etcd"]])
 
     def test_a_daily_snapshot_once_a_day(self):
         run, _ = self.runner()
@@ -549,6 +554,78 @@ class Restore(WithFiles):
         self.assertIn("s3://b/p/demo/etcd/20261201T010000Z-a.db", aws.ops("s3", "cp")[0])
         self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[0])
 
+    def test_a_requested_restore_decides_first(self):
+        d = etcd.requested_restore_decision
+        req = {"id": "r1", "key": "p/demo/etcd/hourly/20261201T000000Z-a.db"}
+        r = d(req, True, "p/demo/etcd/")
+        self.assertEqual((r["action"], r["key"], r["request"]), ("restore", req["key"], "r1"))
+        self.assertEqual(d(req, False, "p/demo/etcd/")["action"], "join")
+        # A key outside the cluster's snapshots is refused on the node too.
+        self.assertEqual(d(dict(req, key="p/prod/etcd/hourly/x.db"), True, "p/demo/etcd/")["action"], "fail")
+
+    def requested(self, lock_held, served=False):
+        """Three controllers, the API still answering, a request pending
+        (served: the restorer's status object names it)."""
+        self.write(etcd.NODE_JSON, json.dumps({"kubernetesVersion": "1.35.4"}))
+        os.makedirs(etcd.host("/var/lib/kube-aws"))
+        key = "p/demo/etcd/hourly/20261201T000000Z-a.db"
+
+        def listed(args):
+            prefix = args[args.index("--prefix") + 1]
+            return listing((prefix, 5, "2026-12-01T00:00:00Z")) if prefix.endswith(etcd.RESTORE_REQUEST) else {}
+
+        def get(args):
+            if args[args.index("--key") + 1].endswith(etcd.RESTORE_STATUS):
+                if not served:
+                    raise etcd.AwsError("An error occurred (NoSuchKey) when calling the GetObject operation")
+                with open(args[-1], "w") as f:
+                    json.dump({"key": key, "request": "r1", "restoredAt": 1}, f)
+                return
+            with open(args[-1], "w") as f:
+                json.dump({"id": "r1", "key": key}, f)
+
+        def put(args):
+            if "--if-none-match" in args and lock_held:
+                raise etcd.locks.AwsError("An error occurred (PreconditionFailed) when calling the PutObject")
+
+        def cp(args):
+            with open(args[-1], "w") as f:
+                f.write("snapshot")
+        aws = FakeAws({("ssm", "get-parameter"): settings_answer(SETTINGS),
+                       ("s3api", "list-objects-v2"): listed, ("s3api", "get-object"): get,
+                       ("s3api", "put-object"): put, ("s3", "cp"): cp})
+        run = lambda a: "registry.k8s.io/etcd:3.6.5-0\n" if a[:3] == ["kubeadm", "config", "images"] else ""  # noqa
+        with Quiet() as q:
+            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=FakeClock(), answers=lambda e: True)
+        return code, [json.loads(l) for l in q.out.getvalue().splitlines()], aws, key
+
+    def test_the_controller_that_takes_the_restore_lock_restores_the_requested_key(self):
+        code, lines, aws, key = self.requested(lock_held=False)
+        self.assertEqual(code, 0)
+        self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
+        self.assertEqual(lines[1]["key"], key)
+        lock = [c for c in aws.ops("s3api", "put-object") if "--if-none-match" in c][0]
+        self.assertEqual(lock[lock.index("--key") + 1], "p/demo/" + etcd.RESTORE_LOCK)
+        self.assertIn("s3://b/" + key, aws.ops("s3", "cp")[0])
+
+    def test_the_others_join_the_restored_one(self):
+        code, lines, aws, _ = self.requested(lock_held=True)
+        self.assertEqual(code, 0)
+        self.assertEqual([l["action"] for l in lines], ["join"])
+        self.assertFalse(aws.ops("s3", "cp"))
+
+    def test_a_served_request_is_over(self):
+        # A controller booting after the restore (a rolling update) decides as
+        # if no request were pending: three controllers join, and it neither
+        # restores nor reads a snapshot.
+        code, lines, aws, _ = self.requested(lock_held=True, served=True)
+        self.assertEqual(code, 0)
+        self.assertEqual([l["action"] for l in lines], ["join"])
+        self.assertNotIn("request", lines[0])
+        self.assertFalse(aws.ops("s3", "cp"))
+        status = [c for c in aws.ops("s3api", "get-object") if c[c.index("--key") + 1].endswith(etcd.RESTORE_STATUS)]
+        self.assertEqual(len(status), 1)
+
     def test_no_snapshot_fails_the_boot_with_the_reason(self):
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1)),
                        ("s3api", "list-objects-v2"): {}})
@@ -570,7 +647,9 @@ class Restore(WithFiles):
                 code = etcd.etcd_restore_main(argv, aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
                                               answers=answers)
             self.assertEqual((code, json.loads(q.out.getvalue())["action"]), (0, want))
-        self.assertFalse(aws.ops("s3api", "list-objects-v2"))
+        # Only the restore request's exact key is listed (no request pending), no snapshot.
+        self.assertEqual([c[c.index("--prefix") + 1] for c in aws.ops("s3api", "list-objects-v2")],
+                         ["p/demo/" + etcd.RESTORE_REQUEST])
         self.assertFalse(aws.ops("s3", "cp"))
 
 

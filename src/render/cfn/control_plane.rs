@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::plan::{AddonBundle, Plan};
 use super::super::{Ctx, RenderError, RenderInput};
-use super::etcd::{etcd_membership, etcd_settings, ETCD_SETTINGS};
+use super::etcd::{etcd_alarms, etcd_membership, etcd_settings, ETCD_SETTINGS};
 use super::nodes::{node_group, node_stack_parameters, Group, NodeUserData};
 use super::release_secrets::{parameter as release_secrets_parameter, pointer_value, release_secrets, ReleaseSecrets};
 use super::{is_arm64, template};
@@ -89,6 +89,7 @@ pub(super) fn control_plane_stack(
     node_group(input, ctx, &g, &node.stub, &mut r);
     etcd_membership(ctx, &mut r);
     r.insert(ETCD_SETTINGS.into(), etcd_settings(input, ctx)?);
+    etcd_alarms(input, ctx, &mut r)?;
     r.insert(PLAN_POINTER.into(), plan_pointer(ctx, bundle, &release_secrets));
     t.insert("Resources".into(), Value::Object(r));
     t.insert(

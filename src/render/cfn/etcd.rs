@@ -16,6 +16,60 @@ pub const ETCD_LIFECYCLE_TIMEOUT: u32 = 300;
 /// The control-plane stack's etcd settings parameter (backups, controller count).
 pub const ETCD_SETTINGS: &str = "EtcdSettings";
 
+/// The CloudWatch namespace of etcd's metrics (src/node/kube_aws_node/metrics.py).
+pub const ETCD_METRICS_NAMESPACE: &str = "kube-aws/etcd";
+
+/// The names of the stack's etcd alarms start with this (`status` lists them
+/// by it: src/aws/etcd_status.rs).
+pub fn etcd_alarm_prefix(cluster: &str) -> String {
+    format!("kube-aws-{cluster}-etcd-")
+}
+
+/// The stack's etcd alarms: the database at 70 % of the quota (NOSPACE comes
+/// at 100 %, and the cluster goes read-only), and the newest snapshot older
+/// than twice the backup interval. A missing backup age (no leader
+/// publishing, no snapshot yet) counts as breaching after half an hour, so a
+/// dead backup service is not silent. Alarm actions are left to the operator
+/// (an SNS topic of their own: `aws cloudwatch put-metric-alarm` or a plugin).
+pub(super) fn etcd_alarms(input: &RenderInput, ctx: &Ctx, r: &mut Map<String, Value>) -> Result<(), RenderError> {
+    let b = &input.cluster.etcd.backup;
+    let interval = humantime::parse_duration(b.interval.trim()).map_err(|e| RenderError::Network {
+        message: format!("etcd.backup.interval {:?}: {e}", b.interval),
+    })?;
+    let dims = json!([{"Name": "ClusterName", "Value": ctx.cluster}]);
+    let quota = input.cluster.etcd.quota_backend_bytes;
+    r.insert(
+        "EtcdDbSizeAlarm".into(),
+        json!({"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": format!("{}db-size", etcd_alarm_prefix(&ctx.cluster)),
+            "AlarmDescription": format!("etcd's database of cluster {} is at 70 % of its quota ({quota} bytes): defragment, compact, or raise etcd.quotaBackendBytes before NOSPACE makes it read-only", ctx.cluster),
+            "Namespace": ETCD_METRICS_NAMESPACE, "MetricName": "DbSizeBytes", "Dimensions": dims,
+            "Statistic": "Maximum", "Period": 300, "EvaluationPeriods": 1,
+            "Threshold": quota * 7 / 10, "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "TreatMissingData": "missing"}}),
+    );
+    r.insert(
+        "EtcdBackupAgeAlarm".into(),
+        json!({"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": format!("{}backup-age", etcd_alarm_prefix(&ctx.cluster)),
+            "AlarmDescription": format!("cluster {}: the newest etcd snapshot is older than twice etcd.backup.interval ({}); see `kube-aws backups`", ctx.cluster, b.interval),
+            "Namespace": ETCD_METRICS_NAMESPACE, "MetricName": "BackupAgeSeconds", "Dimensions": dims,
+            "Statistic": "Maximum", "Period": 300, "EvaluationPeriods": 6,
+            "Threshold": interval.as_secs() * 2, "ComparisonOperator": "GreaterThanThreshold",
+            "TreatMissingData": "breaching"}}),
+    );
+    Ok(())
+}
+
+/// Where `kube-aws restore` puts its request, relative to the cluster's prefix
+/// (src/node/kube_aws_node/etcd.py RESTORE_REQUEST), and the lock the first
+/// replacement controller takes to restore it.
+pub const ETCD_RESTORE_REQUEST: &str = "bootstrap/etcd-restore.json";
+pub const ETCD_RESTORE_LOCK: &str = "bootstrap/etcd-restore-lock";
+/// What the restorer writes once done; it names the request it served, which
+/// ends the request for the controllers that boot later (etcd.py `restore_served`).
+pub const ETCD_RESTORE_STATUS: &str = "status/etcd/restore.json";
+
 /// The SSM parameter holding the controllers' etcd settings.
 pub fn etcd_parameter_name(ctx: &Ctx) -> String {
     format!("/kube-aws/{}/etcd", ctx.cluster)
@@ -112,6 +166,21 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
     ];
+    // A pending `kube-aws restore` request (src/node/kube_aws_node/etcd.py):
+    // read exactly its key, and the restore status that says it was served.
+    // Listing it and taking its lock (under bootstrap/) are the lock
+    // statements' (src/render/cfn/iam.rs).
+    let exact = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
+    s.push(
+        json!({"Sid": "ReadEtcdRestoreRequest", "Effect": "Allow", "Action": ["s3:GetObject"],
+        "Resource": [exact(ETCD_RESTORE_REQUEST), exact(ETCD_RESTORE_STATUS)]}),
+    );
+    // The backup tick's metrics (src/node/kube_aws_node/metrics.py): PutMetricData
+    // has no resource-level scope; the namespace is its condition key.
+    s.push(
+        json!({"Sid": "PublishEtcdMetrics", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"],
+        "Resource": "*", "Condition": {"StringEquals": {"cloudwatch:namespace": ETCD_METRICS_NAMESPACE}}}),
+    );
     if let Some(k) = &input.cluster.kms_key_arn {
         s.push(json!({"Sid": "EncryptEtcdSnapshots", "Effect": "Allow",
             "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": k,

@@ -11,6 +11,18 @@ use crate::config::DEFAULT_VPC_CIDR;
 
 pub use crate::config::default_zone_count;
 
+/// The zones of a new VPC: network.availabilityZones when listed; else the
+/// count the live stack recorded at `up` (`update` passes it in:
+/// `Network::recorded_zone_count`), so that scaling the controllers never
+/// adds or deletes a subnet; else, for a new cluster, `default_zone_count`.
+/// None for an existing VPC.
+pub fn new_vpc_zone_count(cluster: &crate::config::ClusterConfig) -> Option<usize> {
+    if cluster.network.vpc_id.is_some() {
+        return None;
+    }
+    Some(cluster.node_subnet_count())
+}
+
 pub(super) fn network_stack(input: &RenderInput, ctx: &Ctx) -> Result<Map<String, Value>, RenderError> {
     let (net, api, access) = (
         &input.cluster.network,

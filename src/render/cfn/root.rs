@@ -64,6 +64,9 @@ pub const KUBERNETES_VERSION: &str = "KubernetesVersion";
 /// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
 
+/// The root stack's output recording the zone count of a new VPC.
+pub const ZONE_COUNT_OUTPUT: &str = "ZoneCount";
+
 pub(super) fn root_stack(
     input: &RenderInput,
     ctx: &Ctx,
@@ -169,10 +172,14 @@ pub(super) fn root_stack(
     );
     t.insert("Parameters".into(), Value::Object(params));
     t.insert("Resources".into(), Value::Object(r));
-    t.insert(
-        "Outputs".into(),
-        json!({"ApiEndpoint": {"Value": out("ApiEndpoint")},
-               "ControlPlaneStack": {"Value": {"Ref": "ControlPlane"}}}),
-    );
+    let mut outputs = json!({"ApiEndpoint": {"Value": out("ApiEndpoint")},
+               "ControlPlaneStack": {"Value": {"Ref": "ControlPlane"}}});
+    // The zone count of a new VPC, recorded in the stack: `update` renders
+    // with it (src/aws/deploy.rs recorded_zone_count).
+    if let Some(n) = super::network::new_vpc_zone_count(&input.cluster) {
+        outputs[ZONE_COUNT_OUTPUT] = json!({"Value": n.to_string(),
+            "Description": "zones of the new VPC's subnets, recorded when the stack was created"});
+    }
+    t.insert("Outputs".into(), outputs);
     t
 }
