@@ -40,6 +40,7 @@ mod installer;
 mod installer_testbed;
 mod issuer_moto;
 mod join_token;
+mod key_rotation_moto;
 mod node_access_moto;
 mod node_bootstrap;
 mod node_iam;

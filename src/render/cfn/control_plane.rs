@@ -80,7 +80,7 @@ pub(super) fn control_plane_stack(
         distribution: None,
         zones: None,
     };
-    let mut params = node_stack_parameters(&g);
+    let mut params = node_stack_parameters(input, &g);
     let release_secrets = release_secrets(input);
     for rs in &release_secrets {
         params[&rs.parameter] = release_secrets_parameter();

@@ -31,7 +31,9 @@ pub use self::nodes::{
     pool_bounds, zonal_suffix, NodeUserData, PoolBounds, ASG_LOGICAL_ID_VARIABLE, SSM_MANAGED_POLICY,
 };
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
-pub use self::root::{AMI_METADATA, CA_CERT_HASH, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY};
+pub use self::root::{
+    AMI_METADATA, CA_CERT_HASH, DECRYPT_KMS_KEYS, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY,
+};
 pub use crate::config::is_arm64;
 
 use self::control_plane::control_plane_stack;
