@@ -61,5 +61,6 @@ mod testbed;
 mod update_rolls_moto;
 mod update_safety_moto;
 mod upgrade_moto;
+mod webhook_cert_testbed;
 mod workers;
 mod workers_moto;
