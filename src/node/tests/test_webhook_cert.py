@@ -129,6 +129,15 @@ class Renewal(unittest.TestCase):
         self.assertEqual(self.locked, [])
         self.assertFalse(any("apply" in c or "restart" in c for c in k.calls), k.calls)
 
+    def test_the_expiry_joins_certs_status_as_a_leaf_it_does_not_renew(self):
+        from kube_aws_node import certs
+        k = FakeKubectl(self.secret_with(200))
+        r = wc.renew(run=k, lock=self.lock)
+        leaves = [wc.leaf(r["expires"])]
+        self.assertEqual(certs.earliest(leaves)["name"], "pod-identity-webhook")
+        self.assertEqual(certs.due(leaves, r["expires"], 90 * DAY), [], "kubeadm never renews it")
+        self.assertAlmostEqual(r["expires"], time.time() + 200 * DAY, delta=DAY)
+
     def test_no_secret_means_the_plugin_is_off(self):
         k = FakeKubectl(None)
         self.assertEqual(wc.renew(run=k, lock=self.lock)["action"], "absent")
