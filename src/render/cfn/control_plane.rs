@@ -78,6 +78,7 @@ pub(super) fn control_plane_stack(
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
         distribution: None,
+        max_lifetime: None,
         zones: None,
     };
     let mut params = node_stack_parameters(input, &g);

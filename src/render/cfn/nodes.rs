@@ -48,6 +48,8 @@ pub(super) struct Group<'a> {
     /// A zonal pool's zone count: one group per node subnet (None: one
     /// group over all of them). See [`zonal_suffix`].
     pub(super) zones: Option<usize>,
+    /// The group's MaxInstanceLifetime in seconds (validated), if any.
+    pub(super) max_lifetime: Option<i32>,
 }
 
 /// The CloudFormation variable a zonal pool's user-data stub carries for its
@@ -303,6 +305,9 @@ fn group_resources(
     if let Some(d) = g.desired {
         props["DesiredCapacity"] = json!(d.to_string());
     }
+    if let Some(s) = g.max_lifetime {
+        props["MaxInstanceLifetime"] = json!(s);
+    }
     if let Some(d) = g.distribution {
         let template = props
             .as_object_mut()
@@ -388,6 +393,9 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         secrets: &node.secrets,
         extra_target_groups: vec![],
         distribution: pool.instances_distribution.as_ref(),
+        max_lifetime: pool
+            .max_instance_lifetime_days
+            .and_then(|d| crate::config::max_instance_lifetime_seconds(d).ok()),
         zones: pool.zonal.then(|| input.cluster.pool_group_count(pool)),
     };
     t.insert("Parameters".into(), node_stack_parameters(input, &g));
