@@ -25,10 +25,12 @@ same window, and this timer renews again within a day when it is due.
 Why the Deployment is restarted: upstream's webhook (v0.6.17, the plugin's
 image) reads --tls-cert/--tls-key through controller-runtime v0.13.0's
 certwatcher (main.go), which reloads on fsnotify events only; the kubelet
-updates a Secret volume by swapping a symlink, an event that version does
-not always see (polling came in later controller-runtime releases). A
-rolling restart (`kubectl rollout restart`, the PodDisruptionBudget keeps
-one pod serving) does not depend on it.
+updates a Secret volume by swapping a symlink and removing the old files,
+after which that watcher can be left watching nothing and miss every later
+update (kubernetes-sigs/controller-runtime#3020, which moved certwatcher to
+polling in late 2024, long after v0.13). A rolling restart (`kubectl rollout
+restart`, the PodDisruptionBudget keeps one pod serving) does not depend on
+it.
 
 The CA bundle in the MutatingWebhookConfiguration is the cluster CA's and
 does not change. Invariant: the key is written only to a 0600 file in a
