@@ -104,6 +104,16 @@ pub enum AwsError {
     IssuerBucketTaken { bucket: String, why: String },
     #[error("the secret {name:?} is {size} bytes; KMS encrypts at most {limit}: keep secret values small (e.g. a password, not a file)")]
     SecretTooLarge { name: String, size: usize, limit: usize },
+    #[error(
+        "{kms_key_arn:?} cannot be used by your AWS identity ({detail}); nothing was changed. The published \
+         secrets are under {previous:?}: to move them, allow your identity kms:Encrypt on the new key (and keep \
+         kms:Decrypt on the old one), or set kmsKeyARN back to {previous:?}"
+    )]
+    KmsKeyUnusable {
+        kms_key_arn: String,
+        previous: String,
+        detail: String,
+    },
     #[error("two secrets are named {name:?}: rename one of the plugin parameters")]
     DuplicateSecret { name: String },
     #[error("cannot get random bytes from the operating system: {detail}")]
@@ -180,6 +190,7 @@ impl AwsError {
             | AwsError::AccountPublicAccessBlocked { .. }
             | AwsError::IssuerBucketTaken { .. }
             | AwsError::SecretTooLarge { .. }
+            | AwsError::KmsKeyUnusable { .. }
             | AwsError::DuplicateSecret { .. }
             | AwsError::Random { .. }
             | AwsError::Rendered(_)

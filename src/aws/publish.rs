@@ -25,7 +25,9 @@
 //! (`s3://bucket/prefix/<cluster>`), `ArtifactBucket`, `ArtifactPrefix`
 //! (`prefix/<cluster>`), and `CACertHash`: kubeadm's hash of the cluster CA
 //! the bundle carries (generated at the first publish, src/pki.rs), and
-//! `KubernetesVersion`, the version record (its rendered default).
+//! `KubernetesVersion`, the version record (its rendered default), and
+//! `DecryptKmsKeyARNs`: the bundle's key and its retired keys (key rotation,
+//! src/aws/secrets.rs), comma-separated, which the node roles may decrypt with.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -335,6 +337,7 @@ pub fn root_parameters(
         ("ArtifactBucket", location.bucket.clone()),
         ("ArtifactPrefix", location.prefix.clone()),
         (crate::render::cfn::SECRET_BUNDLE_KEY, bundle_key.to_string()),
+        (crate::render::cfn::DECRYPT_KMS_KEYS, bundle.decrypt_keys().join(",")),
     ]
     .into_iter()
     .filter(|(k, _)| declared.contains(*k))
@@ -371,8 +374,9 @@ pub fn root_parameters(
 
 /// For each parameter the root metadata lists, a hash of the ciphertexts of
 /// the entries it covers: it changes exactly when one of those secrets
-/// changes (unchanged secrets keep their ciphertext), and tells nothing about
-/// the values.
+/// changes (unchanged secrets keep their ciphertext, and a value re-encrypted
+/// under a new key is hashed by its origin, the ciphertext it was first
+/// published under), and tells nothing about the values.
 pub fn secrets_versions(
     template: &serde_json::Value,
     bundle: &SecretBundle,
@@ -391,6 +395,7 @@ pub fn secrets_versions(
                 .secrets
                 .get(name)
                 .ok_or_else(|| RenderedError::SecretNotPublished { name: name.to_string() })?;
+            let ct = bundle.origins.get(name).unwrap_or(ct);
             h.update(name.as_bytes());
             h.update(&[0]);
             h.update(ct.as_bytes());
@@ -499,6 +504,18 @@ pub async fn get_object(clients: &Clients, bucket: &str, key: &str) -> Result<Op
     }
 }
 
+/// Before an update: when `kmsKeyARN` differs from the published bundle's,
+/// checks that the caller can encrypt under it (src/aws/secrets.rs
+/// `check_key_change`) and returns the previous key. Writes nothing.
+pub async fn check_kms_key(clients: &Clients, cluster: &ClusterConfig) -> Result<Option<String>, AwsError> {
+    let location = Location::new(cluster)?;
+    let kms_key = cluster.kms_key_arn.as_deref().ok_or(AwsError::NoKmsKey)?;
+    let previous: Option<SecretBundle> = get_object(clients, &location.bucket, &location.key(SECRET_BUNDLE))
+        .await?
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    secrets::check_key_change(clients, kms_key, &cluster.cluster_name, previous.as_ref()).await
+}
+
 /// Publishes everything. The secret bundle joins the rendered files as
 /// `secrets/bundle.json` so templates can refer to it.
 pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Published, AwsError> {
@@ -518,6 +535,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         &input.cluster.cluster_name,
         previous.as_ref(),
         input.secrets,
+        secrets::retired_key_lifetime(&input.cluster.etcd.backup.retention),
     )
     .await?;
     let bundle_bytes =

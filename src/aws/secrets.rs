@@ -21,9 +21,23 @@
 //!
 //! Secrets are stable across publishes: the previous bundle is reused for the
 //! bootstrap token (a new token would replace every node) and the PKI (which
-//! is never regenerated: a PKI that no longer decrypts is an error, and a new
-//! kmsKeyARN re-encrypts the same keys), and a plugin secret is re-encrypted
-//! only when its value changed (checked by decrypting the old one).
+//! is never regenerated: a PKI that no longer decrypts is an error), and a
+//! plugin secret is re-encrypted only when its value changed (checked by
+//! decrypting the old one).
+//!
+//! Key rotation (issue 27 item 5): under a new `kmsKeyARN` every entry whose
+//! value stays (the token, the PKI keys, the webhook's certificate, the plugin
+//! secrets) is decrypted with the operator's credentials and encrypted again
+//! under the new key (decrypt + encrypt rather than kms:ReEncrypt, so the
+//! operator needs nothing beyond what a publish needs already). The entry's
+//! `origins` record the ciphertext its value was first published under, which
+//! the secrets versions hash (src/aws/publish.rs `secrets_versions`), so a
+//! re-encryption moves no version and replaces no node. The previous key goes
+//! to `retiredKeys` with the time it was retired, and stays there, so the node
+//! roles keep `kms:Decrypt` on it (render's `DecryptKmsKeyARNs` parameter),
+//! for as long as the etcd snapshots taken under it can exist (the longer of
+//! `etcd.backup.retention`'s two tiers, plus a day): the snapshots are
+//! SSE-KMS objects, which S3 cannot re-encrypt in place.
 
 use std::collections::BTreeMap;
 
@@ -65,8 +79,17 @@ pub struct NamedSecret {
     pub value: Secret,
 }
 
-/// The published bundle: ciphertexts only.
+/// A key a bundle was encrypted under before the current one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetiredKey {
+    pub arn: String,
+    /// RFC 3339: when a publish under another key retired it.
+    pub retired_at: String,
+}
+
+/// The published bundle: ciphertexts only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretBundle {
     pub api_version: String,
@@ -79,6 +102,64 @@ pub struct SecretBundle {
     /// The cluster PKI's public half: entry name → PEM (never a private key).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub certificates: BTreeMap<String, String>,
+    /// Entries re-encrypted under a new key: name → the ciphertext the value
+    /// was first published under (what its secrets version hashes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub origins: BTreeMap<String, String>,
+    /// The keys earlier bundles (and the etcd snapshots) were encrypted under,
+    /// kept while a snapshot under them can exist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_keys: Vec<RetiredKey>,
+}
+
+impl SecretBundle {
+    /// Every key a node may need to decrypt with: the current one, then the
+    /// retired ones still kept.
+    pub fn decrypt_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.kms_key_arn.clone()];
+        for k in &self.retired_keys {
+            if !keys.contains(&k.arn) {
+                keys.push(k.arn.clone());
+            }
+        }
+        keys
+    }
+}
+
+/// How long a retired key stays decryptable: the longest an etcd snapshot
+/// taken under it is kept (the bucket's lifecycle rules, src/aws/retention.rs),
+/// plus a day for the rule's own lag (S3 expires objects within a day of
+/// their expiry date).
+pub fn retired_key_lifetime(retention: &crate::config::EtcdRetention) -> std::time::Duration {
+    let days = u64::from(retention.hourly_days.max(retention.daily_days)) + 1;
+    std::time::Duration::from_secs(days * 86_400)
+}
+
+/// The retired keys of a bundle published now under `key`: the previous
+/// bundle's, plus its key when it was another one, minus those retired longer
+/// than `keep` ago and the current key itself (a rotation back). Pure.
+pub fn retired_keys(
+    previous: Option<&SecretBundle>,
+    key: &str,
+    now: std::time::SystemTime,
+    keep: std::time::Duration,
+) -> Vec<RetiredKey> {
+    let Some(prev) = previous else { return Vec::new() };
+    let mut out: Vec<RetiredKey> = prev.retired_keys.clone();
+    if prev.kms_key_arn != key {
+        out.retain(|k| k.arn != prev.kms_key_arn);
+        out.push(RetiredKey {
+            arn: prev.kms_key_arn.clone(),
+            retired_at: humantime::format_rfc3339_seconds(now).to_string(),
+        });
+    }
+    out.retain(|k| {
+        k.arn != key
+            && humantime::parse_rfc3339(&k.retired_at)
+                // An unreadable time keeps the key: losing a snapshot's key is the worse mistake.
+                .map_or(true, |at| now.duration_since(at).map_or(true, |age| age <= keep))
+    });
+    out
 }
 
 /// Random bytes from the operating system.
@@ -162,36 +243,42 @@ pub async fn decrypt(clients: &Clients, cluster: &str, name: &str, ciphertext_b6
 }
 
 /// Builds the bundle: reuses the previous kubeadm secrets while they still
-/// decrypt under this cluster's context (or generates them), and re-encrypts a
-/// plugin secret only when its value changed.
+/// decrypt under this cluster's context (or generates them), re-encrypts a
+/// plugin secret only when its value changed, and under a new key
+/// re-encrypts every value it keeps (see the module's documentation).
+/// `keep_retired`: how long a retired key stays ([`retired_key_lifetime`]).
 pub async fn build_bundle(
     clients: &Clients,
     kms_key_arn: &str,
     cluster: &str,
     previous: Option<&SecretBundle>,
     plugin_secrets: &[NamedSecret],
+    keep_retired: std::time::Duration,
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
-    let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours).await?;
-    let previous = ours.filter(|p| p.kms_key_arn == kms_key_arn);
+    let mut origins = BTreeMap::new();
+    let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours, &mut origins).await?;
     webhook_serving(
         clients,
         kms_key_arn,
         cluster,
-        previous,
+        ours,
         &certificates,
         &ca_key,
-        &mut secrets,
+        (&mut secrets, &mut origins),
     )
     .await?;
     {
         let name = BOOTSTRAP_TOKEN;
-        let reuse = match previous.and_then(|p| p.secrets.get(name)) {
-            Some(old) => decrypt(clients, cluster, name, old).await.is_ok().then(|| old.clone()),
+        let old = match ours.filter(|p| p.secrets.contains_key(name)) {
+            Some(p) => decrypt(clients, cluster, name, &p.secrets[name])
+                .await
+                .ok()
+                .map(|v| (p, v)),
             None => None,
         };
-        let ct = match reuse {
-            Some(ct) => ct,
+        let ct = match old {
+            Some((p, value)) => keep(clients, kms_key_arn, cluster, p, name, &value, &mut origins).await?,
             None => encrypt(clients, kms_key_arn, cluster, name, &generate_bootstrap_token()?).await?,
         };
         secrets.insert(name.to_string(), ct);
@@ -200,18 +287,15 @@ pub async fn build_bundle(
         if secrets.contains_key(&s.name) {
             return Err(AwsError::DuplicateSecret { name: s.name.clone() });
         }
-        let reuse = match previous.and_then(|p| p.secrets.get(&s.name)) {
-            Some(old) => {
-                let same = decrypt(clients, cluster, &s.name, old)
-                    .await
-                    .map(|p| p == s.value)
-                    .unwrap_or(false);
-                same.then(|| old.clone())
-            }
+        let same = match ours.filter(|p| p.secrets.contains_key(&s.name)) {
+            Some(p) => decrypt(clients, cluster, &s.name, &p.secrets[&s.name])
+                .await
+                .is_ok_and(|old| old == s.value)
+                .then_some(p),
             None => None,
         };
-        let ct = match reuse {
-            Some(ct) => ct,
+        let ct = match same {
+            Some(p) => keep(clients, kms_key_arn, cluster, p, &s.name, &s.value, &mut origins).await?,
             None => encrypt(clients, kms_key_arn, cluster, &s.name, &s.value).await?,
         };
         secrets.insert(s.name.clone(), ct);
@@ -223,8 +307,63 @@ pub async fn build_bundle(
         encryption_context: BTreeMap::from([(CONTEXT_CLUSTER.to_string(), cluster.to_string())]),
         secrets,
         certificates,
+        origins,
+        retired_keys: retired_keys(ours, kms_key_arn, std::time::SystemTime::now(), keep_retired),
     })
 }
+
+/// The ciphertext of an entry of `prev` whose value (`plain`) stays: the old
+/// one under the same key, else `plain` encrypted under the new key, with
+/// the entry's origin (the first ciphertext of this value) recorded in
+/// `origins` so its secrets version does not move.
+async fn keep(
+    clients: &Clients,
+    kms_key_arn: &str,
+    cluster: &str,
+    prev: &SecretBundle,
+    name: &str,
+    plain: &Secret,
+    origins: &mut BTreeMap<String, String>,
+) -> Result<String, AwsError> {
+    let old = &prev.secrets[name];
+    let origin = prev.origins.get(name);
+    if prev.kms_key_arn == kms_key_arn {
+        if let Some(o) = origin {
+            origins.insert(name.to_string(), o.clone());
+        }
+        return Ok(old.clone());
+    }
+    let ct = encrypt(clients, kms_key_arn, cluster, name, plain).await?;
+    origins.insert(name.to_string(), origin.unwrap_or(old).clone());
+    Ok(ct)
+}
+
+/// Before an update under a `kmsKeyARN` other than the published bundle's:
+/// the caller's identity must be able to encrypt under the new key (a probe
+/// bound to this cluster's context, whose ciphertext is thrown away).
+/// Returns the previous key when it changes; nothing is written.
+pub async fn check_key_change(
+    clients: &Clients,
+    kms_key_arn: &str,
+    cluster: &str,
+    previous: Option<&SecretBundle>,
+) -> Result<Option<String>, AwsError> {
+    let Some(prev) = previous.filter(|p| p.kms_key_arn != kms_key_arn) else {
+        return Ok(None);
+    };
+    let probe = Secret::new("kube-aws key check");
+    encrypt(clients, kms_key_arn, cluster, KEY_CHECK, &probe)
+        .await
+        .map_err(|e| AwsError::KmsKeyUnusable {
+            kms_key_arn: kms_key_arn.to_string(),
+            previous: prev.kms_key_arn.clone(),
+            detail: e.to_string(),
+        })?;
+    Ok(Some(prev.kms_key_arn.clone()))
+}
+
+/// The encryption context entry of [`check_key_change`]'s probe (no node may decrypt it).
+const KEY_CHECK: &str = "kube-aws/key-check";
 
 /// The entry of the scheme before the cluster PKI (kubeadm's `--certificate-key`).
 const LEGACY_CERTIFICATE_KEY: &str = "kubeadm/certificate-key";
@@ -239,6 +378,7 @@ async fn bundle_pki(
     kms_key_arn: &str,
     cluster: &str,
     previous: Option<&SecretBundle>,
+    origins: &mut BTreeMap<String, String>,
 ) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>, PrivatePem), AwsError> {
     let present: Vec<&str> = pki::KEY_ENTRIES
         .iter()
@@ -287,11 +427,7 @@ async fn bundle_pki(
                 detail: e.to_string(),
                 kms_key_arn: prev.kms_key_arn.clone(),
             })?;
-        let ct = if prev.kms_key_arn == kms_key_arn {
-            old.clone()
-        } else {
-            encrypt(clients, kms_key_arn, cluster, name, &plain).await?
-        };
+        let ct = keep(clients, kms_key_arn, cluster, prev, name, &plain, origins).await?;
         cts.insert(name.to_string(), ct);
         if name == pki::CA_KEY {
             ca_key = PrivatePem::new(plain.expose());
@@ -305,7 +441,7 @@ async fn bundle_pki(
 }
 
 /// The pod identity webhook's serving certificate, key and CA bundle
-/// (src/pki.rs `webhook_entries`): kept from `previous` (same KMS key) while
+/// (src/pki.rs `webhook_entries`): kept from `previous` (re-encrypted under a new key) while
 /// the certificate decrypts, is the cluster CA's and has more than
 /// `SERVING_RENEW_BEFORE` left, so a publish changes nothing (no node is
 /// replaced for it); otherwise signed anew with the cluster CA.
@@ -316,7 +452,7 @@ async fn webhook_serving(
     previous: Option<&SecretBundle>,
     certificates: &BTreeMap<String, String>,
     ca_key: &PrivatePem,
-    secrets: &mut BTreeMap<String, String>,
+    (secrets, origins): (&mut BTreeMap<String, String>, &mut BTreeMap<String, String>),
 ) -> Result<(), AwsError> {
     let ca_cert = certificates
         .get(pki::CA_CERT)
@@ -333,8 +469,15 @@ async fn webhook_serving(
                 Err(_) => false,
             };
             if current {
-                for (name, ct) in pki::WEBHOOK_ENTRIES.iter().zip(old) {
-                    secrets.insert(name.to_string(), ct.clone());
+                for (name, old) in pki::WEBHOOK_ENTRIES.iter().zip(old) {
+                    let ct = if prev.kms_key_arn == kms_key_arn {
+                        // Same key: `keep` takes the old ciphertext and never reads the value.
+                        keep(clients, kms_key_arn, cluster, prev, name, &Secret::new(""), origins).await?
+                    } else {
+                        let plain = decrypt(clients, cluster, name, old).await?;
+                        keep(clients, kms_key_arn, cluster, prev, name, &plain, origins).await?
+                    };
+                    secrets.insert(name.to_string(), ct);
                 }
                 return Ok(());
             }
@@ -373,6 +516,66 @@ mod tests {
         let b = generate_bootstrap_token().unwrap();
         assert!(re.is_match(a.expose()), "{}", a.expose());
         assert_ne!(a, b);
+    }
+
+    fn at(s: &str) -> std::time::SystemTime {
+        humantime::parse_rfc3339(s).unwrap()
+    }
+
+    fn under(key: &str, retired: &[(&str, &str)]) -> SecretBundle {
+        SecretBundle {
+            kms_key_arn: key.into(),
+            retired_keys: retired
+                .iter()
+                .map(|(arn, t)| RetiredKey {
+                    arn: arn.to_string(),
+                    retired_at: t.to_string(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_new_key_retires_the_old_one_until_its_snapshots_age_out() {
+        let keep = retired_key_lifetime(&crate::config::EtcdRetention {
+            hourly_days: 7,
+            daily_days: 30,
+        });
+        assert_eq!(keep.as_secs(), 31 * 86_400);
+        let now = at("2026-12-02T00:00:00Z");
+        // Same key, nothing retired: nothing to keep.
+        assert!(retired_keys(Some(&under("k1", &[])), "k1", now, keep).is_empty());
+        assert!(retired_keys(None, "k1", now, keep).is_empty());
+        // k1 → k2: k1 retired now.
+        let r = retired_keys(Some(&under("k1", &[])), "k2", now, keep);
+        assert_eq!(
+            r,
+            vec![RetiredKey {
+                arn: "k1".into(),
+                retired_at: "2026-12-02T00:00:00Z".into()
+            }]
+        );
+        // Kept inside the window, dropped past it.
+        let prev = under("k2", &[("k1", "2026-12-02T00:00:00Z")]);
+        assert_eq!(
+            retired_keys(Some(&prev), "k2", at("2027-01-02T00:00:00Z"), keep).len(),
+            1,
+            "31 days: still kept"
+        );
+        assert!(retired_keys(Some(&prev), "k2", at("2027-01-02T00:00:01Z"), keep).is_empty());
+        // k2 → k3 keeps k1 too; back to k1 drops it from the retired ones.
+        let r = retired_keys(Some(&prev), "k3", now, keep);
+        assert_eq!(r.iter().map(|k| k.arn.as_str()).collect::<Vec<_>>(), ["k1", "k2"]);
+        let back = retired_keys(Some(&prev), "k1", now, keep);
+        assert_eq!(back.iter().map(|k| k.arn.as_str()).collect::<Vec<_>>(), ["k2"]);
+        // An unreadable time keeps its key.
+        let odd = under("k2", &[("k1", "yesterday")]);
+        assert_eq!(retired_keys(Some(&odd), "k2", now, keep).len(), 1);
+        assert_eq!(
+            under("k2", &[("k1", "2026-12-02T00:00:00Z"), ("k2", "x")]).decrypt_keys(),
+            ["k2", "k1"]
+        );
     }
 
     #[test]

@@ -47,6 +47,26 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let artifacts = artifacts(global, &cluster, &args.publish, zones)?;
     let applied = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
+        // A new kmsKeyARN the caller cannot use is refused before anything is published.
+        match crate::aws::publish::check_kms_key(&clients, cfg).await {
+            Ok(Some(previous)) => println!(
+                "kmsKeyARN changes from {previous}: every secret is re-encrypted under the new key; \
+                 the node roles keep kms:Decrypt on the old one while etcd snapshots under it are kept \
+                 ({} days)",
+                crate::aws::secrets::retired_key_lifetime(&cfg.etcd.backup.retention).as_secs() / 86_400
+            ),
+            Ok(None) => {}
+            Err(e @ crate::aws::AwsError::KmsKeyUnusable { .. }) => {
+                return Err(crate::located::Located::new(
+                    &cluster.file,
+                    cluster.source.locate("kmsKeyARN"),
+                    "kmsKeyARN",
+                    e.to_string(),
+                )
+                .into())
+            }
+            Err(e) => return Err(e.into()),
+        }
         let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;
         if args.refresh_ami {
             for a in amis.iter().filter(|a| a.explicit) {

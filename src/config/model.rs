@@ -437,6 +437,27 @@ pub struct NodePool {
     /// `network.subnetIds`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub zonal: bool,
+    /// Days an instance of this pool may run before EC2 Auto Scaling replaces
+    /// it (the group's MaxInstanceLifetime; at least 1). Replacements go
+    /// through the group's termination handling, as a scale-in does: with the
+    /// node termination handler the node is drained first. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instance_lifetime_days: Option<u32>,
+}
+
+/// MaxInstanceLifetime in seconds for `days`: EC2 Auto Scaling takes 0 (none)
+/// or at least 86,400 seconds (one day), an Integer (EC2 Auto Scaling API
+/// reference, CreateAutoScalingGroup `MaxInstanceLifetime`; user guide,
+/// "Replace Auto Scaling instances based on maximum instance lifetime").
+pub fn max_instance_lifetime_seconds(days: u32) -> Result<i32, String> {
+    const MAX_DAYS: u32 = (i32::MAX / 86_400) as u32;
+    match days {
+        0 => Err("\"0\": EC2 Auto Scaling replaces an instance after 1 day at the earliest (use at least 1, or leave it out)".into()),
+        d if d > MAX_DAYS => Err(format!(
+            "\"{d}\" days is more than EC2 Auto Scaling takes (at most {MAX_DAYS}); leave it out for no limit"
+        )),
+        d => Ok((d * 86_400) as i32),
+    }
 }
 
 /// A pool's instance types and how its capacity splits between on-demand and

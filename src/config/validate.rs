@@ -375,6 +375,11 @@ impl Validator<'_> {
                     format!("{} GiB is too small (use at least 8)", pool.root_volume_size),
                 );
             }
+            if let Some(days) = pool.max_instance_lifetime_days {
+                if let Err(why) = crate::config::max_instance_lifetime_seconds(days) {
+                    self.err(&format!("{base}.maxInstanceLifetimeDays"), why);
+                }
+            }
             for (key, value) in &pool.labels {
                 let path = crate::located::join_key(&format!("{base}.labels"), key);
                 if let Err(why) = check_qualified_name(key) {

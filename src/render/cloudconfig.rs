@@ -428,7 +428,9 @@ fn render_node(
         "kubernetesMinor": ctx.k8s_minor,
         "kubernetesVersion": ctx.k8s_version,
         "kubernetesPackages": kubernetes_packages(ctx),
-        "kmsKeyARN": input.cluster.kms_key_arn.clone().unwrap_or_default(),
+        // No kmsKeyARN: this is user data, and a new key must replace no node
+        // (issue 27 item 5); the controllers mint the join token under the
+        // key in the etcd settings parameter (join_token.py `cluster_key`).
         "bootstrapToken": super::security::bootstrap_token_settings(&input.cluster),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
             .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())

@@ -39,6 +39,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
     ("testrestore.py", include_str!("../node/kube_aws_node/testrestore.py")),
     ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
+    ("webhook_cert.py", include_str!("../node/kube_aws_node/webhook_cert.py")),
 ];
 
 const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");

@@ -44,6 +44,14 @@ bad!(
     invalid_pool_name,
     format!("{BASE}worker:\n  nodePools:\n    - name: general\n    - name: Pool_1\n")
 );
+bad!(
+    zero_max_instance_lifetime,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      maxInstanceLifetimeDays: 0\n")
+);
+bad!(
+    too_long_max_instance_lifetime,
+    format!("{BASE}worker:\n  nodePools:\n    - name: a\n      maxInstanceLifetimeDays: 30000\n")
+);
 bad!(invalid_cluster_name, BASE.replace("demo", "Demo.Cluster"));
 bad!(
     bad_s3_uri,

@@ -100,11 +100,28 @@ fn an_expired_token_authenticates_no_one_and_the_timer_and_rotate_give_fresh_one
     .unwrap();
     std::fs::write(
         r.join("etc/kube-aws/node.json"),
-        json!({"role": "controller", "kmsKeyARN": kms,
+        json!({"role": "controller",
                "bootstrapToken": {"parameter": PARAMETER, "ttlSeconds": 3600}})
         .to_string(),
     )
     .unwrap();
+    // The key comes from the etcd settings parameter the stack manages (a
+    // new kmsKeyARN replaces no node), as src/render/cfn/etcd.rs renders it.
+    std::fs::write(
+        r.join("etc/kube-aws/etcd.json"),
+        json!({"settingsParameter": "/kube-aws/jt/etcd"}).to_string(),
+    )
+    .unwrap();
+    env.aws(&[
+        "ssm",
+        "put-parameter",
+        "--name",
+        "/kube-aws/jt/etcd",
+        "--type",
+        "String",
+        "--value",
+        &json!({"kmsKeyARN": kms}).to_string(),
+    ]);
     std::os::unix::fs::symlink(&cp.kubeconfig, r.join("etc/kubernetes/admin.conf")).unwrap();
     std::fs::write(
         r.join("var/lib/kube-aws/instance.json"),
@@ -116,6 +133,20 @@ fn an_expired_token_authenticates_no_one_and_the_timer_and_rotate_give_fresh_one
     let (ok, out) = node_run(&env, &cp, r, LONG);
     assert!(ok, "{out}");
     let first = published(&env);
+    let described = env.aws_json(&[
+        "ssm",
+        "describe-parameters",
+        "--filters",
+        &format!("Key=Name,Values={PARAMETER}"),
+    ]);
+    let key_id = described["Parameters"][0]["KeyId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !key_id.is_empty() && kms.ends_with(&key_id),
+        "the token is not under the cluster key: {described}"
+    );
     let t1 = first["token"].as_str().unwrap().to_string();
     let id1 = &t1[..6];
     assert!(

@@ -22,6 +22,14 @@ use serde_json::Value;
 const ACCOUNT: &str = "123456789012";
 const STACK: &str = "the-nodes-stack";
 const CONTROLLER_GROUP: &str = "the-controller-group";
+/// A key a rotation retired (issue 27 item 5): the publisher passes it after
+/// `kmsKeyARN` in the node stacks' `DecryptKmsKeyARNs` parameter.
+const RETIRED_KMS: &str = "arn:aws:kms:us-west-2:123456789012:key/retired-by-a-rotation";
+
+thread_local! {
+    /// `DecryptKmsKeyARNs` as the publisher passes it for the rendered example.
+    static DECRYPT_KEYS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Glob match with `*` (any run) and `?` (one character), as IAM matches.
 fn glob(pattern: &str, s: &str) -> bool {
@@ -54,8 +62,14 @@ fn strings(v: &Value) -> Vec<String> {
     }
 }
 
-/// A statement's element with `Fn::Sub` resolved for the node's own stack.
+/// A statement's element with `Fn::Sub` resolved for the node's own stack,
+/// and the decrypt keys' `Fn::Split` of their parameter.
 fn resolved(v: &Value) -> Value {
+    if v == &serde_json::json!({"Fn::Split": [",", {"Ref": "DecryptKmsKeyARNs"}]}) {
+        let keys = DECRYPT_KEYS.with(|k| k.borrow().clone());
+        assert!(!keys.is_empty(), "DecryptKmsKeyARNs is not set: render_example sets it");
+        return Value::Array(keys.into_iter().map(Value::String).collect());
+    }
     match v {
         Value::Object(o) if o.len() == 1 && o.contains_key("Fn::Sub") => Value::String(
             o["Fn::Sub"]
@@ -176,9 +190,11 @@ fn render_example(dir: &Path) -> Rendered {
         ("stack", STACK.to_string()),
         ("controller_group", CONTROLLER_GROUP.to_string()),
         ("kms", cluster["kmsKeyARN"].as_str().unwrap().to_string()),
+        ("retired_kms", RETIRED_KMS.to_string()),
         ("plan_parameter", parameter("AddonPlan")),
         ("etcd_parameter", parameter("EtcdSettings")),
     ]);
+    DECRYPT_KEYS.with(|k| *k.borrow_mut() = vec![vars["kms"].clone(), RETIRED_KMS.to_string()]);
     Rendered { stacks, vars }
 }
 
@@ -330,6 +346,56 @@ fn what_a_role_must_not_do_is_refused() {
     assert!(
         wrong.is_empty(),
         "calls the rendered policies allow but must not:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// After a key rotation (the old key retired, still in `DecryptKmsKeyARNs`):
+/// every kms:Decrypt grant of the table is allowed under the retired key too
+/// (a snapshot taken under it, a join token published under it, a bundle a
+/// node's pointer still names), with the same conditions; no other KMS
+/// action is (nothing is encrypted under a retired key); and every `denied`
+/// KMS entry stays refused under it.
+#[test]
+fn a_retired_key_only_decrypts_what_the_current_key_decrypts() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = render_example(dir.path());
+    let t = table();
+    let retire = |g: &Value| -> Value {
+        let mut g = g.clone();
+        g["resource"] = Value::String(g["resource"].as_str().unwrap().replace("{kms}", "{retired_kms}"));
+        g
+    };
+    let kms: Vec<Value> = t["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["grants"].as_array().unwrap())
+        .filter(|g| g["resource"] == "{kms}")
+        .map(retire)
+        .collect();
+    let (decrypt, other): (Vec<&Value>, Vec<&Value>) = kms.iter().partition(|g| g["action"] == "kms:Decrypt");
+    assert!(decrypt.len() >= 4 && other.len() >= 2, "{kms:#?}");
+    let wrong = check(&r, &decrypt, "allow");
+    assert!(
+        wrong.is_empty(),
+        "not decryptable under the retired key:\n{}",
+        wrong.join("\n")
+    );
+    let wrong = check(&r, &other, "deny");
+    assert!(wrong.is_empty(), "allowed under the retired key:\n{}", wrong.join("\n"));
+    let denied: Vec<Value> = t["denied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["resource"] == "{kms}")
+        .map(retire)
+        .collect();
+    assert!(denied.len() >= 3);
+    let wrong = check(&r, &denied.iter().collect::<Vec<_>>(), "deny");
+    assert!(
+        wrong.is_empty(),
+        "refusals the retired key lets through:\n{}",
         wrong.join("\n")
     );
 }

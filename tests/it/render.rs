@@ -465,7 +465,13 @@ fn each_role_decrypts_only_its_own_secrets() {
     }
     let cp = statements("stacks/control-plane.json");
     let key = cp.iter().find(|s| s["Sid"] == "JoinTokenKey").unwrap();
-    assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt", "kms:Encrypt"]));
+    assert_eq!(key["Action"], serde_json::json!(["kms:Decrypt"]));
+    // Decrypt under every key a rotation kept (the parameter), encrypt under kmsKeyARN only.
+    let keys = serde_json::json!({"Fn::Split": [",", {"Ref": "DecryptKmsKeyARNs"}]});
+    assert_eq!(key["Resource"], keys);
+    let enc = cp.iter().find(|s| s["Sid"] == "JoinTokenKeyEncrypt").unwrap();
+    assert_eq!(enc["Action"], serde_json::json!(["kms:Encrypt"]));
+    assert!(enc["Resource"].as_str().unwrap().starts_with("arn:aws:kms:"), "{enc}");
     // No node reads bootstrap/join.json any more: the CA hash is a stack parameter.
     for stack in ["stacks/control-plane.json", "stacks/node-pool-general.json"] {
         let text = r.text(stack).unwrap();
@@ -501,7 +507,7 @@ fn each_role_decrypts_only_its_own_secrets() {
             for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
                 for st in p["PolicyDocument"]["Statement"].as_array().unwrap() {
                     if st["Action"].to_string().contains("\"kms:Encrypt\"") {
-                        assert_eq!(st["Sid"], "JoinTokenKey", "{path}: {st}");
+                        assert_eq!(st["Sid"], "JoinTokenKeyEncrypt", "{path}: {st}");
                         let c = &st["Condition"]["StringEquals"];
                         assert_eq!(
                             c["kms:ViaService"]["Fn::Sub"], "ssm.${AWS::Region}.amazonaws.com",
@@ -864,7 +870,15 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     );
     let kms = sid("EncryptEtcdSnapshots");
     assert_eq!(kms["Resource"], input.cluster.kms_key_arn.clone().unwrap().as_str());
-    assert_eq!(kms["Action"], serde_json::json!(["kms:GenerateDataKey", "kms:Decrypt"]));
+    assert_eq!(kms["Action"], serde_json::json!(["kms:GenerateDataKey"]));
+    // Restores decrypt under the retired keys too (key rotation), with the same conditions.
+    let dec = sid("DecryptEtcdSnapshots");
+    assert_eq!(dec["Action"], serde_json::json!(["kms:Decrypt"]));
+    assert_eq!(
+        dec["Resource"],
+        serde_json::json!({"Fn::Split": [",", {"Ref": "DecryptKmsKeyARNs"}]})
+    );
+    assert_eq!(dec["Condition"], kms["Condition"]);
     assert!(kms["Condition"]["StringEquals"]["kms:ViaService"]
         .as_str()
         .unwrap()

@@ -36,6 +36,7 @@ fn bundle(dex: &str, names: &[String]) -> SecretBundle {
             })
             .collect(),
         certificates: BTreeMap::new(),
+        ..Default::default()
     }
 }
 

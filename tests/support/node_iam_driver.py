@@ -11,6 +11,8 @@ against moto with IAM enforced, and prints what AWS answered as JSON.
                                                    the cluster's Secrets are a stand-in: no API server here)
     python node_iam_driver.py token-read VARS      join_token.current (a joining node reads it)
     python node_iam_driver.py token-publish VARS   join_token.publish alone (refused to a worker)
+    python node_iam_driver.py token-key VARS       join_token.cluster_key: the key a controller mints
+                                                   under, from the etcd settings parameter
 
 VARS is the table's placeholders as JSON ({bucket}, {prefix}, ...; plus
 "ciphertext": a KMS ciphertext for kms:Decrypt). A grant's call is the aws
@@ -207,6 +209,13 @@ def main(argv):
         result = joins(json.loads(argv[1]), int(argv[2]))
     elif what == "secrets":
         result = decrypt(json.loads(argv[1]), argv[2].split(","))
+    elif what == "token-key":
+        v = json.loads(argv[1])
+        aws = Aws(os.environ["AWS_DEFAULT_REGION"], attempts=1)
+        try:
+            result = {"ok": True, "kms": join_token.cluster_key(aws, {"settingsParameter": v["etcd_parameter"]})}
+        except join_token.TokenError as e:
+            result = {"ok": False, "error": str(e)}
     elif what in ("token-mint", "token-read", "token-publish"):
         result = token(json.loads(argv[1]), what)
     else:

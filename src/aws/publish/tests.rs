@@ -148,7 +148,51 @@ fn bundle(entries: &[(&str, &str)]) -> SecretBundle {
         encryption_context: Default::default(),
         secrets: entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         certificates: Default::default(),
+        ..Default::default()
     }
+}
+
+/// Key rotation: a value re-encrypted under a new key keeps its secrets
+/// version through its origin (no node is replaced for it), while a value
+/// that changes moves it.
+#[test]
+fn a_re_encrypted_entry_keeps_its_version_by_its_origin() {
+    let t: serde_json::Value = serde_json::from_str(
+        r#"{"Metadata": {"kube-aws:secretsVersions": {"P": ["kubeadm/bootstrap-token", "pki/ca.key"]}}}"#,
+    )
+    .unwrap();
+    let v = |b: &SecretBundle| secrets_versions(&t, b).unwrap()[0].1.clone();
+    let before = bundle(&[("kubeadm/bootstrap-token", "OLD1"), ("pki/ca.key", "OLD2")]);
+    let mut rotated = bundle(&[("kubeadm/bootstrap-token", "NEW1"), ("pki/ca.key", "NEW2")]);
+    rotated.origins = [("kubeadm/bootstrap-token", "OLD1"), ("pki/ca.key", "OLD2")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(v(&before), v(&rotated));
+    rotated.origins.remove("pki/ca.key");
+    assert_ne!(v(&before), v(&rotated), "a changed value moves the version");
+}
+
+#[test]
+fn the_decrypt_keys_parameter_lists_the_current_and_the_retired_keys() {
+    let loc = Location {
+        bucket: "b".into(),
+        prefix: "p/demo".into(),
+    };
+    let t = br#"{"Parameters": {"DecryptKmsKeyARNs": {"Type": "String"}}}"#;
+    let mut b = bundle(&[]);
+    assert_eq!(
+        root_parameters(t, "http://x", &loc, &b, "k").unwrap(),
+        vec![("DecryptKmsKeyARNs".to_string(), b.kms_key_arn.clone())]
+    );
+    b.retired_keys.push(crate::aws::secrets::RetiredKey {
+        arn: "arn:aws:kms:us-west-2:111122223333:key/old".into(),
+        retired_at: "2026-12-01T00:00:00Z".into(),
+    });
+    assert_eq!(
+        root_parameters(t, "http://x", &loc, &b, "k").unwrap()[0].1,
+        "arn:aws:kms:us-west-2:111122223333:key/k,arn:aws:kms:us-west-2:111122223333:key/old"
+    );
 }
 
 #[test]

@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import jsonio, locks, paths
+from . import jsonio, locks, paths, webhook_cert
 from .console import Console
 
 CERTS_JSON = "/etc/kube-aws/certs.json"
@@ -299,6 +299,15 @@ def main(argv, aws, host=None, instance=None, say=None):
             cfg["renewBeforeSeconds"] = float("inf")
         leaves, cas, renewed = renew_if_due(host, cfg, lambda: S3Lock(aws, rt, instance.get("instanceId", ""),
                                                                     say), say)
+        # The pod identity webhook's serving certificate, in the cluster (its own module);
+        # its expiry joins the leaves `kube-aws status` reports.
+        web = webhook_cert.renew(say=say, lock=lambda: S3Lock(aws, rt, instance.get("instanceId", ""), say))
+        if web["action"] == "renewed":
+            renewed = list(renewed) + ["the pod identity webhook's certificate"]
+        if web["expires"] is not None:
+            leaves = list(leaves) + [webhook_cert.leaf(web["expires"])]
+    except webhook_cert.WebhookCertError as e:
+        error, step = e.message, "webhook-cert-" + e.step
     except CertsError as e:
         error, step = e.message, e.step
     except Exception as e:  # noqa: BLE001 - reported, never a silent failure

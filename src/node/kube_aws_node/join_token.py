@@ -130,7 +130,9 @@ def decide(record, now, ttl, cluster_ids, rotate_at):
 
 
 def settings(node):
-    """node.json bootstrapToken: {parameter, ttlSeconds}."""
+    """node.json bootstrapToken: {parameter, ttlSeconds}. The key ("kms") is
+    filled in by `cluster_key`: node.json is user data, and a key there would
+    replace every node when kmsKeyARN changes."""
     s = node.get("bootstrapToken") or {}
     name = s.get("parameter")
     if not isinstance(name, str) or not name.startswith("/"):
@@ -139,7 +141,18 @@ def settings(node):
     ttl = s.get("ttlSeconds", DEFAULT_TTL)
     if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 60:
         raise TokenError("settings", "bootstrapToken.ttlSeconds %r is not a whole number of seconds >= 60" % (ttl,))
-    return {"parameter": name, "ttl": paths.knob("TOKEN_TTL_SECONDS", ttl), "kms": node.get("kmsKeyARN") or ""}
+    return {"parameter": name, "ttl": paths.knob("TOKEN_TTL_SECONDS", ttl), "kms": ""}
+
+
+def cluster_key(aws, etcd_json=None):
+    """kmsKeyARN, from the controllers' etcd settings parameter, which the
+    stack manages (src/render/cfn/etcd.rs): after a key rotation the next
+    token is minted under the new key with no node replaced."""
+    from . import etcd  # the settings parameter's one reader (and its IAM entry)
+    try:
+        return etcd.Node(aws, etcd_json=etcd_json).settings().get("kmsKeyARN") or ""
+    except (AwsError, KeyError, ValueError, TypeError) as e:
+        raise TokenError("settings", "cannot read the cluster's key from the etcd settings parameter: %s" % e)
 
 
 # ---------------------------------------------------------------- effects
@@ -152,7 +165,7 @@ def read_published(aws, name):
         if "ParameterNotFound" in e.message:
             return None
         # Parameter Store names KMS when the value does not decrypt for this
-        # role: after a new kmsKeyARN the roles may use only the new key.
+        # role: e.g. a token under a key retired longer than the roles keep it.
         step = "undecryptable" if "kms" in e.message.lower() else "read"
         raise TokenError(step, "cannot read %s: %s" % (name, e))
     try:
@@ -268,7 +281,7 @@ def current(aws, name, clock=time.time, sleep=time.sleep, say=None):
         try:
             record = read_published(aws, name)
         except TokenError as e:
-            # E.g. a token still under the previous kmsKeyARN: the controllers mint over it.
+            # E.g. a token under a key the roles no longer keep: the controllers mint over it.
             record, last = None, e.message
         if record is not None and record["expires"] - clock() > paths.knob("TOKEN_MIN_LEFT", 120):
             return record["token"]
@@ -322,6 +335,7 @@ def main(argv, aws, cluster=None, instance=None, say=None, clock=time.time):
     result, error, step = None, "", ""
     try:
         cfg = settings(node)
+        cfg["kms"] = cluster_key(aws)
         result = ensure(aws, rt, cfg, cluster or Cluster(), lambda: S3Lock(aws, rt, iid, say), say, clock=clock,
                         force=argv == ["--force"], who=iid)
     except TokenError as e:

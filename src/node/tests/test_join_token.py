@@ -196,7 +196,7 @@ class Ensure(unittest.TestCase):
         self.assertEqual(len(self.cluster.secrets), 1)
 
     def test_a_token_under_a_previous_key_is_minted_over(self):
-        # After a new kmsKeyARN the role may decrypt only under the new key.
+        # A token under a key the roles no longer keep (retired past the snapshots).
         self.aws.params[CFG["parameter"]] = "UNDER-OLD-KEY"
         r = self.go()
         self.assertEqual(r["action"], "minted")
@@ -256,7 +256,8 @@ class Settings(unittest.TestCase):
     def test_settings(self):
         s = jt.settings({"bootstrapToken": {"parameter": "/kube-aws/c/bootstrap-token", "ttlSeconds": 3600},
                          "kmsKeyARN": "k"})
-        self.assertEqual(s, {"parameter": "/kube-aws/c/bootstrap-token", "ttl": 3600, "kms": "k"})
+        # The key is not node.json's (user data): cluster_key reads it from the etcd settings.
+        self.assertEqual(s, {"parameter": "/kube-aws/c/bootstrap-token", "ttl": 3600, "kms": ""})
         for bad in ({}, {"bootstrapToken": {"parameter": "x"}},
                     {"bootstrapToken": {"parameter": "/x", "ttlSeconds": 5}}):
             with self.assertRaises(jt.TokenError):

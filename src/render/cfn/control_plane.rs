@@ -78,9 +78,10 @@ pub(super) fn control_plane_stack(
         secrets: &node.secrets,
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
         distribution: None,
+        max_lifetime: None,
         zones: None,
     };
-    let mut params = node_stack_parameters(&g);
+    let mut params = node_stack_parameters(input, &g);
     let release_secrets = release_secrets(input);
     for rs in &release_secrets {
         params[&rs.parameter] = release_secrets_parameter();

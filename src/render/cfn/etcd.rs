@@ -182,11 +182,16 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
         "Resource": "*", "Condition": {"StringEquals": {"cloudwatch:namespace": ETCD_METRICS_NAMESPACE}}}),
     );
     if let Some(k) = &input.cluster.kms_key_arn {
+        let condition = json!({
+            "StringEquals": {"kms:ViaService": format!("s3.{}.amazonaws.com", ctx.region)},
+            "StringLike": {"kms:EncryptionContext:aws:s3:arn": [objects, format!("arn:aws:s3:::{}", ctx.bucket)]}});
         s.push(json!({"Sid": "EncryptEtcdSnapshots", "Effect": "Allow",
-            "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": k,
-            "Condition": {
-                "StringEquals": {"kms:ViaService": format!("s3.{}.amazonaws.com", ctx.region)},
-                "StringLike": {"kms:EncryptionContext:aws:s3:arn": [objects, format!("arn:aws:s3:::{}", ctx.bucket)]}}}));
+            "Action": ["kms:GenerateDataKey"], "Resource": k, "Condition": condition}));
+        // Decrypt (a restore's download, a multipart upload) also under the
+        // keys a rotation retired: a snapshot taken under one stays
+        // restorable until the bucket's lifecycle rules expire it.
+        s.push(json!({"Sid": "DecryptEtcdSnapshots", "Effect": "Allow",
+            "Action": ["kms:Decrypt"], "Resource": super::iam::decrypt_keys(), "Condition": condition}));
     }
     s
 }

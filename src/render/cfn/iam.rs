@@ -68,9 +68,11 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
     }));
     s.extend(join_token_statements(input, ctx, g.controller));
-    if let (Some(k), false) = (&input.cluster.kms_key_arn, g.secrets.is_empty()) {
+    if input.cluster.kms_key_arn.is_some() && !g.secrets.is_empty() {
+        // Under every key the bundles were encrypted with: a node whose stack
+        // still points at the bundle before a key rotation decrypts it too.
         s.push(json!({
-            "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": k,
+            "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": decrypt_keys(),
             "Condition": {"StringEquals": {
                 format!("kms:EncryptionContext:{CONTEXT_CLUSTER}"): ctx.cluster,
                 format!("kms:EncryptionContext:{CONTEXT_SECRET}"): g.secrets,
@@ -81,6 +83,14 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
     s
 }
 
+/// The keys a node role may decrypt with (the node stack's
+/// `DecryptKmsKeyARNs` parameter, src/render/cfn/root.rs): `kmsKeyARN` and
+/// the keys a rotation retired, while snapshots under them are kept. Only
+/// `kms:Decrypt` takes this list; what a node encrypts is under `kmsKeyARN`.
+pub(super) fn decrypt_keys() -> Value {
+    json!({"Fn::Split": [",", {"Ref": super::root::DECRYPT_KMS_KEYS}]})
+}
+
 /// The join token's SecureString parameter (join_token.py): every node reads
 /// it, controllers also write it. Parameter Store encrypts and decrypts a
 /// standard SecureString with the key itself (kms:Encrypt, kms:Decrypt),
@@ -89,28 +99,36 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
 /// so the key grants are conditioned on exactly this parameter, through SSM.
 /// Without `kmsKeyARN` the parameter is under the account's aws/ssm key,
 /// whose key policy already lets callers SSM allows use it through SSM.
+/// Decrypt is granted under the retired keys too ([`decrypt_keys`]): after a
+/// key rotation the published token stays under the old key until the
+/// controllers mint the next one (within half its TTL), and workers must
+/// still join meanwhile; controllers encrypt under `kmsKeyARN` only.
 pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: bool) -> Vec<Value> {
     let arn = format!(
         "arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}",
         layout::bootstrap_token_parameter(&ctx.cluster)
     );
-    let (ssm, kms) = if controller {
-        (
-            vec!["ssm:GetParameter", "ssm:PutParameter"],
-            vec!["kms:Decrypt", "kms:Encrypt"],
-        )
+    let ssm = if controller {
+        vec!["ssm:GetParameter", "ssm:PutParameter"]
     } else {
-        (vec!["ssm:GetParameter"], vec!["kms:Decrypt"])
+        vec!["ssm:GetParameter"]
     };
     let mut s = vec![json!({"Sid": "JoinToken", "Effect": "Allow", "Action": ssm, "Resource": {"Fn::Sub": arn}})];
     if let Some(k) = &input.cluster.kms_key_arn {
+        let condition = json!({"StringEquals": {
+            "kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"},
+            "kms:EncryptionContext:PARAMETER_ARN": {"Fn::Sub": arn},
+        }});
         s.push(
-            json!({"Sid": "JoinTokenKey", "Effect": "Allow", "Action": kms, "Resource": k,
-            "Condition": {"StringEquals": {
-                "kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"},
-                "kms:EncryptionContext:PARAMETER_ARN": {"Fn::Sub": arn},
-            }}}),
+            json!({"Sid": "JoinTokenKey", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": decrypt_keys(),
+            "Condition": condition}),
         );
+        if controller {
+            s.push(
+                json!({"Sid": "JoinTokenKeyEncrypt", "Effect": "Allow", "Action": ["kms:Encrypt"], "Resource": k,
+            "Condition": condition}),
+            );
+        }
     }
     s
 }

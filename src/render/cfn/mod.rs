@@ -35,7 +35,8 @@ pub use self::nodes::{
 };
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
 pub use self::root::{
-    AMI_METADATA, CA_CERT_HASH, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY, ZONE_COUNT_OUTPUT,
+    AMI_METADATA, CA_CERT_HASH, DECRYPT_KMS_KEYS, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY,
+    ZONE_COUNT_OUTPUT,
 };
 pub use crate::config::is_arm64;
 

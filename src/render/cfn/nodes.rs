@@ -48,6 +48,8 @@ pub(super) struct Group<'a> {
     /// A zonal pool's zone count: one group per node subnet (None: one
     /// group over all of them). See [`zonal_suffix`].
     pub(super) zones: Option<usize>,
+    /// The group's MaxInstanceLifetime in seconds (validated), if any.
+    pub(super) max_lifetime: Option<i32>,
 }
 
 /// The CloudFormation variable a zonal pool's user-data stub carries for its
@@ -303,6 +305,9 @@ fn group_resources(
     if let Some(d) = g.desired {
         props["DesiredCapacity"] = json!(d.to_string());
     }
+    if let Some(s) = g.max_lifetime {
+        props["MaxInstanceLifetime"] = json!(s);
+    }
     if let Some(d) = g.distribution {
         let template = props
             .as_object_mut()
@@ -392,9 +397,12 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         secrets: &node.secrets,
         extra_target_groups: vec![],
         distribution: pool.instances_distribution.as_ref(),
+        max_lifetime: pool
+            .max_instance_lifetime_days
+            .and_then(|d| crate::config::max_instance_lifetime_seconds(d).ok()),
         zones: pool.zonal.then(|| input.cluster.pool_group_count(pool)),
     };
-    t.insert("Parameters".into(), node_stack_parameters(&g));
+    t.insert("Parameters".into(), node_stack_parameters(input, &g));
     let mut r = Map::new();
     node_group(input, ctx, &g, &node.stub, &mut r);
     t.insert("Resources".into(), Value::Object(r));
@@ -418,8 +426,11 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
 /// passes: subnets, the role's secrets version, the CA hash, the group's
 /// security group, the API endpoint (and its target group for controllers),
 /// the AMI.
-pub(super) fn node_stack_parameters(g: &Group) -> Value {
+pub(super) fn node_stack_parameters(input: &RenderInput, g: &Group) -> Value {
     let mut p = Map::new();
+    if input.cluster.kms_key_arn.is_some() {
+        p.insert(super::root::DECRYPT_KMS_KEYS.into(), decrypt_keys_parameter());
+    }
     p.insert("SubnetIds".into(), json!({"Type": "List<AWS::EC2::Subnet::Id>"}));
     p.insert("SecretsVersion".into(), secrets_version_parameter());
     p.insert("CACertHash".into(), ca_cert_hash_parameter());
@@ -444,6 +455,11 @@ pub(super) fn secrets_version_parameter() -> Value {
 pub(super) fn secret_bundle_key_parameter() -> Value {
     json!({"Type": "String", "AllowedPattern": "^secrets/[0-9a-f]{64}/bundle\\.json$",
         "Description": "the published secret bundle's content-addressed key, set by kube-aws"})
+}
+
+pub(super) fn decrypt_keys_parameter() -> Value {
+    json!({"Type": "String", "AllowedPattern": "^arn:[^,]+(,arn:[^,]+)*$",
+        "Description": "the KMS keys this stack's roles may decrypt with (kmsKeyARN, then the keys a rotation retired while etcd snapshots under them are kept), set by kube-aws"})
 }
 
 pub(super) fn ca_cert_hash_parameter() -> Value {

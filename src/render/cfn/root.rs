@@ -10,7 +10,10 @@ use serde_json::{json, Map, Value};
 use super::super::plan::{camel, Plan};
 use super::super::{Ctx, RenderInput};
 use super::control_plane::addon_wait_conditions;
-use super::nodes::{ca_cert_hash_parameter, secret_bundle_key_parameter, secrets_version_parameter, NodeUserData};
+use super::nodes::{
+    ca_cert_hash_parameter, decrypt_keys_parameter, secret_bundle_key_parameter, secrets_version_parameter,
+    NodeUserData,
+};
 use super::{is_arm64, template};
 
 pub(super) const AMI_X86: &str = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64";
@@ -53,6 +56,14 @@ pub const CA_CERT_HASH: &str = "CACertHash";
 /// `secret_bundle_parameter`).
 pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
 
+/// The parameter carrying every KMS key the node roles may decrypt with,
+/// comma-separated: `kmsKeyARN`, then the keys a rotation retired while an
+/// etcd snapshot under them can exist (src/aws/secrets.rs `retired_keys`).
+/// The publisher passes it and the root hands it to every node stack, whose
+/// roles' `kms:Decrypt` statements name it (src/render/cfn/iam.rs): a new key
+/// changes policies, never a launch template.
+pub const DECRYPT_KMS_KEYS: &str = "DecryptKmsKeyARNs";
+
 /// The root parameter recording the Kubernetes version the cluster runs
 /// (`1.35.4`): the stack owns it, so it is the version of the last update
 /// that completed (a rolled-back update rolls it back too). `update` and
@@ -88,6 +99,11 @@ pub(super) fn root_stack(
     );
     params.insert(CA_CERT_HASH.into(), ca_cert_hash_parameter());
     params.insert(SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
+    if let Some(k) = &input.cluster.kms_key_arn {
+        let mut p = decrypt_keys_parameter();
+        p["Default"] = json!(k);
+        params.insert(DECRYPT_KMS_KEYS.into(), p);
+    }
     params.insert(
         KUBERNETES_VERSION.into(),
         json!({"Type": "String", "Default": ctx.k8s_version, "AllowedPattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$",
@@ -140,6 +156,9 @@ pub(super) fn root_stack(
                            "SecretsVersion": version, "CACertHash": {"Ref": CA_CERT_HASH},
                            SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": controller_ami}}});
     r.insert("ControlPlane".into(), control_plane);
+    if input.cluster.kms_key_arn.is_some() {
+        r["ControlPlane"]["Properties"]["Parameters"][DECRYPT_KMS_KEYS] = json!({"Ref": DECRYPT_KMS_KEYS});
+    }
     // The pools start once the control plane is done: an upgrade rolls the
     // controllers first, so no kubelet is newer than an API server
     // (https://kubernetes.io/releases/version-skew-policy/#kubelet).
@@ -157,6 +176,10 @@ pub(super) fn root_stack(
                                "CACertHash": {"Ref": CA_CERT_HASH},
                                SECRET_BUNDLE_KEY: {"Ref": SECRET_BUNDLE_KEY}, "ImageId": pool_ami}}}),
         );
+        if input.cluster.kms_key_arn.is_some() {
+            let id = format!("NodePool{}", camel(&pool.name));
+            r[&id]["Properties"]["Parameters"][DECRYPT_KMS_KEYS] = json!({"Ref": DECRYPT_KMS_KEYS});
+        }
     }
     // Each release's secrets version (release_secrets.rs), handed to the plan pointer.
     for rs in super::release_secrets::release_secrets(input) {

@@ -139,3 +139,15 @@ fn worker_groups_have_room_for_the_surge_instance() {
     let zero = pool_bounds(&pool("{name: a, minSize: 0, maxSize: 0}"), &autoscaled(None, None));
     assert_eq!(surge_max(&zero), 1);
 }
+
+/// MaxInstanceLifetime: whole days in seconds, from 1 day (EC2 Auto Scaling's
+/// minimum) to the largest Integer of seconds; 0 and beyond are refused.
+#[test]
+fn max_instance_lifetime_is_days_in_seconds_within_what_auto_scaling_takes() {
+    use crate::config::max_instance_lifetime_seconds as secs;
+    assert_eq!(secs(1), Ok(86_400));
+    assert_eq!(secs(30), Ok(2_592_000));
+    assert_eq!(secs(24_855), Ok(24_855 * 86_400));
+    assert!(secs(0).unwrap_err().contains("at least 1"));
+    assert!(secs(24_856).unwrap_err().contains("at most 24855"));
+}

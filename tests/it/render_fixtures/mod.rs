@@ -67,6 +67,7 @@ worker:
       count: 3
       instanceType: m6i.large
       labels: {team: web}
+      maxInstanceLifetimeDays: 30
     - name: spot-arm
       minSize: 1
       maxSize: 10
