@@ -306,6 +306,17 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     let f = ctl.expect_ready(BOOT_READY_LIMIT);
     let ready = f.outcome.clone().unwrap();
     check_booted_controller(&ctl);
+    // kubeadm init reached its own API server by the cluster's name (an NLB
+    // fails open to controllers that do not answer yet: apihost.py), and the
+    // pin is gone once the boot ended.
+    assert!(
+        ctl.log()
+            .contains(&format!("resolves to this controller ({})", inst.ip)),
+        "no API name pin in the boot log:\n{}",
+        ctl.log()
+    );
+    let hosts = ctl.node.sh("cat /etc/hosts");
+    assert!(!hosts.contains("# kube-aws:"), "the pin outlived the boot:\n{hosts}");
     // The node as the cluster sees it, through admin.conf from the host.
     let get = node_ready_status(&bed, &ctl, &inst.dns);
     assert_eq!(
