@@ -289,6 +289,26 @@ fn publish_addon_plan(moto: &common::MotoEnv, rendered: &kube_aws::render::Rende
     ]);
 }
 
+/// The controllers' etcd settings parameter, as the control-plane stack
+/// creates it (controllers mint the join token under its kmsKeyARN:
+/// join_token.cluster_key).
+fn publish_etcd_settings(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered) {
+    let stack: serde_json::Value = serde_json::from_str(rendered.text("stacks/control-plane.json").unwrap()).unwrap();
+    let p = &stack["Resources"]["EtcdSettings"]["Properties"];
+    moto.aws(&[
+        "ssm",
+        "put-parameter",
+        "--region",
+        "eu-west-1",
+        "--type",
+        "String",
+        "--name",
+        p["Name"].as_str().unwrap(),
+        "--value",
+        p["Value"].as_str().unwrap(),
+    ]);
+}
+
 impl Cluster {
     fn new() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
@@ -312,6 +332,7 @@ impl Cluster {
         moto.aws(&["s3", "mb", &format!("s3://{BUCKET}"), "--region", "eu-west-1"]);
         publish_secrets(&moto, &rendered, dir.path());
         publish_addon_plan(&moto, &rendered, dir.path());
+        publish_etcd_settings(&moto, &rendered);
         Cluster {
             moto,
             dir,
@@ -699,7 +720,8 @@ fn a_newer_controller_upgrades_the_control_plane_under_the_join_lock_and_a_faile
 fn a_failed_join_signals_failure() {
     let mut c = Cluster::new();
     let ctl = c.node("controller");
-    assert!(c.boot(&ctl, &[], &[]).ok);
+    let first = c.boot(&ctl, &[], &[]);
+    assert!(first.ok, "{}", first.stderr);
     let w = c.node("worker-general");
     let b = c.boot(&w, &[], &[("FAKE_JOIN_FAIL", "1")]);
     assert!(!b.ok);

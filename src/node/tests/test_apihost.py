@@ -3,6 +3,8 @@ import os
 import tempfile
 import unittest
 
+import helpers  # noqa: F401 - the package on sys.path
+
 from kube_aws_node import apihost
 
 NAME = "Bed-Network-ABC.elb.us-west-2.amazonaws.com"
@@ -34,6 +36,7 @@ class Pinned(unittest.TestCase):
 class OnDisk(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp()
+        self.before = os.environ.get("KUBE_AWS_ROOT")
         os.environ["KUBE_AWS_ROOT"] = self.root
         os.makedirs(os.path.join(self.root, "etc"))
         self.hosts = os.path.join(self.root, "etc/hosts")
@@ -43,7 +46,10 @@ class OnDisk(unittest.TestCase):
         self.said = []
 
     def tearDown(self):
-        del os.environ["KUBE_AWS_ROOT"]
+        if self.before is None:
+            del os.environ["KUBE_AWS_ROOT"]
+        else:
+            os.environ["KUBE_AWS_ROOT"] = self.before
 
     def read(self):
         with open(self.hosts) as f:

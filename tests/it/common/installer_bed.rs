@@ -42,7 +42,12 @@ const STACK: &str = "testbed-ControlPlane-1ABC";
 
 /// `v` with every `{"Fn::Sub": "…"}` resolved as CloudFormation would for the
 /// bed's control-plane stack (moto's account, us-west-2).
-fn sub_resolved(v: &Value) -> Value {
+fn sub_resolved(v: &Value, kms_key: &str) -> Value {
+    // The decrypt statements' keys: the publisher passes kmsKeyARN (then any
+    // key a rotation retired, none here) as the DecryptKmsKeyARNs parameter.
+    if v == &serde_json::json!({"Fn::Split": [",", {"Ref": "DecryptKmsKeyARNs"}]}) {
+        return serde_json::json!([kms_key]);
+    }
     match v {
         Value::Object(o) if o.len() == 1 && o.contains_key("Fn::Sub") => Value::String(
             o["Fn::Sub"]
@@ -53,8 +58,8 @@ fn sub_resolved(v: &Value) -> Value {
                 .replace("${AWS::AccountId}", "123456789012")
                 .replace("${AWS::StackName}", STACK),
         ),
-        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), sub_resolved(x))).collect()),
-        Value::Array(a) => Value::Array(a.iter().map(sub_resolved).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), sub_resolved(x, kms_key))).collect()),
+        Value::Array(a) => Value::Array(a.iter().map(|x| sub_resolved(x, kms_key)).collect()),
         other => other.clone(),
     }
 }
@@ -293,7 +298,7 @@ impl Bed {
             "--role-name",
             &name,
             "--assume-role-policy-document",
-            &sub_resolved(&role["AssumeRolePolicyDocument"]).to_string(),
+            &sub_resolved(&role["AssumeRolePolicyDocument"], &self.kms_key).to_string(),
         ]);
         for p in role["Policies"].as_array().unwrap() {
             self.env.aws(&[
@@ -304,7 +309,7 @@ impl Bed {
                 "--policy-name",
                 p["PolicyName"].as_str().unwrap(),
                 "--policy-document",
-                &sub_resolved(&p["PolicyDocument"]).to_string(),
+                &sub_resolved(&p["PolicyDocument"], &self.kms_key).to_string(),
             ]);
         }
         // The managed AmazonSSMManagedInstanceCore (ManagedPolicyArns) is
