@@ -23,9 +23,7 @@
 
 use crate::common;
 
-use std::path::Path;
-use std::process::Command;
-
+use crate::node_iam_moto::driver;
 use common::iam::{admin, assume, aws_as, enforce_iam, must};
 use common::MotoEnv as Env;
 use serde_json::{json, Value};
@@ -158,24 +156,6 @@ fn resources(statements: &[Value], sid: &str) -> Vec<String> {
         Value::Array(a) => a.iter().map(|r| r.as_str().unwrap().to_string()).collect(),
         other => panic!("{sid}: Resource {other}"),
     }
-}
-
-fn driver(env: &Env, who: &common::iam::Creds, args: &[&str]) -> Value {
-    let mut cmd = Command::new(common::tool("python"));
-    env.apply(&mut cmd);
-    cmd.env("AWS_ACCESS_KEY_ID", &who.key)
-        .env("AWS_SECRET_ACCESS_KEY", &who.secret)
-        .env("AWS_SESSION_TOKEN", who.token.as_deref().unwrap_or(""))
-        .env("KUBE_AWS_RETRY_DELAY", "0")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/node_iam_driver.py"))
-        .args(args);
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "node_iam_driver {args:?}: {}",
-        common::output_text(&o)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]

@@ -34,7 +34,8 @@ const REGION: &str = "us-west-2";
 
 pub(crate) use common::iam::{admin, assume, aws_as, enforce_iam, must, Creds};
 
-fn driver(env: &Env, who: &Creds, args: &[&str]) -> Value {
+/// The node program's calls as `who`, through tests/support/node_iam_driver.py.
+pub fn driver(env: &Env, who: &Creds, args: &[&str]) -> Value {
     let mut cmd = Command::new(common::tool("python"));
     env.apply(&mut cmd);
     cmd.env("AWS_ACCESS_KEY_ID", &who.key)
