@@ -246,19 +246,28 @@ fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered
         "eu-west-1",
     ]);
     for role in ["controller", "worker-general"] {
-        moto.aws(&[
-            "ssm",
-            "put-parameter",
-            "--region",
-            "eu-west-1",
-            "--type",
-            "String",
-            "--name",
+        put_string_parameter(
+            moto,
             &kube_aws::render::layout::secret_bundle_parameter("full", role),
-            "--value",
             &key,
-        ]);
+        );
     }
+}
+
+/// A String parameter in the fixture's region, as the stacks create them.
+fn put_string_parameter(moto: &common::MotoEnv, name: &str, value: &str) {
+    moto.aws(&[
+        "ssm",
+        "put-parameter",
+        "--region",
+        "eu-west-1",
+        "--type",
+        "String",
+        "--name",
+        name,
+        "--value",
+        value,
+    ]);
 }
 
 /// The addon bundle at its content-addressed key and the control-plane
@@ -275,18 +284,11 @@ fn publish_addon_plan(moto: &common::MotoEnv, rendered: &kube_aws::render::Rende
         layout::content_addressed(layout::ADDON_BUNDLE, &sha)
     );
     moto.aws(&["s3", "cp", path.to_str().unwrap(), &uri, "--region", "eu-west-1"]);
-    moto.aws(&[
-        "ssm",
-        "put-parameter",
-        "--region",
-        "eu-west-1",
-        "--type",
-        "String",
-        "--name",
+    put_string_parameter(
+        moto,
         "/kube-aws/full/addon-plan",
-        "--value",
         &serde_json::json!({"uri": uri, "sha256": sha}).to_string(),
-    ]);
+    );
 }
 
 /// The controllers' etcd settings parameter, as the control-plane stack
@@ -295,18 +297,7 @@ fn publish_addon_plan(moto: &common::MotoEnv, rendered: &kube_aws::render::Rende
 fn publish_etcd_settings(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered) {
     let stack: serde_json::Value = serde_json::from_str(rendered.text("stacks/control-plane.json").unwrap()).unwrap();
     let p = &stack["Resources"]["EtcdSettings"]["Properties"];
-    moto.aws(&[
-        "ssm",
-        "put-parameter",
-        "--region",
-        "eu-west-1",
-        "--type",
-        "String",
-        "--name",
-        p["Name"].as_str().unwrap(),
-        "--value",
-        p["Value"].as_str().unwrap(),
-    ]);
+    put_string_parameter(moto, p["Name"].as_str().unwrap(), p["Value"].as_str().unwrap());
 }
 
 impl Cluster {
