@@ -611,7 +611,8 @@ fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
 }
 
 /// Three controllers: the first takes the init lock and `kubeadm init`s,
-/// the second and third (booted at the same time) join one at a time under
+/// the second and third (booted at the same time, once the first holds the
+/// init lock: the bed's API name is the first's address) join one at a time under
 /// the S3 join lock, and etcd has three members. Then the third's container
 /// is killed (an instance lost without its lifecycle hook: its etcd member
 /// stays) and its auto scaling group replaces it; the replacement prunes the
@@ -630,6 +631,13 @@ fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
     assert_eq!(insts.len(), 3, "{insts:?}");
     let api_ip = insts[0].ip.clone();
     let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    // The bed has no load balancer: the API's name is the first controller's
+    // address, so it must be the one that initialises. On EC2 the network
+    // load balancer routes to whichever controller won the init lock (in CI
+    // the second won once, and the first, joining, found no API server at
+    // its own address). The other two start once it holds the lock, at the
+    // same time, and race for the join lock.
+    c1.wait_step("kubeadm-init", BOOT_READY_LIMIT);
     let c2 = bed.boot(
         "controller",
         "ControllerRole",

@@ -92,6 +92,7 @@ import time
 
 from . import fsutil, jsonio, paths
 from .awscall import AwsError
+from .retry import retry
 
 VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 # kubeadm marshals ClusterConfiguration with `kubernetesVersion` at the top level.
@@ -101,6 +102,26 @@ STATUS_KEY = "status/control-plane/upgrade.json"
 
 class UpgradeError(Exception):
     pass
+
+
+# What kubectl prints when no API server answered behind the cluster's
+# endpoint, or one answered that cannot serve yet: the join token appears as
+# soon as the first controller's API server serves, a few seconds before the
+# load balancer's health checks (two, 10 s apart: src/render/cfn/network.rs)
+# route to it alone; until then a Network Load Balancer whose targets are all
+# unhealthy fails open and may route to a controller with no API server
+# ("Health checks for Network Load Balancer target groups"). `kubeadm join`
+# retries its own discovery; the reads before it retry these too. Seen in CI
+# on the real-node bed: "The connection to the server <name>:6443 was
+# refused" on the second of three controllers.
+TRANSIENT = re.compile(r"was refused|Unable to connect to the server|i/o timeout|connection reset|TLS handshake "
+                       r"timeout|EOF|ServiceUnavailable|InternalError|\(Timeout\)|the server is currently unable|"
+                       r"etcdserver: (leader changed|request timed out)|no route to host")
+
+
+def transient(message):
+    """Whether a kubectl error says no API server could answer yet (retry), not what one answered."""
+    return bool(TRANSIENT.search(message or ""))
 
 
 def parse(version):
@@ -173,11 +194,12 @@ def control_plane_behind(nodes, version):
 class Upgrader(object):
     """The upgrade steps of one controller's join; `boot` is bootstrap.Boot."""
 
-    def __init__(self, boot, version):
+    def __init__(self, boot, version, sleep=time.sleep):
         self.boot = boot
         self.version = version.lstrip("v")
         self.kubeconfig = os.path.join(boot.work, "upgrade-admin.conf")
         self.status = {}
+        self.sleep = sleep
 
     # --- commands ---------------------------------------------------------
     def run(self, args):
@@ -211,7 +233,17 @@ class Upgrader(object):
 
     # --- kubeadm-config and kubelet-config ----------------------------------------
     def get(self, name):
-        return jsonio.parse(self.kubectl(["get", "configmap", name, "-n", "kube-system", "-o", "json"]), name)
+        """A ConfigMap of kube-system; a read no API server answered is
+        retried (about 2 minutes by default: KUBE_AWS_API_RETRY_ATTEMPTS
+        tries, the i-th wait KUBE_AWS_API_RETRY_DELAY * i seconds)."""
+        args = ["get", "configmap", name, "-n", "kube-system", "-o", "json"]
+
+        def said(i, e):
+            self.boot.say("%s (try %d): retrying" % (e, i))
+        out = retry(lambda: self.kubectl(args), paths.knob("API_RETRY_ATTEMPTS", 10),
+                    paths.knob("API_RETRY_DELAY", 3), final=lambda e: not transient(str(e)),
+                    sleep=self.sleep, on_retry=said)
+        return jsonio.parse(out, name)
 
     def read_config(self):
         """The two ConfigMaps as they are (kubeadm-config, kubelet-config) and the cluster's version."""

@@ -103,6 +103,10 @@ class FakeUpgrader(upgrade.Upgrader):
         self.proxy = "registry.k8s.io/kube-proxy:" + proxy
         self.upload_fails = upload_fails
         self.commands = []
+        # Errors the next reads answer, in order (then the ConfigMaps).
+        self.read_errors = []
+        self.slept = []
+        self.sleep = self.slept.append
 
     def bump(self, name, data):
         cm = self.cms[name]
@@ -126,6 +130,8 @@ class FakeUpgrader(upgrade.Upgrader):
         assert os.stat(self.kubeconfig).st_mode & 0o777 == 0o600
         verb = args[3]
         if verb == "get" and args[4] == "configmap":
+            if self.read_errors:
+                return 1, "", self.read_errors.pop(0)
             return 0, json.dumps(self.cms[args[5]]), ""
         if verb == "get" and args[4] == "daemonset":
             return 0, self.proxy, ""
@@ -236,6 +242,33 @@ class Join(unittest.TestCase):
         self.assertLess(uploads[0], order[0][1])
         self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"]])
         self.assertEqual(self.boot.uploads, [])
+
+    def test_reads_no_api_server_answered_are_retried_and_an_answer_is_not(self):
+        # The first controller's API server serves (its join token is out)
+        # before the load balancer routes to it alone: seen in CI.
+        u = FakeUpgrader(self.boot, "1.35.4", proxy="v1.35.4")
+        u.read_errors = ["The connection to the server api:6443 was refused - did you specify the right host or port?",
+                         "Unable to connect to the server: dial tcp 10.0.0.9:6443: i/o timeout"]
+        self.assertEqual(u.join("/cfg", self.join), "join")
+        self.assertEqual(self.joined, [True])
+        self.assertEqual(u.slept, [3, 6])
+        self.assertEqual(len([m for m in self.boot.said if "retrying" in m]), 2)
+        # What an API server answered is final: no retry, no join.
+        boot = FakeBoot(self.dir)
+        u = FakeUpgrader(boot, "1.35.4", proxy="v1.35.4")
+        u.read_errors = ['Error from server (Forbidden): configmaps "kubeadm-config" is forbidden']
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", lambda: boot.sh(["kubeadm", "join"]))
+        self.assertIn("Forbidden", str(e.exception))
+        self.assertEqual((u.slept, boot.sh_calls), ([], []))
+        # Refused for longer than the tries: the last error, after them all.
+        boot = FakeBoot(self.dir)
+        u = FakeUpgrader(boot, "1.35.4", proxy="v1.35.4")
+        u.read_errors = ["The connection to the server api:6443 was refused"] * 10
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", lambda: boot.sh(["kubeadm", "join"]))
+        self.assertIn("was refused", str(e.exception))
+        self.assertEqual(u.slept, [3 * i for i in range(1, 10)])
 
     def test_a_failed_upload_joins_nothing(self):
         u = FakeUpgrader(self.boot, "1.36.3", upload_fails=True)

@@ -576,6 +576,28 @@ impl BedNode {
         format!("node {} is Ready", self.inst.dns.to_lowercase())
     }
 
+    /// Returns once the node program has begun `step`; panics with what the
+    /// node said if it failed, or `limit` passed, first.
+    pub fn wait_step(&self, step: &str, limit: Duration) {
+        let line = format!("kube-aws: step {step}");
+        loop {
+            let text = self.log();
+            if text.lines().any(|l| l == line) {
+                return;
+            }
+            let failed = text.lines().find(|l| l.contains(" failed (exit ")).map(str::to_string);
+            if failed.is_some() || self.booted.elapsed() > limit {
+                let f = Followed {
+                    steps: vec![],
+                    outcome: Err(String::new()),
+                };
+                let why = failed.unwrap_or_else(|| format!("no step {step} after {limit:?}"));
+                panic!("{}", self.explain(&f, &why));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Follows the node program's boot log until the node is Ready, a step
     /// fails, cloud-init is done without either, or `limit` passes.
     pub fn follow(&self, limit: Duration) -> Followed {
