@@ -33,6 +33,12 @@
 //! secrets version, and the signals of an update's rolling policy (moto
 //! takes signals only at create).
 //! tests/it/node_secrets.rs runs the secrets script against moto.
+//!
+//! Time: a cluster's setup (moto, the bundle encrypted with moto's KMS, the
+//! plan) and a controller's boot (about 20 aws CLI calls) are most of a
+//! test's time, so the failure tests share two clusters set up once (see
+//! [`FRESH`]: which tests may share, and why their assertions stay their
+//! own), and the bundle's entries are encrypted in one process.
 
 use crate::common;
 use crate::render_fixtures;
@@ -40,6 +46,8 @@ use crate::render_fixtures;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use render_fixtures::*;
 
@@ -101,7 +109,7 @@ const FAKE_CURL: &str = r#"#!/bin/bash
 echo "curl $*" >>"$FAKE_LOG"
 case "$*" in
   *api/token*) echo imds-token ;;
-  *instance-id*) echo i-0123456789 ;;
+  *instance-id*) echo "$FAKE_INSTANCE_ID" ;;
   *local-hostname*) echo "${FAKE_HOSTNAME:-ip-10-0-1-23.eu-west-1.compute.internal}" ;;
   *meta-data/mac*) echo 0e:49:61:0f:c3:11 ;;
 esac
@@ -154,7 +162,8 @@ struct Cluster {
     moto: common::MotoEnv,
     dir: tempfile::TempDir,
     rendered: kube_aws::render::Rendered,
-    nodes: usize,
+    /// Nodes made so far: node N's root is `node-N`, its instance id [`instance_id`].
+    nodes: AtomicUsize,
     /// What CloudFormation substitutes for `${SecretsVersion}` in new nodes' stubs.
     secrets_version: String,
 }
@@ -211,17 +220,25 @@ fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered
             );
         }
     }
+    let values: Vec<(&str, String)> = names
+        .iter()
+        .map(|name| {
+            let value = if name == "kubeadm/bootstrap-token" {
+                TOKEN.to_string()
+            } else {
+                format!("value of {name}")
+            };
+            (name.as_str(), value)
+        })
+        .collect();
+    let entries: Vec<(&str, &[u8])> = values.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+    // One process for all entries (a CLI start per entry was most of the setup).
+    let cts = moto.encrypt_entries("eu-west-1", &key, "full", &entries);
     let mut secrets = serde_json::Map::new();
-    for name in &names {
-        let value = if name == "kubeadm/bootstrap-token" {
-            TOKEN.to_string()
-        } else {
-            format!("value of {name}")
-        };
-        let ct = moto.encrypt_entry("eu-west-1", &key, "full", name, value.as_bytes());
+    for ((name, _), ct) in entries.iter().zip(cts) {
         // Checked: it is base64 (the bundle's encoding).
         base64::engine::general_purpose::STANDARD.decode(&ct).unwrap();
-        secrets.insert(name.clone(), ct.into());
+        secrets.insert(name.to_string(), ct.into());
     }
     let bundle = serde_json::json!({
         "apiVersion": "kube-aws/v1",
@@ -328,15 +345,16 @@ impl Cluster {
             moto,
             dir,
             rendered,
-            nodes: 0,
+            nodes: AtomicUsize::new(0),
             secrets_version: "0123456789abcdef".into(),
         }
     }
 
-    /// A fresh node of `role` (`controller`, `worker-general`), its files in place.
-    fn node(&mut self, role: &str) -> PathBuf {
-        self.nodes += 1;
-        let root = self.dir.path().join(format!("node-{}", self.nodes));
+    /// A fresh node of `role` (`controller`, `worker-general`), its files in
+    /// place; IMDS gives it its own instance id ([`instance_id`]).
+    fn node(&self, role: &str) -> PathBuf {
+        let n = self.nodes.fetch_add(1, Ordering::SeqCst) + 1;
+        let root = self.dir.path().join(format!("node-{n}"));
         common::write_cloud_config_files(
             self.rendered.text(&format!("userdata/{role}.cloud-config")).unwrap(),
             &root,
@@ -374,6 +392,7 @@ impl Cluster {
             .env("KUBE_AWS_POLL_INTERVAL", "0")
             .env("KUBE_AWS_JOIN_LOCK_POLL", "0")
             .env("FAKE_BUCKET", BUCKET)
+            .env("FAKE_INSTANCE_ID", instance_id(root))
             .env("FAKE_LOG", &log)
             .env("FAKE_OUT", &out)
             .env("KUBE_AWS_TOKEN_WAIT", "0")
@@ -429,6 +448,75 @@ impl Cluster {
     }
 }
 
+/// The instance id IMDS gives the node at `root` (`node-N`): its own, so
+/// that nodes of a shared cluster publish their failure reports at their own
+/// keys (status/nodes/<instance-id>.json) and take their locks as themselves.
+fn instance_id(root: &Path) -> String {
+    let n: u64 = root
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("node-"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a node root: {}", root.display()));
+    format!("i-{n:017x}")
+}
+
+/// Clusters shared by the failure tests, each set up once per test binary
+/// (a moto server, the bundle, the plan and a controller's boot cost most of
+/// such a test's time). They run in parallel threads, so what may share one
+/// is narrow: a shared cluster's tests read only what their own nodes wrote
+/// (each node has its own instance id, hence its own failure report and
+/// lock holder), and none of them changes what another's boot reads.
+/// - [`fresh`]: no controller ever initialized it (its tests' controllers
+///   fail at or before `kubeadm init`, so none publishes a join token);
+/// - [`initialized`]: one controller initialized it (join token and
+///   PKI published); its tests boot workers (which take no lock) and at most
+///   one test joins controllers (the join lock's).
+///
+/// The tests that check a whole cluster's story (which node inits, the
+/// join lock, the upgrade status) keep a cluster of their own.
+static FRESH: Mutex<Option<Arc<Cluster>>> = Mutex::new(None);
+static INITIALIZED: Mutex<Option<Arc<Cluster>>> = Mutex::new(None);
+
+extern "C" fn drop_shared_clusters() {
+    for slot in [&FRESH, &INITIALIZED] {
+        if let Ok(mut g) = slot.lock() {
+            g.take();
+        }
+    }
+}
+
+/// The cluster in `slot`, made (with `prepare`) by the first test that asks
+/// and dropped (moto stopped, its directory removed) when the binary exits.
+fn shared(slot: &'static Mutex<Option<Arc<Cluster>>>, prepare: fn(&Cluster)) -> Arc<Cluster> {
+    // A test that failed while holding the lock poisons it; the next one sets up again.
+    let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = g.as_ref() {
+        return c.clone();
+    }
+    let c = Arc::new(Cluster::new());
+    prepare(&c);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // Statics are never dropped: stop the moto servers at exit.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(drop_shared_clusters);
+    });
+    *g = Some(c.clone());
+    c
+}
+
+fn fresh() -> Arc<Cluster> {
+    shared(&FRESH, |_| {})
+}
+
+fn initialized() -> Arc<Cluster> {
+    shared(&INITIALIZED, |c| {
+        let ctl = c.node("controller");
+        let b = c.boot(&ctl, &[], &[]);
+        assert!(b.ok, "{}\n{:#?}", b.stderr, b.log);
+    })
+}
+
 const HOSTNAME: &str = "ip-10-0-1-23.eu-west-1.compute.internal";
 /// The addon reconciler's timer: every controller runs it; the reconciler
 /// takes the per-plan lock itself (tests/it/installer.rs).
@@ -437,7 +525,7 @@ const SUCCESS: &str = "--status SUCCESS";
 
 #[test]
 fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
-    let mut c = Cluster::new();
+    let c = Cluster::new();
 
     // The first controller: kubeadm init with the bundle's secrets.
     let first = c.node("controller");
@@ -520,7 +608,9 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
     // Plugin units are names after `--`, never options.
     assert!(a.ran("systemctl enable --now -- dex-sync.service"), "{:#?}", a.log);
     // A boot that worked leaves no failure report.
-    assert!(c.object("status/nodes/i-0123456789.json").is_none());
+    assert!(c
+        .object(&format!("status/nodes/{}.json", instance_id(&first)))
+        .is_none());
     // kubeadm's own output (which shows the token) is kept out of the boot log.
     assert!(!a.stdout.contains(TOKEN) && !a.stderr.contains(TOKEN));
     let init_log = first.join("var/lib/kube-aws/kubeadm-init.log");
@@ -607,7 +697,7 @@ fn controllers_init_once_then_join_and_the_installer_runs_once_per_plan() {
 /// fakes here: the real ones are tests/it/real_node/.
 #[test]
 fn a_newer_controller_upgrades_the_control_plane_under_the_join_lock_and_a_failed_upgrade_says_what_failed() {
-    let mut c = Cluster::new();
+    let c = Cluster::new();
     let first = c.node("controller");
     let a = c.boot(&first, &[], &[]);
     assert!(a.ok, "{}\n{:#?}", a.stderr, a.log);
@@ -700,7 +790,7 @@ fn a_newer_controller_upgrades_the_control_plane_under_the_join_lock_and_a_faile
         "{msg}"
     );
     // The node's own failure report names the step and what failed.
-    let r = report(&c);
+    let r = report(&c, &third);
     assert_eq!(r["step"], "kubeadm-upgrade-apply", "{r:#}");
     assert_eq!(r["command"], "kubernetes upgrade", "{r:#}");
     assert!(f.stderr.contains("kubeadm upgrade apply"), "{}", f.stderr);
@@ -709,10 +799,7 @@ fn a_newer_controller_upgrades_the_control_plane_under_the_join_lock_and_a_faile
 
 #[test]
 fn a_failed_join_signals_failure() {
-    let mut c = Cluster::new();
-    let ctl = c.node("controller");
-    let first = c.boot(&ctl, &[], &[]);
-    assert!(first.ok, "{}", first.stderr);
+    let c = initialized();
     let w = c.node("worker-general");
     let b = c.boot(&w, &[], &[("FAKE_JOIN_FAIL", "1")]);
     assert!(!b.ok);
@@ -722,7 +809,7 @@ fn a_failed_join_signals_failure() {
 
 #[test]
 fn a_failed_init_signals_failure_and_points_at_its_private_log() {
-    let mut c = Cluster::new();
+    let c = fresh();
     let n = c.node("controller");
     let b = c.boot(&n, &[], &[("FAKE_INIT_FAIL", "1")]);
     assert!(!b.ok);
@@ -738,7 +825,7 @@ fn a_failed_init_signals_failure_and_points_at_its_private_log() {
 
 #[test]
 fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
-    let mut c = Cluster::new();
+    let c = fresh();
     let n = c.node("controller");
     // S3 answers the conditional write, but not with PreconditionFailed.
     let b = c.boot(&n, &[], &[("FAKE_PUT_FAIL", "1")]);
@@ -752,22 +839,20 @@ fn a_lock_s3_will_not_answer_fails_the_boot_instead_of_guessing() {
     assert!(!b.ran("kubeadm init") && !b.ran("kubeadm join"), "{:#?}", b.log);
     // NoSuchBucket is an answer retrying cannot change: asked once.
     assert_eq!(b.log.iter().filter(|l| l.contains("s3api put-object")).count(), 1);
-    assert_eq!(report(&c)["step"], "init-lock");
+    assert_eq!(report(&c, &n)["step"], "init-lock");
 }
 
-/// The failure report a node published, read back from moto.
-fn report(c: &Cluster) -> serde_json::Value {
+/// The failure report the node at `node` published, read back from moto.
+fn report(c: &Cluster, node: &Path) -> serde_json::Value {
     let text = c
-        .object("status/nodes/i-0123456789.json")
+        .object(&format!("status/nodes/{}.json", instance_id(node)))
         .expect("no failure report in S3");
     serde_json::from_str(&text).unwrap()
 }
 
 #[test]
 fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_report() {
-    let mut c = Cluster::new();
-    let ctl = c.node("controller");
-    assert!(c.boot(&ctl, &[], &[]).ok);
+    let c = initialized();
     // `kubeadm version` fails inside kubeadm_config (a function, in a subshell),
     // printing the bootstrap token: without `set -E` no trap would run at all.
     let w = c.node("worker-general");
@@ -782,11 +867,11 @@ fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_r
         b.log
     );
     assert!(!b.ran("kubeadm join"), "it stopped at the failing step: {:#?}", b.log);
-    let r = report(&c);
+    let r = report(&c, &w);
     assert_eq!(r["step"], "kubeadm-join", "{r:#}");
     assert_eq!(r["role"], "worker-general");
     assert_eq!(r["nodeName"], HOSTNAME);
-    assert_eq!(r["instanceId"], "i-0123456789");
+    assert_eq!(r["instanceId"], instance_id(&w).as_str());
     assert_eq!(r["asgLogicalId"], "WorkerGroup");
     assert!(r["exitCode"].as_i64().unwrap() != 0);
     let log = r["log"].as_str().unwrap();
@@ -802,11 +887,11 @@ fn a_failure_inside_a_function_signals_failure_at_once_and_publishes_a_blanked_r
 
 #[test]
 fn a_failed_package_install_and_a_bad_node_name_are_reported_with_their_step() {
-    let mut c = Cluster::new();
+    let c = fresh();
     let n = c.node("worker-general");
     let b = c.boot(&n, &[], &[("FAKE_DNF_FAIL", "kubelet")]);
     assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
-    let r = report(&c);
+    let r = report(&c, &n);
     assert_eq!(r["step"], "packages", "{r:#}");
     assert!(r["command"].as_str().unwrap().starts_with("dnf install"), "{r:#}");
     assert!(r["log"].as_str().unwrap().contains("Unable to find a match"), "{r:#}");
@@ -816,7 +901,7 @@ fn a_failed_package_install_and_a_bad_node_name_are_reported_with_their_step() {
     let n = c.node("worker-general");
     let b = c.boot(&n, &[], &[("FAKE_HOSTNAME", "bad name; $(id)")]);
     assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
-    let r = report(&c);
+    let r = report(&c, &n);
     assert_eq!(r["step"], "metadata", "{r:#}");
     assert!(r["log"].as_str().unwrap().contains("is not a DNS name"), "{r:#}");
     assert!(!b.ran("dnf install"), "{:#?}", b.log);
@@ -824,12 +909,12 @@ fn a_failed_package_install_and_a_bad_node_name_are_reported_with_their_step() {
 
 #[test]
 fn a_held_join_lock_is_waited_for_then_fails_and_a_stale_one_is_broken() {
-    let mut c = Cluster::new();
-    let first = c.node("controller");
-    assert!(c.boot(&first, &[], &[]).ok);
+    // The one test of the shared cluster that joins controllers.
+    let c = initialized();
     // Another controller is joining: its lock is fresh.
-    let lock = c.dir.path().join("lock.json");
-    std::fs::write(&lock, "{}").unwrap();
+    let lock_file = tempfile::NamedTempFile::new().unwrap();
+    let lock = lock_file.path();
+    std::fs::write(lock, "{}").unwrap();
     c.moto.aws(&[
         "s3",
         "cp",
@@ -843,7 +928,7 @@ fn a_held_join_lock_is_waited_for_then_fails_and_a_stale_one_is_broken() {
     assert!(!b.ok && b.ran("--status FAILURE"), "{:#?}", b.log);
     assert!(!b.ran("kubeadm join"), "{:#?}", b.log);
     assert!(b.stderr.contains("is still held by another node"), "{}", b.stderr);
-    assert_eq!(report(&c)["step"], "join-lock");
+    assert_eq!(report(&c, &second)["step"], "join-lock");
     assert!(
         c.object("bootstrap/join-lock").is_some(),
         "another node's lock is left alone"
@@ -859,9 +944,7 @@ fn a_held_join_lock_is_waited_for_then_fails_and_a_stale_one_is_broken() {
 
 #[test]
 fn a_node_that_never_becomes_ready_signals_failure_with_the_reason() {
-    let mut c = Cluster::new();
-    let ctl = c.node("controller");
-    assert!(c.boot(&ctl, &[], &[]).ok);
+    let c = initialized();
     let w = c.node("worker-general");
     let b = c.boot(
         &w,
@@ -876,7 +959,7 @@ fn a_node_that_never_becomes_ready_signals_failure_with_the_reason() {
     );
     assert!(!b.ok, "{:#?}", b.log);
     assert!(b.ran("--status FAILURE") && !b.ran(SUCCESS), "{:#?}", b.log);
-    let r = report(&c);
+    let r = report(&c, &w);
     assert_eq!(r["step"], "node-ready", "{r:#}");
     let log = r["log"].as_str().unwrap();
     assert!(

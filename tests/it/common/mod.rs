@@ -345,6 +345,55 @@ impl MotoEnv {
         .to_string()
     }
 
+    /// [`MotoEnv::encrypt_entry`] for many entries, in one process
+    /// (tests/support/kms_encrypt_entries.py: boto3, the library under the
+    /// aws CLI, instead of one CLI start per entry): the ciphertexts, in
+    /// the order of `entries` (name, plaintext).
+    pub fn encrypt_entries(&self, region: &str, key: &str, cluster: &str, entries: &[(&str, &[u8])]) -> Vec<String> {
+        use base64::Engine;
+        use std::io::Write;
+        let request = serde_json::json!({
+            "region": region,
+            "keyId": key,
+            "cluster": cluster,
+            "entries": entries
+                .iter()
+                .map(|(name, plain)| serde_json::json!({
+                    "name": name,
+                    "plaintext": base64::engine::general_purpose::STANDARD.encode(plain),
+                }))
+                .collect::<Vec<_>>(),
+        });
+        let mut cmd = Command::new(tool("python"));
+        self.apply(&mut cmd);
+        let mut child = cmd
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kms_encrypt_entries.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(request.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kms_encrypt_entries.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cts: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(cts.len(), entries.len(), "one ciphertext per entry: {cts:?}");
+        cts
+    }
+
     pub fn aws_json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
         a.extend(["--output", "json"]);
