@@ -210,10 +210,8 @@ fn stack_status(env: &Env) -> Option<String> {
 #[test]
 fn up_status_update_destroy_against_moto() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     let chart_digest = work_tree(&env, dir, &kms, BUCKET, "1");
     let mut all_output = String::new();
 
@@ -671,10 +669,8 @@ fn real_cluster_yaml(kms: &str, count: u32) -> String {
 #[test]
 fn real_work_tree_up_status_update_destroy() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     write(&dir.join("cluster.yaml"), &real_cluster_yaml(&kms, 1));
 
     // up --wait: render, publish, create, follow.
@@ -956,12 +952,11 @@ fn create_waiter_function(env: &Env) -> String {
 /// stack stays in progress until the test answers (see [`waiter_tree`]).
 fn waiting_stack_env() -> (Env, tempfile::TempDir) {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
+    let tree = env.work_tree(&[BUCKET]);
+    let kms = tree.kms.clone();
     let function = create_waiter_function(&env);
-    let tree = tempfile::tempdir().unwrap();
     waiter_tree(&env, tree.path(), &kms, &function);
-    (env, tree)
+    (env, tree.tree)
 }
 
 fn waiter_tree(env: &Env, dir: &Path, kms: &str, function_arn: &str) {
@@ -1507,10 +1502,8 @@ fn kube_aws_on_tty(env: &Env, dir: &Path, args: &[&str], typed: &str) -> (Option
 #[test]
 fn update_and_destroy_ask_on_a_terminal() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     work_tree(&env, dir, &kms, BUCKET, "1");
     let up = env.kube_aws(dir, &["up", "--use-rendered"]);
     assert!(up.status.success(), "{}", text(&up));

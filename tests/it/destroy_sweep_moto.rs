@@ -104,8 +104,7 @@ fn zone(env: &Env) -> String {
 /// The cluster up on moto, and the fixture's resources (its records in the
 /// zone cluster.yaml gives external-dns).
 fn up_with_leftovers(env: &Env, dir: &Path, extra: &[&str]) -> serde_json::Value {
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
+    let kms = env.bucket_and_key(&[BUCKET]);
     let zone = zone(env);
     work_tree(dir, &kms, &zone);
     let up = env.kube_aws(dir, &["up", "--use-rendered", "--wait", "--timeout", "2m"]);

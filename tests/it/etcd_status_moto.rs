@@ -36,10 +36,8 @@ fn nospace_on_real_etcd_and_the_alarms_are_reported_by_status() {
         return;
     };
     let env = MotoEnv::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(

@@ -26,10 +26,8 @@ fn text(o: &std::process::Output) -> String {
 #[test]
 fn deploy_hooks_run_in_order_and_post_render_files_are_published() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     // aws-vpc-cni and the cloud controller manager have charts on the internet, out of reach here.
     write(
         &dir.join("cluster.yaml"),

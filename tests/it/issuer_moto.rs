@@ -164,11 +164,10 @@ fn up_with_block_public_access_on_serves_the_issuer_from_its_own_bucket() {
     let env = Env::new();
     let bucket = "kube-aws-issuer";
     let issuer_bucket = "kube-aws-issuer-oidc-demo";
-    env.aws(&["s3", "mb", &format!("s3://{bucket}")]);
+    let tree = env.work_tree(&[bucket]);
+    let kms = tree.kms.clone();
     // The defaults of a new bucket: Block Public Access on.
     block_public_access(&env, bucket);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
     work_tree(tree.path(), &kms, bucket);
 
     let up = env.kube_aws(tree.path(), &["up", "--use-rendered"]);
@@ -273,10 +272,8 @@ fn up_with_block_public_access_on_serves_the_issuer_from_its_own_bucket() {
 fn a_bucket_of_that_name_not_tagged_as_the_clusters_is_not_used() {
     let env = Env::new();
     let bucket = "kube-aws-taken";
-    env.aws(&["s3", "mb", &format!("s3://{bucket}")]);
-    env.aws(&["s3", "mb", &format!("s3://{bucket}-oidc-{CLUSTER}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
+    let tree = env.work_tree(&[bucket, &format!("{bucket}-oidc-{CLUSTER}")]);
+    let kms = tree.kms.clone();
     work_tree(tree.path(), &kms, bucket);
     let up = env.kube_aws(tree.path(), &["up", "--use-rendered"]);
     let out = text(&up);
@@ -292,11 +289,10 @@ fn a_bucket_of_that_name_not_tagged_as_the_clusters_is_not_used() {
 fn account_block_public_access_stops_up_with_the_fix_named() {
     let env = Env::new();
     let bucket = "kube-aws-blocked";
-    env.aws(&["s3", "mb", &format!("s3://{bucket}")]);
-    let kms = env.create_kms_key();
+    let tree = env.work_tree(&[bucket]);
+    let kms = tree.kms.clone();
     let account = kms.split(':').nth(4).unwrap().to_string();
     block_public_access_for_the_account(&env, &account);
-    let tree = tempfile::tempdir().unwrap();
     work_tree(tree.path(), &kms, bucket);
     let up = env.kube_aws(tree.path(), &["up", "--use-rendered"]);
     let out = text(&up);

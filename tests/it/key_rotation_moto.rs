@@ -161,11 +161,9 @@ fn resources(statements: &[Value], sid: &str) -> Vec<String> {
 #[test]
 fn a_new_kms_key_re_encrypts_every_secret_keeps_the_old_for_snapshots_and_replaces_no_node() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let k1 = env.create_kms_key();
+    let tree = env.work_tree(&[BUCKET]);
+    let (dir, k1) = (tree.path(), tree.kms.clone());
     let k2 = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
     std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&k1)).unwrap();
     let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
     assert!(up.status.success(), "{}", common::output_text(&up));

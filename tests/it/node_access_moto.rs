@@ -79,10 +79,8 @@ fn ec2_instances(env: &Env) -> Vec<(String, String, String, String)> {
 #[test]
 fn nodes_and_logs_read_moto_instances_and_s3_reports() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     // aws-vpc-cni's chart is on the internet, out of reach here.
     std::fs::write(
         dir.join("cluster.yaml"),

@@ -194,13 +194,12 @@ impl Boot {
     }
 }
 
-/// The secret bundle `kube-aws up` publishes, for every role of `rendered`:
+/// The fixture's bucket, and the secret bundle `kube-aws up` publishes, for every role of `rendered`:
 /// each entry a node.json names, encrypted with moto's KMS under its
 /// encryption context (the bootstrap token is TOKEN), and the PKI's public
 /// half.
 fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered, dir: &Path) {
     use base64::Engine;
-    let key = moto.create_kms_key_in("eu-west-1");
     let mut names = std::collections::BTreeSet::new();
     let mut certificates = serde_json::Map::new();
     for role in ["controller", "worker-general"] {
@@ -232,8 +231,28 @@ fn publish_secrets(moto: &common::MotoEnv, rendered: &kube_aws::render::Rendered
         })
         .collect();
     let entries: Vec<(&str, &[u8])> = values.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
-    // One process for all entries (a CLI start per entry was most of the setup).
-    let cts = moto.encrypt_entries("eu-west-1", &key, "full", &entries);
+    // The bucket, the key and every entry in one process (a CLI start per
+    // call was most of the setup).
+    let made = moto.setup(serde_json::json!({
+        "region": "eu-west-1",
+        "buckets": [BUCKET],
+        "createKey": true,
+        "encrypt": {
+            "cluster": "full",
+            "entries": entries
+                .iter()
+                .map(|(n, v)| serde_json::json!({"name": n, "plaintext": base64::engine::general_purpose::STANDARD.encode(v)}))
+                .collect::<Vec<_>>(),
+        },
+    }));
+    let key = made["keyArn"].as_str().unwrap().to_string();
+    let cts: Vec<String> = made["ciphertexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cts.len(), entries.len(), "{made}");
     let mut secrets = serde_json::Map::new();
     for ((name, _), ct) in entries.iter().zip(cts) {
         // Checked: it is base64 (the bundle's encoding).
@@ -337,7 +356,6 @@ impl Cluster {
         }
         let rendered = kube_aws::render::render(&full()).unwrap();
         let moto = common::MotoEnv::new();
-        moto.aws(&["s3", "mb", &format!("s3://{BUCKET}"), "--region", "eu-west-1"]);
         publish_secrets(&moto, &rendered, dir.path());
         publish_addon_plan(&moto, &rendered, dir.path());
         publish_etcd_settings(&moto, &rendered);

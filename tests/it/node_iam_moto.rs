@@ -95,10 +95,8 @@ fn not_allowed(answers: &Value) -> Vec<String> {
 #[test]
 fn every_node_call_runs_under_its_own_role_with_iam_enforced() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(

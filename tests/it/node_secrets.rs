@@ -48,11 +48,9 @@ use common::MotoEnv as Env;
 /// moto with a bucket, a KMS key and the work tree (see `work_tree`).
 fn published_env() -> (Env, tempfile::TempDir) {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    work_tree(tree.path(), &kms);
-    (env, tree)
+    let tree = env.work_tree(&[BUCKET]);
+    work_tree(tree.path(), &tree.kms);
+    (env, tree.tree)
 }
 
 fn text(o: &Output) -> String {

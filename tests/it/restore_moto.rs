@@ -141,10 +141,8 @@ fn restore_refuses_bad_keys_and_replaces_only_the_controllers() {
         return;
     };
     let env = MotoEnv::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(

@@ -165,10 +165,8 @@ fn without_stack_name(data: &Value, stack_arn: &str) -> Value {
 #[test]
 fn the_preview_says_what_rolls_for_each_kind_of_change() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     write_plugin(dir);
     let write = |controller: &str, pools: &str, plugin: &str, extra: &str| {
         std::fs::write(

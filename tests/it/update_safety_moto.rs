@@ -72,7 +72,8 @@ fn put(env: &Env, dir: &Path, key: &str, body: &[u8], kms: &str) {
 #[test]
 fn three_controllers_spread_roll_and_back_up() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     // A rule of the bucket's own, which `up` must keep.
     env.aws(&[
         "s3api",
@@ -82,9 +83,6 @@ fn three_controllers_spread_roll_and_back_up() {
         "--lifecycle-configuration",
         r#"{"Rules": [{"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 30}}]}"#,
     ]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
     std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&kms, "")).unwrap();
 
     let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);

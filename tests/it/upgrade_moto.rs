@@ -19,6 +19,7 @@ use std::path::Path;
 
 use common::output_text as text;
 use common::MotoEnv as Env;
+use common::MotoTree;
 use serde_json::Value;
 
 const BUCKET: &str = "kube-aws-upgrade";
@@ -37,9 +38,7 @@ fn cluster_yaml(kms: &str, version: &str) -> String {
 
 /// A cluster `up` at `version` on a fresh moto; the work tree and the KMS key.
 fn cluster_at(env: &Env, version: &str) -> (tempfile::TempDir, String) {
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
+    let MotoTree { tree, kms } = env.work_tree(&[BUCKET]);
     std::fs::write(tree.path().join("cluster.yaml"), cluster_yaml(&kms, version)).unwrap();
     let up = env.kube_aws(tree.path(), &["up", "--wait", "--timeout", "3m"]);
     assert!(up.status.success(), "{}", text(&up));

@@ -49,10 +49,8 @@ fn resource(env: &Env, stack: &str, logical: &str) -> String {
 #[test]
 fn nth_stacks_create_with_queue_rules_tags_and_hooks() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     let yaml = crate::workers::CLUSTER_YAML
         .replace("s3://demo-bucket/kube-aws", &format!("s3://{BUCKET}/clusters"))
         .replace("arn:aws:kms:us-west-2:111122223333:key/k", &kms);
@@ -186,10 +184,8 @@ fn nth_stacks_create_with_queue_rules_tags_and_hooks() {
 #[test]
 fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     let yaml = |count: u32| {
         format!(
             "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
@@ -232,10 +228,8 @@ fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
 #[test]
 fn mixed_spot_pool_creates() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(
@@ -280,10 +274,8 @@ fn mixed_spot_pool_creates() {
 #[test]
 fn zonal_pool_creates_one_group_per_zone() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(
@@ -338,10 +330,8 @@ fn zonal_pool_creates_one_group_per_zone() {
 #[test]
 fn update_says_before_it_asks_that_a_failing_pool_rolls_back_the_cluster() {
     let env = Env::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     let yaml = |count: u32, root_volume: u32| {
         format!(
             "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\

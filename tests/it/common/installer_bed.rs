@@ -382,15 +382,21 @@ impl Bed {
     fn publish_secret_bundle(&self, node: &Path) {
         let node_json: Value =
             serde_json::from_slice(&std::fs::read(node.join("etc/kube-aws/node.json")).unwrap()).unwrap();
+        let values: Vec<(&str, String)> = node_json["secrets"]["names"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| n.as_str().unwrap())
+            .filter(|n| n.starts_with("kube-aws-secret."))
+            .map(|n| (n, secret_value(n)))
+            .collect();
+        let entries: Vec<(&str, &[u8])> = values.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        let cts = self
+            .env
+            .encrypt_entries("us-west-2", &self.kms_key, "testbed", &entries);
         let mut secrets = serde_json::Map::new();
-        for n in node_json["secrets"]["names"].as_array().into_iter().flatten() {
-            let n = n.as_str().unwrap();
-            if n.starts_with("kube-aws-secret.") {
-                let ct = self
-                    .env
-                    .encrypt_entry("us-west-2", &self.kms_key, "testbed", n, secret_value(n).as_bytes());
-                secrets.insert(n.into(), ct.into());
-            }
+        for ((n, _), ct) in entries.iter().zip(cts) {
+            secrets.insert((*n).into(), ct.into());
         }
         let doc = serde_json::json!({"encryptionContext": {"kube-aws:cluster": "testbed"}, "secrets": secrets});
         let text = doc.to_string();

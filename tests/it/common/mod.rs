@@ -345,29 +345,15 @@ impl MotoEnv {
         .to_string()
     }
 
-    /// [`MotoEnv::encrypt_entry`] for many entries, in one process
-    /// (tests/support/kms_encrypt_entries.py: boto3, the library under the
-    /// aws CLI, instead of one CLI start per entry): the ciphertexts, in
-    /// the order of `entries` (name, plaintext).
-    pub fn encrypt_entries(&self, region: &str, key: &str, cluster: &str, entries: &[(&str, &[u8])]) -> Vec<String> {
-        use base64::Engine;
+    /// Setup calls in one process (tests/support/moto_setup.py: boto3, the
+    /// library under the aws CLI, instead of one CLI start per call): the
+    /// `request` that script reads; what it answers.
+    pub fn setup(&self, request: serde_json::Value) -> serde_json::Value {
         use std::io::Write;
-        let request = serde_json::json!({
-            "region": region,
-            "keyId": key,
-            "cluster": cluster,
-            "entries": entries
-                .iter()
-                .map(|(name, plain)| serde_json::json!({
-                    "name": name,
-                    "plaintext": base64::engine::general_purpose::STANDARD.encode(plain),
-                }))
-                .collect::<Vec<_>>(),
-        });
         let mut cmd = Command::new(tool("python"));
         self.apply(&mut cmd);
         let mut child = cmd
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kms_encrypt_entries.py"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_setup.py"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -382,16 +368,54 @@ impl MotoEnv {
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
-            "kms_encrypt_entries.py: {}",
+            "moto_setup.py {request}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let cts: Vec<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// [`MotoEnv::encrypt_entry`] for many entries, in one process: the
+    /// ciphertexts, in the order of `entries` (name, plaintext).
+    pub fn encrypt_entries(&self, region: &str, key: &str, cluster: &str, entries: &[(&str, &[u8])]) -> Vec<String> {
+        use base64::Engine;
+        let entries_json: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|(name, plain)| {
+                serde_json::json!({
+                    "name": name,
+                    "plaintext": base64::engine::general_purpose::STANDARD.encode(plain),
+                })
+            })
             .collect();
-        assert_eq!(cts.len(), entries.len(), "one ciphertext per entry: {cts:?}");
+        let out = self.setup(serde_json::json!({
+            "region": region,
+            "encrypt": {"keyId": key, "cluster": cluster, "entries": entries_json},
+        }));
+        let cts: Vec<String> = out["ciphertexts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(cts.len(), entries.len(), "one ciphertext per entry: {out}");
         cts
+    }
+
+    /// The buckets (`aws s3 mb` each, in the default region) and a new KMS
+    /// key's ARN, made in one process.
+    pub fn bucket_and_key(&self, buckets: &[&str]) -> String {
+        let out = self.setup(serde_json::json!({"buckets": buckets, "createKey": true}));
+        out["keyArn"].as_str().unwrap().to_string()
+    }
+
+    /// What `up` on moto starts from: the buckets (`aws s3 mb` each, in the
+    /// default region), a new KMS key and an empty work tree, the calls
+    /// made in one process.
+    pub fn work_tree(&self, buckets: &[&str]) -> MotoTree {
+        MotoTree {
+            kms: self.bucket_and_key(buckets),
+            tree: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn aws_json(&self, args: &[&str]) -> serde_json::Value {
@@ -408,6 +432,20 @@ impl MotoEnv {
         cmd.output().unwrap()
     }
 }
+
+/// A work tree for `up` on moto ([`MotoEnv::work_tree`]): the bucket is
+/// made and `kms` is a new key's ARN.
+pub struct MotoTree {
+    pub tree: tempfile::TempDir,
+    pub kms: String,
+}
+
+impl MotoTree {
+    pub fn path(&self) -> &Path {
+        self.tree.path()
+    }
+}
+
 /// `kube-aws validate` on a temporary work tree of `cluster.yaml` = `yaml`
 /// plus `files` (relative paths): its exit code and stderr, which must not
 /// hold a panic.
