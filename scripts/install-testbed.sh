@@ -37,6 +37,17 @@ patch=$(grep -A1 "minor: \"$minor\"," src/config/versions.rs | sed -n 's/.*defau
 helm=$(sed -n 's/.*version: "\(v3\.[0-9.]*\)"\.into(),/\1/p' src/render/input.rs | head -n1)
 { [ -n "$minor" ] && [ -n "$patch" ]; } || die "cannot read DEFAULT_MINOR and its default_patch from src/config/versions.rs"
 [ -n "$helm" ] || die "cannot read the helm v3 client version from src/render/input.rs (HelmBinary::default_v3)"
+# KUBE_AWS_TESTBED_K8S=1.35.4 builds another patch of the table instead (the
+# Kubernetes commands and etcd only, linked as .testbed/bin-v1.35.4, not
+# .testbed/bin): what `make upgradebed` builds for the upgrade tests
+# (scripts/install-upgradebed.sh, docs/testing.md).
+OTHER=${KUBE_AWS_TESTBED_K8S:-}
+if [ -n "$OTHER" ]; then
+  grep -q "patches: &\[.*\"$OTHER\"" src/config/versions.rs ||
+    die "KUBE_AWS_TESTBED_K8S=$OTHER is not a patch of src/config/versions.rs's table"
+  patch=$OTHER
+  minor=${patch%.*}
+fi
 K8S=v$patch
 # k8s.io/kubernetes v1.X.Y publishes its staging modules as k8s.io/* v0.X.Y.
 STAGING=v0.${patch#*.}
@@ -64,7 +75,11 @@ DIR=$ROOT/.testbed/$key
 BIN=$DIR/bin
 mkdir -p "$BIN" "$DIR/src" "$DIR/log"
 printf '%s\n' "$pins" >"$DIR/pins"
-ln -sfn "$key/bin" "$ROOT/.testbed/bin"
+if [ -n "$OTHER" ]; then
+  ln -sfn "$key/bin" "$ROOT/.testbed/bin-$K8S"
+else
+  ln -sfn "$key/bin" "$ROOT/.testbed/bin"
+fi
 
 # --- components ----------------------------------------------------------------
 # name|binaries|how
@@ -85,6 +100,12 @@ built() {
   local b
   for b in $1; do [ -e "$BIN/$b" ] || return 1; done
 }
+
+if [ -n "$OTHER" ]; then
+  # A node of another patch needs its Kubernetes commands; etcd is kubeadm's
+  # for that patch (checked against the pin below).
+  COMPONENTS=("${COMPONENTS[@]:0:6}")
+fi
 
 todo=()
 for c in "${COMPONENTS[@]}"; do
