@@ -267,7 +267,9 @@ write_images() {
     name=${name##*/}
     entry='' extra=''
     case $name in
-    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    # As registry.k8s.io/etcd: etcd, etcdctl and etcdutl.
+    etcd) bin=$TB/bin/etcd dest=/usr/local/bin/etcd extra="--file=$TB/bin/etcdctl=/usr/local/bin/etcdctl --file=$TB/bin/etcdutl=/usr/local/bin/etcdutl" ;;
     kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy extra=$(kube_proxy_files) ;;
     coredns) bin=$BIN/coredns dest=/coredns entry=/coredns ;;
     pause) bin=$BIN/pause dest=/pause entry=/pause ;;

@@ -612,7 +612,10 @@ impl BedNode {
                     }
                 }
             }
-            if text.contains(&ready_line) {
+            // The bootstrap's last step: the Ready wait after the timers (an
+            // upgrade's `kubeadm upgrade apply` waits for Ready before it too).
+            let last = text.find("kube-aws: step reconfigure-timer").map(|i| &text[i..]);
+            if last.is_some_and(|t| t.contains(&ready_line)) {
                 break Ok(self.booted.elapsed());
             }
             if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {
