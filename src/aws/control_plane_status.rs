@@ -255,7 +255,7 @@ pub fn lines(s: &ControlPlaneStatus) -> Vec<String> {
                 if !movement.is_empty() {
                     line.push_str(&format!(" {movement}"));
                 }
-                if !u.step.is_empty() {
+                if !u.step.is_empty() && u.step != "done" {
                     line.push_str(&format!(", step {}", u.step));
                 }
                 line.push_str(&at);
@@ -272,7 +272,7 @@ pub fn lines(s: &ControlPlaneStatus) -> Vec<String> {
         (Some(a), None) => {
             let r = &a.record;
             let mut line = format!("reconfiguration: {}", r.phase);
-            if r.phase != "applied" && !r.step.is_empty() {
+            if !r.step.is_empty() && r.step != "done" {
                 line.push_str(&format!(", step {}", r.step));
             }
             line.push_str(&where_when(&r.node, a.age_seconds));
@@ -291,15 +291,15 @@ pub fn lines(s: &ControlPlaneStatus) -> Vec<String> {
 /// Reads both objects. Never an error: a refused or failing read is said in
 /// the section (naming the key), as etcd's alarms are (src/aws/etcd_status.rs).
 pub async fn read(clients: &Clients, location: &Location, now: i64) -> ControlPlaneStatus {
-    let upgrade_key = location.key(UPGRADE_STATUS);
-    let reconfigure_key = location.key(RECONFIGURE_STATUS);
+    let url = |key: &str| format!("s3://{}/{key}", location.bucket);
+    let (upgrade_key, reconfigure_key) = (location.key(UPGRADE_STATUS), location.key(RECONFIGURE_STATUS));
     let upgrade = match get_object(clients, &location.bucket, &upgrade_key).await {
-        Ok(b) => parse_upgrade(b.as_deref(), &upgrade_key),
-        Err(e) => Read::Unreadable(format!("{upgrade_key}: {e}")),
+        Ok(b) => parse_upgrade(b.as_deref(), &url(&upgrade_key)),
+        Err(e) => Read::Unreadable(format!("{}: {e}", url(&upgrade_key))),
     };
     let reconfigure = match get_object(clients, &location.bucket, &reconfigure_key).await {
-        Ok(b) => parse_reconfigure(b.as_deref(), &reconfigure_key),
-        Err(e) => Read::Unreadable(format!("{reconfigure_key}: {e}")),
+        Ok(b) => parse_reconfigure(b.as_deref(), &url(&reconfigure_key)),
+        Err(e) => Read::Unreadable(format!("{}: {e}", url(&reconfigure_key))),
     };
     summarize(upgrade, reconfigure, now)
 }
@@ -349,7 +349,7 @@ mod tests {
             lines(&s),
             [
                 "version: 1.36.3",
-                "upgrade: upgraded 1.35.4 → 1.36.3, step done on ip-10-0-1-5.ec2.internal, 2h3m ago",
+                "upgrade: upgraded 1.35.4 → 1.36.3 on ip-10-0-1-5.ec2.internal, 2h3m ago",
                 "reconfiguration: applied on ip-10-0-2-7.ec2.internal, 5m ago (configuration 0123456789ab)",
             ]
         );
