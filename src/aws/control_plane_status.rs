@@ -175,14 +175,16 @@ pub fn summarize(upgrade: Read<UpgradeRecord>, reconfigure: Read<ReconfigureReco
             if u.is_failure() {
                 let what = if u.phase == "refused" { "refused" } else { "failed" };
                 let movement = u.movement();
-                let movement = if movement.is_empty() {
-                    String::new()
+                // A record without a version move is a controller's join at
+                // the cluster's version (upgrade.py writes its failure too).
+                let subject = if movement.is_empty() {
+                    "a controller's join".to_string()
                 } else {
-                    format!(" ({movement})")
+                    format!("the control-plane upgrade ({movement})")
                 };
                 out.warnings.push(format!(
-                    "the control-plane upgrade{movement} {what} at step {} on {}: {} \
-                     (docs/deploy.md, \"Upgrading Kubernetes\"; `kube-aws nodes` and `kube-aws logs` show the controller)",
+                    "{subject} {what} at step {} on {}: {} (docs/deploy.md, \"Upgrading Kubernetes\"; \
+                     `kube-aws nodes` and `kube-aws logs` show the controller)",
                     u.step,
                     node_or_unknown(&u.node),
                     u.message
@@ -406,6 +408,27 @@ mod tests {
         assert_eq!(
             s.upgrade.as_ref().unwrap().record.failure_line(),
             format!("failed at step kubeadm-upgrade-apply: {msg}")
+        );
+    }
+
+    #[test]
+    fn a_failed_join_at_the_clusters_version_is_said_as_a_join() {
+        // `_join` at the same version: no `from`/`to`, step kubeadm-join.
+        let u = upgrade(serde_json::json!({
+            "phase": "failed", "version": "1.35.4", "step": "kubeadm-join",
+            "message": "kubeadm join exited 1; kubeadm-config and kubelet-config are back as they were (1.35.4)",
+            "node": "ip-c", "updatedAt": NOW - 30,
+        }));
+        let s = summarize(u, Read::Missing, NOW);
+        assert_eq!(
+            lines(&s)[1],
+            "upgrade: failed, step kubeadm-join on ip-c, 30s ago: kubeadm join exited 1; kubeadm-config and \
+             kubelet-config are back as they were (1.35.4)"
+        );
+        assert!(
+            s.warnings[0].starts_with("a controller's join failed at step kubeadm-join on ip-c: kubeadm join exited 1"),
+            "{:?}",
+            s.warnings
         );
     }
 
