@@ -6,7 +6,8 @@
 //! Controller.status) and status shows the version, the upgrade and the
 //! reconfiguration, text and `-o json`; a failed upgrade and a failed
 //! reconfiguration are warnings with the step and the message; a malformed
-//! object is named by its key.
+//! object is named by its key. A wait that fails on a controller's FAILURE
+//! signal ends with the failed upgrade record's step and message.
 //!
 //! Not covered here: no controller boots on moto, so the records are written
 //! by the node program's code against test_upgrade.py's fake cluster (kubectl
@@ -209,4 +210,122 @@ fn status_shows_the_recorded_version_the_last_upgrade_and_reconfiguration() {
         "{j}"
     );
     assert_eq!(j["upgrade"]["phase"], "failed", "{j}");
+}
+
+/// `--wait`'s failure (AwsSource reading the record once a controller of the
+/// operation failed): moto with CreationPolicy signals
+/// (tests/support/moto_signals.py, create only: moto's updates complete at
+/// once, so this follows `up`'s create where a real upgrade fails an
+/// `update`; the decision is the same pure one,
+/// src/aws/wait/tests/nodes.rs). The node program writes the failed upgrade
+/// record; the controller's failure report is the documented shape
+/// (docs/deploy.md, "The node failure report") put by the test, and the
+/// FAILURE signal is the one the node sends. `up --wait` follows the create
+/// to its rollback and its failure ends with the record's line.
+#[test]
+fn a_failed_controllers_upgrade_record_ends_the_waits_failure() {
+    let env = MotoEnv::with_signals();
+    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
+    let kms = env.create_kms_key();
+    let tree = tempfile::tempdir().unwrap();
+    let dir = tree.path();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
+        ),
+    )
+    .unwrap();
+    // `up --wait` left running: the stack stays CREATE_IN_PROGRESS until the signal.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
+    env.apply(&mut cmd);
+    let up = cmd
+        .arg("--dir")
+        .arg(dir)
+        .args(["up", "--wait", "--timeout", "2m"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let nested = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no ControlPlane stack"
+        );
+        let mut ask = Command::new(common::tool("aws"));
+        env.apply(&mut ask);
+        let out = ask
+            .args(["cloudformation", "describe-stack-resources", "--stack-name", "demo"])
+            .output()
+            .unwrap();
+        let found = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|r| {
+                r["StackResources"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["LogicalResourceId"] == "ControlPlane")
+                    .and_then(|r| r["PhysicalResourceId"].as_str())
+                    .map(str::to_string)
+            });
+        match found {
+            Some(n) if !n.is_empty() => break n,
+            _ => std::thread::sleep(std::time::Duration::from_millis(500)),
+        }
+    };
+    let described = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", &nested]);
+    let nested_name = described["Stacks"][0]["StackName"].as_str().unwrap().to_string();
+
+    write_records(&env, "failed");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let report = serde_json::json!({"instanceId": "i-0ctl", "nodeName": "ip-10-0-0-5.ec2.internal",
+        "role": "controller", "stack": nested_name, "asgLogicalId": "ControllerGroup",
+        "step": "kubeadm-upgrade-apply", "exitCode": 1, "command": "kubernetes upgrade",
+        "log": "[upgrade/apply] FATAL: the control plane is not healthy\n", "timestamp": now});
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), report.to_string()).unwrap();
+    env.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BUCKET,
+        "--key",
+        &format!("{PREFIX}/status/nodes/i-0ctl.json"),
+        "--body",
+        body.path().to_str().unwrap(),
+    ]);
+    env.aws(&[
+        "cloudformation",
+        "signal-resource",
+        "--stack-name",
+        &nested_name,
+        "--logical-resource-id",
+        "ControllerGroup",
+        "--unique-id",
+        "i-0ctl",
+        "--status",
+        "FAILURE",
+    ]);
+
+    let w = up.wait_with_output().unwrap();
+    let t = text(&w);
+    assert_eq!(w.status.code(), Some(3), "the stack failed: {t}");
+    assert!(
+        t.contains("node ip-10-0-0-5.ec2.internal (i-0ctl, controller) failed at step kubeadm-upgrade-apply"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "\nerror:   the control-plane upgrade record (status/control-plane/upgrade.json): failed at step \
+             kubeadm-upgrade-apply: kubeadm upgrade apply v1.36.3 exited 1 (see the boot log); kubeadm-config and \
+             kubelet-config are back as they were (1.35.4)"
+        ),
+        "{t}"
+    );
 }
