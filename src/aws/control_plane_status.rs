@@ -13,8 +13,9 @@
 //!   the phase (`applying`, `applied`, `failed`), `sha256` (the digest of the
 //!   configuration), `step`, `message`, `node`, `instanceId`, `updatedAt`.
 //!
-//! `parse_*`, `summarize`, `lines` and `warnings` are pure; `read` is the only
-//! part that calls AWS, through the one S3 reader (`publish::get_object`).
+//! `parse_*`, `summarize` (which also says the warnings) and `lines` are
+//! pure; `read` and `read_upgrade` (for the wait, src/aws/watch.rs) are the
+//! only parts that call AWS, through the one S3 reader (`publish::get_object`).
 //! An object that does not exist yet (a cluster that never upgraded) is no
 //! error; one that cannot be read or is not the record is said in the
 //! section, naming its key, and the rest of `status` still answers.
