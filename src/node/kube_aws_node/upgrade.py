@@ -87,6 +87,7 @@ node's work directory and removed after use.
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -329,7 +330,7 @@ class Upgrader(object):
                 self.boot.wait_node_ready()
                 self.report(step="kubeadm-upgrade-apply")
                 self.boot.step("kubeadm-upgrade-apply")
-                code = self.boot_sh(["kubeadm", "upgrade", "apply", "v" + self.version, "--yes"])
+                code = self.boot_sh(apply_args(self.version, self.boot.upgrade_config(self.version)))
                 if code != 0:
                     raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)"
                                        % (self.version, code))
@@ -374,12 +375,93 @@ class Upgrader(object):
             return
         self.boot.say("kube-proxy is %s, not v%s: kubeadm upgrade node" % (image, self.version))
         self.boot.step("kubeadm-upgrade-node")
-        code = self.boot_sh(["kubeadm", "upgrade", "node"])
+        code = self.boot_sh(["kubeadm", "upgrade", "node", "--config", self.boot.upgrade_config(self.version)])
         if code != 0:
             self.report(phase="failed", step="kubeadm-upgrade-node",
                         message="kubeadm upgrade node exited %d (see the boot log)" % code)
             raise UpgradeError("kubeadm upgrade node exited %d" % code)
         self.report(phase="upgraded", version=self.version, step="done", message="")
+
+
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+
+
+def replaced_controllers(nodes, me):
+    """The control-plane Nodes of `nodes` (`kubectl get nodes -o json`) other than `me`, sorted."""
+    return sorted(n["metadata"]["name"] for n in (nodes or {}).get("items") or []
+                  if CONTROL_PLANE_LABEL in ((n.get("metadata") or {}).get("labels") or {})
+                  and n["metadata"].get("name") != me)
+
+
+def forget_replaced_controllers(boot):
+    """On a single controller's restore: deletes the Node objects of the
+    controllers before it, which the snapshot holds and which are gone (one
+    controller, and no API answered: etcd.restore_decision). Their Nodes
+    stay Ready in the restored data until the node lifecycle controller sees
+    their heartbeats stop; meanwhile the scheduler may place pods there, and
+    `kubeadm upgrade apply`'s health checks want every control-plane Node
+    Ready and a Job's pod to complete within 15 s (cmd/kubeadm/app/phases/
+    upgrade/health.go@v1.35.8 CheckClusterHealth, createJob): its pod went to
+    the old Node on the real-node bed and the upgrade failed. The cloud
+    controller manager would delete them too, later."""
+    conf = paths.path(paths.ADMIN_CONF)
+    out = boot.sh(["kubectl", "--kubeconfig", conf, "get", "nodes", "-l", CONTROL_PLANE_LABEL, "-o", "json"],
+                  capture=True)
+    for name in replaced_controllers(jsonio.parse(out, "the control-plane Nodes"), boot.node_name):
+        boot.say("deleting the Node %s: a controller this restore replaced" % name)
+        boot.sh(["kubectl", "--kubeconfig", conf, "delete", "node", name, "--wait=false"])
+
+
+LEADER_LEASES = ("kube-controller-manager", "kube-scheduler")
+
+
+def stale_leases(leases, host):
+    """The leader leases of `leases` (`kubectl get lease -o json`) that a
+    process of another host holds: leader election names a holder
+    `<hostname>_<uuid>` (client-go tools/leaderelection)."""
+    return sorted(l["metadata"]["name"] for l in (leases or {}).get("items") or []
+                  if not ((l.get("spec") or {}).get("holderIdentity") or "").startswith(host + "_"))
+
+
+def take_over_leader_leases(boot, host=None, sleep=time.sleep, clock=time.time):
+    """On a single controller's restore: the snapshot holds the leader leases
+    of the replaced controller's kube-controller-manager and kube-scheduler,
+    and the new ones wait a lease duration (15 s) from their start before they
+    take them over (client-go leaderelection: a lease is expired by the time
+    this process observed it unchanged, not by its renewTime); meanwhile no
+    Job gets a pod and none is scheduled, and `kubeadm upgrade apply`'s
+    CreateJob health check gives a Job 15 s (seen on the real-node bed: the
+    leases taken 17-20 s after the static pods started, the check failed).
+    The stale leases are deleted (the only controller is this one: no other
+    holder is alive), then this waits until this host's processes hold both
+    (KUBE_AWS_LEADER_WAIT seconds, default 180)."""
+    host = host or socket.gethostname()
+    conf = paths.path(paths.ADMIN_CONF)
+    get = ["kubectl", "--kubeconfig", conf, "-n", "kube-system", "get", "lease"] + list(LEADER_LEASES) + [
+        "--ignore-not-found", "-o", "json"]
+
+    def leases():
+        out = boot.sh(get, capture=True).strip()
+        found = jsonio.parse(out, "the leader leases") if out else {}
+        if found.get("kind") == "Lease":
+            found = {"items": [found]}
+        return found
+    first = leases()
+    for name in stale_leases(first, host):
+        boot.say("deleting the %s leader lease: a replaced controller holds it" % name)
+        boot.sh(["kubectl", "--kubeconfig", conf, "-n", "kube-system", "delete", "lease", name, "--ignore-not-found"])
+    end = clock() + paths.knob("LEADER_WAIT", 180)
+    while True:
+        now = leases()
+        held = [l["metadata"]["name"] for l in now.get("items") or []]
+        if sorted(held) == sorted(LEADER_LEASES) and not stale_leases(now, host):
+            return
+        if clock() > end:
+            raise UpgradeError("kube-controller-manager and kube-scheduler did not take their leader leases within %d s "
+                               "(holders: %s)" % (paths.knob("LEADER_WAIT", 180), ", ".join(
+                                   "%s=%s" % (l["metadata"]["name"], (l.get("spec") or {}).get("holderIdentity", ""))
+                                   for l in now.get("items") or []) or "none"))
+        sleep(2)
 
 
 def after_init(boot, version, recorded, restored):
@@ -398,6 +480,15 @@ def after_init(boot, version, recorded, restored):
     not the older one: its API server has written to the restored data, so a
     roll back to the older version must refuse it too."""
     up = Upgrader(boot, version)
+    if restored:
+        try:
+            forget_replaced_controllers(boot)
+            take_over_leader_leases(boot)
+        except UpgradeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - StepFailed, a malformed answer: say which
+            raise UpgradeError("cannot take over from the replaced controller: %s"
+                               % (getattr(e, "message", "") or e))
     r, m = parse(recorded), parse(up.version)
     if not restored or r is None or m is None or m <= r:
         up.report(phase="running", version=up.version, step="kubeadm-init", message="")
@@ -410,7 +501,7 @@ def after_init(boot, version, recorded, restored):
         boot.wait_node_ready()
         up.report(step="kubeadm-upgrade-apply")
         boot.step("kubeadm-upgrade-apply")
-        code = up.boot_sh(["kubeadm", "upgrade", "apply", "v" + up.version, "--yes"])
+        code = up.boot_sh(apply_args(up.version, boot.upgrade_config(up.version)))
         if code != 0:
             raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)" % (up.version, code))
     except Exception as e:
@@ -419,6 +510,14 @@ def after_init(boot, version, recorded, restored):
         raise UpgradeError(str(getattr(e, "message", "") or e))
     up.report(phase="upgraded", step="done", message="")
     return "upgrade"
+
+
+def apply_args(version, config):
+    """`kubeadm upgrade apply` to `version`, non-interactive, with the
+    node's UpgradeConfiguration (`--yes` is one of the flags kubeadm lets
+    go with `--config`: cmd/kubeadm/app/apis/kubeadm/validation/validation.go
+    @v1.35.8 isAllowedFlag)."""
+    return ["kubeadm", "upgrade", "apply", "v" + version, "--yes", "--config", config]
 
 
 def recorded_version(aws, bucket, prefix, work):

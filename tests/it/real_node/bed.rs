@@ -49,6 +49,8 @@ spec:
             [
              {"kind": "InitConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
              {"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
+             {"kind": "UpgradeConfiguration", "apply": {"ignorePreflightErrors": ["SystemVerification"]},
+              "node": {"ignorePreflightErrors": ["SystemVerification"]}},
              {"kind": "KubeletConfiguration", "failCgroupV1": false, "failSwapOn": false,
               "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
               "imageGCHighThresholdPercent": 100},

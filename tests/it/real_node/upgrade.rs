@@ -493,6 +493,13 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
         ),
         "{record}"
     );
+    // ... and `kube-aws status` shows it.
+    let status = bed.kube_aws(&["status"]);
+    let shown = output_text(&status);
+    assert!(
+        shown.contains(&format!("upgraded {from_v} → {to_v}")) && shown.contains(&format!("version: {to_v}")),
+        "kube-aws status: {shown}"
+    );
     eprintln!(
         "{test}: up {:.1}s; the {from} controller Ready {:.1}s after the test began; the {to} replacement Ready \
          {:.1}s after its start ({}); {} samples of the versions during its boot; test {:.1}s",
