@@ -413,6 +413,9 @@ def forget_replaced_controllers(boot):
 
 
 LEADER_LEASES = ("kube-controller-manager", "kube-scheduler")
+# Deleted when a replaced controller holds it, not waited for: the cloud
+# controller manager is an addon (k8s.io/cloud-provider's default lease name).
+OTHER_LEASES = ("cloud-controller-manager",)
 
 
 def stale_leases(leases, host):
@@ -437,7 +440,7 @@ def take_over_leader_leases(boot, host=None, sleep=time.sleep, clock=time.time):
     (KUBE_AWS_LEADER_WAIT seconds, default 180)."""
     host = host or socket.gethostname()
     conf = paths.path(paths.ADMIN_CONF)
-    get = ["kubectl", "--kubeconfig", conf, "-n", "kube-system", "get", "lease"] + list(LEADER_LEASES) + [
+    get = ["kubectl", "--kubeconfig", conf, "-n", "kube-system", "get", "lease"] + list(LEADER_LEASES + OTHER_LEASES) + [
         "--ignore-not-found", "-o", "json"]
 
     def leases():
@@ -453,8 +456,9 @@ def take_over_leader_leases(boot, host=None, sleep=time.sleep, clock=time.time):
     end = clock() + paths.knob("LEADER_WAIT", 180)
     while True:
         now = leases()
-        held = [l["metadata"]["name"] for l in now.get("items") or []]
-        if sorted(held) == sorted(LEADER_LEASES) and not stale_leases(now, host):
+        mine = {"items": [l for l in now.get("items") or [] if l["metadata"]["name"] in LEADER_LEASES]}
+        held = [l["metadata"]["name"] for l in mine["items"]]
+        if sorted(held) == sorted(LEADER_LEASES) and not stale_leases(mine, host):
             return
         if clock() > end:
             raise UpgradeError("kube-controller-manager and kube-scheduler did not take their leader leases within %d s "
@@ -462,6 +466,51 @@ def take_over_leader_leases(boot, host=None, sleep=time.sleep, clock=time.time):
                                    "%s=%s" % (l["metadata"]["name"], (l.get("spec") or {}).get("holderIdentity", ""))
                                    for l in now.get("items") or []) or "none"))
         sleep(2)
+
+
+SCHEDULING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def schedulable_nodes(nodes):
+    """The Nodes of `nodes` (`kubectl get nodes -o json`) where the pod of
+    `kubeadm upgrade apply`'s health check Job can run: Ready, schedulable,
+    and no NoSchedule or NoExecute taint but the control plane's, which it
+    tolerates (cmd/kubeadm/app/phases/upgrade/health.go@v1.35.8 createJob).
+    A node kubelet registers with `--cloud-provider=external` keeps
+    node.cloudprovider.kubernetes.io/uninitialized until the cloud
+    controller manager initialises it."""
+    out = []
+    for n in (nodes or {}).get("items") or []:
+        spec, status = n.get("spec") or {}, n.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        taints = [t for t in spec.get("taints") or [] if t.get("effect") in SCHEDULING_TAINT_EFFECTS
+                  and t.get("key") != CONTROL_PLANE_LABEL]
+        if ready and not spec.get("unschedulable") and not taints:
+            out.append(n["metadata"]["name"])
+    return sorted(out)
+
+
+def wait_schedulable(boot, sleep=time.sleep, clock=time.time):
+    """Returns once a Node can run the health check Job's pod (a worker, or
+    this controller once the cloud controller manager initialised it:
+    without workers, the restored control plane's only node); UpgradeError
+    after KUBE_AWS_SCHEDULABLE_WAIT seconds (default 300)."""
+    conf = paths.path(paths.ADMIN_CONF)
+    limit = paths.knob("SCHEDULABLE_WAIT", 300)
+    end = clock() + limit
+    said = False
+    while True:
+        out = boot.sh(["kubectl", "--kubeconfig", conf, "get", "nodes", "-o", "json"], capture=True)
+        if schedulable_nodes(jsonio.parse(out, "the Nodes")):
+            return
+        if not said:
+            boot.say("no Node can run a pod yet (this one waits for the cloud controller manager to initialise it)")
+            said = True
+        if clock() > end:
+            raise UpgradeError("no Node could run kubeadm's health check Job within %d s: is the cloud controller "
+                               "manager running? (this Node keeps the node.cloudprovider.kubernetes.io/uninitialized "
+                               "taint until it initialises it)" % limit)
+        sleep(3)
 
 
 def after_init(boot, version, recorded, restored):
@@ -497,8 +546,10 @@ def after_init(boot, version, recorded, restored):
     boot.say("the restored snapshot is of Kubernetes %s; this node is %s: kubeadm upgrade apply" % (frm, up.version))
     up.report(phase="upgrading", version=up.version, step="node-ready", **{"from": frm, "to": up.version})
     try:
-        # kubeadm upgrade apply's health check wants every control-plane Node Ready.
+        # kubeadm upgrade apply's health check wants every control-plane Node
+        # Ready, and a Job's pod to run somewhere.
         boot.wait_node_ready()
+        wait_schedulable(boot)
         up.report(step="kubeadm-upgrade-apply")
         boot.step("kubeadm-upgrade-apply")
         code = up.boot_sh(apply_args(up.version, boot.upgrade_config(up.version)))

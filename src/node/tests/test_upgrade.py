@@ -79,8 +79,11 @@ class FakeBoot(object):
             e = Exception("%s failed" % " ".join(args))
             e.code = 1
             raise e
-        if capture and args[3:5] == ["get", "nodes"]:
+        if capture and args[3:5] == ["get", "nodes"] and "-l" in args:
             return json.dumps(self.nodes)
+        if capture and args[3:5] == ["get", "nodes"]:
+            return json.dumps({"items": [{"metadata": {"name": self.node_name}, "spec": {},
+                                          "status": {"conditions": [{"type": "Ready", "status": "True"}]}}]})
         if capture and args[3:7] == ["-n", "kube-system", "get", "lease"]:
             return json.dumps({"kind": "List", "items": [
                 {"metadata": {"name": n}, "spec": {"holderIdentity": h}} for n, h in sorted(self.leases.items())]})
@@ -315,7 +318,7 @@ class AfterInit(unittest.TestCase):
         # A restore at the same version: only the replaced controllers' Nodes go (none here).
         self.assertEqual(upgrade.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
         lease = ["-n", "kube-system", "get", "lease", "kube-controller-manager", "kube-scheduler",
-                 "--ignore-not-found", "-o", "json"]
+                 "cloud-controller-manager", "--ignore-not-found", "-o", "json"]
         self.assertEqual(self.kubectl_calls(), [["get", "nodes", "-l", "node-role.kubernetes.io/control-plane",
                                                  "-o", "json"], lease, lease])
         self.assertEqual((self.last()["phase"], self.last()["version"]), ("running", "1.35.4"))
@@ -334,10 +337,24 @@ class AfterInit(unittest.TestCase):
         self.assertEqual(calls[1], ["delete", "node", "ip-10-0-0-4.ec2.internal", "--wait=false"])
         self.assertEqual(calls[3], ["-n", "kube-system", "delete", "lease", "kube-controller-manager",
                                     "--ignore-not-found"])
-        self.assertEqual(len(calls), 5)
-        self.assertEqual(self.boot.sh_calls[5:], [["wait-node-ready"], ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes", "--config", "/upgrade.yaml"]])
+        self.assertEqual(len(calls), 6)
+        self.assertEqual(self.boot.sh_calls[5], ["wait-node-ready"])
+        self.assertEqual(calls[5], ["get", "nodes", "-o", "json"])
+        self.assertEqual(self.boot.sh_calls[7], ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes", "--config", "/upgrade.yaml"])
         self.assertEqual([u[1]["phase"] for u in self.boot.uploads], ["upgrading", "upgrading", "upgraded"])
         self.assertEqual((self.last()["from"], self.last()["version"]), ("1.35.4", "1.36.3"))
+
+    def test_the_health_check_job_needs_a_node_without_the_cloud_providers_taint(self):
+        def node(name, ready=True, taints=(), unschedulable=False):
+            return {"metadata": {"name": name}, "spec": {"taints": list(taints), "unschedulable": unschedulable},
+                    "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+        cp = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+        uninit = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
+        nodes = {"items": [node("me", taints=[cp, uninit]), node("w1", ready=False), node("w2", unschedulable=True),
+                           node("w3", taints=[{"key": "x", "effect": "PreferNoSchedule"}])]}
+        self.assertEqual(upgrade.schedulable_nodes(nodes), ["w3"])
+        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp])]}), ["me"])
+        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp, uninit])]}), [])
 
     def test_leader_leases_not_taken_in_time_fail_the_restore_before_the_upgrade(self):
         self.boot.leases = {"kube-scheduler": socket.gethostname() + "_new"}

@@ -308,8 +308,21 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
     let (followed, samples) = std::thread::scope(|s| {
         let sampler = s.spawn(|| {
             let mut samples: Vec<(String, Vec<(String, String)>)> = Vec::new();
+            let mut untainted = false;
             while !done.load(Ordering::Relaxed) {
                 if c2.node.rootfs().join("etc/kubernetes/admin.conf").exists() {
+                    // The bed runs no cloud controller manager: the test does
+                    // its part, removing the taint of kubelet's
+                    // `--cloud-provider=external` once the Node registers
+                    // (kubeadm upgrade apply's health check Job needs a node
+                    // to run on; upgrade.py wait_schedulable waits for one).
+                    if !untainted {
+                        let t = bed.kubectl(
+                            &c2,
+                            &["taint", "node", &new.dns.to_lowercase(), "node.cloudprovider.kubernetes.io/uninitialized-"],
+                        );
+                        untainted = t.status.success();
+                    }
                     if let Some(server) = server_version(&c2, &bed) {
                         let o = bed.kubectl(&c2, &["get", "nodes", "-o", "json"]);
                         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
