@@ -319,7 +319,12 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
                     if !untainted {
                         let t = bed.kubectl(
                             &c2,
-                            &["taint", "node", &new.dns.to_lowercase(), "node.cloudprovider.kubernetes.io/uninitialized-"],
+                            &[
+                                "taint",
+                                "node",
+                                &new.dns.to_lowercase(),
+                                "node.cloudprovider.kubernetes.io/uninitialized-",
+                            ],
                         );
                         untainted = t.status.success();
                     }
