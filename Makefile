@@ -5,7 +5,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools testbed nodebed lint unit fuzz-short fuzz example bench bench-installer bench-node
+.PHONY: test tools testbed nodebed upgradebed test-upgrade lint unit fuzz-short fuzz example bench bench-installer bench-node
 
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
@@ -24,6 +24,15 @@ testbed:
 # The real-node bed alone (scripts/install-nodebed.sh; needs the test bed and root).
 nodebed:
 	@bash scripts/install-nodebed.sh
+
+# The upgrade tests' second Kubernetes patch (scripts/install-upgradebed.sh):
+# outside `make test`, whose cold run it would take past 60 minutes.
+upgradebed: testbed
+	@bash scripts/install-upgradebed.sh
+
+# The real-node upgrade tests (ignored by `make test`: they need upgradebed).
+test-upgrade: tools upgradebed
+	cargo test --test it -- --ignored --test-threads 1 real_node::upgrade::
 
 lint:
 	cargo fmt --check

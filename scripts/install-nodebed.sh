@@ -35,8 +35,14 @@ if [ "${KUBE_AWS_TESTBED:-}" = skip ] || [ "${KUBE_AWS_NODEBED:-}" = skip ]; the
   exit 0
 fi
 
-TB=$(readlink -f .testbed/bin 2>/dev/null)/.. || true
-[ -f "$TB/pins" ] || die "the control-plane test bed is missing (.testbed/bin): run scripts/install-testbed.sh first"
+# KUBE_AWS_TESTBED_K8S=1.35.4: a node image of another patch of the table,
+# from the commands scripts/install-testbed.sh built for it with the same
+# setting (.testbed/bin-v1.35.4), linked as .testbed/node/k8s-v1.35.4 instead
+# of .testbed/node/current (scripts/install-upgradebed.sh).
+OTHER=${KUBE_AWS_TESTBED_K8S:-}
+TBLINK=.testbed/bin${OTHER:+-v$OTHER}
+TB=$(readlink -f "$TBLINK" 2>/dev/null)/.. || true
+[ -f "$TB/pins" ] || die "the control-plane test bed is missing ($TBLINK): run scripts/install-testbed.sh first${OTHER:+ with KUBE_AWS_TESTBED_K8S=$OTHER}"
 TB=$(cd "$TB" && pwd)
 for b in kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler etcd; do
   [ -x "$TB/bin/$b" ] || die "the control-plane test bed has no $b ($TB/bin): run scripts/install-testbed.sh first"
@@ -93,8 +99,10 @@ DIR=$NB/$inputs
 mkdir -p "$NB/log"
 LOG=$NB/log
 
+LINK=$NB/current
+[ -z "$OTHER" ] || LINK=$NB/k8s-$K8S
 if [ -f "$DIR/ready" ]; then
-  ln -sfn "$inputs" "$NB/current"
+  ln -sfn "$inputs" "$LINK"
   say "up to date ($bin_pins; $SUITE) in .testbed/node/$inputs"
   exit 0
 fi
@@ -259,7 +267,9 @@ write_images() {
     name=${name##*/}
     entry='' extra=''
     case $name in
-    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler) bin=$TB/bin/$name dest=/usr/local/bin/$name ;;
+    # As registry.k8s.io/etcd: etcd, etcdctl and etcdutl.
+    etcd) bin=$TB/bin/etcd dest=/usr/local/bin/etcd extra="--file=$TB/bin/etcdctl=/usr/local/bin/etcdctl --file=$TB/bin/etcdutl=/usr/local/bin/etcdutl" ;;
     kube-proxy) bin=$BIN/kube-proxy dest=/usr/local/bin/kube-proxy extra=$(kube_proxy_files) ;;
     coredns) bin=$BIN/coredns dest=/coredns entry=/coredns ;;
     pause) bin=$BIN/pause dest=/pause entry=/pause ;;
@@ -400,12 +410,18 @@ make_rootfs() {
   touch "$DIR/ready"
 }
 timed rootfs make_rootfs
-ln -sfn "$inputs" "$NB/current"
-# Older node images and image sets go (each is 1.5 GB), but not one a
-# running node's overlay still has as its lower layer.
+ln -sfn "$inputs" "$LINK"
+# Older node images and image sets go (each is 1.5 GB), but not one a link
+# names (current, and the other patches' k8s-v*), nor one a running node's
+# overlay still has as its lower layer.
+keep=()
+for l in "$NB"/current "$NB"/k8s-v*; do
+  [ -L "$l" ] && keep+=("$(readlink -f "$l")")
+done
 for old in "$NB"/[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] "$NB"/images-*; do
   case $old in "$DIR" | "$IMG") continue ;; esac
   [ -d "$old" ] || continue
+  case " ${keep[*]} " in *" $(readlink -f "$old") "*) continue ;; esac
   grep -qF "lowerdir=$(cd "$old" && pwd -P)/" /proc/self/mountinfo && continue
   rm -rf "$old"
 done

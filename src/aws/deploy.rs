@@ -200,6 +200,10 @@ pub struct StatusReport {
     pub etcd_snapshot: super::expiry::SnapshotStatus,
     /// etcd's alarms and last maintenance pass (src/aws/etcd_status.rs).
     pub etcd: super::etcd_status::EtcdStatus,
+    /// The control plane's recorded version, last upgrade and last
+    /// reconfiguration (issue 26, src/aws/control_plane_status.rs).
+    #[serde(rename = "controlPlane")]
+    pub control_plane: super::control_plane_status::ControlPlaneStatus,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -281,6 +285,7 @@ pub async fn status(
         now,
     );
     let etcd = super::etcd_status::read(clients, cluster).await?;
+    let control_plane = super::control_plane_status::read(clients, &location, now).await;
     Ok(StatusReport {
         stack,
         nested,
@@ -290,6 +295,7 @@ pub async fn status(
         bootstrap_token,
         etcd_snapshot,
         etcd,
+        control_plane,
     })
 }
 

@@ -12,6 +12,7 @@ pub mod autoscaler;
 pub mod backups;
 pub mod cloudwatch;
 pub mod config;
+pub mod control_plane_status;
 pub mod deploy;
 pub mod destroy;
 pub mod destroy_api;

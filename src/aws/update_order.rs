@@ -85,12 +85,15 @@ impl VersionMove {
             return None;
         }
         let n = cluster.controller.count;
-        let mut out = format!(
-            "control plane {} → {} ({n} controller{}, one at a time: the first runs kubeadm upgrade apply)",
-            self.from,
-            self.to,
-            if n == 1 { "" } else { "s" }
-        );
+        let how = if n == 1 {
+            // src/node/kube_aws_node/upgrade.py after_init: the group
+            // terminates the old controller first.
+            "1 controller, replaced: its replacement restores etcd's snapshot, then runs kubeadm upgrade apply"
+                .to_string()
+        } else {
+            format!("{n} controllers, one at a time: the first runs kubeadm upgrade apply")
+        };
+        let mut out = format!("control plane {} → {} ({how})", self.from, self.to);
         let pools: Vec<&str> = cluster.worker.node_pools.iter().map(|p| p.name.as_str()).collect();
         if !pools.is_empty() {
             out.push_str(&format!(
@@ -225,6 +228,17 @@ mod tests {
             ..m
         };
         assert_eq!(same.order(&c, &[]), None);
+        let one = cluster("clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\n");
+        let patch = VersionMove {
+            from: "1.35.4".into(),
+            to: "1.35.8".into(),
+            change: VersionChange::Patch,
+        };
+        assert_eq!(
+            patch.order(&one, &[]).unwrap(),
+            "control plane 1.35.4 → 1.35.8 (1 controller, replaced: its replacement restores etcd's snapshot, \
+             then runs kubeadm upgrade apply), then the addons"
+        );
         assert_eq!(same.describe(), None);
     }
 

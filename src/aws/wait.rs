@@ -6,6 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::control_plane_status::UpgradeRecord;
+use crate::render::layout::UPGRADE_STATUS;
+
 /// Which stack operation is being followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -222,6 +225,17 @@ pub fn short_duration(secs: u64) -> String {
     out
 }
 
+/// `3h12m`, `2d4h`, `45s`: an age for people.
+pub fn age_text(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
 /// `18:32:10 UTC` of a time in ms since the epoch.
 pub fn utc_time(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
@@ -242,6 +256,10 @@ pub struct Observation {
     pub reports: Vec<AddonReport>,
     /// The failure reports nodes published (any operation's; assess keeps the current one's).
     pub node_reports: Vec<NodeReport>,
+    /// The control plane's upgrade record (status/control-plane/upgrade.json),
+    /// read once a controller of this operation failed; None otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeRecord>,
     /// Time since the wait started and the caller's limit (None: no limit).
     pub elapsed_secs: u64,
     pub timeout_secs: Option<u64>,
@@ -286,6 +304,10 @@ pub struct Failure {
     /// The failure reports of the nodes behind it: those of the failed group
     /// when it is one, else every node that failed in this operation.
     pub nodes: Vec<NodeReport>,
+    /// A failed controller's upgrade record, when it says failed or refused
+    /// in this operation: `failed at step kubeadm-upgrade-apply: <message>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<String>,
 }
 
 impl std::fmt::Display for Failure {
@@ -315,6 +337,9 @@ impl std::fmt::Display for Failure {
                     write!(f, "\n    {l}")?;
                 }
             }
+        }
+        if let Some(u) = &self.upgrade {
+            write!(f, "\n  the control-plane upgrade record ({UPGRADE_STATUS}): {u}")?;
         }
         Ok(())
     }
@@ -352,7 +377,10 @@ pub fn assess(obs: &Observation) -> Assessment {
     let progress = progress(obs, &events, &nodes);
     let mut outcome = outcome(obs, &events);
     match &mut outcome {
-        Outcome::Failed(f) => f.nodes = nodes_behind(f, &events, &nodes),
+        Outcome::Failed(f) => {
+            f.nodes = nodes_behind(f, &events, &nodes);
+            f.upgrade = upgrade_behind(&f.nodes, obs.upgrade.as_ref(), operation_start(&obs.events));
+        }
         Outcome::TimedOut { pending } => pending.extend(nodes.iter().map(NodeReport::headline)),
         _ => {}
     }
@@ -397,6 +425,21 @@ fn is_cleanup_or_rollback(e: &StackEvent) -> bool {
     // A DELETE_IN_PROGRESS of the stack itself after a failed create is the
     // cascade of --on-failure delete, not a new operation.
     e.status == "DELETE_IN_PROGRESS" && e.reason.as_deref().is_some_and(|r| !r.contains("User Initiated"))
+}
+
+/// Whether a controller failed among `nodes`: the upgrade record may say why.
+pub fn controller_failed(nodes: &[NodeReport]) -> bool {
+    nodes.iter().any(|n| n.role == "controller")
+}
+
+/// The upgrade record's one line for a failure whose nodes include a
+/// controller: only a failed or refused record written in this operation
+/// (from `start_ms` on, whole seconds as the node reports; None: unknown,
+/// any), so an earlier operation's failure is not blamed.
+fn upgrade_behind(nodes: &[NodeReport], record: Option<&UpgradeRecord>, start_ms: Option<i64>) -> Option<String> {
+    let r = record?;
+    (controller_failed(nodes) && r.is_failure() && start_ms.is_none_or(|t| r.updated_at >= t.div_euclid(1000)))
+        .then(|| r.failure_line())
 }
 
 /// The node reports behind a failure: those whose group is the failed resource
@@ -642,6 +685,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
             addon: None,
             addon_message: None,
             nodes: vec![],
+            upgrade: None,
         });
         failure.addon = Some(r.release.clone());
         failure.addon_message = Some(r.message.clone());
@@ -679,6 +723,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
                 addon: None,
                 addon_message: None,
                 nodes: vec![],
+                upgrade: None,
             }
         });
         return Outcome::Failed(failure);
@@ -780,6 +825,7 @@ fn root_cause(obs: &Observation, events: &[&StackEvent]) -> Option<Failure> {
         addon,
         addon_message,
         nodes: vec![],
+        upgrade: None,
     })
 }
 

@@ -253,6 +253,23 @@ impl<'a> AwsSource<'a> {
         Ok(())
     }
 
+    /// The control plane's upgrade record, read only once a controller of
+    /// the current operation published a failure report (one GetObject per
+    /// poll from then on; the wait ends soon after). A read that fails is
+    /// None: the record only adds a line to the failure, it decides nothing.
+    async fn read_upgrade(&self) -> Option<super::control_plane_status::UpgradeRecord> {
+        if !self.node_reports.values().any(|(_, r)| r.role == "controller") {
+            return None;
+        }
+        let reports: Vec<NodeReport> = self.node_reports.values().map(|(_, r)| r.clone()).collect();
+        let events: Vec<StackEvent> = self.events.values().cloned().collect();
+        let current = super::wait::node_reports_since(&reports, super::wait::operation_start(&events));
+        if !super::wait::controller_failed(&current) {
+            return None;
+        }
+        super::control_plane_status::read_upgrade(self.clients, &self.location).await
+    }
+
     /// Reads the node failure reports that changed since the last poll.
     async fn read_node_reports(&mut self) -> Result<(), AwsError> {
         let prefix = self.location.key(NODE_REPORTS);
@@ -323,6 +340,7 @@ impl Source for AwsSource<'_> {
             self.read_reports().await?;
             self.read_node_reports().await?;
         }
+        let upgrade = self.read_upgrade().await;
         let obs = Observation {
             operation: self.operation,
             root: root.map(|i| super::wait::StackState {
@@ -335,6 +353,7 @@ impl Source for AwsSource<'_> {
             addons: self.addons.clone(),
             reports: self.reports.values().map(|(_, r)| r.clone()).collect(),
             node_reports: self.node_reports.values().map(|(_, r)| r.clone()).collect(),
+            upgrade,
             elapsed_secs: 0,
             timeout_secs: None,
         };
@@ -415,6 +434,7 @@ mod tests {
             addons: vec![],
             reports: vec![],
             node_reports: vec![],
+            upgrade: None,
             elapsed_secs: 0,
             timeout_secs: None,
         }

@@ -232,6 +232,7 @@ mod tests {
             addon: None,
             addon_message: None,
             nodes: vec![],
+            upgrade: None,
         };
         assert_eq!(exit(AwsError::Failed(Box::new(failed))), 3);
         // 4: AWS, and a chart repository that is unreachable or refuses,

@@ -1,4 +1,5 @@
-//! `kube-aws status`: the stack, its nested stacks, addons and failed nodes;
+//! `kube-aws status`: the stack, its nested stacks, addons, failed nodes and
+//! the control plane's version, last upgrade and reconfiguration;
 //! with `--wait`, follows an operation in progress first.
 
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
@@ -99,13 +100,13 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
     if let (Some(id), Some(age)) = (&t.token_id, t.age_seconds) {
         println!(
             "join token: {id}, minted {} ago, expires {}",
-            age_text(age),
+            crate::aws::wait::age_text(age),
             t.expires.as_deref().unwrap_or("?")
         );
     }
     let e = &r.etcd_snapshot;
     if let (Some(key), Some(age)) = (&e.newest, e.age_seconds) {
-        println!("etcd: newest snapshot {} old ({key})", age_text(age));
+        println!("etcd: newest snapshot {} old ({key})", crate::aws::wait::age_text(age));
     }
     for w in c.warnings.iter().chain(&t.warnings).chain(&e.warnings) {
         println!("warning: {w}");
@@ -120,6 +121,13 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
     for w in crate::aws::etcd_status::warnings(&r.etcd) {
         println!("warning: {w}");
     }
+    println!("control plane:");
+    for l in crate::aws::control_plane_status::lines(&r.control_plane) {
+        println!("  {l}");
+    }
+    for w in &r.control_plane.warnings {
+        println!("warning: {w}");
+    }
     if !r.addons.is_empty() {
         println!("addons:");
         for a in &r.addons {
@@ -131,15 +139,4 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// `3h12m`, `2d4h`, `45s`: an age for people.
-fn age_text(seconds: i64) -> String {
-    let s = seconds.max(0);
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
-        3600..=86399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
-    }
 }

@@ -5,12 +5,20 @@
 //! row's default unless cluster.yaml names one), so no node floats to a newer
 //! patch at boot and no addon is skewed from the control plane.
 //!
-//! Sources (checked 2026-11-30):
+//! Sources (checked 2026-11-30; the patches 2026-12-02):
 //! - Upstream supports the three newest minors
 //!   (<https://kubernetes.io/releases/version-skew-policy/#supported-versions>);
 //!   1.34 reached end of life in October 2026, so 1.35 is the oldest here.
-//! - The patches are the newest `k8s.io/kubernetes` tags of each minor served
-//!   by the Go module proxy; pkgs.k8s.io publishes an RPM for every tag.
+//! - The patches are the `k8s.io/kubernetes` tags of each minor the Go module
+//!   proxy serves (pkgs.k8s.io publishes an RPM for every tag), and each
+//!   minor's default is its newest: the proxy's version list names only
+//!   v1.35.4, v1.36.1, v1.36.3 and v1.37.2, but it serves newer tags when
+//!   asked for them (`/@v/vX.Y.Z.info`, 2026-12-02): v1.35.5 (2026-05-12),
+//!   v1.35.6, v1.35.8 (2026-08-20), v1.36.4 and v1.36.5 (2026-09-23);
+//!   v1.35.7, v1.35.9 and v1.37.3 it refuses, so they are not listed. The
+//!   test beds build the default minor's default patch, and `make
+//!   test-upgrade` upgrades a real node to it from the row's oldest patch
+//!   (docs/testing.md).
 //! - cluster-autoscaler's minor must equal the cluster's ("use the Cluster
 //!   Autoscaler version that matches the Kubernetes control plane version",
 //!   kubernetes/autoscaler cluster-autoscaler/README.md); chart 9.59.0 ships
@@ -27,7 +35,7 @@ use serde::Serialize;
 pub struct K8sRelease {
     /// `1.35`.
     pub minor: &'static str,
-    /// The exact patch nodes install unless cluster.yaml names one: `1.35.4`.
+    /// The exact patch nodes install unless cluster.yaml names one: `1.35.8`.
     pub default_patch: &'static str,
     /// cluster-autoscaler image tag for this minor.
     pub cluster_autoscaler: &'static str,
@@ -43,17 +51,17 @@ pub struct K8sRelease {
 pub const RELEASES: &[K8sRelease] = &[
     K8sRelease {
         minor: "1.35",
-        default_patch: "1.35.4",
+        default_patch: "1.35.8",
         cluster_autoscaler: "v1.35.0",
         cloud_controller_manager: "v1.35.3",
-        patches: &["1.35.4"],
+        patches: &["1.35.4", "1.35.5", "1.35.6", "1.35.8"],
     },
     K8sRelease {
         minor: "1.36",
-        default_patch: "1.36.3",
+        default_patch: "1.36.5",
         cluster_autoscaler: "v1.36.0",
         cloud_controller_manager: "v1.36.2",
-        patches: &["1.36.1", "1.36.3"],
+        patches: &["1.36.1", "1.36.3", "1.36.4", "1.36.5"],
     },
     K8sRelease {
         minor: "1.37",
@@ -73,7 +81,7 @@ pub const DEFAULT_MINOR: &str = "1.35";
 pub struct K8sVersion {
     /// `1.35`.
     pub minor: String,
-    /// `1.35.4`: what kubelet, kubeadm and kubectl are pinned to.
+    /// `1.35.8`: what kubelet, kubeadm and kubectl are pinned to.
     pub version: String,
     /// The addon pins of the minor.
     #[serde(flatten)]
@@ -241,7 +249,7 @@ mod tests {
     #[test]
     fn minor_resolves_to_the_pinned_patch() {
         let v = resolve_version("1.35").unwrap();
-        assert_eq!(v.version, "1.35.4");
+        assert_eq!(v.version, "1.35.8");
         assert_eq!(v.release.cluster_autoscaler, "v1.35.0");
         let v = resolve_version("1.36.1").unwrap();
         assert_eq!((v.minor.as_str(), v.version.as_str()), ("1.36", "1.36.1"));
@@ -268,7 +276,7 @@ mod tests {
     fn patches_outside_the_table_are_refused() {
         let e = resolve_version("1.36.2").unwrap_err();
         assert!(
-            e.contains("1.36.2 is not in kube-aws's version table") && e.contains("1.36.1, 1.36.3"),
+            e.contains("1.36.2 is not in kube-aws's version table") && e.contains("1.36.1, 1.36.3, 1.36.4, 1.36.5"),
             "{e}"
         );
         for r in RELEASES {
@@ -278,31 +286,35 @@ mod tests {
 
     #[test]
     fn upgrades_go_one_minor_at_a_time_and_never_back() {
-        assert_eq!(check_upgrade("1.35.4", "1.35").unwrap().0, VersionChange::Same);
+        assert_eq!(check_upgrade("1.35.8", "1.35").unwrap().0, VersionChange::Same);
+        assert_eq!(check_upgrade("1.35.4", "1.35").unwrap().0, VersionChange::Patch);
         assert_eq!(check_upgrade("1.36.1", "1.36").unwrap().0, VersionChange::Patch);
-        let (c, v) = check_upgrade("1.35.4", "1.36").unwrap();
-        assert_eq!((c, v.version.as_str()), (VersionChange::Minor, "1.36.3"));
+        let (c, v) = check_upgrade("1.35.8", "1.36").unwrap();
+        assert_eq!((c, v.version.as_str()), (VersionChange::Minor, "1.36.5"));
         assert_eq!(check_upgrade("1.35.4", "1.36.1").unwrap().0, VersionChange::Minor);
-        assert_eq!(allowed_next("1.35.4"), ["1.36.1", "1.36.3"]);
-        assert_eq!(allowed_next("1.36.1"), ["1.36.3", "1.37.2"]);
+        assert_eq!(
+            allowed_next("1.35.4"),
+            ["1.35.5", "1.35.6", "1.35.8", "1.36.1", "1.36.3", "1.36.4", "1.36.5"]
+        );
+        assert_eq!(allowed_next("1.36.4"), ["1.36.5", "1.37.2"]);
         assert!(allowed_next("1.37.2").is_empty());
 
-        let skip = check_upgrade("1.35.4", "1.37").unwrap_err();
+        let skip = check_upgrade("1.35.8", "1.37").unwrap_err();
         assert!(
-            skip.contains("skips a minor") && skip.ends_with("allowed next versions: 1.36.1, 1.36.3"),
+            skip.contains("skips a minor") && skip.ends_with("allowed next versions: 1.36.1, 1.36.3, 1.36.4, 1.36.5"),
             "{skip}"
         );
-        let down = check_upgrade("1.36.3", "1.35").unwrap_err();
+        let down = check_upgrade("1.36.5", "1.35").unwrap_err();
         assert!(
             down.contains("never downgrades") && down.ends_with("allowed next versions: 1.37.2"),
             "{down}"
         );
         let down = check_upgrade("1.36.3", "1.36.1").unwrap_err();
         assert!(down.contains("older than the running 1.36.3"), "{down}");
-        let unknown = check_upgrade("1.35.4", "1.36.9").unwrap_err();
+        let unknown = check_upgrade("1.35.8", "1.36.9").unwrap_err();
         assert!(
             unknown.contains("1.36.9 is not in kube-aws's version table")
-                && unknown.ends_with("allowed next versions: 1.36.1, 1.36.3"),
+                && unknown.ends_with("allowed next versions: 1.36.1, 1.36.3, 1.36.4, 1.36.5"),
             "{unknown}"
         );
         let newest = check_upgrade("1.37.2", "1.36").unwrap_err();

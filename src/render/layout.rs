@@ -72,11 +72,13 @@ pub const ADDON_STATUS_DIR: &str = "status/addons/";
 /// releases a new plan drops.
 pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
 /// The controllers' upgrade status object (src/node/kube_aws_node/upgrade.py):
-/// phase, step, reason, and the version the control plane last reached.
+/// phase, step, reason, and the version the control plane last reached;
+/// `kube-aws status` and a failed wait read it (src/aws/control_plane_status.rs).
 pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
 /// The controllers' reconfiguration status object
 /// (src/node/kube_aws_node/reconfigure.py): the configuration last applied
-/// or failed, on which controller, at which step; a failed one stops the others.
+/// or failed, on which controller, at which step; a failed one stops the others;
+/// `kube-aws status` reads it (src/aws/control_plane_status.rs).
 pub const RECONFIGURE_STATUS: &str = "status/control-plane/reconfigure.json";
 /// The nodes' bootstrap reports.
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";

@@ -99,7 +99,7 @@ pub struct Ctx {
     pub s3_base: String,
     /// `1.35`.
     pub k8s_minor: String,
-    /// The exact patch nodes install: `1.35.4`.
+    /// The exact patch nodes install: `1.35.8`.
     pub k8s_version: String,
 }
 

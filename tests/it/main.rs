@@ -24,6 +24,7 @@ mod chart_index;
 mod chart_oci;
 mod cli;
 mod cli_completions;
+mod control_plane_status_moto;
 mod deploy_moto;
 mod destroy_api_testbed;
 mod destroy_sweep_moto;

@@ -82,15 +82,15 @@ fn refused(env: &Env, dir: &Path, why: &str, allowed: &str) {
 fn upgrade_refuses_a_skipped_minor() {
     let env = Env::new();
     let (tree, kms) = cluster_at(&env, "1.35");
-    assert_eq!(recorded(&env), "1.35.4");
+    assert_eq!(recorded(&env), "1.35.8");
     set_version(tree.path(), &kms, "1.37");
     refused(
         &env,
         tree.path(),
         "\"1.37\" (1.37.2) skips a minor",
-        "allowed next versions: 1.36.1, 1.36.3",
+        "allowed next versions: 1.36.1, 1.36.3, 1.36.4, 1.36.5",
     );
-    assert_eq!(recorded(&env), "1.35.4");
+    assert_eq!(recorded(&env), "1.35.8");
 }
 
 #[test]
@@ -102,13 +102,13 @@ fn upgrade_refuses_a_downgrade_after_an_upgrade() {
     let ok = env.kube_aws(tree.path(), &["validate", "--stack"]);
     assert!(ok.status.success(), "{}", text(&ok));
     assert!(
-        text(&ok).contains("Kubernetes 1.35.4 → 1.36.1 is allowed"),
+        text(&ok).contains("Kubernetes 1.35.8 → 1.36.1 is allowed"),
         "{}",
         text(&ok)
     );
     let upd = env.kube_aws(tree.path(), &["update", "--yes", "--wait", "--timeout", "3m"]);
     assert!(upd.status.success(), "{}", text(&upd));
-    assert!(text(&upd).contains("1.35.4 → 1.36.1"), "{}", text(&upd));
+    assert!(text(&upd).contains("1.35.8 → 1.36.1"), "{}", text(&upd));
     assert_eq!(recorded(&env), "1.36.1");
     // Back to 1.35: refused.
     set_version(tree.path(), &kms, "1.35");
@@ -116,7 +116,7 @@ fn upgrade_refuses_a_downgrade_after_an_upgrade() {
         &env,
         tree.path(),
         "older than the running 1.36.1: kube-aws never downgrades",
-        "allowed next versions: 1.36.3, 1.37.2",
+        "allowed next versions: 1.36.3, 1.36.4, 1.36.5, 1.37.2",
     );
     assert_eq!(recorded(&env), "1.36.1");
 }
@@ -131,9 +131,9 @@ fn upgrade_refuses_an_unknown_patch() {
         &env,
         tree.path(),
         "cluster.yaml:5:20: kubernetesVersion: Kubernetes 1.36.2 is not in kube-aws's version table",
-        "known 1.36 patches: 1.36.1, 1.36.3",
+        "known 1.36 patches: 1.36.1, 1.36.3, 1.36.4, 1.36.5",
     );
-    assert_eq!(recorded(&env), "1.35.4");
+    assert_eq!(recorded(&env), "1.35.8");
 }
 
 fn live_root(env: &Env) -> Value {
@@ -154,12 +154,12 @@ fn upgrade_order_control_plane_then_pools_then_addons() {
     let out = String::from_utf8_lossy(&upd.stdout).to_string();
     assert!(
         out.contains(
-            "upgrade: control plane 1.35.4 → 1.36.3 (3 controllers, one at a time: the first runs kubeadm upgrade apply), \
+            "upgrade: control plane 1.35.8 → 1.36.5 (3 controllers, one at a time: the first runs kubeadm upgrade apply), \
              then pools general, spot (each node replaced, one at a time), then the addons"
         ),
         "{out}"
     );
-    assert_eq!(recorded(&env), "1.36.3");
+    assert_eq!(recorded(&env), "1.36.5");
     // The live root template: each pool stack waits for the control-plane
     // stack, and every addon wait condition for both.
     let root = live_root(&env);
@@ -173,7 +173,7 @@ fn upgrade_order_control_plane_then_pools_then_addons() {
     // render::install_order_and_wait_conditions checks a plan with four.)
     let plan: Value =
         serde_json::from_slice(&std::fs::read(tree.path().join("rendered/addons/plan.json")).unwrap()).unwrap();
-    assert_eq!(plan["kubernetesVersion"], "1.36.3");
+    assert_eq!(plan["kubernetesVersion"], "1.36.5");
     let releases = plan["releases"].as_array().unwrap();
     let wcs: Vec<&Value> = res
         .values()

@@ -59,6 +59,7 @@ fn obs(op: Operation, root: &str, nested: &[(&str, &str)], events: Vec<StackEven
         ],
         reports: vec![],
         node_reports: vec![],
+        upgrade: None,
         elapsed_secs: 60,
         timeout_secs: Some(45 * 60),
     }

@@ -403,6 +403,13 @@ class Boot(object):
             kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
         return path
 
+    def upgrade_config(self, version):
+        """The UpgradeConfiguration file of `kubeadm upgrade apply|node` (kubeadmcfg.upgrade_documents)."""
+        path = os.path.join(self.work, "kubeadm-upgrade-config.yaml")
+        fsutil.write_atomic(path, kubeadmcfg.text(
+            kubeadmcfg.upgrade_documents(version, self.kubeadm_patches())).encode("utf-8"))
+        return path
+
     def published(self):
         """The addon plan's ClusterConfiguration and KubeletConfiguration (reconfigure.py)."""
         return reconfigure.published_documents(self.aws, self.rt, self.node, self.work, self.store)

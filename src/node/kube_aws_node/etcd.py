@@ -333,16 +333,19 @@ def etcd_image(images_list):
     return None
 
 
-def restore_commands(image, snapshot, node_name, ip, data_dir=DATA_DIR):
+def restore_commands(image, snapshot, node_name, ip, data_dir=DATA_DIR, present=False):
     """The commands that restore `snapshot` into `data_dir` as a new
     one-member cluster named like the member kubeadm's etcd manifest will
     start (`--name <node name>`, peer URL on the node's address). etcdutl
     (etcd >= 3.5; in the registry.k8s.io/etcd image) runs from the very image
     kubeadm will run, with /var/lib mounted; `kubeadm init` then needs
-    `--ignore-preflight-errors=DirAvailable--var-lib-etcd` to keep the data."""
+    `--ignore-preflight-errors=DirAvailable--var-lib-etcd` to keep the data.
+    The image is pulled first unless it is `present` already (an AMI with
+    the images baked in need not reach a registry: `ctr images pull`
+    resolves the name at the registry even when the image is there)."""
     peer = "https://%s:%d" % (ip, PEER_PORT)
-    return [
-        ["ctr", "-n", "k8s.io", "images", "pull", image],
+    pull = [] if present else [["ctr", "-n", "k8s.io", "images", "pull", image]]
+    return pull + [
         ["ctr", "-n", "k8s.io", "run", "--rm",
          "--mount", "type=bind,src=/var/lib,dst=/var/lib,options=rbind:rw",
          image, "kube-aws-etcd-restore",
@@ -878,7 +881,8 @@ def restore_snapshot(node, run, clock, plan, say):
         return failed
     node.aws(["s3", "cp", "--only-show-errors", "s3://%s/%s" % (bucket, plan["key"]), host(RESTORE_PATH)])
     instance = node.instance()
-    for argv in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip()):
+    present = image in run(["ctr", "-n", "k8s.io", "images", "ls", "-q", "name==" + image]).split()
+    for argv in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip(), present=present):
         run(argv)
     os.unlink(host(RESTORE_PATH))
     node.put_json(RESTORE_STATUS, {"key": plan["key"], "instanceId": instance["instanceId"],

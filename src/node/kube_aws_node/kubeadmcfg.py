@@ -13,6 +13,13 @@ init; kubeadm's default is 5); a joining controller gets `controlPlane: {}`
 `patch` merges the documents of plugin files under /etc/kube-aws/kubeadm.d
 (a plugin's `nodes.<role>.files`) into them, by kind: the real-node bed's
 settings (docs/testing.md, "The real-node bed") come this way.
+
+`upgrade_documents` is the UpgradeConfiguration `kubeadm upgrade apply` and
+`kubeadm upgrade node` read (`--config`; kubeadm v1beta4, since 1.31: its
+`apply` and `node` sections carry what their flags would, such as
+ignorePreflightErrors; cmd/kubeadm/app/cmd/upgrade/apply.go@v1.35.8
+newApplyData), with the kubeadm.d patches of its kind merged in: the
+preflight checks a node skips at init it skips at an upgrade too.
 """
 import copy
 import json
@@ -92,3 +99,12 @@ def patch(docs, patches, mode):
         if not same and mode == "init" and p["kind"] in ADDABLE and "apiVersion" in p:
             out.append(copy.deepcopy(p))
     return out
+
+
+def upgrade_documents(version, patches):
+    """The UpgradeConfiguration for an upgrade to `version` (`1.35.8`), the
+    kubeadm.d patches of that kind merged in (`patch`)."""
+    base = [{"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "UpgradeConfiguration",
+             "apply": {"kubernetesVersion": "v" + version.lstrip("v")}, "node": {}}]
+    return patch(base, [p for p in patches if isinstance(p, dict) and p.get("kind") == "UpgradeConfiguration"],
+                 "upgrade")

@@ -519,6 +519,10 @@ class Restore(WithFiles):
         cmds = etcd.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
                                      "10.0.1.5")
         self.assertEqual(cmds[0], ["ctr", "-n", "k8s.io", "images", "pull", image])
+        # Already in containerd's store (a baked AMI): no pull, no registry.
+        baked = etcd.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
+                                      "10.0.1.5", present=True)
+        self.assertEqual(baked, cmds[1:])
         restore = cmds[1]
         i = restore.index("etcdutl")
         self.assertEqual(restore[i:i + 4], ["etcdutl", "snapshot", "restore", "/var/lib/kube-aws/etcd-restore.db"])
@@ -550,7 +554,10 @@ class Restore(WithFiles):
         self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
         self.assertEqual(lines[1]["key"], "p/demo/etcd/20261201T010000Z-a.db")
         self.assertEqual(ran[0], ["kubeadm", "config", "images", "list", "--kubernetes-version", "1.35.4"])
-        self.assertEqual([a[:4] for a in ran[1:]], [["ctr", "-n", "k8s.io", "images"], ["ctr", "-n", "k8s.io", "run"]])
+        # Not in containerd's store yet (ls answers nothing): pulled, then run.
+        self.assertEqual([a[:5] for a in ran[1:]], [["ctr", "-n", "k8s.io", "images", "ls"],
+                                                    ["ctr", "-n", "k8s.io", "images", "pull"],
+                                                    ["ctr", "-n", "k8s.io", "run", "--rm"]])
         self.assertIn("s3://b/p/demo/etcd/20261201T010000Z-a.db", aws.ops("s3", "cp")[0])
         self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[0])
 

@@ -50,6 +50,20 @@ class Documents(unittest.TestCase):
         self.assertEqual(documents(old, RT, "", "worker", "t", "v")[0]["discovery"]["timeout"], "30m0s")
         self.assertNotIn("discovery", DOCS[3])
 
+    def test_the_upgrade_configuration_takes_its_kind_of_patch_only(self):
+        from kube_aws_node.kubeadmcfg import upgrade_documents
+        bare = upgrade_documents("1.35.8", [])
+        self.assertEqual(bare, [{"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "UpgradeConfiguration",
+                                 "apply": {"kubernetesVersion": "v1.35.8"}, "node": {}}])
+        # The real-node bed's patch (cgroup v1 host): merged; other kinds ignored.
+        patches = [{"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
+                   {"kind": "UpgradeConfiguration", "apply": {"ignorePreflightErrors": ["SystemVerification"]},
+                    "node": {"ignorePreflightErrors": ["SystemVerification"]}}]
+        d = upgrade_documents("v1.36.5", patches)
+        self.assertEqual(len(d), 1)
+        self.assertEqual(d[0]["apply"], {"kubernetesVersion": "v1.36.5", "ignorePreflightErrors": ["SystemVerification"]})
+        self.assertEqual(d[0]["node"], {"ignorePreflightErrors": ["SystemVerification"]})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -2,6 +2,7 @@
 cluster, against a fake cluster (kubeadm-config, kube-proxy) and a fake boot."""
 import json
 import os
+import socket
 import tempfile
 import unittest
 
@@ -66,19 +67,36 @@ class FakeBoot(object):
         self.sh_calls = []
         self.fail_on = None
         self.uploads = []
+        self.nodes = {"items": []}
+        self.leases = {n: socket.gethostname() + "_new" for n in upgrade.LEADER_LEASES}
 
     def say(self, text):
         self.said.append(text)
 
-    def sh(self, args):
+    def sh(self, args, capture=False):
         self.sh_calls.append(list(args))
         if self.fail_on and args[:3] == self.fail_on:
             e = Exception("%s failed" % " ".join(args))
             e.code = 1
             raise e
+        if capture and args[3:5] == ["get", "nodes"] and "-l" in args:
+            return json.dumps(self.nodes)
+        if capture and args[3:5] == ["get", "nodes"]:
+            return json.dumps({"items": [{"metadata": {"name": self.node_name}, "spec": {},
+                                          "status": {"conditions": [{"type": "Ready", "status": "True"}]}}]})
+        if capture and args[3:7] == ["-n", "kube-system", "get", "lease"]:
+            return json.dumps({"kind": "List", "items": [
+                {"metadata": {"name": n}, "spec": {"holderIdentity": h}} for n, h in sorted(self.leases.items())]})
+        if args[3:7] == ["-n", "kube-system", "delete", "lease"]:
+            # The new process takes a deleted lease at its next try.
+            self.leases[args[7]] = socket.gethostname() + "_new"
+        return ""
 
     def wait_node_ready(self):
         self.sh_calls.append(["wait-node-ready"])
+
+    def upgrade_config(self, version):
+        return "/upgrade.yaml"
 
     def step(self, name):
         self.said.append("step " + name)
@@ -174,7 +192,7 @@ class Join(unittest.TestCase):
         # kubeadm-config named the new version before the join (static pods new from the start).
         self.assertEqual(u.version_now(), "v1.36.3")
         self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"], ["wait-node-ready"],
-                                              ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"]])
+                                              ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes", "--config", "/upgrade.yaml"]])
         self.assertEqual(self.statuses()[0], ("upgrading", "upload-config"))
         self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
         last = self.boot.uploads[-1]
@@ -203,7 +221,7 @@ class Join(unittest.TestCase):
         with self.assertRaises(Exception):
             u.join("/cfg", self.join)
         self.assertEqual(u.version_now(), "v1.35.4")
-        self.assertNotIn(["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"], self.boot.sh_calls)
+        self.assertNotIn(["kubeadm", "upgrade", "apply", "v1.36.3", "--yes", "--config", "/upgrade.yaml"], self.boot.sh_calls)
         self.assertEqual(self.statuses()[-1], ("failed", "kubeadm-join"))
 
     def test_an_older_controller_refuses_before_joining(self):
@@ -218,7 +236,8 @@ class Join(unittest.TestCase):
     def test_a_later_controller_joins_and_upgrades_the_addons_left_behind(self):
         u = FakeUpgrader(self.boot, "1.36.3", cluster_version="v1.36.3", proxy="v1.35.4")
         self.assertEqual(u.join("/cfg", self.join), "join")
-        self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"], ["kubeadm", "upgrade", "node"]])
+        self.assertEqual(self.boot.sh_calls, [["kubeadm", "join", "--config", "x"],
+                                              ["kubeadm", "upgrade", "node", "--config", "/upgrade.yaml"]])
         self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
         # At the same version with current addons: a plain join.
         boot = FakeBoot(self.dir)
@@ -290,17 +309,67 @@ class AfterInit(unittest.TestCase):
     def last(self):
         return self.boot.uploads[-1][1]
 
+    def kubectl_calls(self):
+        return [c[3:] for c in self.boot.sh_calls if c[0] == "kubectl"]
+
     def test_a_fresh_or_same_version_init_records_its_version(self):
         self.assertEqual(upgrade.after_init(self.boot, "1.35.4", None, restored=False), "init")
-        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
         self.assertEqual(self.boot.sh_calls, [])
+        # A restore at the same version: only the replaced controllers' Nodes go (none here).
+        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
+        lease = ["-n", "kube-system", "get", "lease", "kube-controller-manager", "kube-scheduler",
+                 "cloud-controller-manager", "--ignore-not-found", "-o", "json"]
+        self.assertEqual(self.kubectl_calls(), [["get", "nodes", "-l", "node-role.kubernetes.io/control-plane",
+                                                 "-o", "json"], lease, lease])
         self.assertEqual((self.last()["phase"], self.last()["version"]), ("running", "1.35.4"))
 
     def test_a_restored_older_snapshot_is_upgraded_by_kubeadm(self):
+        def node(name, control_plane):
+            labels = {"node-role.kubernetes.io/control-plane": ""} if control_plane else {}
+            return {"metadata": {"name": name, "labels": labels}}
+        # The snapshot holds the replaced controller's Node (and a worker's).
+        self.boot.nodes = {"items": [node(self.boot.node_name, True), node("ip-10-0-0-4.ec2.internal", True),
+                                     node("ip-10-0-9-9.ec2.internal", False)]}
+        # ... and its controller manager's leader lease.
+        self.boot.leases["kube-controller-manager"] = "ip-10-0-0-4.ec2.internal_0f3c"
         self.assertEqual(upgrade.after_init(self.boot, "1.36.3", "1.35.4", restored=True), "upgrade")
-        self.assertEqual(self.boot.sh_calls, [["wait-node-ready"], ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes"]])
+        calls = self.kubectl_calls()
+        self.assertEqual(calls[1], ["delete", "node", "ip-10-0-0-4.ec2.internal", "--wait=false"])
+        self.assertEqual(calls[3], ["-n", "kube-system", "delete", "lease", "kube-controller-manager",
+                                    "--ignore-not-found"])
+        self.assertEqual(len(calls), 6)
+        self.assertEqual(self.boot.sh_calls[5], ["wait-node-ready"])
+        self.assertEqual(calls[5], ["get", "nodes", "-o", "json"])
+        self.assertEqual(self.boot.sh_calls[7], ["kubeadm", "upgrade", "apply", "v1.36.3", "--yes", "--config", "/upgrade.yaml"])
         self.assertEqual([u[1]["phase"] for u in self.boot.uploads], ["upgrading", "upgrading", "upgraded"])
         self.assertEqual((self.last()["from"], self.last()["version"]), ("1.35.4", "1.36.3"))
+
+    def test_the_health_check_job_needs_a_node_without_the_cloud_providers_taint(self):
+        def node(name, ready=True, taints=(), unschedulable=False):
+            return {"metadata": {"name": name}, "spec": {"taints": list(taints), "unschedulable": unschedulable},
+                    "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+        cp = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+        uninit = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
+        nodes = {"items": [node("me", taints=[cp, uninit]), node("w1", ready=False), node("w2", unschedulable=True),
+                           node("w3", taints=[{"key": "x", "effect": "PreferNoSchedule"}])]}
+        self.assertEqual(upgrade.schedulable_nodes(nodes), ["w3"])
+        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp])]}), ["me"])
+        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp, uninit])]}), [])
+
+    def test_leader_leases_not_taken_in_time_fail_the_restore_before_the_upgrade(self):
+        self.boot.leases = {"kube-scheduler": socket.gethostname() + "_new"}
+        t = [0]
+
+        def clock():
+            t[0] += 30
+            return t[0]
+        with self.assertRaises(UpgradeError) as e:
+            upgrade.take_over_leader_leases(self.boot, sleep=lambda s: None, clock=clock)
+        self.assertIn("did not take their leader leases within 180 s", str(e.exception))
+        self.assertNotIn(["kubeadm", "upgrade", "apply"], [c[:3] for c in self.boot.sh_calls])
+        self.assertEqual(upgrade.stale_leases({"items": [{"metadata": {"name": "a"}, "spec": {"holderIdentity": "h_1"}},
+                                                         {"metadata": {"name": "b"}, "spec": {"holderIdentity": "hx_1"}},
+                                                         {"metadata": {"name": "c"}, "spec": {}}]}, "h"), ["b", "c"])
 
     def test_a_failed_upgrade_after_a_restore_records_the_newer_version(self):
         self.boot.fail_on = ["kubeadm", "upgrade", "apply"]

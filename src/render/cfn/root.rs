@@ -65,7 +65,7 @@ pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
 pub const DECRYPT_KMS_KEYS: &str = "DecryptKmsKeyARNs";
 
 /// The root parameter recording the Kubernetes version the cluster runs
-/// (`1.35.4`): the stack owns it, so it is the version of the last update
+/// (`1.35.8`): the stack owns it, so it is the version of the last update
 /// that completed (a rolled-back update rolls it back too). `update` and
 /// `validate --stack` check a new `kubernetesVersion` against it
 /// (src/config/versions.rs `check_upgrade`); no resource uses it.

@@ -63,6 +63,24 @@ pub fn image_dir(test: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
+/// The node image of the default minor's oldest patch, which the upgrade
+/// tests upgrade from (`.testbed/node/upgrade-from`, or
+/// `KUBE_AWS_NODEBED_UPGRADE_FROM_DIR`), and the version it holds. Panics
+/// when it is missing: `make upgradebed` builds it (outside `make test`).
+pub fn upgrade_from_image_dir(test: &str) -> (PathBuf, String) {
+    let dir = std::env::var_os("KUBE_AWS_NODEBED_UPGRADE_FROM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".testbed/node/upgrade-from"));
+    let version = std::fs::read_to_string(dir.join("kubernetes-version")).unwrap_or_else(|e| {
+        panic!(
+            "{test}: no node image to upgrade from at {} ({e}): `make upgradebed` builds it \
+             (scripts/install-upgradebed.sh); `make test-upgrade` builds it and runs these tests",
+            dir.display()
+        )
+    });
+    (dir, version.trim().to_string())
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A running node; stopped by its container id on drop.

@@ -160,7 +160,7 @@ pub struct SimNode {
     pub labels: Vec<(String, String)>,
     /// (key, value, effect)
     pub taints: Vec<(String, String, String)>,
-    /// `1.35.4`: the cluster's pinned Kubernetes version, which a real
+    /// `1.35.8`: the cluster's pinned Kubernetes version, which a real
     /// node's kubelet reports (status.nodeInfo.kubeletVersion); the
     /// reconciler's upgrade gate reads it from the controllers' Nodes.
     pub kubelet_version: String,
@@ -351,7 +351,7 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     pub api_port: u16,
     pub etcd_url: String,
-    /// `v1.35.4`: what the built kubeadm says.
+    /// `v1.35.8`: what the built kubeadm says.
     pub version: String,
     pub nodes: Vec<SimNode>,
     /// In start order; dropped (killed) in reverse.

@@ -49,6 +49,8 @@ spec:
             [
              {"kind": "InitConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
              {"kind": "JoinConfiguration", "nodeRegistration": {"ignorePreflightErrors": ["SystemVerification"]}},
+             {"kind": "UpgradeConfiguration", "apply": {"ignorePreflightErrors": ["SystemVerification"]},
+              "node": {"ignorePreflightErrors": ["SystemVerification"]}},
              {"kind": "KubeletConfiguration", "failCgroupV1": false, "failSwapOn": false,
               "evictionHard": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
               "imageGCHighThresholdPercent": 100},
@@ -612,7 +614,10 @@ impl BedNode {
                     }
                 }
             }
-            if text.contains(&ready_line) {
+            // The bootstrap's last step: the Ready wait after the timers (an
+            // upgrade's `kubeadm upgrade apply` waits for Ready before it too).
+            let last = text.find("kube-aws: step reconfigure-timer").map(|i| &text[i..]);
+            if last.is_some_and(|t| t.contains(&ready_line)) {
                 break Ok(self.booted.elapsed());
             }
             if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {

@@ -118,3 +118,115 @@ fn a_failure_elsewhere_shows_every_node_that_failed_in_the_operation() {
     assert_eq!(operation_start(&o.events), Some(1_700_000_001_000));
     assert_eq!(operation_start(&o.events[1..]), None);
 }
+
+fn upgrade_record(
+    phase: &str,
+    step: &str,
+    message: &str,
+    secs: i64,
+) -> crate::aws::control_plane_status::UpgradeRecord {
+    // The shape src/node/kube_aws_node/upgrade.py `Upgrader.report` writes.
+    serde_json::from_value(serde_json::json!({
+        "phase": phase, "version": "1.35.4", "from": "1.35.4", "to": "1.36.3", "step": step,
+        "message": message, "node": "ip-i-ctl.eu-west-1.compute.internal", "updatedAt": secs,
+    }))
+    .unwrap()
+}
+
+/// The first controller of a new version fails `kubeadm upgrade apply` in an
+/// update: its group fails on its FAILURE signal, and the failure shows,
+/// after the node's report, the upgrade record's step and message. A record
+/// of an earlier operation, one that did not fail, or a failure no
+/// controller is behind adds nothing.
+#[test]
+fn a_controller_failure_carries_the_failed_upgrade_record() {
+    let cp = nested_name("ControlPlane");
+    let events = vec![
+        ev(1, ROOT, ROOT, STACK_TYPE, "UPDATE_IN_PROGRESS", "User Initiated"),
+        ev(2, ROOT, "ControlPlane", STACK_TYPE, "UPDATE_IN_PROGRESS", ""),
+        ev(3, &cp, &cp, STACK_TYPE, "UPDATE_IN_PROGRESS", "User Initiated"),
+        ev(
+            9,
+            &cp,
+            "ControlPlaneGroup",
+            "AWS::AutoScaling::AutoScalingGroup",
+            "UPDATE_FAILED",
+            "Received 1 FAILURE signal(s) out of 1.  Unable to satisfy 100% MinSuccessfulInstancesPercent requirement",
+        ),
+    ];
+    let start = 1_700_000_001; // seconds: the root's User Initiated event
+    let mut o = obs(
+        Operation::Update,
+        "UPDATE_ROLLBACK_IN_PROGRESS",
+        &[("ControlPlane", "UPDATE_FAILED")],
+        events,
+    );
+    o.node_reports = vec![node_report(
+        "i-ctl",
+        &cp,
+        "ControlPlaneGroup",
+        "controller",
+        "kubeadm-upgrade-apply",
+        start + 6,
+    )];
+    let message = "kubeadm upgrade apply v1.36.3 exited 1 (see the boot log); kubeadm-config and kubelet-config \
+                   are back as they were (1.35.4)";
+    o.upgrade = Some(upgrade_record("failed", "kubeadm-upgrade-apply", message, start + 5));
+    let Outcome::Failed(f) = assess(&o).outcome else {
+        panic!("expected a failure")
+    };
+    assert_eq!(
+        f.upgrade.as_deref(),
+        Some(format!("failed at step kubeadm-upgrade-apply: {message}").as_str())
+    );
+    let text = f.to_string();
+    let last = text.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "  the control-plane upgrade record (status/control-plane/upgrade.json): failed at step \
+             kubeadm-upgrade-apply: {message}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("(i-ctl, controller) failed at step kubeadm-upgrade-apply"),
+        "{text}"
+    );
+
+    // A refusal (an older controller joining) says so the same way.
+    o.upgrade = Some(upgrade_record(
+        "refused",
+        "version-check",
+        "this node is older",
+        start + 5,
+    ));
+    let Outcome::Failed(f) = assess(&o).outcome else {
+        panic!("expected a failure")
+    };
+    assert_eq!(
+        f.upgrade.as_deref(),
+        Some("refused at step version-check: this node is older")
+    );
+
+    // Not of this operation, or not a failure: nothing.
+    for record in [
+        upgrade_record("failed", "kubeadm-join", "old", start - 3600),
+        upgrade_record("upgraded", "done", "", start + 5),
+    ] {
+        o.upgrade = Some(record);
+        let Outcome::Failed(f) = assess(&o).outcome else {
+            panic!("expected a failure")
+        };
+        assert_eq!(f.upgrade, None, "{o:?}");
+        assert!(!f.to_string().contains("upgrade record"));
+    }
+
+    // A worker's failure with a failed record in S3: not the controller's.
+    o.upgrade = Some(upgrade_record("failed", "kubeadm-upgrade-apply", message, start + 5));
+    o.node_reports[0].role = "worker-general".into();
+    let Outcome::Failed(f) = assess(&o).outcome else {
+        panic!("expected a failure")
+    };
+    assert_eq!(f.upgrade, None);
+}
