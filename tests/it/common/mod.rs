@@ -118,7 +118,10 @@ impl Server {
             port,
             host: host.to_string(),
         };
-        server.wait_ready(Duration::from_secs(30));
+        // moto's server imports every service before it listens: seconds
+        // alone, but over 30 s once in a full run (deploy_moto, 2026-12-02)
+        // with two real-node tests on the other thread of a 2-core machine.
+        server.wait_ready(Duration::from_secs(90));
         server
     }
 
