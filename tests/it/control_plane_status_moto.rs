@@ -73,10 +73,8 @@ fn without_ages(line: &str) -> String {
 #[test]
 fn status_shows_the_recorded_version_the_last_upgrade_and_reconfiguration() {
     let env = MotoEnv::new();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(
@@ -225,10 +223,8 @@ fn status_shows_the_recorded_version_the_last_upgrade_and_reconfiguration() {
 #[test]
 fn a_failed_controllers_upgrade_record_ends_the_waits_failure() {
     let env = MotoEnv::with_signals();
-    env.aws(&["s3", "mb", &format!("s3://{BUCKET}")]);
-    let kms = env.create_kms_key();
-    let tree = tempfile::tempdir().unwrap();
-    let dir = tree.path();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
     std::fs::write(
         dir.join("cluster.yaml"),
         format!(
