@@ -55,6 +55,15 @@ STAGING=v0.${patch#*.}
 # the build checks that this pin still matches it. (The proxy serves v3.6.6
 # although its version list omits it.)
 ETCD=v3.6.6
+if [ -n "$OTHER" ]; then
+  # Another patch's etcd is the one its kubeadm names (1.36.5: 3.6.8), which
+  # its `kubeadm upgrade apply` moves etcd to and its node image holds.
+  command -v go >/dev/null 2>&1 || die "go not found on PATH: KUBE_AWS_TESTBED_K8S=$OTHER reads its etcd version from k8s.io/kubernetes@$K8S"
+  kdir=$(cd / && GOFLAGS=-mod=mod GOWORK=off go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') ||
+    die "cannot download k8s.io/kubernetes@$K8S from the Go module proxy ($(go env GOPROXY))"
+  ETCD=v$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.]*\)-[0-9]*"$/\1/p' "$kdir/cmd/kubeadm/app/constants/constants.go")
+  [ "$ETCD" != v ] || die "cannot read DefaultEtcdVersion from k8s.io/kubernetes@$K8S's cmd/kubeadm/app/constants/constants.go"
+fi
 KWOK=v0.8.0
 HELM=$helm
 # The tag of the plugin's default image (plugins/pod-identity-webhook/plugin.yaml);

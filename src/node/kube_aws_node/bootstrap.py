@@ -38,6 +38,7 @@ import time
 from . import (apihost, cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, reconfigure, secrets,
                upgrade)
 from .awscall import Aws, AwsError
+from .retry import poll
 from .console import Console
 
 IMDS = "http://169.254.169.254/latest"
@@ -559,25 +560,23 @@ class Boot(object):
         conf = paths.ADMIN_CONF if self.role == "controller" else paths.KUBELET_CONF
         args = ["kubectl", "--kubeconfig", paths.path(conf), "get", "node", self.node_name, "-o", "json"]
         limit = paths.knob("NODE_READY_TIMEOUT", 900)
-        end = time.time() + limit
-        reason = ""
-        while True:
+        last = {"reason": ""}
+
+        def ready():
             p = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                universal_newlines=True, errors="replace")
-            if p.returncode == 0:
-                try:
-                    ready, reason = node_ready(jsonio.parse(p.stdout, "kubectl get node"))
-                except jsonio.JsonError as e:
-                    ready, reason = False, str(e)
-                if ready:
-                    self.say("node %s is Ready" % self.node_name)
-                    return
-            else:
-                reason = (p.stderr.strip().splitlines() or ["kubectl exited %d" % p.returncode])[-1]
-            if time.time() >= end:
-                raise StepFailed(1, " ".join(args), "node %s is not Ready after %ss: %s" % (self.node_name, limit,
-                                                                                           reason))
-            time.sleep(paths.knob("POLL_INTERVAL", 5))
+            if p.returncode != 0:
+                last["reason"] = (p.stderr.strip().splitlines() or ["kubectl exited %d" % p.returncode])[-1]
+                return False
+            try:
+                ok, last["reason"] = node_ready(jsonio.parse(p.stdout, "kubectl get node"))
+            except jsonio.JsonError as e:
+                ok, last["reason"] = False, str(e)
+            return ok
+        if not poll(ready, limit, paths.knob("POLL_INTERVAL", 5)):
+            raise StepFailed(1, " ".join(args), "node %s is not Ready after %ss: %s" % (self.node_name, limit,
+                                                                                       last["reason"]))
+        self.say("node %s is Ready" % self.node_name)
 
     def boot(self):
         try:

@@ -42,6 +42,7 @@ import urllib.request
 
 from . import jsonio, locks, paths, webhook_cert
 from .console import Console
+from .retry import poll
 
 CERTS_JSON = "/etc/kube-aws/certs.json"
 MANIFESTS = "/etc/kubernetes/manifests"
@@ -190,11 +191,8 @@ class Host(object):
 
 
 def wait_for(host, what, done, limit):
-    end = host.clock() + limit
-    while not done():
-        if host.clock() >= end:
-            raise CertsError("restart", "%s after %ds" % (what, limit))
-        host.sleep(paths.knob("CERTS_POLL", 2))
+    if not poll(done, limit, paths.knob("CERTS_POLL", 2), sleep=host.sleep, clock=host.clock):
+        raise CertsError("restart", "%s after %ds" % (what, limit))
 
 
 def restart_static_pod(host, name, url, manifests, held):

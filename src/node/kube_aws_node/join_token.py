@@ -48,6 +48,7 @@ import time
 from . import jsonio, locks, paths
 from .awscall import AwsError, listed_object
 from .console import Console
+from .retry import poll
 
 TOKEN = re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}")
 ALPHABET = string.ascii_lowercase + string.digits
@@ -274,25 +275,26 @@ def current(aws, name, clock=time.time, sleep=time.sleep, say=None):
     least KUBE_AWS_TOKEN_MIN_LEFT seconds left (a cluster being created
     publishes it once its first controller has run `kubeadm init`)."""
     limit = paths.knob("TOKEN_WAIT", 1800)
-    end = clock() + limit
-    told = False
-    last = ""
-    while True:
+    seen = {"last": "", "checks": 0}
+
+    def token():
         try:
             record = read_published(aws, name)
         except TokenError as e:
             # E.g. a token under a key the roles no longer keep: the controllers mint over it.
-            record, last = None, e.message
+            record, seen["last"] = None, e.message
         if record is not None and record["expires"] - clock() > paths.knob("TOKEN_MIN_LEFT", 120):
             return record["token"]
-        if clock() >= end:
-            raise TokenError("join-token", "no join token with time left in %s after %ds (are the controllers' "
-                                           "kube-aws-bootstrap-token timers running?)%s"
-                             % (name, limit, "; last answer: " + last if last else ""))
-        if say is not None and not told:
+        if say is not None and not seen["checks"]:
             say("waiting for the controllers to publish a join token in %s" % name)
-            told = True
-        sleep(paths.knob("TOKEN_POLL", 10))
+        seen["checks"] += 1
+        return None
+    found = poll(token, limit, paths.knob("TOKEN_POLL", 10), sleep=sleep, clock=clock)
+    if not found:
+        raise TokenError("join-token", "no join token with time left in %s after %ds (are the controllers' "
+                                       "kube-aws-bootstrap-token timers running?)%s"
+                         % (name, limit, "; last answer: " + seen["last"] if seen["last"] else ""))
+    return found
 
 
 def S3Lock(aws, rt, holder, say):

@@ -63,7 +63,7 @@ import time
 from . import bundle, cfn, jsonio, lease, paths, schedule, secrets, upgrade
 from .awscall import Aws, AwsError, listed_object
 from .console import Console
-from .retry import retry
+from .retry import poll, retry
 
 DEFAULT_CONCURRENCY = 4
 # After a run with failures, the same plan is tried again this long after it.
@@ -353,13 +353,7 @@ class Reconciler(object):
 
     # --- cluster waits --------------------------------------------------
     def wait_until(self, seconds, probe):
-        end = time.time() + seconds
-        while True:
-            if probe():
-                return True
-            if time.time() >= end:
-                return False
-            time.sleep(self.poll)
+        return bool(poll(probe, seconds, self.poll))
 
     def readyz(self):
         return self.run(["kubectl", "get", "--raw=/readyz"])[1].strip() == "ok"

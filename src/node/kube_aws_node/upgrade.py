@@ -93,7 +93,7 @@ import time
 
 from . import fsutil, jsonio, paths
 from .awscall import AwsError
-from .retry import retry
+from .retry import poll, retry
 
 VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 # kubeadm marshals ClusterConfiguration with `kubernetesVersion` at the top level.
@@ -453,19 +453,19 @@ def take_over_leader_leases(boot, host=None, sleep=time.sleep, clock=time.time):
     for name in stale_leases(first, host):
         boot.say("deleting the %s leader lease: a replaced controller holds it" % name)
         boot.sh(["kubectl", "--kubeconfig", conf, "-n", "kube-system", "delete", "lease", name, "--ignore-not-found"])
-    end = clock() + paths.knob("LEADER_WAIT", 180)
-    while True:
-        now = leases()
-        mine = {"items": [l for l in now.get("items") or [] if l["metadata"]["name"] in LEADER_LEASES]}
+    last = {}
+
+    def taken():
+        last["now"] = leases()
+        mine = {"items": [l for l in last["now"].get("items") or [] if l["metadata"]["name"] in LEADER_LEASES]}
         held = [l["metadata"]["name"] for l in mine["items"]]
-        if sorted(held) == sorted(LEADER_LEASES) and not stale_leases(mine, host):
-            return
-        if clock() > end:
-            raise UpgradeError("kube-controller-manager and kube-scheduler did not take their leader leases within %d s "
-                               "(holders: %s)" % (paths.knob("LEADER_WAIT", 180), ", ".join(
-                                   "%s=%s" % (l["metadata"]["name"], (l.get("spec") or {}).get("holderIdentity", ""))
-                                   for l in now.get("items") or []) or "none"))
-        sleep(2)
+        return sorted(held) == sorted(LEADER_LEASES) and not stale_leases(mine, host)
+    limit = paths.knob("LEADER_WAIT", 180)
+    if not poll(taken, limit, 2, sleep=sleep, clock=clock):
+        raise UpgradeError("kube-controller-manager and kube-scheduler did not take their leader leases within %d s "
+                           "(holders: %s)" % (limit, ", ".join(
+                               "%s=%s" % (l["metadata"]["name"], (l.get("spec") or {}).get("holderIdentity", ""))
+                               for l in last["now"].get("items") or []) or "none"))
 
 
 SCHEDULING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -497,20 +497,20 @@ def wait_schedulable(boot, sleep=time.sleep, clock=time.time):
     after KUBE_AWS_SCHEDULABLE_WAIT seconds (default 300)."""
     conf = paths.path(paths.ADMIN_CONF)
     limit = paths.knob("SCHEDULABLE_WAIT", 300)
-    end = clock() + limit
-    said = False
-    while True:
+    checks = []
+
+    def schedulable():
         out = boot.sh(["kubectl", "--kubeconfig", conf, "get", "nodes", "-o", "json"], capture=True)
         if schedulable_nodes(jsonio.parse(out, "the Nodes")):
-            return
-        if not said:
+            return True
+        if not checks:
             boot.say("no Node can run a pod yet (this one waits for the cloud controller manager to initialise it)")
-            said = True
-        if clock() > end:
-            raise UpgradeError("no Node could run kubeadm's health check Job within %d s: is the cloud controller "
-                               "manager running? (this Node keeps the node.cloudprovider.kubernetes.io/uninitialized "
-                               "taint until it initialises it)" % limit)
-        sleep(3)
+        checks.append(1)
+        return False
+    if not poll(schedulable, limit, 3, sleep=sleep, clock=clock):
+        raise UpgradeError("no Node could run kubeadm's health check Job within %d s: is the cloud controller "
+                           "manager running? (this Node keeps the node.cloudprovider.kubernetes.io/uninitialized "
+                           "taint until it initialises it)" % limit)
 
 
 def after_init(boot, version, recorded, restored):

@@ -63,17 +63,20 @@ pub fn image_dir(test: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
-/// The node image of the default minor's oldest patch, which the upgrade
-/// tests upgrade from (`.testbed/node/upgrade-from`, or
-/// `KUBE_AWS_NODEBED_UPGRADE_FROM_DIR`), and the version it holds. Panics
-/// when it is missing: `make upgradebed` builds it (outside `make test`).
-pub fn upgrade_from_image_dir(test: &str) -> (PathBuf, String) {
-    let dir = std::env::var_os("KUBE_AWS_NODEBED_UPGRADE_FROM_DIR")
+/// A node image of the upgrade bed and the version it holds:
+/// `.testbed/node/upgrade-from` (the default minor's oldest patch) or
+/// `.testbed/node/upgrade-to-minor` (the next minor's default patch), or the
+/// directory `KUBE_AWS_NODEBED_UPGRADE_FROM_DIR` /
+/// `KUBE_AWS_NODEBED_UPGRADE_TO_MINOR_DIR` names. Panics when it is missing:
+/// `make upgradebed` builds both (outside `make test`).
+pub fn upgrade_image_dir(test: &str, link: &str) -> (PathBuf, String) {
+    let var = format!("KUBE_AWS_NODEBED_{}_DIR", link.to_uppercase().replace('-', "_"));
+    let dir = std::env::var_os(&var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".testbed/node/upgrade-from"));
+        .unwrap_or_else(|| repo().join(".testbed/node").join(link));
     let version = std::fs::read_to_string(dir.join("kubernetes-version")).unwrap_or_else(|e| {
         panic!(
-            "{test}: no node image to upgrade from at {} ({e}): `make upgradebed` builds it \
+            "{test}: no node image at {} ({e}; {var} overrides it): `make upgradebed` builds it \
              (scripts/install-upgradebed.sh); `make test-upgrade` builds it and runs these tests",
             dir.display()
         )

@@ -196,6 +196,14 @@ fn triple(v: &str) -> Option<(u32, u32, u32)> {
     Some((it.next()??, it.next()??, it.next()??))
 }
 
+/// The Kubernetes version a node image holds (scripts/install-nodebed.sh writes it).
+fn image_version(image: &std::path::Path) -> String {
+    std::fs::read_to_string(image.join("kubernetes-version"))
+        .unwrap_or_else(|e| panic!("{}: {e}", image.join("kubernetes-version").display()))
+        .trim()
+        .to_string()
+}
+
 #[test]
 #[ignore = "needs a second Kubernetes patch on the real-node bed: `make test-upgrade` (docs/testing.md)"]
 fn upgrade_a_patch_release_reaches_the_running_apiserver() {
@@ -203,18 +211,43 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
     let Some(to_image) = nodebed::image_dir(test) else {
         return;
     };
-    let (from_image, from) = nodebed::upgrade_from_image_dir(test);
-    let to = std::fs::read_to_string(to_image.join("kubernetes-version"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let (from_image, from) = nodebed::upgrade_image_dir(test, "upgrade-from");
+    let to = image_version(&to_image);
     assert!(
         triple(&from) < triple(&to) && triple(&from).map(|t| (t.0, t.1)) == triple(&to).map(|t| (t.0, t.1)),
         "the upgrade bed's {from} is not an older patch of the default {to}"
     );
+    upgrade_one_controller(test, &from_image, &from, &to_image, &to);
+}
+
+#[test]
+#[ignore = "needs the next minor's Kubernetes on the real-node bed: `make test-upgrade` (docs/testing.md)"]
+fn upgrade_a_minor_release_reaches_the_control_plane_kube_proxy_and_coredns() {
+    let test = "real_node::upgrade::upgrade_a_minor_release_reaches_the_control_plane_kube_proxy_and_coredns";
+    let Some(from_image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let from = image_version(&from_image);
+    let (to_image, to) = nodebed::upgrade_image_dir(test, "upgrade-to-minor");
+    assert!(
+        triple(&from).map(|t| (t.0, t.1 + 1)) == triple(&to).map(|t| (t.0, t.1)),
+        "the upgrade bed's {to} is not of the minor after the default {from}"
+    );
+    upgrade_one_controller(test, &from_image, &from, &to_image, &to);
+}
+
+/// A one-controller cluster at `from` (on `from_image`) is moved to `to` by
+/// `kube-aws update`; its replacement boots on `to_image`.
+fn upgrade_one_controller(
+    test: &'static str,
+    from_image: &std::path::Path,
+    from: &str,
+    to_image: &std::path::Path,
+    to: &str,
+) {
     let (from_v, to_v) = (from.trim_start_matches('v'), to.trim_start_matches('v'));
     let t0 = Instant::now();
-    let mut bed = MotoBed::up(test, &from_image, &format!("kubernetesVersion: \"{from_v}\"\n"), &[]);
+    let mut bed = MotoBed::up(test, from_image, &format!("kubernetesVersion: \"{from_v}\"\n"), &[]);
     let group = format!("{}-controller", bed::BED_CLUSTER);
     let insts = bed.instances(&group);
     assert_eq!(insts.len(), 1, "{insts:?}");
@@ -227,7 +260,7 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
         v["serverVersion"]["gitVersion"].as_str().map(str::to_string)
     };
-    assert_eq!(server_version(&c1, &bed).as_deref(), Some(from.as_str()));
+    assert_eq!(server_version(&c1, &bed).as_deref(), Some(from));
     // Data written at the old patch, which the upgrade must keep.
     let made = bed.kubectl(
         &c1,
@@ -297,7 +330,7 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
                 .clone()
         }
     };
-    bed.image = to_image.clone();
+    bed.image = to_image.to_path_buf();
     let t_new = Instant::now();
     let c2 = bed.boot("controller", "ControllerRole", &new, &new.ip, pod_net(0, &[]));
 
@@ -390,7 +423,7 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
     // The API server, the static pods and kube-proxy run the new patch: the
     // images kubeadm names for it (the image's list, written by
     // scripts/install-nodebed.sh from `kubeadm config images list`).
-    assert_eq!(server_version(&c2, &bed).as_deref(), Some(to.as_str()));
+    assert_eq!(server_version(&c2, &bed).as_deref(), Some(to));
     let images = std::fs::read_to_string(to_image.join("images")).unwrap();
     let want = |name: &str| {
         images
@@ -399,7 +432,7 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
             .unwrap_or_else(|| panic!("no {name} in {images}"))
             .to_string()
     };
-    for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+    for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"] {
         let pod = format!("{name}-{}", new.dns.to_lowercase());
         let o = bed.kubectl(
             &c2,
@@ -419,7 +452,9 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
             "{pod}: {}",
             output_text(&o)
         );
-        assert!(want(name).ends_with(&format!(":{to}")), "{}", want(name));
+        if name != "etcd" {
+            assert!(want(name).ends_with(&format!(":{to}")), "{}", want(name));
+        }
     }
     let proxy = bed.kubectl(
         &c2,
@@ -439,8 +474,8 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
         "{}",
         output_text(&proxy)
     );
-    // CoreDNS: kubeadm names the same version for both patches (its
-    // constants.go CoreDNSVersion), so the upgrade leaves it as it is.
+    // CoreDNS: the version kubeadm names for the new version (its
+    // constants.go CoreDNSVersion; 1.35.4 and 1.35.8 name the same one).
     let dns = bed.kubectl(
         &c2,
         &[
