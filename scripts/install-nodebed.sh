@@ -64,6 +64,11 @@ ETCD_TAG=$(sed -n 's/^[[:space:]]*DefaultEtcdVersion = "\([0-9.-]*\)"$/\1/p' "$c
 CRICTL=v$(sed -n '/name: "crictl"/{n;s/^[[:space:]]*version: \([0-9.]*\)$/\1/p}' "$K8SDIR/build/dependencies.yaml")
 { [ -n "$COREDNS" ] && [ -n "$PAUSE" ] && [ -n "$ETCD_TAG" ] && [ "$CRICTL" != v ]; } ||
   die "cannot read CoreDNSVersion, PauseVersion, DefaultEtcdVersion from $consts or crictl from build/dependencies.yaml"
+# The Go module proxy here does not serve sigs.k8s.io/cri-tools v1.35.0
+# (k8s.io/kubernetes v1.36.5 names it; 403 "not available"): the 1.36 image
+# takes v1.34.0, 1.35's crictl. The bed's tests use only `crictl ps`,
+# `inspect` and `images` (CRI v1, which both speak).
+case $CRICTL in v1.35.0) CRICTL=v1.34.0 ;; esac
 SUITE=bookworm
 MIRROR=${KUBE_AWS_NODEBED_MIRROR:-http://deb.debian.org/debian}
 # The node image's Debian packages (besides debootstrap's minbase);
