@@ -66,9 +66,11 @@ CRICTL=v$(sed -n '/name: "crictl"/{n;s/^[[:space:]]*version: \([0-9.]*\)$/\1/p}'
   die "cannot read CoreDNSVersion, PauseVersion, DefaultEtcdVersion from $consts or crictl from build/dependencies.yaml"
 # The Go module proxy here does not serve sigs.k8s.io/cri-tools v1.35.0
 # (k8s.io/kubernetes v1.36.5 names it; 403 "not available"): the 1.36 image
-# takes v1.34.0, 1.35's crictl. The bed's tests use only `crictl ps`,
-# `inspect` and `images` (CRI v1, which both speak).
-case $CRICTL in v1.35.0) CRICTL=v1.34.0 ;; esac
+# takes v1.36.0, which is what a node installs from pkgs.k8s.io's v1.36
+# repository (`cri-tools-1.36.*`, src/render/cloudconfig.rs) and what the
+# node program's version check accepts (the minor or the one before,
+# src/node/kube_aws_node/bootstrap.py version_matches; v1.34.0 was refused).
+case $CRICTL in v1.35.0) CRICTL=v1.36.0 ;; esac
 SUITE=bookworm
 MIRROR=${KUBE_AWS_NODEBED_MIRROR:-http://deb.debian.org/debian}
 # The node image's Debian packages (besides debootstrap's minbase);
