@@ -25,7 +25,7 @@ testbed:
 nodebed:
 	@bash scripts/install-nodebed.sh
 
-# The upgrade tests' second Kubernetes patch (scripts/install-upgradebed.sh):
+# The upgrade tests' other Kubernetes versions (scripts/install-upgradebed.sh):
 # outside `make test`, whose cold run it would take past 60 minutes.
 upgradebed: testbed
 	@bash scripts/install-upgradebed.sh

@@ -598,6 +598,56 @@ fn replacement(bed: &MotoBed, group: &str, old: &bed::Instance, known: &mut Vec<
     new
 }
 
+/// moto recreates a modified nested stack whole (MotoBed::recredential), so
+/// after `update` the controller group is a new one whose instances are none
+/// of the running controllers, and EC2's view of the controllers (the
+/// joining controller's etcd prune asks the other controllers' etcd members
+/// from it: etcd.py `controller_ips`) lacks them: the first replacement's
+/// prune reached none of them and its join then failed to add its member
+/// ("etcdserver: unhealthy cluster", the replaced member still counted). On
+/// AWS the group is updated in place and its old instances stay until the
+/// roll terminates them: each running old controller is put back into
+/// EC2's view, an instance with its address and the group's `Name` tag
+/// (ids returned, for `replacement` to skip and for the roll to terminate).
+/// In a VPC of their own: moto keeps a terminated instance's address taken
+/// in its subnet ("IP already in use", moto/ec2/models/subnets.py
+/// request_ip), and `controller_ips` filters by tag and state only.
+fn keep_in_view(bed: &MotoBed, group: &str, survivors: &[&bed::BedNode]) -> Vec<(String, String)> {
+    let listed = bed.instances(group);
+    let like = bed.aws(&["ec2", "describe-instances", "--instance-ids", &listed[0].id]);
+    let ami = like["Reservations"][0]["Instances"][0]["ImageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vpc = bed.aws(&["ec2", "create-vpc", "--cidr-block", "10.250.0.0/16"]);
+    let vpc = vpc["Vpc"]["VpcId"].as_str().unwrap();
+    let subnet = bed.aws(&["ec2", "create-subnet", "--vpc-id", vpc, "--cidr-block", "10.250.0.0/16"]);
+    let subnet = subnet["Subnet"]["SubnetId"].as_str().unwrap();
+    let mut out = Vec::new();
+    for s in survivors {
+        if listed.iter().any(|i| i.ip == s.node.ip) {
+            continue;
+        }
+        let r = bed.aws(&[
+            "ec2",
+            "run-instances",
+            "--image-id",
+            &ami,
+            "--instance-type",
+            "t3.medium",
+            "--subnet-id",
+            subnet,
+            "--private-ip-address",
+            &s.node.ip,
+            "--tag-specifications",
+            &format!("ResourceType=instance,Tags=[{{Key=Name,Value={group}}}]"),
+        ]);
+        let id = r["Instances"][0]["InstanceId"].as_str().unwrap().to_string();
+        out.push((s.node.ip.clone(), id));
+    }
+    out
+}
+
 /// The tag of each running kube-apiserver mirror pod, by Node name.
 fn apiserver_versions(bed: &MotoBed, via: &bed::BedNode) -> Vec<(String, String)> {
     let o = bed.kubectl(
@@ -763,10 +813,18 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
     );
     bed.refresh_stubs();
     bed.image = to_image.clone();
+    // The old controllers, with their recreated role's credentials (their
+    // lifecycle watch calls AWS), in EC2's view again.
+    let (mut c1, mut c2, mut c3) = (c1, c2, c3);
+    for c in [&mut c1, &mut c2, &mut c3] {
+        bed.recredential(c, "ControllerRole");
+    }
+    let mut known: Vec<String> = insts.iter().map(|i| i.id.clone()).collect();
+    let stand_ins = keep_in_view(&bed, &group, &[&c1, &c2, &c3]);
+    known.extend(stand_ins.iter().map(|(_, id)| id.clone()));
 
     // The roll: the third, the second, then the first (whose address is the
     // API's name until then).
-    let mut known: Vec<String> = insts.iter().map(|i| i.id.clone()).collect();
     let mut old: Vec<Option<bed::BedNode>> = vec![Some(c1), Some(c2), Some(c3)];
     let mut new: Vec<bed::BedNode> = Vec::new();
     let mut samples = 0usize;
@@ -775,6 +833,9 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
         let gone = old[idx].take().unwrap();
         let gone_inst = gone.inst.clone();
         drop(gone);
+        if let Some((_, id)) = stand_ins.iter().find(|(ip, _)| *ip == gone_inst.ip) {
+            bed.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
+        }
         let inst = replacement(&bed, &group, &gone_inst, &mut known);
         // A survivor to ask, and the API's name for the replacement.
         let via_ip = if step < 2 {
