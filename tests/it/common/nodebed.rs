@@ -68,7 +68,7 @@ pub fn image_dir(test: &str) -> Option<PathBuf> {
 /// `.testbed/node/upgrade-to-minor` (the next minor's default patch), or the
 /// directory `KUBE_AWS_NODEBED_UPGRADE_FROM_DIR` /
 /// `KUBE_AWS_NODEBED_UPGRADE_TO_MINOR_DIR` names. Panics when it is missing:
-/// `make upgradebed` builds both (outside `make test`).
+/// `make test`'s beds build the second, `make upgradebed` both.
 pub fn upgrade_image_dir(test: &str, link: &str) -> (PathBuf, String) {
     let var = format!("KUBE_AWS_NODEBED_{}_DIR", link.to_uppercase().replace('-', "_"));
     let dir = std::env::var_os(&var)

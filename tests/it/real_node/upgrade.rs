@@ -32,7 +32,7 @@
 //! no kubelet was newer than the API server at any sample of the roll.
 //!
 //! `upgrade_a_minor_release_reaches_the_control_plane_kube_proxy_and_coredns`
-//! (ignored likewise): the same path from the default patch (1.35.8, the
+//! (in `make test`, whose beds build the next minor's node image): the same path from the default patch (1.35.8, the
 //! default node image) to the next minor's default patch (1.36.5, the image
 //! `.testbed/node/upgrade-to-minor`): the static pods (etcd 3.6.6 → 3.6.8
 //! with them), kube-proxy and CoreDNS (v1.13.1 → v1.14.2) run what kubeadm
@@ -232,7 +232,6 @@ fn upgrade_a_patch_release_reaches_the_running_apiserver() {
 }
 
 #[test]
-#[ignore = "needs the next minor's Kubernetes on the real-node bed: `make test-upgrade` (docs/testing.md)"]
 fn upgrade_a_minor_release_reaches_the_control_plane_kube_proxy_and_coredns() {
     let test = "real_node::upgrade::upgrade_a_minor_release_reaches_the_control_plane_kube_proxy_and_coredns";
     let Some(from_image) = nodebed::image_dir(test) else {
@@ -648,8 +647,11 @@ fn keep_in_view(bed: &MotoBed, group: &str, survivors: &[&bed::BedNode]) -> Vec<
     out
 }
 
+/// (Node name, version) pairs.
+type ByNode = Vec<(String, String)>;
+
 /// The tag of each running kube-apiserver mirror pod, by Node name.
-fn apiserver_versions(bed: &MotoBed, via: &bed::BedNode) -> Vec<(String, String)> {
+fn apiserver_versions(bed: &MotoBed, via: &bed::BedNode) -> ByNode {
     let o = bed.kubectl(
         via,
         &[
@@ -679,7 +681,7 @@ fn apiserver_versions(bed: &MotoBed, via: &bed::BedNode) -> Vec<(String, String)
 }
 
 /// Each Node's kubelet version, by Node name.
-fn kubelet_versions(bed: &MotoBed, via: &bed::BedNode) -> Vec<(String, String)> {
+fn kubelet_versions(bed: &MotoBed, via: &bed::BedNode) -> ByNode {
     let o = bed.kubectl(via, &["get", "nodes", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["items"]
@@ -870,7 +872,7 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
         let (followed, seen) = std::thread::scope(|s| {
             let sampler = s.spawn(|| {
                 let via: &bed::BedNode = if step < 2 { old[0].as_ref().unwrap() } else { &new[0] };
-                let mut seen: Vec<(Vec<(String, String)>, Vec<(String, String)>)> = Vec::new();
+                let mut seen: Vec<(ByNode, ByNode)> = Vec::new();
                 let mut untainted = false;
                 while !done.load(Ordering::Relaxed) {
                     if !untainted {
