@@ -207,6 +207,65 @@ fn triple(v: &str) -> Option<(u32, u32, u32)> {
     Some((it.next()??, it.next()??, it.next()??))
 }
 
+/// A ConfigMap written at the old version, which the upgrade must keep.
+fn write_marker(bed: &MotoBed, via: &bed::BedNode, version: &str) {
+    let made = bed.kubectl(
+        via,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "written-at-old-patch",
+            &format!("--from-literal=version={version}"),
+        ],
+    );
+    assert!(made.status.success(), "{}", output_text(&made));
+}
+
+/// The ConfigMap `write_marker` wrote is there, with its version.
+fn expect_marker(bed: &MotoBed, via: &bed::BedNode, version: &str) {
+    let kept = bed.kubectl(
+        via,
+        &[
+            "-n",
+            "default",
+            "get",
+            "configmap",
+            "written-at-old-patch",
+            "-o",
+            "jsonpath={.data.version}",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&kept.stdout), version, "{}", output_text(&kept));
+}
+
+/// `kubernetesVersion` moves from `from` to `to` in the work tree and
+/// `kube-aws update --yes` runs: its output (the preview), after it succeeded.
+fn move_version(bed: &MotoBed, from: &str, to: &str) -> String {
+    let yaml = bed.dir().join("cluster.yaml");
+    let text = std::fs::read_to_string(&yaml).unwrap();
+    let was = format!("kubernetesVersion: \"{from}\"");
+    assert!(text.contains(&was), "no {was} in {}", yaml.display());
+    std::fs::write(&yaml, text.replace(&was, &format!("kubernetesVersion: \"{to}\""))).unwrap();
+    let upd = bed.kube_aws(&["update", "--yes"]);
+    let said = output_text(&upd);
+    assert!(upd.status.success(), "kube-aws update: {said}");
+    said
+}
+
+/// The reference of the image `name` (kube-apiserver, etcd, coredns...) in
+/// a node image's list (scripts/install-nodebed.sh writes it from `kubeadm
+/// config images list`).
+fn image_named(image: &std::path::Path, name: &str) -> String {
+    let images = std::fs::read_to_string(image.join("images")).unwrap();
+    images
+        .lines()
+        .find(|l| l.rsplit('/').next().is_some_and(|t| t.starts_with(&format!("{name}:"))))
+        .unwrap_or_else(|| panic!("no {name} in {images}"))
+        .to_string()
+}
+
 /// The Kubernetes version a node image holds (scripts/install-nodebed.sh writes it).
 fn image_version(image: &std::path::Path) -> String {
     std::fs::read_to_string(image.join("kubernetes-version"))
@@ -272,18 +331,7 @@ fn upgrade_one_controller(
     };
     assert_eq!(server_version(&c1, &bed).as_deref(), Some(from));
     // Data written at the old patch, which the upgrade must keep.
-    let made = bed.kubectl(
-        &c1,
-        &[
-            "-n",
-            "default",
-            "create",
-            "configmap",
-            "written-at-old-patch",
-            &format!("--from-literal=version={from}"),
-        ],
-    );
-    assert!(made.status.success(), "{}", output_text(&made));
+    write_marker(&bed, &c1, from);
     // The final snapshot (the termination hook's, which the bed does not run).
     let backup = c1.node.sh(
         "systemctl start kube-aws-etcd-backup.service; systemctl show -p Result --value kube-aws-etcd-backup.service; \
@@ -292,19 +340,7 @@ fn upgrade_one_controller(
     assert!(backup.starts_with("success"), "the etcd backup: {backup}");
 
     // The version moves to the default patch: the preview says so.
-    let yaml = bed.dir().join("cluster.yaml");
-    let text = std::fs::read_to_string(&yaml).unwrap();
-    std::fs::write(
-        &yaml,
-        text.replace(
-            &format!("kubernetesVersion: \"{from_v}\""),
-            &format!("kubernetesVersion: \"{to_v}\""),
-        ),
-    )
-    .unwrap();
-    let upd = bed.kube_aws(&["update", "--yes"]);
-    let said = output_text(&upd);
-    assert!(upd.status.success(), "kube-aws update: {said}");
+    let said = move_version(&bed, from_v, to_v);
     assert!(
         said.contains(&format!(
             "control plane {from_v} → {to_v} (1 controller, replaced: its replacement restores etcd's snapshot"
@@ -434,14 +470,7 @@ fn upgrade_one_controller(
     // images kubeadm names for it (the image's list, written by
     // scripts/install-nodebed.sh from `kubeadm config images list`).
     assert_eq!(server_version(&c2, &bed).as_deref(), Some(to));
-    let images = std::fs::read_to_string(to_image.join("images")).unwrap();
-    let want = |name: &str| {
-        images
-            .lines()
-            .find(|l| l.rsplit('/').next().is_some_and(|t| t.starts_with(&format!("{name}:"))))
-            .unwrap_or_else(|| panic!("no {name} in {images}"))
-            .to_string()
-    };
+    let want = |name: &str| image_named(to_image, name);
     for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"] {
         let pod = format!("{name}-{}", new.dns.to_lowercase());
         let o = bed.kubectl(
@@ -521,19 +550,7 @@ fn upgrade_one_controller(
         output_text(&kubelet)
     );
     // What was written at the old patch is there.
-    let kept = bed.kubectl(
-        &c2,
-        &[
-            "-n",
-            "default",
-            "get",
-            "configmap",
-            "written-at-old-patch",
-            "-o",
-            "jsonpath={.data.version}",
-        ],
-    );
-    assert_eq!(String::from_utf8_lossy(&kept.stdout), from, "{}", output_text(&kept));
+    expect_marker(&bed, &c2, from);
     // The upgrade record.
     let rt = bed::stub_runtime(&bed.stubs["controller"]);
     let record = bed.aws(&[
@@ -722,9 +739,9 @@ fn untaint(bed: &MotoBed, via: &bed::BedNode, node: &str) -> bool {
 /// booted on the default image from the new user data, joins under the join
 /// lock. The first one uploads its configuration and runs `kubeadm upgrade
 /// apply` while two controllers still run 1.35.4 (kubeadm leaves kube-proxy
-/// and CoreDNS alone then: an older kube-apiserver still runs); the last one
-/// finds kube-proxy behind and runs `kubeadm upgrade node`, which upgrades
-/// them. Throughout, each control-plane kubelet talks to its own API server
+/// and CoreDNS alone then: an older kube-apiserver still runs); the second
+/// and the last find kube-proxy behind and run `kubeadm upgrade node`, which
+/// upgrades them on the last (no older kube-apiserver is left). Throughout, each control-plane kubelet talks to its own API server
 /// (kubeadm's ControlPlaneKubeletLocalMode: kubelet.conf names the node's own
 /// address), and no kubelet is newer than the kube-apiserver on its node.
 ///
@@ -781,32 +798,9 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
     for i in &insts {
         untaint(&bed, &c1, &i.dns.to_lowercase());
     }
-    let made = bed.kubectl(
-        &c1,
-        &[
-            "-n",
-            "default",
-            "create",
-            "configmap",
-            "written-at-old-patch",
-            &format!("--from-literal=version={from}"),
-        ],
-    );
-    assert!(made.status.success(), "{}", output_text(&made));
+    write_marker(&bed, &c1, &from);
 
-    let yaml = bed.dir().join("cluster.yaml");
-    let text = std::fs::read_to_string(&yaml).unwrap();
-    std::fs::write(
-        &yaml,
-        text.replace(
-            &format!("kubernetesVersion: \"{from_v}\""),
-            &format!("kubernetesVersion: \"{to_v}\""),
-        ),
-    )
-    .unwrap();
-    let upd = bed.kube_aws(&["update", "--yes"]);
-    let said = output_text(&upd);
-    assert!(upd.status.success(), "kube-aws update: {said}");
+    let said = move_version(&bed, from_v, to_v);
     assert!(
         said.contains(&format!(
             "control plane {from_v} → {to_v} (3 controllers, one at a time"
@@ -948,27 +942,8 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
     let ips: Vec<&str> = new.iter().map(|n| n.node.ip.as_str()).collect();
     super::expect_members(&new[0], &ips, Duration::from_secs(120));
     let via = &new[0];
-    let kept = bed.kubectl(
-        via,
-        &[
-            "-n",
-            "default",
-            "get",
-            "configmap",
-            "written-at-old-patch",
-            "-o",
-            "jsonpath={.data.version}",
-        ],
-    );
-    assert_eq!(String::from_utf8_lossy(&kept.stdout), from, "{}", output_text(&kept));
-    let images = std::fs::read_to_string(to_image.join("images")).unwrap();
-    let want = |name: &str| {
-        images
-            .lines()
-            .find(|l| l.rsplit('/').next().is_some_and(|t| t.starts_with(&format!("{name}:"))))
-            .unwrap_or_else(|| panic!("no {name} in {images}"))
-            .to_string()
-    };
+    expect_marker(&bed, via, &from);
+    let want = |name: &str| image_named(&to_image, name);
     for n in &new {
         for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"] {
             let pod = format!("{name}-{}", n.inst.dns.to_lowercase());
