@@ -120,6 +120,10 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, PipelineError> {
         .collect();
     let mut input = RenderInput::new(releases.cluster.config.clone(), addons);
     input.plugins = releases.plugins.clone();
+    input.source = crate::render::input::ConfigSource {
+        file: releases.cluster.file.clone(),
+        map: releases.cluster.source.clone(),
+    };
     Ok(Prepared {
         releases,
         prepared,

@@ -45,6 +45,9 @@ pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
         OutputFormat::Text => {
             println!("rendered {} file(s) into {}", rendered.files.len(), dir.display());
             print!("{summary}");
+            for w in render::cfn::undrained_pool_warnings(&p.input) {
+                eprintln!("warning: {w}");
+            }
             if !p.not_fetched.is_empty() {
                 println!(
                     "note: chart(s) not fetched yet, so their CRDs and values schemas were not read: {} (run `kube-aws charts fetch`)",

@@ -39,6 +39,7 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let warnings = render::cfn::undrained_pool_warnings(&p.input);
     let stubs = render::stub_sizes(&rendered);
     let templates = render::template_sizes(&rendered);
     let cluster = &p.releases.cluster;
@@ -56,6 +57,7 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
             "stubs": stubs,
             "templates": templates,
             "stackVersion": version,
+            "warnings": warnings,
         })),
         OutputFormat::Text => {
             println!(
@@ -91,6 +93,9 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
             }
             for s in stubs.iter().chain(templates.iter()) {
                 println!("{}: {} bytes (limit {})", s.path, s.size, s.limit);
+            }
+            for w in &warnings {
+                eprintln!("warning: {w}");
             }
             Ok(())
         }

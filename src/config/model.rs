@@ -443,6 +443,14 @@ pub struct NodePool {
     /// node termination handler the node is drained first. Unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_instance_lifetime_days: Option<u32>,
+    /// Seconds a terminating instance of this pool waits for its drain (the
+    /// termination lifecycle hook's heartbeat timeout; 300 to 7200, default
+    /// 300). aws-node-termination-handler drains it through the Eviction API:
+    /// a PodDisruptionBudget that allows no disruption holds the node until
+    /// this runs out, and the instance then terminates with the pods still on
+    /// it. See docs/deploy.md, "Drains".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout_seconds: Option<u32>,
 }
 
 /// MaxInstanceLifetime in seconds for `days`: EC2 Auto Scaling takes 0 (none)

@@ -375,6 +375,18 @@ impl Validator<'_> {
                     format!("{} GiB is too small (use at least 8)", pool.root_volume_size),
                 );
             }
+            if let Some(secs) = pool.drain_timeout_seconds {
+                use crate::render::cfn::{DRAIN_HEARTBEAT_MAX_SECONDS as MAX, DRAIN_HEARTBEAT_SECONDS as MIN};
+                if !(MIN..=MAX).contains(&secs) {
+                    self.err(
+                        &format!("{base}.drainTimeoutSeconds"),
+                        format!(
+                            "{secs} is outside {MIN}..={MAX}: a lifecycle hook waits at most {MAX} seconds, and \
+                             aws-node-termination-handler's drain (up to 270 s) must fit in it; use a value in that range"
+                        ),
+                    );
+                }
+            }
             if let Some(days) = pool.max_instance_lifetime_days {
                 if let Err(why) = crate::config::max_instance_lifetime_seconds(days) {
                     self.err(&format!("{base}.maxInstanceLifetimeDays"), why);

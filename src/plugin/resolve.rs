@@ -104,7 +104,8 @@ pub fn activation(cluster: &Cluster, def: &PluginDef) -> Activation {
 }
 
 /// The cluster as templates see it: cluster.yaml without any plugin settings
-/// (they may hold secrets), plus `s3Bucket`, `s3Prefix` and `kubernetes`.
+/// (they may hold secrets), plus `s3Bucket`, `s3Prefix` and `kubernetes`
+/// (and, added by `resolve_with`, `serviceAccountRoles` and `enabledPlugins`).
 fn cluster_context(cluster: &Cluster) -> Value {
     let mut v = serde_json::to_value(&cluster.config).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
@@ -162,8 +163,17 @@ pub fn resolve_with(cluster: &Cluster, defs: &[PluginDef]) -> Result<ResolvedPlu
         .flat_map(|d| d.manifest.spec.service_accounts.iter())
         .map(|sa| format!("{}/{}", sa.namespace, sa.name))
         .collect();
+    // `cluster.enabledPlugins`: the plugins enabled cluster-wide, by name, so
+    // that one plugin's defaults can fit another's presence (the descheduler
+    // without LowNodeUtilization beside the cluster-autoscaler).
+    let enabled: Vec<&str> = defs
+        .iter()
+        .filter(|d| activation(cluster, d).cluster)
+        .map(|d| d.name())
+        .collect();
     if let Some(m) = cluster_ctx.as_object_mut() {
         m.insert("serviceAccountRoles".into(), json!(roles));
+        m.insert("enabledPlugins".into(), json!(enabled));
     }
     for def in defs {
         let act = activation(cluster, def);

@@ -15,6 +15,36 @@ pub struct RenderInput {
     pub addons: Vec<AddonInput>,
     /// The helm client installed on the controller.
     pub helm_binary: HelmBinary,
+    /// Where cluster.yaml's keys are, to locate a refusal: not part of the output.
+    #[serde(skip)]
+    pub source: ConfigSource,
+}
+
+/// cluster.yaml's name and source map, when the input came from a work tree.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    pub file: std::path::PathBuf,
+    pub map: crate::located::SourceMap,
+}
+
+/// Where the input came from never changes what it renders.
+impl PartialEq for ConfigSource {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl ConfigSource {
+    /// A refusal at cluster.yaml's `key` (located when the file is known).
+    pub fn refuse(&self, key: Option<&str>, message: String) -> super::RenderError {
+        match key {
+            Some(key) if !self.file.as_os_str().is_empty() => {
+                let pos = self.map.value(key).unwrap_or_else(|| self.map.locate(key));
+                super::RenderError::Located(crate::located::Located::new(&self.file, pos, key, message))
+            }
+            _ => super::RenderError::Iam { message },
+        }
+    }
 }
 
 /// One release after chart resolution.
@@ -83,6 +113,7 @@ impl RenderInput {
             plugins: ResolvedPlugins::default(),
             addons,
             helm_binary,
+            source: ConfigSource::default(),
         }
     }
 }

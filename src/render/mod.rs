@@ -40,6 +40,8 @@ pub const RENDERED_FILE_LIMIT: usize = 8 * 1024 * 1024;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rendered {
     pub files: BTreeMap<String, Vec<u8>>,
+    /// Each role's IAM sizes against IAM's limits (not a file).
+    pub iam: Vec<cfn::iam_size::RoleSize>,
 }
 
 impl Rendered {
@@ -85,6 +87,10 @@ pub enum RenderError {
     },
     #[error("template {name:?} failed: {message}")]
     Template { name: String, message: String },
+    #[error("{message}")]
+    Iam { message: String },
+    #[error(transparent)]
+    Located(#[from] crate::located::Located),
 }
 
 /// Values shared by every renderer, derived once from the input.
@@ -244,7 +250,9 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
 
     // Stacks.
     check_no_secrets_in_stacks(input)?;
-    for (name, template) in cfn::render_stacks(input, &ctx, &plan, &bundle, &nodes)? {
+    let stacks = cfn::render_stacks(input, &ctx, &plan, &bundle, &nodes)?;
+    out.iam = cfn::iam_sizes(input, &ctx, &stacks)?;
+    for (name, template) in stacks {
         let mut text = serde_json::to_string_pretty(&template).map_err(|e| RenderError::Template {
             name: name.clone(),
             message: e.to_string(),

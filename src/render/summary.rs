@@ -33,8 +33,11 @@ pub struct Summary {
     pub user_data: Vec<FileSize>,
     /// In install order, as the plan lists them.
     pub addons: Vec<AddonLine>,
-    /// IAM roles and their inline statements, per scope.
+    /// IAM roles and their statements, per scope.
     pub iam: Vec<IamScope>,
+    /// Each role's policy sizes against IAM's limits, as IAM counts them
+    /// with every substitution at its longest (src/render/cfn/iam_size.rs).
+    pub iam_sizes: Vec<super::cfn::iam_size::RoleSize>,
 }
 
 /// The IAM roles of one scope: a node role's stack (`control-plane`,
@@ -57,7 +60,7 @@ fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
             continue;
         };
         let resources = t.get("Resources").and_then(|v| v.as_object()).into_iter().flatten();
-        for (_, res) in resources {
+        for (id, res) in resources {
             if res.get("Type").and_then(|v| v.as_str()) != Some("AWS::IAM::Role") {
                 continue;
             }
@@ -68,12 +71,27 @@ fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
                 .flatten()
                 .any(|st| st["Principal"].get("Federated").is_some());
             let scope = if federated { "service accounts" } else { stack };
-            let statements: usize = props["Policies"]
+            let count = |doc: &serde_json::Value| doc["Statement"].as_array().map_or(0, Vec::len);
+            let inline: usize = props["Policies"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|p| p["PolicyDocument"]["Statement"].as_array().map_or(0, Vec::len))
+                .map(|p| count(&p["PolicyDocument"]))
                 .sum();
+            // Policies of their own attached to the role (iam_size.rs).
+            let attached: usize = t["Resources"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, p)| matches!(p["Type"].as_str(), Some("AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy")))
+                .filter(|(_, p)| {
+                    p["Properties"]["Roles"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|r| r["Ref"].as_str() == Some(id.as_str())))
+                })
+                .map(|(_, p)| count(&p["Properties"]["PolicyDocument"]))
+                .sum();
+            let statements = inline + attached;
             match out.iter_mut().find(|s| s.scope == scope) {
                 Some(s) => {
                     s.roles += 1;
@@ -122,6 +140,7 @@ pub fn summarize(r: &Rendered) -> Summary {
         user_data: sizes(&format!("{}/", super::layout::USERDATA_DIR)),
         addons,
         iam: iam_scopes(r),
+        iam_sizes: r.iam.clone(),
     }
 }
 
@@ -149,6 +168,25 @@ impl fmt::Display for Summary {
                 iam.join("; ")
             }
         )?;
+        use super::cfn::iam_size::{MANAGED_POLICY_LIMIT, ROLE_ATTACHMENT_LIMIT, ROLE_INLINE_LIMIT};
+        for r in &self.iam_sizes {
+            let managed: Vec<String> = r
+                .managed
+                .iter()
+                .map(|p| format!("{} {}/{MANAGED_POLICY_LIMIT}", p.name, p.chars))
+                .collect();
+            writeln!(
+                f,
+                "  {} {}: {} statement(s); inline {}/{ROLE_INLINE_LIMIT} characters; {} managed/{ROLE_ATTACHMENT_LIMIT}{}{}",
+                r.stack,
+                r.role,
+                r.statements(),
+                r.inline_chars(),
+                r.attached,
+                if managed.is_empty() { "" } else { ": " },
+                managed.join(", ")
+            )?;
+        }
         writeln!(f, "addons, in install order:")?;
         if self.addons.is_empty() {
             writeln!(f, "  (none)")?;

@@ -352,6 +352,38 @@ fn descheduler_runs_as_a_cronjob() {
     assert_eq!(v["schedule"], "*/10 * * * *");
 }
 
+/// Issue 36: beside the cluster-autoscaler the descheduler does not balance
+/// (LowNodeUtilization would fill the nodes the autoscaler empties); alone,
+/// it keeps the chart's own policy.
+#[test]
+fn descheduler_does_not_balance_against_the_autoscaler() {
+    let with = values_of(&resolve(CLUSTER), "descheduler");
+    let profile = &with["deschedulerPolicy"]["profiles"][0];
+    let text = serde_yaml::to_string(profile).unwrap();
+    assert!(!text.contains("LowNodeUtilization"), "{text}");
+    assert!(!text.contains("HighNodeUtilization"), "{text}");
+    let balance: Vec<&str> = profile["plugins"]["balance"]["enabled"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        balance,
+        ["RemoveDuplicates", "RemovePodsViolatingTopologySpreadConstraint"]
+    );
+    // Each enabled plugin is configured (or takes no arguments) in the profile.
+    assert!(text.contains("RemovePodsHavingTooManyRestarts"), "{text}");
+    let alone = values_of(
+        &resolve(&CLUSTER.replace(
+            "cluster-autoscaler: {enabled: true}",
+            "cluster-autoscaler: {enabled: false}",
+        )),
+        "descheduler",
+    );
+    assert!(alone.get("deschedulerPolicy").is_none(), "{alone:?}");
+}
+
 #[test]
 fn aws_vpc_cni_is_on_by_default_as_a_bootstrap_addon() {
     let r = resolve("clusterName: demo\nregion: us-west-2\ns3URI: s3://demo-bucket/x\nworker:\n  nodePools: [{name: a, count: 1}]\n");

@@ -3,7 +3,8 @@
 //! is refused at its cluster.yaml line before anything is published; under a
 //! usable one every bundle entry (the init token, the PKI keys, the webhook's
 //! certificate) is re-encrypted under the new key with its value unchanged,
-//! the old key is recorded as retired, no launch template changes (no node is
+//! the old key is recorded as retired (and, after a second rotation right
+//! after, both old keys), no launch template changes (no node is
 //! replaced: the update's preview says so too), and the roles' live policies
 //! (as moto's CloudFormation applied them) decrypt under both keys and
 //! encrypt under the new one only. Then, with IAM enforced, under the
@@ -141,6 +142,32 @@ fn live_statements(env: &Env, logical: &str) -> Vec<Value> {
         match &policy["Statement"] {
             Value::Array(a) => out.extend(a.iter().cloned()),
             other => panic!("policy {p} of {name}: {other} in {doc}"),
+        }
+    }
+    // And the managed policies attached to it (the keys' statements are in
+    // one of their own: src/render/cfn/iam_size.rs).
+    let attached = env.aws_json(&["iam", "list-attached-role-policies", "--role-name", &name]);
+    for p in attached["AttachedPolicies"].as_array().unwrap() {
+        let arn = p["PolicyArn"].as_str().unwrap();
+        let policy = env.aws_json(&["iam", "get-policy", "--policy-arn", arn]);
+        let version = policy["Policy"]["DefaultVersionId"].as_str().unwrap();
+        let doc = env.aws_json(&[
+            "iam",
+            "get-policy-version",
+            "--policy-arn",
+            arn,
+            "--version-id",
+            version,
+        ]);
+        let document: Value = match &doc["PolicyVersion"]["Document"] {
+            Value::String(text) => serde_json::from_str(text)
+                .or_else(|_| serde_json::from_str(&text.replace('\'', "\"")))
+                .unwrap_or_else(|e| panic!("{e}: {text}")),
+            v => v.clone(),
+        };
+        match &document["Statement"] {
+            Value::Array(a) => out.extend(a.iter().cloned()),
+            other => panic!("policy {arn} of {name}: {other} in {doc}"),
         }
     }
     out
@@ -363,4 +390,28 @@ fn a_new_kms_key_re_encrypts_every_secret_keeps_the_old_for_snapshots_and_replac
         ],
     );
     assert!(ok, "{out}");
+
+    // A second rotation right after the first (issue 36: two rotations
+    // within the retention window once pushed the controller role over
+    // IAM's inline limit): the update succeeds, both old keys are kept
+    // retired, and the live policies decrypt under all three keys.
+    let k3 = env.create_kms_key();
+    std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&k3)).unwrap();
+    let update = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
+    let text = common::output_text(&update);
+    assert!(update.status.success(), "{text}");
+    let third = bundle(&env);
+    assert_eq!(third["kmsKeyARN"], k3.as_str());
+    let retired: Vec<&str> = third["retiredKeys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["arn"].as_str().unwrap())
+        .collect();
+    assert_eq!(retired, [k1.as_str(), k2.as_str()], "{third}");
+    let all = |r: Vec<String>| [&k1, &k2, &k3].iter().all(|k| r.contains(k));
+    let cp = live_statements(&env, "ControllerRole");
+    assert!(all(resources(&cp, "DecryptOwnSecrets")), "{cp:#?}");
+    assert!(all(resources(&cp, "DecryptEtcdSnapshots")), "{cp:#?}");
+    assert_eq!(resources(&cp, "JoinTokenKeyEncrypt"), vec![k3.clone()]);
 }

@@ -39,6 +39,7 @@ mod hostile_inputs;
 mod hostile_io;
 mod hostile_lock;
 mod hostile_parsers;
+mod iam_limits;
 mod installer;
 mod installer_testbed;
 mod issuer_moto;

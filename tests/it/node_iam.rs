@@ -199,33 +199,18 @@ fn render_example(dir: &Path) -> Rendered {
 }
 
 /// Per stack that renders the role `logical` (every pool has its own worker
-/// role): its inline policies and the AWS::IAM::Policy resources of that
-/// stack that name it.
+/// role): its inline policies and the policies of that stack attached to it
+/// (kube_aws::render::cfn::iam_size::role_statements).
 fn role_statements(r: &Rendered, logical: &str) -> Vec<(String, Vec<Value>)> {
     let mut out = vec![];
     for (stack, t) in &r.stacks {
         let Some(res) = t["Resources"].as_object() else {
             continue;
         };
-        let Some(role) = res.get(logical).filter(|v| v["Type"] == "AWS::IAM::Role") else {
+        if !res.get(logical).is_some_and(|v| v["Type"] == "AWS::IAM::Role") {
             continue;
-        };
-        let mut st = vec![];
-        for p in role["Properties"]["Policies"].as_array().into_iter().flatten() {
-            st.extend(p["PolicyDocument"]["Statement"].as_array().unwrap().iter().cloned());
         }
-        for v in res.values().filter(|v| v["Type"] == "AWS::IAM::Policy") {
-            let roles = v["Properties"]["Roles"].as_array().unwrap();
-            if roles.iter().any(|x| x["Ref"] == logical) {
-                st.extend(
-                    v["Properties"]["PolicyDocument"]["Statement"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .cloned(),
-                );
-            }
-        }
+        let st = kube_aws::render::cfn::iam_size::role_statements(t, logical);
         out.push((stack.clone(), st));
     }
     assert!(!out.is_empty(), "no stack renders the role {logical}");

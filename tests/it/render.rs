@@ -412,16 +412,13 @@ fn each_role_decrypts_only_its_own_secrets() {
     let r = rendered(&full());
     let statements = |stack: &str| -> Vec<serde_json::Value> {
         let t: serde_json::Value = serde_json::from_slice(r.get(stack).unwrap()).unwrap();
-        let role = t["Resources"]
+        let (id, _) = t["Resources"]
             .as_object()
             .unwrap()
-            .values()
-            .find(|v| v["Type"] == "AWS::IAM::Role")
+            .iter()
+            .find(|(_, v)| v["Type"] == "AWS::IAM::Role")
             .unwrap();
-        role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-            .as_array()
-            .unwrap()
-            .clone()
+        kube_aws::render::cfn::iam_size::role_statements(&t, id)
     };
     let decryptable = |stack: &str| -> Vec<String> {
         let Some(s) = statements(stack).into_iter().find(|s| s["Sid"] == "DecryptOwnSecrets") else {
@@ -503,9 +500,9 @@ fn each_role_decrypts_only_its_own_secrets() {
     // (only that parameter, through SSM): every other thing a node writes is not secret.
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
         let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
-        for res in t["Resources"].as_object().unwrap().values() {
-            for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
-                for st in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+        for doc in policy_documents(&t) {
+            {
+                for st in doc["Statement"].as_array().unwrap() {
                     if st["Action"].to_string().contains("\"kms:Encrypt\"") {
                         assert_eq!(st["Sid"], "JoinTokenKeyEncrypt", "{path}: {st}");
                         let c = &st["Condition"]["StringEquals"];
@@ -533,14 +530,32 @@ fn each_role_decrypts_only_its_own_secrets() {
     }
 }
 
+/// Every IAM policy document of a template: roles' inline `Policies`, and
+/// AWS::IAM::Policy and AWS::IAM::ManagedPolicy resources.
+fn policy_documents(t: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for res in t["Resources"].as_object().unwrap().values() {
+        for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
+            out.push(p["PolicyDocument"].clone());
+        }
+        if matches!(
+            res["Type"].as_str(),
+            Some("AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy")
+        ) {
+            out.push(res["Properties"]["PolicyDocument"].clone());
+        }
+    }
+    out
+}
+
 #[test]
 fn least_privilege_in_our_statements() {
     let r = rendered(&minimal());
     for (path, bytes) in r.files.iter().filter(|(p, _)| p.starts_with("stacks/")) {
         let t: serde_json::Value = serde_json::from_slice(bytes).unwrap();
-        for res in t["Resources"].as_object().unwrap().values() {
-            for p in res["Properties"]["Policies"].as_array().into_iter().flatten() {
-                for s in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+        for doc in policy_documents(&t) {
+            {
+                for s in doc["Statement"].as_array().unwrap() {
                     let actions = s["Action"].as_array().unwrap();
                     assert!(
                         actions.iter().all(|a| !a.as_str().unwrap().contains('*')),
@@ -813,7 +828,7 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     assert_eq!(h["HeartbeatTimeout"], 300);
     assert_eq!(h["LifecycleHookName"], "kube-aws-etcd-member");
     // Completing it is allowed on its own group only.
-    let policy = &cp["Resources"]["ControllerLifecyclePolicy"]["Properties"];
+    let policy = &cp["Resources"]["ControllerLifecycleHookPolicy"]["Properties"];
     assert_eq!(policy["Roles"], serde_json::json!([{"Ref": "ControllerRole"}]));
     let complete = policy["PolicyDocument"]["Statement"]
         .as_array()
@@ -838,10 +853,7 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
     input.cluster.etcd.backup.interval = "2h".into();
     let r = rendered(&input);
     let cp = stack(&r, "control-plane");
-    let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let statements = kube_aws::render::cfn::iam_size::role_statements(&cp, "ControllerRole");
     let sid = |id: &str| {
         statements
             .iter()
@@ -1319,7 +1331,7 @@ fn controllers_are_judged_by_the_api_health_check_and_may_mark_themselves_unheal
         (&g["HealthCheckType"], &g["HealthCheckGracePeriod"]),
         (&serde_json::json!("ELB"), &serde_json::json!(1800))
     );
-    let statements = cp["Resources"]["ControllerLifecyclePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    let statements = cp["Resources"]["ControllerLifecycleHookPolicy"]["Properties"]["PolicyDocument"]["Statement"]
         .as_array()
         .unwrap()
         .clone();
@@ -1365,10 +1377,7 @@ fn etcd_alarms_watch_the_quota_and_the_backup_age() {
     assert_eq!(age["Threshold"], 4 * 3600);
     assert_eq!(age["TreatMissingData"], "breaching");
     assert_eq!(age["Dimensions"][0]["Value"], input.cluster.cluster_name.as_str());
-    let statements = cp["Resources"]["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let statements = kube_aws::render::cfn::iam_size::role_statements(&cp, "ControllerRole");
     let put = statements.iter().find(|s| s["Sid"] == "PublishEtcdMetrics").unwrap();
     assert_eq!(
         put["Condition"]["StringEquals"]["cloudwatch:namespace"],

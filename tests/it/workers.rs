@@ -420,6 +420,49 @@ fn bad_mixed_pools_are_refused_where_they_are_written() {
     }
 }
 
+/// Issue 36 §2: a pool's drain timeout is its hook's heartbeat; a pool the
+/// handler is off for gets no hook and one warning that its terminations will
+/// not drain; a timeout outside what a lifecycle hook takes (and below the
+/// handler's longest drain) is refused at its key.
+#[test]
+fn drain_timeout_is_a_pool_setting_and_an_undrained_pool_is_warned_about() {
+    let yaml = CLUSTER_YAML.replace(
+        "    - name: general\n      count: 2\n",
+        "    - name: general\n      count: 2\n      drainTimeoutSeconds: 900\n",
+    );
+    let (tmp, stacks, _, _) = render(&yaml);
+    let dir = tmp.path().join("wt");
+    let hooks = of_type(&stacks["node-pool-general"], "AWS::AutoScaling::LifecycleHook");
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0].1["Properties"]["HeartbeatTimeout"], 900);
+    assert!(of_type(&stacks["node-pool-batch"], "AWS::AutoScaling::LifecycleHook").is_empty());
+    let p = prepare(&PrepareOptions {
+        dir: dir.clone(),
+        cache_dir: tmp.path().join("cache"),
+        require_charts: true,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let warnings = kube_aws::render::cfn::undrained_pool_warnings(&p.input);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("node pool \"batch\": aws-node-termination-handler is off, so terminations"),
+        "{warnings:?}"
+    );
+    for bad in ["299", "7201"] {
+        let (code, err) = common::validate_work_tree(
+            &format!("{MIXED_BASE}    - name: a\n      count: 1\n      drainTimeoutSeconds: {bad}\n"),
+            &[],
+        );
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!(
+                "cluster.yaml:12:28: worker.nodePools[0].drainTimeoutSeconds: {bad} is outside 300..=7200"
+            )),
+            "{err}"
+        );
+    }
+}
+
 /// Issue 28 item 4: a pool with several types and a spot split renders a
 /// MixedInstancesPolicy (the launch template with one override per type,
 /// on-demand base and share, price-capacity-optimized, capacity rebalance);

@@ -79,6 +79,7 @@ pub(super) fn control_plane_stack(
         extra_target_groups: vec![json!({"Ref": "ApiTargetGroupArn"})],
         distribution: None,
         max_lifetime: None,
+        drain_timeout: super::nodes::DRAIN_HEARTBEAT_SECONDS,
         zones: None,
     };
     let mut params = node_stack_parameters(input, &g);

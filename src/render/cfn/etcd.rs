@@ -13,6 +13,11 @@ pub const ETCD_LIFECYCLE_HOOK: &str = "kube-aws-etcd-member";
 /// How long a leaving controller may take to remove its etcd member before
 /// the group goes on without it (the hook's heartbeat timeout, seconds).
 pub const ETCD_LIFECYCLE_TIMEOUT: u32 = 300;
+/// The controllers' lifecycle-hook policy: a managed policy (IAM's inline
+/// limit, iam_size.rs). A new logical ID, not the inline policy's
+/// (`ControllerLifecyclePolicy`): CloudFormation refuses to change a
+/// resource's type in place, so an update creates this one and deletes that.
+pub const CONTROLLER_LIFECYCLE_POLICY: &str = "ControllerLifecycleHookPolicy";
 /// The control-plane stack's etcd settings parameter (backups, controller count).
 pub const ETCD_SETTINGS: &str = "EtcdSettings";
 
@@ -66,9 +71,6 @@ pub(super) fn etcd_alarms(input: &RenderInput, ctx: &Ctx, r: &mut Map<String, Va
 /// replacement controller takes to restore it.
 pub const ETCD_RESTORE_REQUEST: &str = "bootstrap/etcd-restore.json";
 pub const ETCD_RESTORE_LOCK: &str = "bootstrap/etcd-restore-lock";
-/// What the restorer writes once done; it names the request it served, which
-/// ends the request for the controllers that boot later (etcd.py `restore_served`).
-pub const ETCD_RESTORE_STATUS: &str = "status/etcd/restore.json";
 
 /// The SSM parameter holding the controllers' etcd settings.
 pub fn etcd_parameter_name(ctx: &Ctx) -> String {
@@ -100,9 +102,9 @@ pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
             "DefaultResult": "CONTINUE"}}),
     );
     r.insert(
-        "ControllerLifecyclePolicy".into(),
-        json!({"Type": "AWS::IAM::Policy", "Properties": {
-            "PolicyName": format!("kube-aws-{}-controller-lifecycle", ctx.cluster),
+        CONTROLLER_LIFECYCLE_POLICY.into(),
+        json!({"Type": "AWS::IAM::ManagedPolicy", "Properties": {
+            "Description": format!("kube-aws cluster {}: controllers' termination hook", ctx.cluster),
             "Roles": [{"Ref": "ControllerRole"}],
             "PolicyDocument": {"Version": "2012-10-17", "Statement": [
                 {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow",
@@ -166,15 +168,10 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),
     ];
-    // A pending `kube-aws restore` request (src/node/kube_aws_node/etcd.py):
-    // read exactly its key, and the restore status that says it was served.
-    // Listing it and taking its lock (under bootstrap/) are the lock
-    // statements' (src/render/cfn/iam.rs).
-    let exact = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
-    s.push(
-        json!({"Sid": "ReadEtcdRestoreRequest", "Effect": "Allow", "Action": ["s3:GetObject"],
-        "Resource": [exact(ETCD_RESTORE_REQUEST), exact(ETCD_RESTORE_STATUS)]}),
-    );
+    // A pending `kube-aws restore` request and the status that says it was
+    // served (`status/etcd/restore.json`, src/node/kube_aws_node/etcd.py) are read under the controllers'
+    // bootstrap/ and status/ grants (iam.rs node_policies); listing the
+    // request and taking its lock are the lock statements'.
     // The backup tick's metrics (src/node/kube_aws_node/metrics.py): PutMetricData
     // has no resource-level scope; the namespace is its condition key.
     s.push(

@@ -14,29 +14,46 @@ use super::nodes::Group;
 /// a node reads the one its stack's pointer names, never the latest.
 const SECRET_BUNDLES: &str = "secrets/*/bundle.json";
 
-/// The statements every node role gets, plus its scope's plugin statements.
+/// A node role's policies: the statements every node of its kind needs
+/// inline, and the larger sets (etcd's, the keys', each plugin's) in managed
+/// policies of their own, so that the role stays within IAM's 10,240
+/// characters of inline policies with real names (iam_size.rs).
+pub(super) struct NodePolicies {
+    pub inline: Vec<Value>,
+    pub managed: Vec<ManagedSet>,
+}
+
+/// Statements for one managed policy (or more, if they do not fit one).
+pub(super) struct ManagedSet {
+    /// The logical ID's middle: `<Prefix><id>Policy`.
+    pub id: String,
+    /// What the statements are for, in the policy's description.
+    pub what: String,
+    pub statements: Vec<Value>,
+}
+
+/// The policies of a node role, with its scope's plugin statements.
 /// Nodes write nothing secret (locks and status reports), so they only ever
 /// decrypt, and only their own bundle entries: workers their plugin secrets,
 /// never a PKI key or the init token (the KMS encryption-context condition
 /// names each entry); the join token comes from its parameter (controllers
 /// mint it).
-pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Vec<Value> {
+pub(super) fn node_policies(input: &RenderInput, ctx: &Ctx, g: &Group) -> NodePolicies {
     let obj = |key: &str| format!("arn:aws:s3:::{}/{}/{key}", ctx.bucket, ctx.key_prefix);
     let mut read = vec![obj(&layout::userdata_objects(g.role)), obj(SECRET_BUNDLES)];
     let mut write = vec![];
     if g.controller {
         read.push(obj(&format!("{}*", layout::CHARTS_DIR)));
         read.push(obj(&format!("{}/*", layout::ADDONS_DIR)));
-        read.push(obj(layout::INSTALLED_RELEASES));
-        // The upgrade status (src/node/kube_aws_node/upgrade.py): the version the control plane reached.
-        read.push(obj(layout::UPGRADE_STATUS));
-        // The reconfiguration status (reconfigure.py): a configuration that failed on one controller.
-        read.push(obj(layout::RECONFIGURE_STATUS));
-        // The addon installer's lease (src/node/kube_aws_node/lease.py), read
-        // only once it exists (it is created with If-None-Match first).
-        read.push(obj(&format!("{}addons-lease", layout::BOOTSTRAP_DIR)));
-        write.push(obj(&format!("{}*", layout::BOOTSTRAP_DIR)));
-        write.push(obj(&format!("{}*", layout::STATUS_DIR)));
+        // What controllers write they may read back: the addon installer's
+        // lease (lease.py) and restore requests under bootstrap/; the
+        // installed record, the upgrade and reconfiguration status (upgrade.py,
+        // reconfigure.py) under status/. One prefix grant each instead of an
+        // ARN per object: no wider than the write grant below.
+        for dir in [layout::BOOTSTRAP_DIR, layout::STATUS_DIR] {
+            read.push(obj(&format!("{dir}*")));
+            write.push(obj(&format!("{dir}*")));
+        }
     }
     let mut s =
         vec![json!({"Sid": "ReadClusterObjects", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": read})];
@@ -50,7 +67,6 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         s.push(json!({"Sid": "DescribeInstancesForCsrApproval", "Effect": "Allow",
             "Action": ["ec2:DescribeInstances"], "Resource": "*"}));
         s.extend(reconciler_statements(ctx));
-        s.extend(etcd_statements(input, ctx));
     } else {
         // A failed boot publishes its report (blanked of secrets) for `kube-aws status`.
         s.push(
@@ -67,20 +83,54 @@ pub(super) fn policy_statements(input: &RenderInput, ctx: &Ctx, g: &Group) -> Ve
         "Sid": "SignalOwnStack", "Effect": "Allow", "Action": ["cloudformation:SignalResource"],
         "Resource": {"Fn::Sub": "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"},
     }));
-    s.extend(join_token_statements(input, ctx, g.controller));
+    let (token, token_keys) = join_token_statements(input, ctx, g.controller);
+    s.extend(token);
+    let mut managed = Vec::new();
+    if g.controller {
+        managed.push(ManagedSet {
+            id: "Etcd".into(),
+            what: "etcd backups, restores and metrics".into(),
+            statements: etcd_statements(input, ctx),
+        });
+    }
+    // Every statement that names the decrypt-key list, in one policy: the
+    // list grows with key rotations (iam_size.rs MAX_RETIRED_KEYS).
+    let mut keys = token_keys;
     if input.cluster.kms_key_arn.is_some() && !g.secrets.is_empty() {
         // Under every key the bundles were encrypted with: a node whose stack
         // still points at the bundle before a key rotation decrypts it too.
-        s.push(json!({
-            "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": decrypt_keys(),
-            "Condition": {"StringEquals": {
-                format!("kms:EncryptionContext:{CONTEXT_CLUSTER}"): ctx.cluster,
-                format!("kms:EncryptionContext:{CONTEXT_SECRET}"): g.secrets,
-            }},
-        }));
+        keys.insert(
+            0,
+            json!({
+                "Sid": "DecryptOwnSecrets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": decrypt_keys(),
+                "Condition": {"StringEquals": {
+                    format!("kms:EncryptionContext:{CONTEXT_CLUSTER}"): ctx.cluster,
+                    format!("kms:EncryptionContext:{CONTEXT_SECRET}"): g.secrets,
+                }},
+            }),
+        );
     }
-    s.extend(g.hooks.iam_statements.iter().map(|st| st.statement.clone()));
-    s
+    if !keys.is_empty() {
+        managed.push(ManagedSet {
+            id: "Keys".into(),
+            what: "the cluster key: own secrets and the join token".into(),
+            statements: keys,
+        });
+    }
+    // Each plugin's statements in a policy of its own, in the plugins' order.
+    let mut plugins: Vec<ManagedSet> = Vec::new();
+    for st in &g.hooks.iam_statements {
+        match plugins.iter_mut().find(|m| m.what == format!("plugin {}", st.plugin)) {
+            Some(m) => m.statements.push(st.statement.clone()),
+            None => plugins.push(ManagedSet {
+                id: format!("Plugin{}", camel(&st.plugin)),
+                what: format!("plugin {}", st.plugin),
+                statements: vec![st.statement.clone()],
+            }),
+        }
+    }
+    managed.extend(plugins);
+    NodePolicies { inline: s, managed }
 }
 
 /// The keys a node role may decrypt with (the node stack's
@@ -103,7 +153,8 @@ pub(super) fn decrypt_keys() -> Value {
 /// key rotation the published token stays under the old key until the
 /// controllers mint the next one (within half its TTL), and workers must
 /// still join meanwhile; controllers encrypt under `kmsKeyARN` only.
-pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: bool) -> Vec<Value> {
+/// Returns the parameter's statements and the key's.
+pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: bool) -> (Vec<Value>, Vec<Value>) {
     let arn = format!(
         "arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter{}",
         layout::bootstrap_token_parameter(&ctx.cluster)
@@ -113,24 +164,25 @@ pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: 
     } else {
         vec!["ssm:GetParameter"]
     };
-    let mut s = vec![json!({"Sid": "JoinToken", "Effect": "Allow", "Action": ssm, "Resource": {"Fn::Sub": arn}})];
+    let s = vec![json!({"Sid": "JoinToken", "Effect": "Allow", "Action": ssm, "Resource": {"Fn::Sub": arn}})];
+    let mut keys = Vec::new();
     if let Some(k) = &input.cluster.kms_key_arn {
         let condition = json!({"StringEquals": {
             "kms:ViaService": {"Fn::Sub": "ssm.${AWS::Region}.amazonaws.com"},
             "kms:EncryptionContext:PARAMETER_ARN": {"Fn::Sub": arn},
         }});
-        s.push(
+        keys.push(
             json!({"Sid": "JoinTokenKey", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": decrypt_keys(),
             "Condition": condition}),
         );
         if controller {
-            s.push(
+            keys.push(
                 json!({"Sid": "JoinTokenKeyEncrypt", "Effect": "Allow", "Action": ["kms:Encrypt"], "Resource": k,
             "Condition": condition}),
             );
         }
     }
-    s
+    (s, keys)
 }
 
 /// The join lock (`kube-aws-node bootstrap`, src/node/kube_aws_node/locks.py):

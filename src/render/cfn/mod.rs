@@ -8,6 +8,7 @@
 mod control_plane;
 mod etcd;
 mod iam;
+pub mod iam_size;
 mod network;
 mod nodes;
 mod release_secrets;
@@ -31,7 +32,8 @@ pub use self::etcd::{
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::{default_zone_count, new_vpc_zone_count};
 pub use self::nodes::{
-    pool_bounds, zonal_suffix, NodeUserData, PoolBounds, ASG_LOGICAL_ID_VARIABLE, SSM_MANAGED_POLICY,
+    pool_bounds, undrained_pool_warnings, zonal_suffix, NodeUserData, PoolBounds, ASG_LOGICAL_ID_VARIABLE,
+    DRAIN_HEARTBEAT_MAX_SECONDS, DRAIN_HEARTBEAT_SECONDS, SSM_MANAGED_POLICY,
 };
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
 pub use self::root::{
@@ -114,6 +116,39 @@ fn merge_plugins(input: &RenderInput, stacks: &mut [(String, Map<String, Value>)
         }
     }
     Ok(())
+}
+
+/// Every role's IAM sizes (iam_size.rs), or the refusal of the first role
+/// IAM would refuse, located at the cluster.yaml name that makes it too long.
+pub fn iam_sizes(
+    input: &RenderInput,
+    ctx: &Ctx,
+    stacks: &[(String, Value)],
+) -> Result<Vec<iam_size::RoleSize>, RenderError> {
+    let names = [
+        iam_size::Name {
+            key: "s3URI",
+            what: "the bucket name (s3URI)",
+            value: ctx.bucket.clone(),
+        },
+        iam_size::Name {
+            key: "clusterName",
+            what: "the cluster name",
+            value: ctx.cluster.clone(),
+        },
+    ];
+    let mut out = Vec::new();
+    for (stack, template) in stacks {
+        let longest = iam_size::Longest::new(&ctx.cluster, &ctx.region, stack, input.cluster.kms_key_arn.as_deref());
+        for role in iam_size::role_sizes(stack, template, &longest) {
+            if let Some(e) = iam_size::exceeded(&role) {
+                let (key, message) = iam_size::explain(&e, &names);
+                return Err(input.source.refuse(key, message));
+            }
+            out.push(role);
+        }
+    }
+    Ok(out)
 }
 
 /// Renders every stack, in a fixed order, as (name, template).

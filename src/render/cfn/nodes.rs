@@ -5,7 +5,8 @@
 use serde_json::{json, Map, Value};
 
 use super::super::{layout, Ctx, RenderInput};
-use super::iam::policy_statements;
+use super::iam::node_policies;
+use super::iam_size::{chunk, Longest};
 use super::{cluster_tag, instance_name, tags, template};
 use crate::config::{InstancesDistribution, NodePool};
 use crate::plugin::NodeHooks;
@@ -50,6 +51,9 @@ pub(super) struct Group<'a> {
     pub(super) zones: Option<usize>,
     /// The group's MaxInstanceLifetime in seconds (validated), if any.
     pub(super) max_lifetime: Option<i32>,
+    /// The drain hook's heartbeat timeout in seconds (workers drained by
+    /// aws-node-termination-handler).
+    pub(super) drain_timeout: u32,
 }
 
 /// The CloudFormation variable a zonal pool's user-data stub carries for its
@@ -155,11 +159,20 @@ pub(super) fn mixed_instances_policy(template: Value, d: &InstancesDistribution)
 
 /// The name of the termination lifecycle hook of a drained worker group.
 pub const DRAIN_HOOK_NAME: &str = "kube-aws-drain";
-/// How long a terminating instance waits for its drain: aws-node-termination-
+/// How long a terminating instance waits for its drain by default (a pool's
+/// `drainTimeoutSeconds` sets it, at least this): aws-node-termination-
 /// handler's `nodeTerminationGracePeriod` (at most 270 s, plugin.yaml) must fit
 /// in it, and it equals the queue's message retention (kops uses 300 s for both:
-/// kubernetes/kops pkg/model/awsmodel/nodeterminationhandler.go).
+/// kubernetes/kops pkg/model/awsmodel/nodeterminationhandler.go). A longer
+/// timeout gives a drain that a PodDisruptionBudget blocks more attempts: the
+/// handler gives up one drain after its grace period and leaves the message
+/// on the queue, which delivers it again while the instance still waits
+/// (aws-node-termination-handler pkg/interruptionevent/draincordon/handler.go:
+/// the lifecycle action is completed only after a drain that succeeded).
 pub const DRAIN_HEARTBEAT_SECONDS: u32 = 300;
+/// The longest heartbeat timeout a lifecycle hook takes (EC2 Auto Scaling API
+/// reference, PutLifecycleHook `HeartbeatTimeout`: 30 to 7200 seconds).
+pub const DRAIN_HEARTBEAT_MAX_SECONDS: u32 = 7200;
 
 /// The `EC2_INSTANCE_TERMINATING` lifecycle hook of a worker group whose nodes
 /// aws-node-termination-handler drains: the instance waits in
@@ -170,13 +183,47 @@ pub const DRAIN_HEARTBEAT_SECONDS: u32 = 300;
 /// delete removes the hook before the group, so deleting a pool never waits
 /// on drains; an instance the group launches before the hook exists has no
 /// pods to drain yet.
-pub(super) fn drain_lifecycle_hook(group: &str) -> Value {
+pub(super) fn drain_lifecycle_hook(group: &str, timeout: u32) -> Value {
     json!({"Type": "AWS::AutoScaling::LifecycleHook", "Properties": {
         "AutoScalingGroupName": {"Ref": group},
         "LifecycleHookName": DRAIN_HOOK_NAME,
         "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
-        "HeartbeatTimeout": DRAIN_HEARTBEAT_SECONDS,
+        "HeartbeatTimeout": timeout,
         "DefaultResult": "CONTINUE"}})
+}
+
+/// The pools whose terminations nothing drains: aws-node-termination-handler
+/// is off for them, so their groups get no drain hook (a hook with no
+/// handler would only delay each termination by its timeout). A roll, a
+/// scale-in, an AZ rebalance, an instance lifetime, a spot interruption or a
+/// kube-aws upgrade then stops their pods without honouring
+/// PodDisruptionBudgets. `validate` and `render` print one warning each.
+pub fn undrained_pool_warnings(input: &RenderInput) -> Vec<String> {
+    let default_hooks = NodeHooks::default();
+    input
+        .cluster
+        .worker
+        .node_pools
+        .iter()
+        .filter(|p| {
+            input
+                .plugins
+                .pools
+                .get(&p.name)
+                .unwrap_or(&default_hooks)
+                .nth_managed_tag()
+                .is_none()
+        })
+        .map(|p| {
+            format!(
+                "node pool {:?}: aws-node-termination-handler is off, so terminations of its nodes (rolls, \
+                 scale-in, AZ rebalancing, spot interruptions, kube-aws upgrades) will not drain them and \
+                 PodDisruptionBudgets are not honoured; enable it with `plugins: {{aws-node-termination-handler: \
+                 {{enabled: true}}}}` (docs/plugins/aws-node-termination-handler.md)",
+                p.name
+            )
+        })
+        .collect()
 }
 
 /// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
@@ -194,13 +241,14 @@ pub(super) fn metadata_options() -> Value {
 /// Role, instance profile, launch template and auto scaling group of one node kind.
 pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, r: &mut Map<String, Value>) {
     let p = g.prefix;
+    let policies = node_policies(input, ctx, g);
     let mut role = json!({"Type": "AWS::IAM::Role", "Properties": {
             "Path": "/",
             "AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": [
                 {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]},
             "Policies": [{"PolicyName": format!("kube-aws-{}", g.role), "PolicyDocument": {
                 "Version": "2012-10-17",
-                "Statement": policy_statements(input, ctx, g)}}]}});
+                "Statement": policies.inline}}]}});
     if input.cluster.node_access.ssm {
         // SSM Session Manager: the AWS managed policy AWS documents for it
         // ("Configure instance permissions required for Systems Manager"); its
@@ -215,9 +263,42 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         format!("{p}InstanceProfile"),
         json!({"Type": "AWS::IAM::InstanceProfile", "Properties": {"Path": "/", "Roles": [{"Ref": format!("{p}Role")}]}}),
     );
+    // The managed policies, each sized to fit (iam_size.rs); a node boots
+    // with them attached: its group depends on them.
+    let stack = match g.role.strip_prefix("worker-") {
+        Some(pool) => format!("node-pool-{pool}"),
+        None => "control-plane".to_string(),
+    };
+    let longest = Longest::new(&ctx.cluster, &ctx.region, &stack, input.cluster.kms_key_arn.as_deref());
+    let mut attached = Vec::new();
+    for set in &policies.managed {
+        let chunks = chunk(&set.statements, &longest);
+        for (n, statements) in chunks.iter().enumerate() {
+            let id = match n {
+                0 => format!("{p}{}Policy", set.id),
+                n => format!("{p}{}Policy{}", set.id, n + 1),
+            };
+            r.insert(
+                id.clone(),
+                json!({"Type": "AWS::IAM::ManagedPolicy", "Properties": {
+                    "Description": format!("kube-aws cluster {}: {} nodes, {}", ctx.cluster, g.role, set.what),
+                    "Roles": [{"Ref": format!("{p}Role")}],
+                    "PolicyDocument": {"Version": "2012-10-17", "Statement": statements}}}),
+            );
+            attached.push(id);
+        }
+    }
     let name = instance_name(&ctx.cluster, g.role);
     for i in 0..g.zones.unwrap_or(1) {
         group_resources(input, ctx, g, stub, &name, i, r);
+        let group = format!("{p}Group{}", zonal_suffix(g.zones, i));
+        if let Some(asg) = r.get_mut(&group) {
+            let mut after: Vec<Value> = asg["DependsOn"].as_array().cloned().unwrap_or_default();
+            after.extend(attached.iter().map(|a| json!(a)));
+            if !after.is_empty() {
+                asg["DependsOn"] = json!(after);
+            }
+        }
     }
     r.insert(
         format!("{p}SecretBundlePointer"),
@@ -342,7 +423,7 @@ fn group_resources(
     if nth_tag.is_some() {
         r.insert(
             format!("{p}DrainHook{z}"),
-            drain_lifecycle_hook(&format!("{p}Group{z}")),
+            drain_lifecycle_hook(&format!("{p}Group{z}"), g.drain_timeout),
         );
     }
 }
@@ -400,6 +481,7 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
         max_lifetime: pool
             .max_instance_lifetime_days
             .and_then(|d| crate::config::max_instance_lifetime_seconds(d).ok()),
+        drain_timeout: pool.drain_timeout_seconds.unwrap_or(DRAIN_HEARTBEAT_SECONDS),
         zones: pool.zonal.then(|| input.cluster.pool_group_count(pool)),
     };
     t.insert("Parameters".into(), node_stack_parameters(input, &g));

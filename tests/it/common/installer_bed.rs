@@ -312,6 +312,29 @@ impl Bed {
                 &sub_resolved(&p["PolicyDocument"], &self.kms_key).to_string(),
             ]);
         }
+        // kube-aws's own managed policies attached to the role (etcd's, the
+        // keys', the plugins', src/render/cfn/iam_size.rs) grant the same as
+        // inline policies would: put as such, under their logical IDs.
+        let resources = self.stack["Resources"].as_object().unwrap();
+        for (id, p) in resources.iter().filter(|(_, p)| {
+            p["Type"] == "AWS::IAM::ManagedPolicy"
+                && p["Properties"]["Roles"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["Ref"] == "ControllerRole")
+        }) {
+            self.env.aws(&[
+                "iam",
+                "put-role-policy",
+                "--role-name",
+                &name,
+                "--policy-name",
+                id,
+                "--policy-document",
+                &sub_resolved(&p["Properties"]["PolicyDocument"], &self.kms_key).to_string(),
+            ]);
+        }
         // The managed AmazonSSMManagedInstanceCore (ManagedPolicyArns) is
         // left out: moto does not load AWS's managed policies unless told,
         // and without it (it allows ssm:GetParameter on `*`) the SSM pointers
