@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tera::Value;
 use unicode_segmentation::UnicodeSegmentation;
 
-use super::guard::{self, Stop, ITEM_BYTES, MAX_VALUE_BYTES, MAX_WRITTEN};
+use super::guard::{self, Stop, ITEM_BYTES, MAX_HELD_BYTES, MAX_VALUE_BYTES, MAX_WRITTEN};
 
 type Args = HashMap<String, Value>;
 
@@ -108,6 +108,7 @@ impl tera::Filter for Grow {
                 offset: offset(args),
                 what: format!("filter `{}`", self.name),
                 size: Some(size),
+                limit: MAX_VALUE_BYTES,
             });
         }
         self.inner.filter(value, args)
@@ -288,9 +289,9 @@ fn lower(v: &Value, _: &Args) -> usize {
 fn capitalize(v: &Value, _: &Args) -> usize {
     let Some(s) = v.as_str() else { return 0 };
     let mut chars = s.chars();
-    chars
-        .next()
-        .map_or(0, |first| upper_len(first).saturating_add(chars_len(chars.as_str(), lower_len)))
+    chars.next().map_or(0, |first| {
+        upper_len(first).saturating_add(chars_len(chars.as_str(), lower_len))
+    })
 }
 
 /// An upper bound: each character as long as the longest of itself, its
@@ -408,19 +409,31 @@ fn flag(args: &Args, key: &str) -> bool {
     args.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// One part of a value built from parts (group `g`): adds `size` to what the
-/// group holds and refuses past the bound. The first part of a group starts
-/// from what the enclosing group holds (it is alive meanwhile); the last
-/// ends the group.
+/// One part of a value built from parts (group `g`, bounded by `max`): adds
+/// `size` to what the group holds and refuses past `max`, or past
+/// [`MAX_HELD_BYTES`] with what the enclosing groups hold meanwhile. The
+/// last part ends the group.
 fn add_part(args: &Args, size: usize) -> tera::Result<()> {
     let group = num(args, "g");
-    let total = guard::add_to_group(group, flag(args, "first"), size);
-    if total > MAX_VALUE_BYTES {
-        let what = str_arg(args, "w").unwrap_or("this expression").to_string();
+    let max = num(args, "max");
+    let (own, held) = guard::add_to_group(group, flag(args, "first"), size);
+    let what = || str_arg(args, "w").unwrap_or("this expression").to_string();
+    let over = if own > max {
+        Some((what(), max))
+    } else if held > MAX_HELD_BYTES {
+        Some((
+            format!("{}, with what the expression around it holds,", what()),
+            MAX_HELD_BYTES,
+        ))
+    } else {
+        None
+    };
+    if let Some((what, limit)) = over {
         return guard::stop(Stop::Grow {
             offset: offset(args),
             what,
             size: None,
+            limit,
         })
         .map(|_| ());
     }
@@ -457,9 +470,11 @@ impl tera::Function for Part {
     }
 }
 
-/// An item of a list literal or an argument of a call, once evaluated.
+/// An item of a list literal (`item`: it counts [`ITEM_BYTES`] more) or an
+/// argument of a call, once evaluated.
 fn member(v: &Value, args: &Args) -> tera::Result<Value> {
-    add_part(args, ITEM_BYTES.saturating_add(guard::value_size(v)))?;
+    let extra = if flag(args, "item") { ITEM_BYTES } else { 0 };
+    add_part(args, extra.saturating_add(guard::value_size(v)))?;
     Ok(v.clone())
 }
 
@@ -508,12 +523,24 @@ mod tests {
         let t = tera::Tera::default();
         let s = json!("a&b<c>\"d'/\\ e\r\nf\ng ΐ straße");
         let cases: Vec<(&str, Value, Args)> = vec![
-            ("replace", s.clone(), args(&[("from", json!("e")), ("to", json!("xyz"))])),
+            (
+                "replace",
+                s.clone(),
+                args(&[("from", json!("e")), ("to", json!("xyz"))]),
+            ),
             ("replace", s.clone(), args(&[("from", json!("")), ("to", json!("--"))])),
-            ("join", json!(["a", 1, 2.5, [1, "b"], {"k": 1}, null]), args(&[("sep", json!(", "))])),
+            (
+                "join",
+                json!(["a", 1, 2.5, [1, "b"], {"k": 1}, null]),
+                args(&[("sep", json!(", "))]),
+            ),
             ("split", s.clone(), args(&[("pat", json!(" "))])),
             ("split", json!("abc"), args(&[("pat", json!(""))])),
-            ("truncate", s.clone(), args(&[("length", json!(5)), ("end", json!("[more]"))])),
+            (
+                "truncate",
+                s.clone(),
+                args(&[("length", json!(5)), ("end", json!("[more]"))]),
+            ),
             ("truncate", s.clone(), args(&[("length", json!(500))])),
             ("escape", s.clone(), args(&[])),
             ("escape_xml", s.clone(), args(&[])),
@@ -522,7 +549,11 @@ mod tests {
             ("upper", s.clone(), args(&[])),
             ("lower", json!("ȺİΣ"), args(&[])),
             ("capitalize", json!("ßAB"), args(&[])),
-            ("json_encode", json!({"a": [1, {"b": "\u{1}"}]}), args(&[("pretty", json!(true))])),
+            (
+                "json_encode",
+                json!({"a": [1, {"b": "\u{1}"}]}),
+                args(&[("pretty", json!(true))]),
+            ),
             ("as_str", json!([1, [2, "x"], {"a": 1}]), args(&[])),
         ];
         for (name, v, a) in cases {
@@ -562,7 +593,13 @@ mod tests {
         let a = args(&[("from", json!("a")), ("to", big.clone()), (AT_ARG, json!(7))]);
         assert!(tera::Filter::filter(&grow, &big, &a).is_err());
         match guard::stopped() {
-            Some(Stop::Grow { offset, what, size }) => {
+            Some(Stop::Grow {
+                offset,
+                what,
+                size,
+                limit,
+            }) => {
+                assert_eq!(limit, MAX_VALUE_BYTES);
                 assert_eq!(offset, 7);
                 assert_eq!(what, "filter `replace`");
                 assert_eq!(size, Some(MAX_VALUE_BYTES * MAX_VALUE_BYTES));
@@ -571,9 +608,6 @@ mod tests {
         }
         guard::begin();
         let small = args(&[("from", json!("a")), ("to", json!("b"))]);
-        assert_eq!(
-            tera::Filter::filter(&grow, &json!("aa"), &small).unwrap(),
-            json!("bb")
-        );
+        assert_eq!(tera::Filter::filter(&grow, &json!("aa"), &small).unwrap(), json!("bb"));
     }
 }

@@ -52,6 +52,12 @@ pub const MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
 /// What each item of a list or map counts on top of its contents (about
 /// what it takes in memory).
 pub const ITEM_BYTES: usize = 32;
+/// Most bytes of the arguments of one call (filter, function, test, macro)
+/// together: two values at the bound (`replace(from=a, to=b)`).
+pub const MAX_ARGS_BYTES: usize = 2 * MAX_VALUE_BYTES;
+/// Most bytes held at once by the values being built from parts inside one
+/// another (a list literal whose item is a call whose argument is a `~`).
+pub const MAX_HELD_BYTES: usize = 4 * MAX_VALUE_BYTES;
 /// Most levels of lists and maps in one such value.
 pub const MAX_VALUE_DEPTH: usize = 64;
 /// Most bytes one rendered template may produce.
@@ -410,12 +416,13 @@ pub enum Stop {
         why: String,
     },
     /// A filter (`what` is "filter `replace`") whose result would be `size`
-    /// bytes, or an operator, list literal or call (`size` unknown) whose
-    /// value would pass [`MAX_VALUE_BYTES`], at `offset`.
+    /// bytes, or an operator, list literal or call's arguments (`size`
+    /// unknown) whose value would pass `limit`, at `offset`.
     Grow {
         offset: usize,
         what: String,
         size: Option<usize>,
+        limit: usize,
     },
     /// More than [`MAX_WRITTEN`] bytes written; `offset` is the tag (or the
     /// block around the text) that passed it.
@@ -473,25 +480,23 @@ pub(super) fn stop(reason: Stop) -> tera::Result<Value> {
     Err(tera::Error::msg("stopped by a kube-aws template limit"))
 }
 
-/// Adds `size` to the value group `group` is building and returns its total.
-/// A `first` part opens the group, starting from what the innermost open
-/// group holds. Groups left open by an error that tera swallowed are closed
-/// when an enclosing group goes on.
-pub(super) fn add_to_group(group: usize, first: bool, size: usize) -> usize {
+/// Adds `size` to the value group `group` is building; returns its total
+/// and what all open groups hold together. A `first` part opens the group.
+/// Groups left open by an error that tera swallowed are closed when an
+/// enclosing group goes on.
+pub(super) fn add_to_group(group: usize, first: bool, size: usize) -> (usize, usize) {
     STATE.with(|s| {
         let groups = &mut s.borrow_mut().groups;
-        if first {
-            let held = groups.last().map_or(0, |g| g.1);
-            groups.push((group, held));
-        } else {
-            match groups.iter().rposition(|g| g.0 == group) {
-                Some(at) => groups.truncate(at + 1),
-                None => groups.push((group, 0)),
-            }
+        let found = groups.iter().rposition(|g| g.0 == group);
+        match found {
+            Some(at) if !first => groups.truncate(at + 1),
+            _ => groups.push((group, 0)),
         }
         let top = groups.last_mut().expect("a group was just found or opened");
         top.1 = top.1.saturating_add(size);
-        top.1
+        let own = top.1;
+        let held = groups.iter().fold(0usize, |n, g| n.saturating_add(g.1));
+        (own, held)
     })
 }
 
@@ -557,9 +562,7 @@ fn own_size(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len(),
         Value::Array(items) => items.len().saturating_mul(ITEM_BYTES),
-        Value::Object(m) => m
-            .keys()
-            .fold(0usize, |n, k| n.saturating_add(ITEM_BYTES + k.len())),
+        Value::Object(m) => m.keys().fold(0usize, |n, k| n.saturating_add(ITEM_BYTES + k.len())),
         _ => 8,
     }
 }

@@ -26,7 +26,7 @@ use tera::ast::{Expr, ExprVal, FunctionCall, Node, StringConcat, WS};
 use tera::Value;
 
 use super::grow::{AT_ARG, EMIT, MEMBER, PART, TEXT};
-use super::guard::{Scan, Tag, BOUND, ENTER, LEAVE, STEP};
+use super::guard::{Scan, Tag, BOUND, ENTER, LEAVE, MAX_ARGS_BYTES, MAX_VALUE_BYTES, STEP};
 
 /// Adds the counting calls to template `name` of `t` (see the module docs).
 pub fn instrument(t: &mut tera::Tera, name: &str, scan: &Scan) {
@@ -154,7 +154,8 @@ impl Walk<'_> {
             Node::VariableBlock(_, e) => {
                 let tag = self.next_tag();
                 self.expr(e, &mut Cursor::new(&tag));
-                e.filters.push(fn_call(EMIT, lits(&[(AT_ARG, Value::from(tag.offset))])));
+                e.filters
+                    .push(fn_call(EMIT, lits(&[(AT_ARG, Value::from(tag.offset))])));
             }
             Node::Set(_, set) => {
                 let tag = self.next_tag();
@@ -167,7 +168,8 @@ impl Walk<'_> {
                 let tag = self.next_tag();
                 self.expr(&mut f.container, &mut Cursor::new(&tag));
                 self.body(&mut f.body, tag.offset);
-                f.body.insert(0, call_node(STEP, lits(&[("at", Value::from(tag.offset))])));
+                f.body
+                    .insert(0, call_node(STEP, lits(&[("at", Value::from(tag.offset))])));
                 if let Some(e) = &mut f.empty_body {
                     self.body(e, tag.offset);
                 }
@@ -201,7 +203,7 @@ impl Walk<'_> {
                 for i in items.iter_mut() {
                     self.expr(i, c);
                 }
-                self.group(items.iter_mut().collect(), "this list literal", at);
+                self.group(items.iter_mut().collect(), Group::list(at));
             }
             ExprVal::StringConcat(sc) => self.concat(sc, c),
             ExprVal::Math(m) => {
@@ -221,7 +223,7 @@ impl Walk<'_> {
                     self.expr(a, c);
                 }
                 let what = format!("the arguments of test `{}`", t.name);
-                self.group(t.args.iter_mut().collect(), &what, c.tag.offset);
+                self.group(t.args.iter_mut().collect(), Group::args(what, c.tag.offset));
             }
             ExprVal::MacroCall(m) => {
                 for a in m.args.values_mut() {
@@ -232,7 +234,7 @@ impl Walk<'_> {
                 args.sort_by_key(|(k, _)| order.iter().position(|o| o == *k));
                 let members = args.into_iter().filter(|(k, _)| order.contains(*k)).map(|a| a.1);
                 let what = format!("the arguments of macro `{}`", m.name);
-                self.group(members.collect(), &what, c.tag.offset);
+                self.group(members.collect(), Group::args(what, c.tag.offset));
             }
             ExprVal::FunctionCall(f) => {
                 let at = c.tag.offset;
@@ -262,11 +264,11 @@ impl Walk<'_> {
                 members.push(a);
             }
         }
-        self.group(members, &what, at);
+        self.group(members, Group::args(what, at));
     }
 
     /// Puts the counting filter on each member of a new value group.
-    fn group(&mut self, members: Vec<&mut Expr>, what: &str, at: usize) {
+    fn group(&mut self, members: Vec<&mut Expr>, g: Group) {
         let n = members.len();
         if n == 0 {
             return;
@@ -277,8 +279,10 @@ impl Walk<'_> {
                 ("g", Value::from(self.groups)),
                 ("first", Value::Bool(k == 0)),
                 ("last", Value::Bool(k + 1 == n)),
-                ("w", Value::String(what.to_string())),
-                (AT_ARG, Value::from(at)),
+                ("item", Value::Bool(g.items)),
+                ("max", Value::from(g.max)),
+                ("w", Value::String(g.what.clone())),
+                (AT_ARG, Value::from(g.at)),
             ]);
             m.filters.push(fn_call(MEMBER, args));
         }
@@ -335,9 +339,40 @@ impl Walk<'_> {
     }
 }
 
+/// A value built from parts as tera evaluates them.
+struct Group {
+    what: String,
+    at: usize,
+    /// The bound on the parts together.
+    max: usize,
+    /// Items of a list: each counts `ITEM_BYTES` more.
+    items: bool,
+}
+
+impl Group {
+    fn list(at: usize) -> Self {
+        Group {
+            what: "this list literal".to_string(),
+            at,
+            max: MAX_VALUE_BYTES,
+            items: true,
+        }
+    }
+
+    fn args(what: String, at: usize) -> Self {
+        Group {
+            what,
+            at,
+            max: MAX_ARGS_BYTES,
+            items: false,
+        }
+    }
+}
+
 fn part_args(group: u64, first: bool, pre: usize, name: &str, at: usize) -> HashMap<String, Expr> {
     lits(&[
         ("g", Value::from(group)),
+        ("max", Value::from(MAX_VALUE_BYTES)),
         ("first", Value::Bool(first)),
         ("pre", Value::from(pre)),
         ("name", Value::String(name.to_string())),
@@ -401,10 +436,13 @@ mod tests {
             .ast
             .iter()
             .find_map(|n| match n {
-                Node::VariableBlock(_, Expr {
-                    val: ExprVal::StringConcat(sc),
-                    ..
-                }) => Some(sc),
+                Node::VariableBlock(
+                    _,
+                    Expr {
+                        val: ExprVal::StringConcat(sc),
+                        ..
+                    },
+                ) => Some(sc),
                 _ => None,
             })
             .expect("a concatenation");

@@ -148,9 +148,12 @@ impl<'a> Renderer<'a> {
                     ),
                 ));
             }
-            Outcome::Stopped(guard::Stop::Grow { offset, what, size }) => {
-                return Err(fail(Some(guard::line_col(text, offset)), grow_message(&what, size)))
-            }
+            Outcome::Stopped(guard::Stop::Grow {
+                offset,
+                what,
+                size,
+                limit,
+            }) => return Err(fail(Some(guard::line_col(text, offset)), grow_message(&what, size, limit))),
             Outcome::Stopped(guard::Stop::Written { offset }) => {
                 return Err(fail(
                     Some(guard::line_col(text, offset)),
@@ -263,16 +266,22 @@ impl<'a> Renderer<'a> {
 }
 
 /// The refusal of a filter, operator, list literal or call whose value would
-/// pass the bound on one value.
-fn grow_message(what: &str, size: Option<usize>) -> String {
+/// pass `limit`.
+fn grow_message(what: &str, size: Option<usize>, limit: usize) -> String {
     let would = match size {
         Some(n) => format!("{what} would make a value of {n} bytes"),
-        None => format!("{what} would make a value larger than {} bytes", guard::MAX_VALUE_BYTES),
+        None => format!("{what} would make a value larger than {limit} bytes"),
+    };
+    let which = if limit == guard::MAX_VALUE_BYTES {
+        "for one value"
+    } else if limit == guard::MAX_ARGS_BYTES {
+        "for the arguments of one call"
+    } else {
+        "for the values one expression builds at once"
     };
     format!(
-        "{would}, over the limit of {} bytes for one value in a plugin template (nothing was built); \
-         give it a smaller input or smaller arguments, or split the work over several values",
-        guard::MAX_VALUE_BYTES
+        "{would}, over the limit of {limit} bytes {which} in a plugin template (nothing was built); \
+         give it a smaller input or smaller arguments, or split the work over several values"
     )
 }
 
