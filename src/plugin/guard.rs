@@ -14,13 +14,16 @@
 //!   not built in, see Cargo.toml's tera features).
 //!
 //! What can only be known while rendering is counted by calls kube-aws adds
-//! to the parsed template ([`instrument`]): the depth of macro calls
+//! to the parsed template ([`super::instrument`]): the depth of macro calls
 //! ([`MAX_MACRO_DEPTH`]) and the number of macro calls plus loop iterations
 //! ([`MAX_STEPS`]), and the size and depth of every value a template keeps
 //! (`set`, `set_global`, a macro's arguments: [`MAX_VALUE_BYTES`],
 //! [`MAX_VALUE_DEPTH`]), so a value doubled in a loop or through a recursive
 //! macro stops at the limit, not at the machine's memory; one tag can combine
-//! at most [`MAX_OPERATORS`] such values. Rendering runs on a thread with a known stack
+//! at most [`MAX_OPERATORS`] such values. Values built within one expression
+//! (by a filter, `~`, a list literal, a call's arguments) and the bytes a
+//! render writes are bounded too ([`super::grow`], [`MAX_WRITTEN`]).
+//! Rendering runs on a thread with a known stack
 //! ([`crate::deep::STACK_SIZE`]),
 //! which these limits keep far from full (tests/it/hostile_parsers.rs renders
 //! at each limit).
@@ -28,7 +31,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use tera::ast::{Expr, ExprVal, FunctionCall, Node, WS};
 use tera::Value;
 
 /// Most levels of `(`/`[` in one tag, and of blocks (`if`, `for`, `macro`,
@@ -42,24 +44,39 @@ pub const MAX_MACRO_DEPTH: usize = 64;
 pub const MAX_STEPS: usize = 100_000;
 /// Most items `range()` may produce.
 pub const MAX_RANGE: usize = 100_000;
-/// Most bytes of one value a template builds and keeps (`set`,
-/// `set_global`, a macro's arguments): strings by their length, lists and
-/// maps by the sum of their items (keys included, 8 bytes a number).
+/// Most bytes of one value a template builds: kept (`set`, `set_global`, a
+/// macro's arguments), made by a filter, or built from parts by tera (`~`, a
+/// list literal, the arguments of one call, with what the enclosing
+/// expression holds meanwhile), in the measure of [`value_size`].
 pub const MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
+/// What each item of a list or map counts on top of its contents (about
+/// what it takes in memory).
+pub const ITEM_BYTES: usize = 32;
+/// Most bytes of the arguments of one call (filter, function, test, macro)
+/// together: two values at the bound (`replace(from=a, to=b)`).
+pub const MAX_ARGS_BYTES: usize = 2 * MAX_VALUE_BYTES;
+/// Most bytes held at once by the values being built from parts inside one
+/// another (a list literal whose item is a call whose argument is a `~`).
+pub const MAX_HELD_BYTES: usize = 4 * MAX_VALUE_BYTES;
 /// Most levels of lists and maps in one such value.
 pub const MAX_VALUE_DEPTH: usize = 64;
 /// Most bytes one rendered template may produce.
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+/// Most bytes one render may write, counted where they are written: into
+/// the output, and into the buffers tera fills with a macro's result or a
+/// `filter` section's body (what a macro writes counts again where its
+/// result is written).
+pub const MAX_WRITTEN: usize = 32 * 1024 * 1024;
 /// Stack kept free below the limits: a guard call that finds less left refuses.
 const STACK_RESERVE: usize = 32 * 1024 * 1024;
 
 /// The functions templates may call.
 pub const FUNCTIONS: &[&str] = &["range", "throw"];
 
-const ENTER: &str = "__kube_aws_enter";
-const LEAVE: &str = "__kube_aws_leave";
-const STEP: &str = "__kube_aws_step";
-const BOUND: &str = "__kube_aws_bound";
+pub(super) const ENTER: &str = "__kube_aws_enter";
+pub(super) const LEAVE: &str = "__kube_aws_leave";
+pub(super) const STEP: &str = "__kube_aws_step";
+pub(super) const BOUND: &str = "__kube_aws_bound";
 
 /// A refusal at a byte offset of the template text.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,20 +85,34 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// What the pre-scan learned: where each macro and loop tag starts.
+/// What the pre-scan learned: where each macro starts, and where each tag
+/// that tera turns into an expression is, with what is in it.
 #[derive(Debug, Default)]
 pub struct Scan {
     /// Macro name → offset of its `{% macro` tag.
     pub macros: HashMap<String, usize>,
-    /// Offsets of `{% for` tags, in order, outside any macro.
-    pub top_loops: Vec<usize>,
-    /// Offsets of `{% for` tags inside each macro, in order.
-    pub macro_loops: HashMap<String, Vec<usize>>,
-    /// Offsets of `{% set` and `{% set_global` tags, in order, outside any macro.
-    pub top_sets: Vec<usize>,
-    /// Offsets of `{% set` and `{% set_global` tags inside each macro, in order.
-    pub macro_sets: HashMap<String, Vec<usize>>,
+    /// The expression tags outside any macro, in order.
+    pub top: Vec<Tag>,
+    /// The expression tags inside each macro, in order.
+    pub in_macro: HashMap<String, Vec<Tag>>,
 }
+
+/// A tag with an expression: `{{ }}`, or `{%` `if`, `elif`, `for`, `set`,
+/// `set_global`, `filter`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Tag {
+    pub offset: usize,
+    /// The filters named in the tag (a `filter` section's own first), with
+    /// the offset of each name, in text order.
+    pub filters: Vec<(String, usize)>,
+    /// Offsets of each `~`, in order.
+    pub tildes: Vec<usize>,
+    /// Offsets of each `[` that opens a list literal (not an index), in order.
+    pub lists: Vec<usize>,
+}
+
+/// The keywords of statement tags that hold an expression.
+const EXPRESSION_TAGS: &[&str] = &["if", "elif", "for", "set", "set_global", "filter"];
 
 /// 1-based line and column of byte `offset` in `text`.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -184,6 +215,10 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
                     toks.push((Tok::Punct("|"), j));
                     j += 1;
                 }
+                b'~' => {
+                    toks.push((Tok::Punct("~"), j));
+                    j += 1;
+                }
                 b'+' | b'-' | b'*' | b'/' | b'%' => {
                     operators += 1;
                     toks.push((Tok::Other, j));
@@ -207,15 +242,26 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
         }
         check_calls(&toks, kind == b'%')?;
         i = end;
+        // `{{-` and `{%-` trim whitespace: the keyword follows the `-`.
+        let toks = match toks.first() {
+            Some(&(Tok::Other, at)) if b[at] == b'-' => &toks[1..],
+            _ => &toks[..],
+        };
+        let keyword = match toks.first() {
+            Some(&(Tok::Ident(k), _)) if kind == b'%' => Some(k),
+            _ => None,
+        };
+        if kind == b'{' || keyword.is_some_and(|k| EXPRESSION_TAGS.contains(&k)) {
+            let tag = tag_of(start, toks, keyword == Some("filter"));
+            match &in_macro {
+                Some(m) => scan.in_macro.entry(m.clone()).or_default().push(tag),
+                None => scan.top.push(tag),
+            }
+        }
         if kind != b'%' {
             continue;
         }
-        // `{%-` trims whitespace: the keyword follows the `-`.
-        let first = match toks.first() {
-            Some(&(Tok::Other, at)) if b[at] == b'-' => toks.get(1),
-            t => t,
-        };
-        let Some(&(Tok::Ident(keyword), _)) = first else {
+        let Some(keyword) = keyword else {
             continue;
         };
         match keyword {
@@ -246,17 +292,8 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
                         scan.macros.insert(name.to_string(), start);
                         in_macro = Some(name.to_string());
                     }
-                } else if keyword == "for" {
-                    match &in_macro {
-                        Some(m) => scan.macro_loops.entry(m.clone()).or_default().push(start),
-                        None => scan.top_loops.push(start),
-                    }
                 }
             }
-            "set" | "set_global" => match &in_macro {
-                Some(m) => scan.macro_sets.entry(m.clone()).or_default().push(start),
-                None => scan.top_sets.push(start),
-            },
             "endif" | "endfor" | "endmacro" | "endfilter" | "endblock" => {
                 let closed = blocks.pop().map(|(k, _)| k);
                 if closed == Some("macro") {
@@ -267,6 +304,37 @@ pub fn prescan(text: &str) -> Result<Scan, Refusal> {
         }
     }
     Ok(scan)
+}
+
+/// The [`Tag`] at `offset` with tokens `toks` (`section`: a `{% filter %}`
+/// tag, whose filter is the word after the keyword).
+fn tag_of(offset: usize, toks: &[(Tok, usize)], section: bool) -> Tag {
+    let mut tag = Tag {
+        offset,
+        ..Tag::default()
+    };
+    if let (true, Some(&(Tok::Ident(name), at))) = (section, toks.get(1)) {
+        tag.filters.push((name.to_string(), at));
+    }
+    for (k, &(tok, at)) in toks.iter().enumerate() {
+        let prev = k.checked_sub(1).map(|p| toks[p].0);
+        match tok {
+            Tok::Punct("~") => tag.tildes.push(at),
+            Tok::Ident(name) if prev == Some(Tok::Punct("|")) => tag.filters.push((name.to_string(), at)),
+            Tok::Punct("[") if opens_list(prev) => tag.lists.push(at),
+            _ => {}
+        }
+    }
+    tag
+}
+
+/// Does a `[` after `prev` open a list literal (not index a value)?
+fn opens_list(prev: Option<Tok>) -> bool {
+    match prev {
+        Some(Tok::Ident(w)) => matches!(w, "in" | "and" | "or" | "not" | "is"),
+        Some(Tok::Punct(")")) => false,
+        _ => true,
+    }
 }
 
 /// Refuses calls of functions other than [`FUNCTIONS`]. An identifier before
@@ -331,7 +399,7 @@ fn find_endraw(text: &str, from: usize) -> Option<usize> {
     None
 }
 
-/// What stopped a render, found by the calls [`instrument`] adds.
+/// What stopped a render, found by the calls [`super::instrument`] adds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stop {
     /// Macro calls nested deeper than [`MAX_MACRO_DEPTH`] (or the stack ran
@@ -347,6 +415,18 @@ pub enum Stop {
         macro_name: Option<String>,
         why: String,
     },
+    /// A filter (`what` is "filter `replace`") whose result would be `size`
+    /// bytes, or an operator, list literal or call's arguments (`size`
+    /// unknown) whose value would pass `limit`, at `offset`.
+    Grow {
+        offset: usize,
+        what: String,
+        size: Option<usize>,
+        limit: usize,
+    },
+    /// More than [`MAX_WRITTEN`] bytes written; `offset` is the tag (or the
+    /// block around the text) that passed it.
+    Written { offset: usize },
 }
 
 #[derive(Default)]
@@ -355,6 +435,9 @@ struct State {
     steps: usize,
     stack_base: usize,
     stop: Option<Stop>,
+    /// Values being built from parts: (group, bytes so far), innermost last.
+    groups: Vec<(usize, usize)>,
+    written: usize,
 }
 
 thread_local! {
@@ -385,9 +468,59 @@ fn offset_arg(args: &HashMap<String, Value>) -> usize {
     args.get("at").and_then(Value::as_u64).unwrap_or(0) as usize
 }
 
-fn stop(reason: Stop) -> tera::Result<Value> {
-    STATE.with(|s| s.borrow_mut().stop = Some(reason));
+/// Records why the render stops (the first reason, if tera swallows the
+/// error and goes on) and returns the error that stops it.
+pub(super) fn stop(reason: Stop) -> tera::Result<Value> {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.stop.is_none() {
+            s.stop = Some(reason);
+        }
+    });
     Err(tera::Error::msg("stopped by a kube-aws template limit"))
+}
+
+/// Adds `size` to the value group `group` is building; returns its total
+/// and what all open groups hold together. A `first` part opens the group.
+/// Groups left open by an error that tera swallowed are closed when an
+/// enclosing group goes on.
+pub(super) fn add_to_group(group: usize, first: bool, size: usize) -> (usize, usize) {
+    STATE.with(|s| {
+        let groups = &mut s.borrow_mut().groups;
+        let found = groups.iter().rposition(|g| g.0 == group);
+        match found {
+            Some(at) if !first => groups.truncate(at + 1),
+            _ => groups.push((group, 0)),
+        }
+        let top = groups.last_mut().expect("a group was just found or opened");
+        top.1 = top.1.saturating_add(size);
+        let own = top.1;
+        let held = groups.iter().fold(0usize, |n, g| n.saturating_add(g.1));
+        (own, held)
+    })
+}
+
+/// Closes group `group` (and any left open inside it).
+pub(super) fn end_group(group: usize) {
+    STATE.with(|s| {
+        let groups = &mut s.borrow_mut().groups;
+        if let Some(at) = groups.iter().rposition(|g| g.0 == group) {
+            groups.truncate(at);
+        }
+    });
+}
+
+/// Counts `bytes` written by the tag at `offset`; refuses past [`MAX_WRITTEN`].
+pub(super) fn written(bytes: usize, offset: usize) -> tera::Result<()> {
+    let over = STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.written = s.written.saturating_add(bytes);
+        s.written > MAX_WRITTEN
+    });
+    if over {
+        stop(Stop::Written { offset })?;
+    }
+    Ok(())
 }
 
 fn step(offset: usize) -> tera::Result<()> {
@@ -402,34 +535,56 @@ fn step(offset: usize) -> tera::Result<()> {
     Ok(())
 }
 
+/// The size of `v` as the limits count it: a string by its length, a
+/// number, a boolean or null 8 bytes, and each item of a list or map
+/// [`ITEM_BYTES`] more (plus its key's length), so that a list of many small
+/// items counts what it takes in memory. Stops counting past
+/// [`MAX_VALUE_BYTES`] (the result is then larger than the bound, not exact).
+pub fn value_size(v: &Value) -> usize {
+    let mut bytes = 0usize;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        bytes = bytes.saturating_add(own_size(v));
+        if bytes > MAX_VALUE_BYTES {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(m) => stack.extend(m.values()),
+            _ => {}
+        }
+    }
+    bytes
+}
+
+/// What `v` counts without its items' contents.
+fn own_size(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.len().saturating_mul(ITEM_BYTES),
+        Value::Object(m) => m.keys().fold(0usize, |n, k| n.saturating_add(ITEM_BYTES + k.len())),
+        _ => 8,
+    }
+}
+
 /// Why `v` is over [`MAX_VALUE_BYTES`] or [`MAX_VALUE_DEPTH`], if it is;
 /// walks without recursion and stops at the first limit passed.
 pub fn value_problem(v: &Value) -> Option<String> {
-    let mut bytes = 0usize;
     let mut stack = vec![(v, 1usize)];
     while let Some((v, depth)) = stack.pop() {
         match v {
-            Value::String(s) => bytes += s.len(),
             Value::Array(_) | Value::Object(_) if depth > MAX_VALUE_DEPTH => {
                 return Some(format!("nests lists and maps more than {MAX_VALUE_DEPTH} levels deep"))
             }
             Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1))),
-            Value::Object(m) => {
-                for (k, i) in m {
-                    bytes += k.len();
-                    stack.push((i, depth + 1));
-                }
-            }
-            _ => bytes += 8,
-        }
-        if bytes > MAX_VALUE_BYTES {
-            return Some(format!("is larger than {MAX_VALUE_BYTES} bytes"));
+            Value::Object(m) => stack.extend(m.values().map(|i| (i, depth + 1))),
+            _ => {}
         }
     }
-    None
+    (value_size(v) > MAX_VALUE_BYTES).then(|| format!("is larger than {MAX_VALUE_BYTES} bytes"))
 }
 
-/// The filter [`instrument`] puts after each `set` value.
+/// The filter [`super::instrument`] puts after each `set` value.
 fn bound(v: &Value, args: &HashMap<String, Value>) -> tera::Result<Value> {
     match value_problem(v) {
         Some(why) => stop(Stop::Value {
@@ -514,7 +669,7 @@ fn range(args: &HashMap<String, Value>) -> tera::Result<Value> {
 }
 
 /// A fresh tera with only the functions plugin templates may call, and the
-/// counting calls [`instrument`] adds.
+/// counting calls [`super::instrument`] adds.
 pub fn tera() -> tera::Tera {
     let mut t = tera::Tera::default();
     // Not callable even if a template got past the pre-scan.
@@ -526,104 +681,11 @@ pub fn tera() -> tera::Tera {
     t.register_function(LEAVE, leave);
     t.register_function(STEP, loop_step);
     t.register_filter(BOUND, bound);
+    // Templates write YAML and JSON: never HTML-escaped, whatever the
+    // template's name (tera escapes names ending .html, .htm, .xml).
+    t.autoescape_on(vec![]);
+    super::grow::register(&mut t);
     t
-}
-
-fn call_args(args: &[(&str, Value)]) -> HashMap<String, Expr> {
-    args.iter()
-        .map(|(k, v)| {
-            let val = match v {
-                Value::String(s) => ExprVal::String(s.clone()),
-                v => ExprVal::Int(v.as_i64().unwrap_or(0)),
-            };
-            (k.to_string(), Expr::new(val))
-        })
-        .collect()
-}
-
-fn call(name: &str, args: &[(&str, Value)]) -> Node {
-    call_with(name, call_args(args))
-}
-
-fn call_with(name: &str, args: HashMap<String, Expr>) -> Node {
-    Node::VariableBlock(
-        WS::default(),
-        Expr::new(ExprVal::FunctionCall(FunctionCall {
-            name: name.to_string(),
-            args,
-        })),
-    )
-}
-
-/// The offsets of a body's loop and set tags, in text order.
-struct Tags<L, S> {
-    loops: L,
-    sets: S,
-}
-
-/// Adds the counting calls to template `name` of `t`: each macro body starts
-/// with an enter call and ends with a leave call; each loop body starts with
-/// a step call; each `set` value gets a bounding filter. Calls carry the
-/// offset of their tag, from `scan`; the enter call also carries the macro's
-/// arguments, to bound them.
-///
-/// This edits tera's parsed template (`Tera::templates` and `tera::ast` are
-/// public but hidden from tera's docs); Cargo.lock pins tera, and the tests
-/// at the limits fail if a tera update changes them.
-pub fn instrument(t: &mut tera::Tera, name: &str, scan: &Scan) {
-    let Some(tpl) = t.templates.get_mut(name) else { return };
-    let mut top = Tags {
-        loops: scan.top_loops.iter().copied(),
-        sets: scan.top_sets.iter().copied(),
-    };
-    add_steps(&mut tpl.ast, &mut top);
-    for (mname, def) in tpl.macros.iter_mut() {
-        let at = scan.macros.get(mname).copied().unwrap_or(0);
-        let mut tags = Tags {
-            loops: scan.macro_loops.get(mname).cloned().unwrap_or_default().into_iter(),
-            sets: scan.macro_sets.get(mname).cloned().unwrap_or_default().into_iter(),
-        };
-        add_steps(&mut def.body, &mut tags);
-        let mut args = call_args(&[("m", Value::String(mname.clone())), ("at", Value::from(at as u64))]);
-        for name in def.args.keys() {
-            args.insert(format!("v_{name}"), Expr::new(ExprVal::Ident(name.clone())));
-        }
-        def.body.insert(0, call_with(ENTER, args));
-        def.body.push(call(LEAVE, &[]));
-    }
-}
-
-fn add_steps<L: Iterator<Item = usize>, S: Iterator<Item = usize>>(body: &mut [Node], tags: &mut Tags<L, S>) {
-    for node in body {
-        match node {
-            Node::Forloop(_, f, _) => {
-                let at = tags.loops.next().unwrap_or(0);
-                add_steps(&mut f.body, tags);
-                f.body.insert(0, call(STEP, &[("at", Value::from(at as u64))]));
-                if let Some(e) = &mut f.empty_body {
-                    add_steps(e, tags);
-                }
-            }
-            Node::Set(_, set) => {
-                let at = tags.sets.next().unwrap_or(0);
-                set.value.filters.push(FunctionCall {
-                    name: BOUND.to_string(),
-                    args: call_args(&[("at", Value::from(at as u64))]),
-                });
-            }
-            Node::If(i, _) => {
-                for (_, _, b) in &mut i.conditions {
-                    add_steps(b, tags);
-                }
-                if let Some((_, b)) = &mut i.otherwise {
-                    add_steps(b, tags);
-                }
-            }
-            Node::FilterSection(_, f, _) => add_steps(&mut f.body, tags),
-            Node::Block(_, bl, _) => add_steps(&mut bl.body, tags),
-            _ => {}
-        }
-    }
 }
 
 /// A writer that refuses to grow past [`MAX_OUTPUT`] bytes.

@@ -85,15 +85,16 @@ impl<'a> Renderer<'a> {
             if let Err(e) = tera.add_raw_template(name, text) {
                 return Outcome::Broken(chain(&e));
             }
-            guard::instrument(&mut tera, name, &scan);
+            super::instrument::instrument(&mut tera, name, &scan);
             guard::begin();
             let mut out = guard::Bounded::default();
-            match tera.render_to(name, &self.ctx, &mut out) {
-                Ok(()) => Outcome::Done(String::from_utf8_lossy(&out.0).into_owned()),
-                Err(e) => match guard::stopped() {
-                    Some(stop) => Outcome::Stopped(stop),
-                    None => Outcome::Failed(chain(&e)),
-                },
+            let rendered = tera.render_to(name, &self.ctx, &mut out);
+            // A limit stops the render even where tera swallows the error
+            // (an `if` on a variable with filters reads an error as false).
+            match (guard::stopped(), rendered) {
+                (Some(stop), _) => Outcome::Stopped(stop),
+                (None, Ok(())) => Outcome::Done(String::from_utf8_lossy(&out.0).into_owned()),
+                (None, Err(e)) => Outcome::Failed(chain(&e)),
             }
         })
         .map_err(|e| fail(None, format!("cannot start a thread to render the template: {e}")))?;
@@ -146,6 +147,23 @@ impl<'a> Renderer<'a> {
                         guard::MAX_VALUE_DEPTH
                     ),
                 ));
+            }
+            Outcome::Stopped(guard::Stop::Grow {
+                offset,
+                what,
+                size,
+                limit,
+            }) => return Err(fail(Some(guard::line_col(text, offset)), grow_message(&what, size, limit))),
+            Outcome::Stopped(guard::Stop::Written { offset }) => {
+                return Err(fail(
+                    Some(guard::line_col(text, offset)),
+                    format!(
+                        "this template writes more than {} bytes, counting what a macro or a `filter` section \
+                         writes both where it is written and where its result is used (the limit for one plugin \
+                         template); write less in loops inside macros, or render the output in fewer levels",
+                        guard::MAX_WRITTEN
+                    ),
+                ))
             }
             Outcome::Failed(full) => full,
         };
@@ -245,6 +263,26 @@ impl<'a> Renderer<'a> {
             other => other.clone(),
         }
     }
+}
+
+/// The refusal of a filter, operator, list literal or call whose value would
+/// pass `limit`.
+fn grow_message(what: &str, size: Option<usize>, limit: usize) -> String {
+    let would = match size {
+        Some(n) => format!("{what} would make a value of {n} bytes"),
+        None => format!("{what} would make a value larger than {limit} bytes"),
+    };
+    let which = if limit == guard::MAX_VALUE_BYTES {
+        "for one value"
+    } else if limit == guard::MAX_ARGS_BYTES {
+        "for the arguments of one call"
+    } else {
+        "for the values one expression builds at once"
+    };
+    format!(
+        "{would}, over the limit of {limit} bytes {which} in a plugin template (nothing was built); \
+         give it a smaller input or smaller arguments, or split the work over several values"
+    )
 }
 
 /// How a render on the template thread ended.

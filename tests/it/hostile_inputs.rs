@@ -83,18 +83,21 @@ fn a_hostile_kubeconfig_is_refused_quickly_and_left_as_it_is() {
 
 #[test]
 fn values_a_template_builds_are_bounded_at_their_line() {
-    // A string doubled in a loop: 2^26 bytes (64 MiB) would be built.
+    // A string doubled in a loop: 2^26 bytes (64 MiB) would be built; the
+    // `~` stops at the bound, before the value is kept (issue 40).
     let err = refused(
         "a\n{% set_global s = \"x\" %}\n{% for i in range(end=26) %}\n  {% set_global s = s ~ s %}\n{% endfor %}{{ s | length }}\n",
     );
-    assert!(err.contains("plugins/demo/t.tera:4:3:"), "{err}");
+    assert!(err.contains("plugins/demo/t.tera:4:23:"), "{err}");
+    assert!(err.contains("`~`"), "{err}");
     assert!(err.contains(&MAX_VALUE_BYTES.to_string()), "{err}");
     insta::assert_snapshot!("template_string_doubling", err);
-    // A list doubled with concat: 2^20 numbers.
+    // A list doubled with concat: 2^20 numbers; `concat` refuses first.
     let err = refused(
         "{% set_global a = [1] %}{% for i in range(end=20) %}\n{% set_global a = a | concat(with=a) %}{% endfor %}{{ a | length }}",
     );
-    assert!(err.contains("plugins/demo/t.tera:2:1:"), "{err}");
+    assert!(err.contains("plugins/demo/t.tera:2:23:"), "{err}");
+    assert!(err.contains("filter `concat`"), "{err}");
     // A list nested in itself, 200 levels.
     let err = refused(
         "{% set_global a = [] %}{% for i in range(end=200) %}\n{% set_global a = [a] %}{% endfor %}{{ a | length }}",
@@ -102,13 +105,23 @@ fn values_a_template_builds_are_bounded_at_their_line() {
     assert!(err.contains("plugins/demo/t.tera:2:1:"), "{err}");
     assert!(err.contains(&format!("{MAX_VALUE_DEPTH} levels")), "{err}");
     insta::assert_snapshot!("template_list_nesting", err);
-    // A recursive macro doubling its argument: refused at the macro's line.
+    // A recursive macro doubling its argument: refused at the `~` that
+    // doubles it, inside the macro.
     let err = refused(
         "x\n{% macro d(s, n) %}{% if n > 0 %}{{ self::d(s=s ~ s, n=n - 1) }}{% else %}{{ s | length }}{% endif %}{% endmacro %}\n{{ self::d(s=\"x\", n=26) }}",
     );
-    assert!(err.contains("plugins/demo/t.tera:2:1:"), "{err}");
-    assert!(err.contains("`d`"), "{err}");
+    assert!(err.contains("plugins/demo/t.tera:2:49:"), "{err}");
+    assert!(err.contains("`~`"), "{err}");
     insta::assert_snapshot!("template_macro_argument_doubling", err);
+    // A macro's argument over the bound that no operator built (another
+    // macro's result, 8 MiB): refused at the called macro's line.
+    let err = refused(
+        "{% macro two(v) %}{{ v }}{{ v }}{% endmacro %}\n{% macro d(s) %}{{ s | length }}{% endmacro %}\n\
+         {% set_global x = \"x\" %}{% for i in range(end=22) %}{% set_global x = x ~ x %}{% endfor %}\
+         {{ self::d(s=self::two(v=x)) }}",
+    );
+    assert!(err.contains("plugins/demo/t.tera:2:1:"), "{err}");
+    assert!(err.contains("macro `d`: its argument `s`"), "{err}");
     // Within the limits, the same templates render (and `{%-` tags count).
     let ok = render_template(
         "{% set_global s = \"x\" %}{%- for i in range(end=10) %}{%- set_global s = s ~ s %}{% endfor %}{{ s | length }}",

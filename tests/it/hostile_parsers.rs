@@ -37,7 +37,7 @@ spec:
 ";
 
 /// A work tree whose plugin `demo` renders `template` as t.tera.
-fn plugin_tree(template: &str) -> tempfile::TempDir {
+pub(crate) fn plugin_tree(template: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, body: &str| {
         let p = dir.path().join(name);

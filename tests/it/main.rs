@@ -61,6 +61,7 @@ mod render;
 mod restore_moto;
 mod secret_rotation;
 mod servers;
+mod template_growth;
 mod testbed;
 mod update_rolls_moto;
 mod update_safety_moto;
