@@ -104,6 +104,16 @@ Patches (moto 5.2.5):
    its ARN; a changed AlarmName replaces the alarm). The patch adds that
    model for the single-metric form, through moto's own put_metric_alarm and
    delete_alarms; `Metrics` (metric math) is refused rather than dropped.
+
+11. iam ManagedPolicy (AWS::IAM::ManagedPolicy) has no delete: moto's
+   CloudFormation leaves the policy attached when it deletes a stack (or the
+   old copy of a nested stack it recreates on update), and then cannot delete
+   the role it is attached to (DeleteConflict "must detach all policies
+   first"), so the stack's deletion fails. AWS's CloudFormation deletes the
+   policy first (it depends on the role through `Roles`), detaching it from
+   every role, group and user. The patch gives the policy that delete: detach
+   from each entity, then DeletePolicy, through moto's own backend calls;
+   moto's delete loop retries the role afterwards.
 """
 
 import json
@@ -118,6 +128,8 @@ from moto.core.common_models import CloudFormationModel
 from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
 from moto.iam import access_control
+from moto.iam import models as iam_models
+from moto.utilities.utils import get_partition
 from moto.server import main
 
 import moto_lifecycle
@@ -162,6 +174,20 @@ def _deleted_stack_resources(original):
 
 def _route_table_delete(self, account_id, region_name):
     self.ec2_backend.delete_route_table(self.id)
+
+
+def _managed_policy_delete(self, account_id, region_name):
+    backend = iam_models.iam_backends[account_id][get_partition(region_name)]
+    for role in list(backend.roles.values()):
+        if self.arn in role.managed_policies:
+            backend.detach_role_policy(self.arn, role.name)
+    for group in list(backend.groups.values()):
+        if self.arn in group.managed_policies:
+            backend.detach_group_policy(self.arn, group.name)
+    for user in list(backend.users.values()):
+        if self.arn in user.managed_policies:
+            backend.detach_user_policy(self.arn, user.name)
+    backend.delete_policy(self.arn)
 
 
 def _resource_unknown_matches_any(original):
@@ -279,6 +305,8 @@ def apply_patches():
     cloudformation_models.Stack.get_cfn_attribute = _stack_get_cfn_attribute
     assert not hasattr(RouteTable, "delete")
     RouteTable.delete = _route_table_delete
+    assert not hasattr(iam_models.ManagedPolicy, "delete")
+    iam_models.ManagedPolicy.delete = _managed_policy_delete
     cloudformation_models.Stack.stack_resources = _deleted_stack_resources(cloudformation_models.Stack.stack_resources)
     statement = access_control.IAMPolicyStatement
     statement._check_element_matches = _resource_unknown_matches_any(statement._check_element_matches)
