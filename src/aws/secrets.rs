@@ -721,7 +721,7 @@ mod tests {
         let s = without_pki(&b);
         assert_eq!(
             s.secrets.keys().collect::<Vec<_>>(),
-            [BOOTSTRAP_TOKEN, "dex/clientSecret"]
+            ["dex/clientSecret", BOOTSTRAP_TOKEN]
         );
         assert!(s.certificates.is_empty());
         assert_eq!(s.origins.keys().collect::<Vec<_>>(), ["dex/clientSecret"]);
