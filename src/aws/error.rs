@@ -334,9 +334,9 @@ pub enum BundleError {
     )]
     PreviousMissing { uri: String },
     #[error(
-        "the previous secret bundle {uri:?} (the live stack's SecretBundleKey) cannot be used: {detail}; nothing \
-         was published or changed. Restore it from a backup (S3 versioning), or, to replace the cluster CA on \
-         purpose, run `kube-aws update --rotate-ca` (docs/deploy.md)"
+        "the previous secret bundle {uri:?} cannot be used: {detail}; nothing was published or changed. Restore \
+         it from a backup (S3 versioning), or, to replace a running cluster's CA on purpose, run \
+         `kube-aws update --rotate-ca` (docs/deploy.md)"
     )]
     PreviousUnreadable { uri: String, detail: String },
     #[error(

@@ -12,10 +12,11 @@
 //!   key names: an error that names the key. It never means "start afresh": a
 //!   new CA, service-account key and join token would lock out every node and
 //!   break every IAM role of a service account.
-//! - `update --rotate-ca`: the same bundle when it is there, for the secrets
-//!   that are not the PKI; the PKI is minted anew (src/aws/secrets.rs
-//!   `without_pki`). Only then may the root's `CACertHash` change
-//!   ([`check_ca`]).
+//! - `update --rotate-ca`: the same bundle when it is there, else the latest
+//!   one, for the secrets that are not the PKI and for the service-account
+//!   key the issuer's JWKS keeps serving; the PKI is minted anew
+//!   (src/aws/secrets.rs `without_pki`). Only then may the root's
+//!   `CACertHash` change ([`check_ca`]).
 //!
 //! The latest bundle is written only once the change is confirmed
 //! (src/aws/publish.rs `publish_confirmed`), with the issuer's documents.
@@ -34,8 +35,9 @@ pub enum PreviousBundle {
     /// The stack exists: the bundle at this key (relative to the cluster's
     /// prefix), which must be there and readable.
     Required { key: String },
-    /// `update --rotate-ca`: the bundle at this key when it is readable (its
-    /// secrets other than the PKI are kept), else none; the PKI is new.
+    /// `update --rotate-ca`: the bundle at this key when it is readable, else
+    /// the latest one, else none; its secrets other than the PKI are kept
+    /// (and its service-account key stays in the issuer's JWKS); the PKI is new.
     RotateCa { key: String },
 }
 
@@ -86,11 +88,26 @@ pub async fn load(
     location: &Location,
     which: &PreviousBundle,
 ) -> Result<Option<SecretBundle>, AwsError> {
-    let (key, required) = match which {
-        PreviousBundle::Latest => (SECRET_BUNDLE, false),
-        PreviousBundle::Required { key } => (key.as_str(), true),
-        PreviousBundle::RotateCa { key } => (key.as_str(), false),
-    };
+    match which {
+        PreviousBundle::Latest => read(clients, location, SECRET_BUNDLE, false).await,
+        PreviousBundle::Required { key } => read(clients, location, key, true).await,
+        PreviousBundle::RotateCa { key } => {
+            // Whatever is readable: a rotation asked for explicitly starts from what is left.
+            if let Ok(Some(b)) = read(clients, location, key, false).await {
+                return Ok(Some(b));
+            }
+            Ok(read(clients, location, SECRET_BUNDLE, false).await.ok().flatten())
+        }
+    }
+}
+
+/// The bundle at `key`: None when it is missing and not `required`.
+async fn read(
+    clients: &Clients,
+    location: &Location,
+    key: &str,
+    required: bool,
+) -> Result<Option<SecretBundle>, AwsError> {
     let uri = format!("s3://{}/{}", location.bucket, location.key(key));
     let Some(bytes) = get_object(clients, &location.bucket, &location.key(key)).await? else {
         return if required {
@@ -99,11 +116,9 @@ pub async fn load(
             Ok(None)
         };
     };
-    match parse_previous(key, &bytes) {
-        Ok(b) => Ok(Some(b)),
-        Err(_) if which.rotates_ca() => Ok(None),
-        Err(detail) => Err(BundleError::PreviousUnreadable { uri, detail }.into()),
-    }
+    parse_previous(key, &bytes)
+        .map(Some)
+        .map_err(|detail| BundleError::PreviousUnreadable { uri, detail }.into())
 }
 
 /// An update's new root parameters against the live ones: the cluster CA
