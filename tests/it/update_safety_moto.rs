@@ -10,6 +10,16 @@
 //! groups roll (src/aws/rolls.rs) and why; a changed backup interval changes the settings
 //! parameter only.
 //!
+//! Issue 36 §3: with `secrets/bundle.json` deleted, `update` reads the live
+//! stack's `SecretBundleKey` and keeps `CACertHash`, the join token and the
+//! issuer's JWKS; with that bundle deleted too it refuses, naming it, and
+//! leaves the stack, the bucket and the issuer bucket as they were;
+//! `update --rotate-ca` publishes neither the latest bundle nor the issuer's
+//! documents before it is confirmed, and then keeps the old key ID in the
+//! JWKS. A disabled (or pending-deletion) KMS key: `status` warns, naming it
+//! and what stops working; `update` refuses before it writes anything.
+//! (moto's DisableKey and ScheduleKeyDeletion take a key ID, not an ARN.)
+//!
 //! Not covered here: moto has no CloudFormation model for
 //! AWS::AutoScaling::LifecycleHook (it skips the resource), so the hook is
 //! checked in the live template, not as a moto lifecycle hook; moto puts
