@@ -266,8 +266,36 @@ pub fn jwks(sa_pub_pem: &str) -> Result<(Value, &'static str), IrsaError> {
 /// Both discovery objects for the cluster, as (key relative to the issuer's
 /// root, body): what `up` publishes.
 pub fn discovery_objects(cfg: &ClusterConfig, sa_pub_pem: &str) -> Result<Vec<(&'static str, Vec<u8>)>, IrsaError> {
-    let (keys, alg) = jwks(sa_pub_pem)?;
-    let doc = discovery_document(&issuer_url(cfg), &jwks_url(cfg), alg);
+    discovery_objects_with(cfg, sa_pub_pem, &[])
+}
+
+/// [`discovery_objects`] whose JWKS also serves `retired`: service-account
+/// public keys a CA rotation replaced, whose tokens can still be valid
+/// (src/aws/secrets.rs `retired_service_account_keys`). The current key comes
+/// first; a retired key that is the current one is not listed twice.
+pub fn discovery_objects_with(
+    cfg: &ClusterConfig,
+    sa_pub_pem: &str,
+    retired: &[&str],
+) -> Result<Vec<(&'static str, Vec<u8>)>, IrsaError> {
+    let (mut keys, alg) = jwks(sa_pub_pem)?;
+    let mut algs = vec![alg];
+    for pem in retired {
+        let (set, alg) = jwks(pem)?;
+        if !algs.contains(&alg) {
+            algs.push(alg);
+        }
+        let Some(list) = keys["keys"].as_array_mut() else {
+            continue;
+        };
+        for k in set["keys"].as_array().into_iter().flatten() {
+            if !list.iter().any(|have| have["kid"] == k["kid"]) {
+                list.push(k.clone());
+            }
+        }
+    }
+    let mut doc = discovery_document(&issuer_url(cfg), &jwks_url(cfg), alg);
+    doc["id_token_signing_alg_values_supported"] = json!(algs);
     let body = |v: &Value| {
         let mut s = serde_json::to_vec_pretty(v).unwrap_or_default();
         s.push(b'\n');
@@ -391,6 +419,40 @@ dTNULI9QFB38zebILwIDAQAB
         assert_eq!(set["keys"][0]["e"], "AQAB");
         assert_eq!(set["keys"][0]["kid"], "r0H8zhewtFnkf2vuvgJkqVYpyHkuCRPxoAv4Zslvu1o");
         assert!(jwks("not a key").is_err());
+    }
+
+    #[test]
+    fn the_jwks_keeps_a_retired_key_after_the_current_one() {
+        let cfg: ClusterConfig = serde_yaml::from_str(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://bucket/team\nkmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n",
+        )
+        .unwrap();
+        let parse = |objs: &[(&str, Vec<u8>)], name: &str| -> Value {
+            serde_json::from_slice(&objs.iter().find(|(k, _)| *k == name).unwrap().1).unwrap()
+        };
+        let objs = discovery_objects_with(&cfg, EC_PEM, &[RSA_PEM, EC_PEM]).unwrap();
+        let keys = parse(&objs, ISSUER_JWKS);
+        let kids: Vec<&str> = keys["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kids,
+            [
+                "-AUTuhYEZa-fiWkqhe_DBbmcQU0663xZEaH4ViBthkU",
+                "r0H8zhewtFnkf2vuvgJkqVYpyHkuCRPxoAv4Zslvu1o"
+            ]
+        );
+        let doc = parse(&objs, ISSUER_DISCOVERY);
+        assert_eq!(doc["id_token_signing_alg_values_supported"], json!(["ES256", "RS256"]));
+        // Nothing retired: the documents as before.
+        assert_eq!(
+            discovery_objects_with(&cfg, EC_PEM, &[]).unwrap(),
+            discovery_objects(&cfg, EC_PEM).unwrap()
+        );
+        assert!(discovery_objects_with(&cfg, EC_PEM, &["not a key"]).is_err());
     }
 
     #[test]

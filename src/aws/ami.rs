@@ -106,6 +106,7 @@ mod tests {
             objects: vec![],
             addons: vec![],
             stack_templates: Default::default(),
+            bundle: Default::default(),
         }
     }
 

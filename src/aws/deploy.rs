@@ -10,6 +10,7 @@ use serde::Serialize;
 
 pub use super::ami::PinnedAmi;
 use super::ami::{pin_amis, resolve_ami};
+use super::previous::PreviousBundle;
 use super::publish::{self, ChartTarball, Location, PublishInput, Published};
 use super::secrets::NamedSecret;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
@@ -70,22 +71,34 @@ pub struct WaitOptions {
     pub timeout: Option<Duration>,
 }
 
-/// Publishes the artifacts and sets the snapshots' lifecycle rules.
+/// Publishes the artifacts and sets the snapshots' lifecycle rules. For an
+/// update (`live`, the stack as it is), a result with another cluster CA is
+/// refused before anything is written, unless `previous` rotates the CA
+/// (src/aws/previous.rs). The latest bundle and the issuer's documents wait
+/// for [`publish::publish_confirmed`].
 pub async fn publish_artifacts(
     clients: &Clients,
     cluster: &ClusterConfig,
     opts: &ArtifactsOptions,
+    previous: PreviousBundle,
+    live: Option<&StackInfo>,
 ) -> Result<Published, AwsError> {
-    let published = publish::publish(
+    let rotate_ca = previous.rotates_ca();
+    let prepared = publish::prepare(
         clients,
         &PublishInput {
             rendered_dir: &opts.rendered_dir,
             charts: &opts.charts,
             cluster,
             secrets: &opts.secrets,
+            previous,
         },
     )
     .await?;
+    if let Some(live) = live {
+        super::previous::check_ca(&live.parameters, prepared.parameters(), rotate_ca)?;
+    }
+    let published = publish::upload(clients, prepared).await?;
     // The snapshots' retention is the bucket's (src/aws/retention.rs).
     super::retention::apply(clients, cluster, &published.location).await?;
     Ok(published)
@@ -105,8 +118,11 @@ pub async fn up(
         }
         return Err(AwsError::StackExists { stack: name.clone() });
     }
-    let mut published = publish_artifacts(clients, cluster, artifacts).await?;
+    let mut published = publish_artifacts(clients, cluster, artifacts, PreviousBundle::Latest, None).await?;
     pin_amis(&mut published, None, false, |n| resolve_ami(clients, n)).await?;
+    // No confirmation to wait for: the create is what was asked.
+    let issuer = publish::publish_confirmed(clients, cluster, &published).await?;
+    published.objects.extend(issuer);
     clear_runtime_state(clients, &Location::new(cluster)?).await?;
     super::join_token::delete_published(clients, &cluster.cluster_name).await?;
     let req = StackRequest {
@@ -204,6 +220,9 @@ pub struct StatusReport {
     /// reconfiguration (issue 26, src/aws/control_plane_status.rs).
     #[serde(rename = "controlPlane")]
     pub control_plane: super::control_plane_status::ControlPlaneStatus,
+    /// The state of each KMS key the cluster uses (src/aws/kms_keys.rs).
+    #[serde(rename = "kmsKeys")]
+    pub kms_keys: Vec<super::kms_keys::KeyState>,
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -286,6 +305,11 @@ pub async fn status(
     );
     let etcd = super::etcd_status::read(clients, cluster).await?;
     let control_plane = super::control_plane_status::read(clients, &location, now).await;
+    let kms_keys = super::kms_keys::describe_all(
+        clients,
+        &super::kms_keys::keys_of_stack(&stack.parameters, cluster.kms_key_arn.as_deref()),
+    )
+    .await;
     Ok(StatusReport {
         stack,
         nested,
@@ -296,6 +320,7 @@ pub async fn status(
         etcd_snapshot,
         etcd,
         control_plane,
+        kms_keys,
     })
 }
 
@@ -390,12 +415,17 @@ pub fn dropped_releases(installed: Option<&[u8]>, addons: &[ExpectedAddon]) -> V
     out
 }
 
-/// `update`, first half: publish, compare, create a change set.
+/// `update`, first half: publish, compare, create a change set. The
+/// previous secrets are the live stack's (src/aws/previous.rs); `rotate_ca`
+/// mints a new cluster PKI, asked for explicitly. Refused before anything
+/// is published: a refused version or zone count, a KMS key that cannot be
+/// used (src/aws/kms_keys.rs), a missing previous bundle, another CA.
 pub async fn plan_update(
     clients: &Clients,
     cluster: &ClusterConfig,
     artifacts: &ArtifactsOptions,
     refresh_ami: bool,
+    rotate_ca: bool,
 ) -> Result<(UpdatePlan, Vec<PinnedAmi>), AwsError> {
     let name = &cluster.cluster_name;
     let live = stack::describe_stack(clients, name)
@@ -416,7 +446,17 @@ pub async fn plan_update(
             super::zones::check_zone_count(&live, cluster, &root)?;
         }
     }
-    let mut published = publish_artifacts(clients, cluster, artifacts).await?;
+    // The keys the publish encrypts and decrypts with: the new one, and the live bundle's.
+    let mut keys: Vec<String> = cluster.kms_key_arn.iter().cloned().collect();
+    keys.extend(
+        super::kms_keys::keys_of_stack(&live.parameters, None)
+            .into_iter()
+            .filter(|(_, u)| *u == super::kms_keys::KeyUse::Current)
+            .map(|(k, _)| k),
+    );
+    super::kms_keys::refuse_unusable(clients, &keys).await?;
+    let previous = PreviousBundle::for_update(&live.parameters, rotate_ca);
+    let mut published = publish_artifacts(clients, cluster, artifacts, previous, Some(&live)).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
     // nothing changed anywhere below it. (Moto lists every resource of any
@@ -431,6 +471,8 @@ pub async fn plan_update(
             .as_deref()
             .is_some_and(|t| stack::same_template(t, &published.root_template_body))
     {
+        // The live bundle itself: nothing to confirm (a retired key's window may have passed).
+        publish::publish_confirmed(clients, cluster, &published).await?;
         return Ok((UpdatePlan::NoChanges, amis));
     }
     let req = StackRequest {

@@ -114,6 +114,16 @@ pub enum AwsError {
         previous: String,
         detail: String,
     },
+    #[error(
+        "the KMS key {kms_key_arn:?} is {state}; nothing was published or changed. While it is, {consequence}. \
+         To fix it, {fix}"
+    )]
+    KmsKeyNotUsable {
+        kms_key_arn: String,
+        state: String,
+        consequence: &'static str,
+        fix: String,
+    },
     #[error("two secrets are named {name:?}: rename one of the plugin parameters")]
     DuplicateSecret { name: String },
     #[error("cannot get random bytes from the operating system: {detail}")]
@@ -191,6 +201,7 @@ impl AwsError {
             | AwsError::IssuerBucketTaken { .. }
             | AwsError::SecretTooLarge { .. }
             | AwsError::KmsKeyUnusable { .. }
+            | AwsError::KmsKeyNotUsable { .. }
             | AwsError::DuplicateSecret { .. }
             | AwsError::Random { .. }
             | AwsError::Rendered(_)
@@ -314,6 +325,26 @@ pub enum BundleError {
         code: String,
         message: String,
     },
+    #[error(
+        "the previous secret bundle {uri:?} (the live stack's SecretBundleKey) is missing; nothing was published \
+         or changed. kube-aws never starts a running cluster's secrets afresh: a new CA, service-account key and \
+         join token would lock out every node and break every service account's IAM role. Restore the object \
+         (with S3 versioning: `aws s3api list-object-versions` on that key, then copy the last version back), or, \
+         to replace the cluster CA on purpose, run `kube-aws update --rotate-ca` (docs/deploy.md)"
+    )]
+    PreviousMissing { uri: String },
+    #[error(
+        "the previous secret bundle {uri:?} cannot be used: {detail}; nothing was published or changed. Restore \
+         it from a backup (S3 versioning), or, to replace a running cluster's CA on purpose, run \
+         `kube-aws update --rotate-ca` (docs/deploy.md)"
+    )]
+    PreviousUnreadable { uri: String, detail: String },
+    #[error(
+        "the update would change the cluster CA (CACertHash {live:?} on the live stack, {new:?} now); nothing was \
+         changed. A new CA replaces every node and invalidates every kubeconfig: if that is what you want, run \
+         `kube-aws update --rotate-ca`"
+    )]
+    CaChanged { live: String, new: String },
     #[error("cannot create the cluster PKI: {source}")]
     Generate { source: crate::pki::PkiError },
     #[error("cannot sign the pod identity webhook's certificate: {source}")]

@@ -1,7 +1,9 @@
 //! The service-account issuer's discovery documents (src/irsa.rs): `up` and
 //! `update` publish `.well-known/openid-configuration` and `keys.json`,
 //! built from the bundle's `sa.pub`, so IAM can verify the tokens
-//! kube-apiserver signs.
+//! kube-apiserver signs. `update` publishes them only once its change set is
+//! confirmed (src/aws/publish.rs `publish_confirmed`), and the JWKS keeps a
+//! key replaced by `update --rotate-ca` while its tokens can be valid.
 //!
 //! With the default issuer, IAM must read them anonymously over HTTPS. They
 //! live in a bucket of their own, the **issuer bucket**
@@ -47,7 +49,7 @@ use super::secrets::SecretBundle;
 use super::{sdk_error, AwsError, BundleError, Clients};
 use crate::config::ClusterConfig;
 use crate::digest::sha256_hex;
-use crate::irsa::{account_of, discovery_objects, issuer_bucket, partition, ISSUER_DISCOVERY, ISSUER_JWKS};
+use crate::irsa::{account_of, discovery_objects_with, issuer_bucket, partition, ISSUER_DISCOVERY, ISSUER_JWKS};
 use crate::render::layout::OIDC_DIR;
 
 /// The tag that marks an issuer bucket as a cluster's: its value is the
@@ -354,7 +356,8 @@ async fn put_issuer_policy(clients: &Clients, bucket: &str, policy: &Value) -> R
     }
 }
 
-/// Publishes the two discovery documents from the bundle's `sa.pub`: with
+/// Publishes the two discovery documents from the bundle's `sa.pub` (and
+/// the service-account keys a CA rotation retired, still in the JWKS): with
 /// the default issuer, into the issuer bucket (created on the first `up`)
 /// and readable by anyone; with `issuerURL`, privately under
 /// `s3URI/<cluster>/oidc/` for you to copy.
@@ -370,7 +373,12 @@ pub async fn publish_issuer(
         .ok_or(BundleError::Incomplete {
             entry: crate::pki::SA_PUB,
         })?;
-    let objects = discovery_objects(cluster, sa_pub)?;
+    let retired: Vec<&str> = bundle
+        .retired_service_account_keys
+        .iter()
+        .map(|k| k.public_key.as_str())
+        .collect();
+    let objects = discovery_objects_with(cluster, sa_pub, &retired)?;
     let (bucket, prefix) = match issuer_bucket(cluster) {
         None => (location.bucket.clone(), format!("{}/", location.key(OIDC_DIR))),
         Some(ib) => {

@@ -8,8 +8,10 @@
 //!   (the key render names in the stub);
 //! - any other rendered file `DIR/NAME` → `DIR/<sha256>/NAME` (e.g. `stacks/<hex>/network.json`);
 //! - a chart tarball → `charts/<hex>.tgz` (the plan's `chartObject`);
-//! - the secret bundle → `secrets/<hex>/bundle.json`, plus `secrets/bundle.json`, the
-//!   latest one, read back on the next publish so secrets stay stable.
+//! - the secret bundle → `secrets/<hex>/bundle.json` (the root's `SecretBundleKey`,
+//!   which the next `update` reads back so secrets stay stable: src/aws/previous.rs),
+//!   plus `secrets/bundle.json`, the latest one, written with the issuer's
+//!   documents only once the change is confirmed ([`publish_confirmed`]).
 //!
 //! References between stacks: a stack template that names another stack by its
 //! relative path (`stacks/network.json`), preceded by `/`, a quote, whitespace
@@ -36,6 +38,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ServerSideEncryption;
 use serde::Serialize;
 
+use super::previous::PreviousBundle;
 use super::secrets::{self, NamedSecret, SecretBundle};
 use super::wait::ExpectedAddon;
 use super::{sdk_error, AwsError, BundleError, Clients, RenderedError};
@@ -59,6 +62,8 @@ pub struct PublishInput<'a> {
     pub cluster: &'a ClusterConfig,
     /// Plugin parameters marked `secret: true`.
     pub secrets: &'a [NamedSecret],
+    /// Where the previous secret bundle comes from (src/aws/previous.rs).
+    pub previous: PreviousBundle,
 }
 
 /// Where a cluster's objects live.
@@ -130,6 +135,9 @@ pub struct Published {
     /// name, for the update's preview of what rolls (src/aws/rolls.rs).
     #[serde(skip)]
     pub stack_templates: BTreeMap<String, String>,
+    /// The secret bundle (ciphertexts) as published.
+    #[serde(skip)]
+    pub bundle: SecretBundle,
 }
 
 use crate::digest::{sha256_hex, Sha256Digest, Sha256Stream};
@@ -504,21 +512,54 @@ pub async fn get_object(clients: &Clients, bucket: &str, key: &str) -> Result<Op
     }
 }
 
-/// Before an update: when `kmsKeyARN` differs from the published bundle's,
-/// checks that the caller can encrypt under it (src/aws/secrets.rs
-/// `check_key_change`) and returns the previous key. Writes nothing.
+/// Before an update: when `kmsKeyARN` differs from the live bundle's (the
+/// one the stack's `SecretBundleKey` names), checks that the caller can
+/// encrypt under it (src/aws/secrets.rs `check_key_change`) and returns the
+/// previous key. Writes nothing; a bundle that cannot be read is left for
+/// the publish to refuse, naming it.
 pub async fn check_kms_key(clients: &Clients, cluster: &ClusterConfig) -> Result<Option<String>, AwsError> {
     let location = Location::new(cluster)?;
     let kms_key = cluster.kms_key_arn.as_deref().ok_or(AwsError::NoKmsKey)?;
-    let previous: Option<SecretBundle> = get_object(clients, &location.bucket, &location.key(SECRET_BUNDLE))
-        .await?
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let previous = match super::stack::describe_stack(clients, &cluster.cluster_name).await? {
+        Some(live) => PreviousBundle::for_update(&live.parameters, false),
+        None => PreviousBundle::Latest,
+    };
+    let previous = super::previous::load(clients, &location, &previous)
+        .await
+        .ok()
+        .flatten();
     secrets::check_key_change(clients, kms_key, &cluster.cluster_name, previous.as_ref()).await
 }
 
-/// Publishes everything. The secret bundle joins the rendered files as
-/// `secrets/bundle.json` so templates can refer to it.
-pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Published, AwsError> {
+/// A publish planned: the secret bundle built (KMS calls only) and every
+/// object and root parameter known; nothing written to S3 yet, so a check of
+/// the result ([`super::previous::check_ca`]) can still refuse it.
+#[derive(Debug)]
+pub struct Prepared {
+    location: Location,
+    artifacts: Vec<Artifact>,
+    root: Artifact,
+    bundle: SecretBundle,
+    parameters: Vec<(String, String)>,
+    addons: Vec<ExpectedAddon>,
+}
+
+impl Prepared {
+    /// The root stack's parameters the publish would pass.
+    pub fn parameters(&self) -> &[(String, String)] {
+        &self.parameters
+    }
+}
+
+/// The bundle as published (the same bytes each time: its maps are ordered).
+fn bundle_bytes(bundle: &SecretBundle) -> Result<Vec<u8>, AwsError> {
+    serde_json::to_vec_pretty(bundle).map_err(|e| BundleError::Serialize { detail: e.to_string() }.into())
+}
+
+/// Plans a publish: reads the rendered files and the previous bundle
+/// (`input.previous`, src/aws/previous.rs), builds the new bundle and the
+/// root parameters. Writes nothing.
+pub async fn prepare(clients: &Clients, input: &PublishInput<'_>) -> Result<Prepared, AwsError> {
     let location = Location::new(input.cluster)?;
     let mut files = read_rendered(input.rendered_dir)?;
     let addons = expected_addons(&files)?;
@@ -526,9 +567,7 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
     let kms_key = input.cluster.kms_key_arn.as_deref().ok_or(AwsError::NoKmsKey)?;
     check_bucket(clients, &location.bucket).await?;
 
-    let previous: Option<SecretBundle> = get_object(clients, &location.bucket, &location.key(SECRET_BUNDLE))
-        .await?
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let previous = super::previous::load(clients, &location, &input.previous).await?;
     let bundle = secrets::build_bundle(
         clients,
         kms_key,
@@ -536,11 +575,10 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         previous.as_ref(),
         input.secrets,
         secrets::retired_key_lifetime(&input.cluster.etcd.backup.retention),
+        input.previous.rotates_ca(),
     )
     .await?;
-    let bundle_bytes =
-        serde_json::to_vec_pretty(&bundle).map_err(|e| BundleError::Serialize { detail: e.to_string() })?;
-    files.insert(SECRET_BUNDLE.to_string(), bundle_bytes.clone());
+    files.insert(SECRET_BUNDLE.to_string(), bundle_bytes(&bundle)?);
 
     let mut artifacts = plan_artifacts(&files)?;
     artifacts.extend(charts);
@@ -554,7 +592,30 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         .find(|a| a.source == SECRET_BUNDLE)
         .map(|a| a.key.clone())
         .unwrap_or_default();
+    let base_url = clients.object_url(&location.bucket, &location.prefix);
+    let parameters = root_parameters(&root.body, &base_url, &location, &bundle, &bundle_key)?;
+    Ok(Prepared {
+        location,
+        artifacts,
+        root,
+        bundle,
+        parameters,
+        addons,
+    })
+}
 
+/// Uploads what [`prepare`] planned, each object under its content-addressed
+/// key (skipped when it exists). The latest bundle and the issuer's documents
+/// wait for [`publish_confirmed`].
+pub async fn upload(clients: &Clients, prepared: Prepared) -> Result<Published, AwsError> {
+    let Prepared {
+        location,
+        artifacts,
+        root,
+        bundle,
+        parameters,
+        addons,
+    } = prepared;
     let stack_templates = artifacts
         .iter()
         .filter(|a| is_stack(&a.source))
@@ -577,15 +638,6 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
             uploaded,
         });
     }
-    // The latest bundle, at a stable key, for the next publish.
-    if previous.as_ref() != Some(&bundle) {
-        put(clients, &location.bucket, &location.key(SECRET_BUNDLE), bundle_bytes).await?;
-    }
-    // The service-account issuer's discovery documents (src/aws/issuer.rs).
-    objects.extend(super::issuer::publish_issuer(clients, input.cluster, &location, &bundle).await?);
-
-    let base_url = clients.object_url(&location.bucket, &location.prefix);
-    let parameters = root_parameters(&root.body, &base_url, &location, &bundle, &bundle_key)?;
     Ok(Published {
         root_template_url: clients.object_url(&location.bucket, &location.key(&root.key)),
         root_template_body: String::from_utf8_lossy(&root.body).to_string(),
@@ -594,7 +646,32 @@ pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Publ
         objects,
         addons,
         stack_templates,
+        bundle,
     })
+}
+
+/// Publishes everything but what waits for confirmation ([`publish_confirmed`]).
+pub async fn publish(clients: &Clients, input: &PublishInput<'_>) -> Result<Published, AwsError> {
+    upload(clients, prepare(clients, input).await?).await
+}
+
+/// Once the change is confirmed (`up` creates; `update`'s change set is
+/// accepted): the latest bundle at `secrets/bundle.json`, read by the next
+/// `up` of a destroyed cluster and by `kube-aws kubeconfig`, and the
+/// service-account issuer's discovery documents (src/aws/issuer.rs), so a
+/// declined update leaves both as they were. Returns the issuer's objects.
+pub async fn publish_confirmed(
+    clients: &Clients,
+    cluster: &ClusterConfig,
+    published: &Published,
+) -> Result<Vec<PublishedObject>, AwsError> {
+    let location = &published.location;
+    let latest = location.key(SECRET_BUNDLE);
+    let body = bundle_bytes(&published.bundle)?;
+    if get_object(clients, &location.bucket, &latest).await?.as_deref() != Some(body.as_slice()) {
+        put(clients, &location.bucket, &latest, body).await?;
+    }
+    super::issuer::publish_issuer(clients, cluster, location, &published.bundle).await
 }
 
 #[cfg(test)]

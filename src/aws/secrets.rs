@@ -38,6 +38,13 @@
 //! for as long as the etcd snapshots taken under it can exist (the longer of
 //! `etcd.backup.retention`'s two tiers, plus a day): the snapshots are
 //! SSE-KMS objects, which S3 cannot re-encrypt in place.
+//!
+//! CA rotation (issue 36, `update --rotate-ca`, asked for explicitly): the
+//! PKI (the CAs, the service-account key and the webhook's certificate) is
+//! minted anew while the join token and the plugin secrets are kept. The
+//! replaced service-account public key goes to `retiredServiceAccountKeys`,
+//! which the issuer's JWKS keeps serving ([`retired_service_account_keys`])
+//! while a token it signed can still be valid.
 
 use std::collections::BTreeMap;
 
@@ -110,6 +117,19 @@ pub struct SecretBundle {
     /// kept while a snapshot under them can exist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired_keys: Vec<RetiredKey>,
+    /// Service-account public keys a CA rotation replaced, kept in the
+    /// issuer's JWKS while tokens they signed can be valid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_service_account_keys: Vec<RetiredPublicKey>,
+}
+
+/// A service-account public key (PEM) a CA rotation replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetiredPublicKey {
+    pub public_key: String,
+    /// RFC 3339: when the rotation was published.
+    pub retired_at: String,
 }
 
 impl SecretBundle {
@@ -159,6 +179,56 @@ pub fn retired_keys(
                 // An unreadable time keeps the key: losing a snapshot's key is the worse mistake.
                 .map_or(true, |at| now.duration_since(at).map_or(true, |age| age <= keep))
     });
+    out
+}
+
+/// How long a replaced service-account key stays in the issuer's JWKS: the
+/// longest token the pod identity webhook projects is 24 hours
+/// (amazon-eks-pod-identity-webhook pkg/constants.go, `MaxTokenExpiration`),
+/// counted from the last token the old key signed, which is when the last
+/// controller under the old key is replaced; a week leaves room for a slow or
+/// paused roll.
+pub const SERVICE_ACCOUNT_KEY_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+
+/// The replaced service-account keys of a bundle whose `sa.pub` is
+/// `current`: the previous bundle's, plus its `sa.pub` when it was another
+/// key, minus those retired longer than `keep` ago and `current` itself. Pure.
+pub fn retired_service_account_keys(
+    previous: Option<&SecretBundle>,
+    current: &str,
+    now: std::time::SystemTime,
+    keep: std::time::Duration,
+) -> Vec<RetiredPublicKey> {
+    let Some(prev) = previous else { return Vec::new() };
+    let mut out = prev.retired_service_account_keys.clone();
+    if let Some(old) = prev.certificates.get(pki::SA_PUB).filter(|old| old.as_str() != current) {
+        out.retain(|k| &k.public_key != old);
+        out.push(RetiredPublicKey {
+            public_key: old.clone(),
+            retired_at: humantime::format_rfc3339_seconds(now).to_string(),
+        });
+    }
+    out.retain(|k| {
+        k.public_key != current
+            && humantime::parse_rfc3339(&k.retired_at)
+                // An unreadable time keeps the key: a token refused by IAM is the worse mistake.
+                .map_or(true, |at| now.duration_since(at).map_or(true, |age| age <= keep))
+    });
+    out
+}
+
+/// The bundle without its PKI (the CAs, the service-account key, the
+/// webhook's serving certificate): what a CA rotation builds from, so that
+/// those are minted anew and everything else is kept. Pure.
+pub fn without_pki(bundle: &SecretBundle) -> SecretBundle {
+    let mut out = bundle.clone();
+    for name in pki::KEY_ENTRIES.iter().chain(&pki::WEBHOOK_ENTRIES) {
+        out.secrets.remove(*name);
+        out.origins.remove(*name);
+    }
+    for name in pki::PUBLIC_ENTRIES {
+        out.certificates.remove(name);
+    }
     out
 }
 
@@ -247,6 +317,7 @@ pub async fn decrypt(clients: &Clients, cluster: &str, name: &str, ciphertext_b6
 /// plugin secret only when its value changed, and under a new key
 /// re-encrypts every value it keeps (see the module's documentation).
 /// `keep_retired`: how long a retired key stays ([`retired_key_lifetime`]).
+/// `new_pki`: a CA rotation asked for explicitly ([`without_pki`]).
 pub async fn build_bundle(
     clients: &Clients,
     kms_key_arn: &str,
@@ -254,15 +325,18 @@ pub async fn build_bundle(
     previous: Option<&SecretBundle>,
     plugin_secrets: &[NamedSecret],
     keep_retired: std::time::Duration,
+    new_pki: bool,
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
+    let stripped = ours.filter(|_| new_pki).map(without_pki);
+    let pki_from = if new_pki { stripped.as_ref() } else { ours };
     let mut origins = BTreeMap::new();
-    let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, ours, &mut origins).await?;
+    let (mut secrets, certificates, ca_key) = bundle_pki(clients, kms_key_arn, cluster, pki_from, &mut origins).await?;
     webhook_serving(
         clients,
         kms_key_arn,
         cluster,
-        ours,
+        pki_from,
         &certificates,
         &ca_key,
         (&mut secrets, &mut origins),
@@ -300,6 +374,9 @@ pub async fn build_bundle(
         };
         secrets.insert(s.name.clone(), ct);
     }
+    let now = std::time::SystemTime::now();
+    let sa_pub = certificates.get(pki::SA_PUB).map(String::as_str).unwrap_or_default();
+    let retired_service_account_keys = retired_service_account_keys(ours, sa_pub, now, SERVICE_ACCOUNT_KEY_RETENTION);
     Ok(SecretBundle {
         api_version: "kube-aws/v1".into(),
         kind: "SecretBundle".into(),
@@ -308,7 +385,8 @@ pub async fn build_bundle(
         secrets,
         certificates,
         origins,
-        retired_keys: retired_keys(ours, kms_key_arn, std::time::SystemTime::now(), keep_retired),
+        retired_keys: retired_keys(ours, kms_key_arn, now, keep_retired),
+        retired_service_account_keys,
     })
 }
 
@@ -576,6 +654,77 @@ mod tests {
             under("k2", &[("k1", "2026-12-02T00:00:00Z"), ("k2", "x")]).decrypt_keys(),
             ["k2", "k1"]
         );
+    }
+
+    fn with_sa(sa_pub: &str, retired: &[(&str, &str)]) -> SecretBundle {
+        SecretBundle {
+            certificates: BTreeMap::from([(pki::SA_PUB.to_string(), sa_pub.to_string())]),
+            retired_service_account_keys: retired
+                .iter()
+                .map(|(k, t)| RetiredPublicKey {
+                    public_key: k.to_string(),
+                    retired_at: t.to_string(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_replaced_service_account_key_stays_in_the_jwks_for_the_retention_window() {
+        let keep = SERVICE_ACCOUNT_KEY_RETENTION;
+        let now = at("2026-12-02T00:00:00Z");
+        // No rotation: nothing retired.
+        assert!(retired_service_account_keys(Some(&with_sa("A", &[])), "A", now, keep).is_empty());
+        assert!(retired_service_account_keys(None, "A", now, keep).is_empty());
+        // A → B: A retired now.
+        let r = retired_service_account_keys(Some(&with_sa("A", &[])), "B", now, keep);
+        assert_eq!(
+            r,
+            vec![RetiredPublicKey {
+                public_key: "A".into(),
+                retired_at: "2026-12-02T00:00:00Z".into()
+            }]
+        );
+        // Kept for 7 days, then dropped at the next publish.
+        let prev = with_sa("B", &[("A", "2026-12-02T00:00:00Z")]);
+        assert_eq!(
+            retired_service_account_keys(Some(&prev), "B", at("2026-12-09T00:00:00Z"), keep).len(),
+            1
+        );
+        assert!(retired_service_account_keys(Some(&prev), "B", at("2026-12-09T00:00:01Z"), keep).is_empty());
+        // B → C keeps A too; a key rotated back to is not "retired".
+        let r = retired_service_account_keys(Some(&prev), "C", now, keep);
+        assert_eq!(r.iter().map(|k| k.public_key.as_str()).collect::<Vec<_>>(), ["A", "B"]);
+        assert_eq!(
+            retired_service_account_keys(Some(&prev), "A", now, keep)
+                .iter()
+                .map(|k| k.public_key.as_str())
+                .collect::<Vec<_>>(),
+            ["B"]
+        );
+    }
+
+    #[test]
+    fn a_ca_rotation_drops_exactly_the_pki_and_keeps_the_other_secrets() {
+        let mut b = SecretBundle::default();
+        for n in pki::KEY_ENTRIES.iter().chain(&pki::WEBHOOK_ENTRIES) {
+            b.secrets.insert(n.to_string(), "ct".into());
+            b.origins.insert(n.to_string(), "o".into());
+        }
+        for n in pki::PUBLIC_ENTRIES {
+            b.certificates.insert(n.to_string(), "pem".into());
+        }
+        b.secrets.insert(BOOTSTRAP_TOKEN.into(), "tok".into());
+        b.secrets.insert("dex/clientSecret".into(), "s".into());
+        b.origins.insert("dex/clientSecret".into(), "o".into());
+        let s = without_pki(&b);
+        assert_eq!(
+            s.secrets.keys().collect::<Vec<_>>(),
+            ["dex/clientSecret", BOOTSTRAP_TOKEN]
+        );
+        assert!(s.certificates.is_empty());
+        assert_eq!(s.origins.keys().collect::<Vec<_>>(), ["dex/clientSecret"]);
     }
 
     #[test]

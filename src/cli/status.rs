@@ -128,6 +128,9 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
     for w in &r.control_plane.warnings {
         println!("warning: {w}");
     }
+    for w in r.kms_keys.iter().filter_map(crate::aws::kms_keys::warning) {
+        println!("warning: {w}");
+    }
     if !r.addons.is_empty() {
         println!("addons:");
         for a in &r.addons {

@@ -31,6 +31,12 @@ pub struct UpdateArgs {
     /// one replaces the nodes, one at a time
     #[arg(long)]
     pub refresh_ami: bool,
+    /// Mint a new cluster PKI (CAs, service-account key): every node is
+    /// replaced and every kubeconfig must be minted again. Without it, an
+    /// update that would change the cluster CA, or whose previous secret
+    /// bundle is missing, is refused (docs/deploy.md)
+    #[arg(long)]
+    pub rotate_ca: bool,
 }
 
 pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
@@ -67,7 +73,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             }
             Err(e) => return Err(e.into()),
         }
-        let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami).await?;
+        let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, args.refresh_ami, args.rotate_ca).await?;
         if args.refresh_ami {
             for a in amis.iter().filter(|a| a.explicit) {
                 println!("{} is set in cluster.yaml (ami): not refreshed", a.parameter);
@@ -103,6 +109,13 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             ),
         };
         println!("changes to stack {:?}:", cfg.cluster_name);
+        if args.rotate_ca {
+            println!(
+                "rotate-ca: a new cluster CA and service-account key: every node is replaced, every kubeconfig \
+                 must be minted again; the issuer keeps the old key for {} days",
+                crate::aws::secrets::SERVICE_ACCOUNT_KEY_RETENTION.as_secs() / 86_400
+            );
+        }
         if let Some(v) = &version {
             let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
             if let Some(line) = v.order(cfg, &addons) {
@@ -141,6 +154,9 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             println!("not applied; the stack is unchanged");
             return Ok(None);
         }
+        // Confirmed: the latest bundle and the issuer's documents (the JWKS
+        // keeps a rotated service-account key while its tokens are valid).
+        crate::aws::publish::publish_confirmed(&clients, cfg, &published).await?;
         // The cluster-autoscaler is paused for the roll and put back however
         // the wait ends (src/aws/autoscaler.rs); without --wait nothing could
         // put it back, so it is left alone.

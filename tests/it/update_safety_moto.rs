@@ -10,6 +10,16 @@
 //! groups roll (src/aws/rolls.rs) and why; a changed backup interval changes the settings
 //! parameter only.
 //!
+//! Issue 36 §3: with `secrets/bundle.json` deleted, `update` reads the live
+//! stack's `SecretBundleKey` and keeps `CACertHash`, the join token and the
+//! issuer's JWKS; with that bundle deleted too it refuses, naming it, and
+//! leaves the stack, the bucket and the issuer bucket as they were;
+//! `update --rotate-ca` publishes neither the latest bundle nor the issuer's
+//! documents before it is confirmed, and then keeps the old key ID in the
+//! JWKS. A disabled (or pending-deletion) KMS key: `status` warns, naming it
+//! and what stops working; `update` refuses before it writes anything.
+//! (moto's DisableKey and ScheduleKeyDeletion take a key ID, not an ARN.)
+//!
 //! Not covered here: moto has no CloudFormation model for
 //! AWS::AutoScaling::LifecycleHook (it skips the resource), so the hook is
 //! checked in the live template, not as a moto lifecycle hook; moto puts
@@ -305,4 +315,242 @@ fn three_controllers_spread_roll_and_back_up() {
         "{out}"
     );
     assert!(out.contains("parameters changed: ImageIdX86"), "{out}");
+}
+
+// Issue 36 §3: secrets and the PKI are never replaced silently.
+
+/// The root stack's parameter `name`.
+fn root_parameter(env: &Env, name: &str) -> String {
+    let s = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
+    s["Stacks"][0]["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ParameterKey"] == name)
+        .and_then(|p| p["ParameterValue"].as_str())
+        .unwrap_or_else(|| panic!("no parameter {name}: {s}"))
+        .to_string()
+}
+
+/// Every object of a bucket with its ETag and time: what a refused command must leave as it was.
+fn bucket_state(env: &Env, bucket: &str) -> Vec<(String, String, String)> {
+    let v = env.aws_json(&["s3api", "list-objects-v2", "--bucket", bucket]);
+    v["Contents"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|o| {
+                    (
+                        o["Key"].as_str().unwrap().to_string(),
+                        o["ETag"].as_str().unwrap().to_string(),
+                        o["LastModified"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn object(env: &Env, bucket: &str, key: &str) -> Value {
+    serde_json::from_str(&env.aws(&["s3", "cp", &format!("s3://{bucket}/{key}"), "-"])).unwrap()
+}
+
+fn kids(keys: &Value) -> Vec<String> {
+    keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const ISSUER_BUCKET: &str = "kube-aws-safety-oidc-demo";
+const LATEST: &str = "clusters/demo/secrets/bundle.json";
+
+#[test]
+fn update_without_the_latest_bundle_keeps_the_ca_and_a_missing_live_bundle_is_refused() {
+    let env = Env::new();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
+    let one = |extra: &str| cluster_yaml(&kms, extra).replace("count: 3", "count: 1");
+    std::fs::write(dir.join("cluster.yaml"), one("")).unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let ca = root_parameter(&env, "CACertHash");
+    let bundle = object(&env, BUCKET, LATEST);
+    let jwks = object(&env, ISSUER_BUCKET, "keys.json");
+    assert_eq!(kids(&jwks).len(), 1, "{jwks}");
+
+    // The mutable latest object is gone: the update reads the live stack's
+    // bundle and keeps the CA, the service-account key and the token.
+    env.aws(&["s3", "rm", &format!("s3://{BUCKET}/{LATEST}")]);
+    std::fs::write(dir.join("cluster.yaml"), one("etcd:\n  backup:\n    interval: 30m\n")).unwrap();
+    let t0 = std::time::Instant::now();
+    let upd = env.kube_aws(dir, &["update", "--yes"]);
+    eprintln!("update without the latest bundle: {:.1}s", t0.elapsed().as_secs_f64());
+    assert!(upd.status.success(), "{}", text(&upd));
+    assert_eq!(
+        root_parameter(&env, "CACertHash"),
+        ca,
+        "the CA changed:\n{}",
+        text(&upd)
+    );
+    let after = object(&env, BUCKET, LATEST);
+    assert_eq!(after["certificates"], bundle["certificates"]);
+    assert_eq!(
+        after["secrets"]["kubeadm/bootstrap-token"], bundle["secrets"]["kubeadm/bootstrap-token"],
+        "the join token was minted anew"
+    );
+    assert_eq!(object(&env, ISSUER_BUCKET, "keys.json"), jwks, "the JWKS changed");
+
+    // The live bundle itself is gone: refused, naming it and the fix; the
+    // stack, the bucket and the issuer are as they were.
+    let live_rel = root_parameter(&env, "SecretBundleKey");
+    let live_key = format!("clusters/{CLUSTER}/{live_rel}");
+    assert!(
+        live_key.ends_with("/bundle.json") && live_key.contains("/secrets/"),
+        "{live_key}"
+    );
+    env.aws(&["s3", "rm", &format!("s3://{BUCKET}/{live_key}")]);
+    std::fs::write(dir.join("cluster.yaml"), one("etcd:\n  backup:\n    interval: 20m\n")).unwrap();
+    let (objects, issuer) = (bucket_state(&env, BUCKET), bucket_state(&env, ISSUER_BUCKET));
+    let params = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER])["Stacks"][0]
+        ["Parameters"]
+        .clone();
+    let refused = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&refused);
+    assert!(!refused.status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "the previous secret bundle \"s3://{BUCKET}/{live_key}\" (the live stack's SecretBundleKey) is missing"
+        )) && out.contains("nothing was published or changed")
+            && out.contains("kube-aws update --rotate-ca"),
+        "{out}"
+    );
+    assert!(!out.contains("changes to stack"), "{out}");
+    assert_eq!(
+        bucket_state(&env, BUCKET),
+        objects,
+        "a refused update wrote to the bucket"
+    );
+    assert_eq!(
+        bucket_state(&env, ISSUER_BUCKET),
+        issuer,
+        "a refused update wrote the issuer"
+    );
+    assert_eq!(
+        env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER])["Stacks"][0]["Parameters"],
+        params
+    );
+
+    // --rotate-ca, not confirmed (no terminal, no --yes): neither the latest
+    // bundle nor the issuer's documents change, nor the stack.
+    let declined = env.kube_aws(dir, &["update", "--rotate-ca"]);
+    assert!(!declined.status.success(), "{}", text(&declined));
+    assert!(
+        text(&declined).contains("rotate-ca: a new cluster CA"),
+        "{}",
+        text(&declined)
+    );
+    assert_eq!(
+        object(&env, ISSUER_BUCKET, "keys.json"),
+        jwks,
+        "published before it was confirmed"
+    );
+    assert_eq!(object(&env, BUCKET, LATEST), after, "published before it was confirmed");
+    assert_eq!(root_parameter(&env, "CACertHash"), ca);
+
+    // --rotate-ca, confirmed: a new CA, and the JWKS keeps the old key ID.
+    let rotated = env.kube_aws(dir, &["update", "--rotate-ca", "--yes"]);
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    assert_ne!(root_parameter(&env, "CACertHash"), ca);
+    assert_ne!(root_parameter(&env, "SecretBundleKey"), live_rel);
+    let new_jwks = object(&env, ISSUER_BUCKET, "keys.json");
+    let k = kids(&new_jwks);
+    assert_eq!(k.len(), 2, "{new_jwks}");
+    assert_eq!(k[1], kids(&jwks)[0], "the old key ID is not kept: {new_jwks}");
+    let rotated_bundle = object(&env, BUCKET, LATEST);
+    assert_eq!(
+        rotated_bundle["retiredServiceAccountKeys"][0]["publicKey"],
+        bundle["certificates"]["pki/sa.pub"]
+    );
+}
+
+#[test]
+fn a_disabled_kms_key_is_refused_by_update_and_warned_about_by_status() {
+    let env = Env::new();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
+    let one = |extra: &str| cluster_yaml(&kms, extra).replace("count: 3", "count: 1");
+    std::fs::write(dir.join("cluster.yaml"), one("")).unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let ok = env.kube_aws(dir, &["status"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(!text(&ok).contains("KMS key"), "{}", text(&ok));
+
+    // (moto's DisableKey and the like look the key up by its ID only.)
+    let id = kms.rsplit('/').next().unwrap();
+    env.aws(&["kms", "disable-key", "--key-id", id]);
+    let st = env.kube_aws(dir, &["status"]);
+    assert!(st.status.success(), "{}", text(&st));
+    assert!(
+        text(&st).contains(&format!(
+            "warning: the cluster's KMS key (kmsKeyARN) \"{kms}\" is Disabled: no node can decrypt its bootstrap secrets"
+        )) && text(&st).contains(&format!("`aws kms enable-key --key-id {kms}`")),
+        "{}",
+        text(&st)
+    );
+    let j = env.kube_aws(dir, &["status", "-o", "json"]);
+    let j: Value = serde_json::from_slice(&j.stdout).unwrap();
+    assert_eq!(j["kmsKeys"][0]["state"], "Disabled", "{j}");
+
+    // update: refused before anything is published; the stack is untouched.
+    std::fs::write(dir.join("cluster.yaml"), one("etcd:\n  backup:\n    interval: 30m\n")).unwrap();
+    let objects = bucket_state(&env, BUCKET);
+    let ca = root_parameter(&env, "CACertHash");
+    let key = root_parameter(&env, "SecretBundleKey");
+    let upd = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&upd);
+    assert!(!upd.status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "the KMS key \"{kms}\" is Disabled; nothing was published or changed"
+        )) && out.contains("aws kms enable-key"),
+        "{out}"
+    );
+    assert_eq!(
+        bucket_state(&env, BUCKET),
+        objects,
+        "a refused update wrote to the bucket"
+    );
+    assert_eq!(
+        (
+            root_parameter(&env, "CACertHash"),
+            root_parameter(&env, "SecretBundleKey")
+        ),
+        (ca, key)
+    );
+
+    // Pending deletion: said with its date and how to cancel it.
+    env.aws(&[
+        "kms",
+        "schedule-key-deletion",
+        "--key-id",
+        id,
+        "--pending-window-in-days",
+        "7",
+    ]);
+    let st = env.kube_aws(dir, &["status"]);
+    assert!(
+        text(&st).contains("is PendingDeletion, to be deleted on ")
+            && text(&st).contains(&format!("`aws kms cancel-key-deletion --key-id {kms}`")),
+        "{}",
+        text(&st)
+    );
+    // Recovered as docs/deploy.md says: the update goes through.
+    env.aws(&["kms", "cancel-key-deletion", "--key-id", id]);
+    env.aws(&["kms", "enable-key", "--key-id", id]);
+    let upd = env.kube_aws(dir, &["update", "--yes"]);
+    assert!(upd.status.success(), "{}", text(&upd));
 }

@@ -129,16 +129,18 @@ def joins(v, n):
         try:
             first = locks.take(aws, bucket, init, me)
             if not first:
-                locks.acquire(aws, bucket, join, me, wait_seconds=30, stale_seconds=1800, poll_seconds=1)
-                locks.release(aws, bucket, join)
+                etag = locks.acquire(aws, bucket, join, me, wait_seconds=30, stale_seconds=1800, poll_seconds=1)
+                # Released If-Match the ETag its put returned: it was still this node's.
+                assert locks.release(aws, bucket, join, etag), "the join lock was not this node's"
             steps.append({"node": me, "init": first, "joined": True})
-        except (locks.LockError, AwsError) as e:
+        except (locks.LockError, AwsError, AssertionError) as e:
             steps.append({"node": me, "joined": False, "error": str(e)})
     # A controller dies holding the lock; its replacement finds it stale.
     try:
         assert locks.take(aws, bucket, join, "dead")
-        locks.acquire(aws, bucket, join, "replacement", wait_seconds=30, stale_seconds=0, poll_seconds=1)
-        locks.release(aws, bucket, join)
+        # The stale lock is deleted If-Match the ETag the listing returned.
+        etag = locks.acquire(aws, bucket, join, "replacement", wait_seconds=30, stale_seconds=0, poll_seconds=1)
+        assert locks.release(aws, bucket, join, etag), "the replacement's lock was not its own"
         steps.append({"node": "replacement", "joined": True})
     except (locks.LockError, AwsError, AssertionError) as e:
         steps.append({"node": "replacement", "joined": False, "error": str(e)})

@@ -424,7 +424,7 @@ class Boot(object):
         self.step("join-lock")
         key = self.lock_key("join-lock")
         try:
-            locks.acquire(self.aws, self.rt["bucket"], key, self.unique_id(),
+            etag = locks.acquire(self.aws, self.rt["bucket"], key, self.unique_id(),
                           wait_seconds=paths.knob("JOIN_LOCK_WAIT", 1800),
                           stale_seconds=paths.knob("JOIN_LOCK_STALE", 1800),
                           poll_seconds=paths.knob("JOIN_LOCK_POLL", 10), log=self.say)
@@ -446,7 +446,8 @@ class Boot(object):
                 raise StepFailed(1, "kubernetes upgrade", str(e))
         finally:
             try:
-                locks.release(self.aws, self.rt["bucket"], key)
+                if not locks.release(self.aws, self.rt["bucket"], key, etag):
+                    self.say("the join lock was taken over after it went stale: left to its new holder")
             except AwsError as e:
                 self.say("cannot release the join lock (it goes stale): %s" % e)
 

@@ -4,6 +4,14 @@ Invariant: a lock is held only when S3 says this node created the object;
 PreconditionFailed (or ConditionalRequestConflict) means another node holds
 it; any other answer raises, never guessed. A lock older than its stale
 timeout is taken to be left by a dead node and is removed, then taken anew.
+Every delete is conditional on an ETag (DeleteObject If-Match, the compare
+part of the addon lease's compare-and-swap, lease.py): a stale lock is
+removed only while it is still the object the listing showed (its ETag),
+and a holder releases only the object it created. So of two waiters that
+found the same stale lock, the one whose delete comes second gets
+PreconditionFailed (the first has put its own lock since) or NoSuchKey (not
+yet), removes nothing and goes back to taking it with If-None-Match: the two
+never both hold it, and a live holder's lock is never deleted.
 """
 import datetime
 import email.utils
@@ -16,34 +24,71 @@ from . import paths
 from .awscall import AwsError, listed_object
 
 HELD = ("PreconditionFailed", "ConditionalRequestConflict")
+# A conditional delete that removed nothing: the object changed or is gone.
+GONE = HELD + ("NoSuchKey",)
 
 
 class LockError(Exception):
     pass
 
 
-def take(aws, bucket, key, holder=""):
-    """True when this node created s3://bucket/key, False when another node holds it."""
+def put_lock(aws, bucket, key, holder=""):
+    """The ETag of s3://bucket/key when this node created it ("" when S3 gave
+    none), None when another node holds it."""
     fd, body = tempfile.mkstemp(prefix="kube-aws-lock-")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump({"holder": holder, "takenAt": int(time.time())}, f)
-        aws(["s3api", "put-object", "--bucket", bucket, "--key", key, "--body", body, "--if-none-match", "*"])
-        return True
+        out = aws(["s3api", "put-object", "--bucket", bucket, "--key", key, "--body", body, "--if-none-match", "*"])
+        return str((out or {}).get("ETag") or "")
     except AwsError as e:
         if any(h in e.message for h in HELD):
-            return False
+            return None
         raise LockError("cannot take the lock s3://%s/%s: %s" % (bucket, key, e))
     finally:
         os.unlink(body)
 
 
-def release(aws, bucket, key):
-    aws(["s3api", "delete-object", "--bucket", bucket, "--key", key])
+def take(aws, bucket, key, holder=""):
+    """True when this node created s3://bucket/key, False when another node holds it."""
+    return put_lock(aws, bucket, key, holder) is not None
 
 
-def age_seconds(aws, bucket, key, now):
-    """How old the lock object is, or None when it is gone (awscall.listed_object)."""
+def delete_if(aws, bucket, key, etag):
+    """Deletes the lock only while its ETag is `etag`: True when it did, False
+    when the object changed or is gone (another node took or removed it).
+    An empty `etag` (S3 gave none when this node put it) deletes it as it is."""
+    args = ["s3api", "delete-object", "--bucket", bucket, "--key", key]
+    try:
+        aws(args + (["--if-match", etag] if etag else []))
+    except AwsError as e:
+        if etag and any(h in e.message for h in GONE):
+            return False
+        raise
+    return True
+
+
+def release(aws, bucket, key, etag):
+    """Deletes the lock this node holds, only while it is still the object
+    this node put (`etag`, what put_lock or acquire returned), so a lock
+    another node took after this one's went stale stays; False when it was
+    no longer this node's."""
+    return delete_if(aws, bucket, key, etag)
+
+
+def decide_stale(age, etag, stale_seconds):
+    """What a waiter does with the lock it listed: "take" when it is gone,
+    "remove" when it is older than `stale_seconds` and has an ETag to make
+    the delete conditional on, "wait" otherwise. Pure."""
+    if age is None:
+        return "take"
+    if age > stale_seconds and etag:
+        return "remove"
+    return "wait"
+
+
+def listed(aws, bucket, key, now):
+    """(age in seconds, ETag) of the lock as listed, or None when it is gone."""
     try:
         found = listed_object(aws, bucket, key, attempts=1)
     except AwsError as e:
@@ -54,7 +99,13 @@ def age_seconds(aws, bucket, key, now):
     at = parse_time(stamp)
     if at is None:
         raise LockError("the lock s3://%s/%s has no readable LastModified (%r)" % (bucket, key, stamp))
-    return now - at
+    return now - at, str(found.get("ETag") or "")
+
+
+def age_seconds(aws, bucket, key, now):
+    """How old the lock object is, or None when it is gone (awscall.listed_object)."""
+    found = listed(aws, bucket, key, now)
+    return None if found is None else found[0]
 
 
 def parse_time(stamp):
@@ -76,19 +127,26 @@ def parse_time(stamp):
 
 def acquire(aws, bucket, key, holder, wait_seconds, stale_seconds, poll_seconds, clock=time.time,
             sleep=time.sleep, log=None):
-    """Waits until this node holds the lock; a lock older than `stale_seconds` is removed.
-    Raises LockError after `wait_seconds`."""
+    """Waits until this node holds the lock and returns its ETag (for
+    `release`); a lock older than `stale_seconds` is removed, conditional on
+    the ETag the listing showed. Raises LockError after `wait_seconds`."""
     end = clock() + wait_seconds
     while True:
-        if take(aws, bucket, key, holder):
-            return
-        age = age_seconds(aws, bucket, key, clock())
-        if age is not None and age > stale_seconds:
+        etag = put_lock(aws, bucket, key, holder)
+        if etag is not None:
+            return etag
+        found = listed(aws, bucket, key, clock())
+        age, seen = found if found is not None else (None, "")
+        action = decide_stale(age, seen, stale_seconds)
+        if action == "remove":
             if log is not None:
                 log("the lock s3://%s/%s is %ds old (stale after %ds): removing it" % (bucket, key, age,
                                                                                        stale_seconds))
-            release(aws, bucket, key)
+            if not delete_if(aws, bucket, key, seen) and log is not None:
+                log("the lock s3://%s/%s changed before it was removed: another node took it" % (bucket, key))
             continue
+        if age is not None and age > stale_seconds and log is not None:
+            log("the lock s3://%s/%s is stale but was listed without an ETag: not removed" % (bucket, key))
         if clock() >= end:
             raise LockError("the lock s3://%s/%s is still held by another node after %ds"
                             % (bucket, key, wait_seconds))
@@ -106,11 +164,12 @@ class Held(object):
         self.aws, self.bucket, self.holder, self.say = aws, rt["bucket"], holder, say
         self.key = "%s/%s" % (rt["keyPrefix"], name)
         self.error, self.knob, self.times = error, knob, times
+        self.etag = None
 
     def __enter__(self):
         wait, stale, poll = self.times
         try:
-            acquire(self.aws, self.bucket, self.key, self.holder,
+            self.etag = acquire(self.aws, self.bucket, self.key, self.holder,
                     wait_seconds=paths.knob(self.knob + "_WAIT", wait),
                     stale_seconds=paths.knob(self.knob + "_STALE", stale),
                     poll_seconds=paths.knob(self.knob + "_POLL", poll), log=self.say)
@@ -120,7 +179,8 @@ class Held(object):
 
     def __exit__(self, *exc):
         try:
-            release(self.aws, self.bucket, self.key)
+            if not release(self.aws, self.bucket, self.key, self.etag):
+                self.say("%s was taken over after it went stale: left to its new holder" % self.key)
         except Exception as e:  # noqa: BLE001 - the lock goes stale
             self.say("cannot release %s (it goes stale): %s" % (self.key, e))
         return False
