@@ -124,6 +124,19 @@ pub enum AwsError {
         consequence: &'static str,
         fix: String,
     },
+    #[error(
+        "kmsKeyARN {kms_key_arn:?} would retire a {retired}th KMS key within the {days} days etcd snapshots are \
+         kept, and the node roles' policies have room for {limit} retired keys (IAM's size limits); nothing was \
+         changed. Wait until the oldest, {oldest}, has been retired {days} days, or set kmsKeyARN back to the \
+         current key"
+    )]
+    TooManyRetiredKeys {
+        kms_key_arn: String,
+        retired: usize,
+        limit: usize,
+        oldest: String,
+        days: u64,
+    },
     #[error("two secrets are named {name:?}: rename one of the plugin parameters")]
     DuplicateSecret { name: String },
     #[error("cannot get random bytes from the operating system: {detail}")]
@@ -201,6 +214,7 @@ impl AwsError {
             | AwsError::IssuerBucketTaken { .. }
             | AwsError::SecretTooLarge { .. }
             | AwsError::KmsKeyUnusable { .. }
+            | AwsError::TooManyRetiredKeys { .. }
             | AwsError::KmsKeyNotUsable { .. }
             | AwsError::DuplicateSecret { .. }
             | AwsError::Random { .. }

@@ -328,6 +328,22 @@ pub async fn build_bundle(
     new_pki: bool,
 ) -> Result<SecretBundle, AwsError> {
     let ours = previous.filter(|p| p.encryption_context.get(CONTEXT_CLUSTER).map(String::as_str) == Some(cluster));
+    // The node roles' policies have room for so many retired keys
+    // (src/render/cfn/iam_size.rs): refused before anything is encrypted.
+    let now = std::time::SystemTime::now();
+    let retired = retired_keys(ours, kms_key_arn, now, keep_retired);
+    if retired.len() > crate::render::cfn::iam_size::MAX_RETIRED_KEYS {
+        return Err(AwsError::TooManyRetiredKeys {
+            kms_key_arn: kms_key_arn.to_string(),
+            retired: retired.len(),
+            limit: crate::render::cfn::iam_size::MAX_RETIRED_KEYS,
+            oldest: retired
+                .first()
+                .map(|k| format!("{} (retired {})", k.arn, k.retired_at))
+                .unwrap_or_default(),
+            days: keep_retired.as_secs() / 86_400,
+        });
+    }
     let stripped = ours.filter(|_| new_pki).map(without_pki);
     let pki_from = if new_pki { stripped.as_ref() } else { ours };
     let mut origins = BTreeMap::new();
@@ -374,7 +390,6 @@ pub async fn build_bundle(
         };
         secrets.insert(s.name.clone(), ct);
     }
-    let now = std::time::SystemTime::now();
     let sa_pub = certificates.get(pki::SA_PUB).map(String::as_str).unwrap_or_default();
     let retired_service_account_keys = retired_service_account_keys(ours, sa_pub, now, SERVICE_ACCOUNT_KEY_RETENTION);
     Ok(SecretBundle {
@@ -385,7 +400,7 @@ pub async fn build_bundle(
         secrets,
         certificates,
         origins,
-        retired_keys: retired_keys(ours, kms_key_arn, now, keep_retired),
+        retired_keys: retired,
         retired_service_account_keys,
     })
 }

@@ -414,4 +414,39 @@ fn a_new_kms_key_re_encrypts_every_secret_keeps_the_old_for_snapshots_and_replac
     assert!(all(resources(&cp, "DecryptOwnSecrets")), "{cp:#?}");
     assert!(all(resources(&cp, "DecryptEtcdSnapshots")), "{cp:#?}");
     assert_eq!(resources(&cp, "JoinTokenKeyEncrypt"), vec![k3.clone()]);
+
+    // Two more rotations fill the room the policies are sized for (4 retired
+    // keys, src/render/cfn/iam_size.rs); a fifth within the retention window
+    // is refused before anything is published.
+    let mut keys = vec![k1.clone(), k2.clone(), k3.clone()];
+    for _ in 0..2 {
+        let k = env.create_kms_key();
+        std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&k)).unwrap();
+        let update = env.kube_aws(dir, &["update", "--yes", "--wait", "--timeout", "3m"]);
+        assert!(update.status.success(), "{}", common::output_text(&update));
+        keys.push(k);
+    }
+    let full = bundle(&env);
+    assert_eq!(full["retiredKeys"].as_array().unwrap().len(), 4, "{full}");
+    let cp = live_statements(&env, "ControllerRole");
+    assert!(
+        keys.iter().all(|k| resources(&cp, "DecryptEtcdSnapshots").contains(k)),
+        "{cp:#?}"
+    );
+    let k6 = env.create_kms_key();
+    std::fs::write(dir.join("cluster.yaml"), cluster_yaml(&k6)).unwrap();
+    let refused = env.kube_aws(dir, &["update", "--yes"]);
+    let text = common::output_text(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "kmsKeyARN \"{k6}\" would retire a 5th KMS key within the 91 days"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Wait until the oldest, {k1} (retired")),
+        "{text}"
+    );
+    assert_eq!(bundle(&env), full, "a refused rotation changed the published bundle");
 }
