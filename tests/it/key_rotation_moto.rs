@@ -130,19 +130,7 @@ fn live_statements(env: &Env, logical: &str) -> Vec<Value> {
             "--policy-name",
             p.as_str().unwrap(),
         ]);
-        // moto answers a policy CloudFormation put with the Python repr of
-        // the document (single quotes; the rendered policies hold no quote
-        // or backslash of their own).
-        let policy: Value = match &doc["PolicyDocument"] {
-            Value::String(text) => serde_json::from_str(text)
-                .or_else(|_| serde_json::from_str(&text.replace('\'', "\"")))
-                .unwrap_or_else(|e| panic!("{e}: {text}")),
-            v => v.clone(),
-        };
-        match &policy["Statement"] {
-            Value::Array(a) => out.extend(a.iter().cloned()),
-            other => panic!("policy {p} of {name}: {other} in {doc}"),
-        }
+        out.extend(statements_of(&doc["PolicyDocument"], &format!("policy {p} of {name}")));
     }
     // And the managed policies attached to it (the keys' statements are in
     // one of their own: src/render/cfn/iam_size.rs).
@@ -159,18 +147,28 @@ fn live_statements(env: &Env, logical: &str) -> Vec<Value> {
             "--version-id",
             version,
         ]);
-        let document: Value = match &doc["PolicyVersion"]["Document"] {
-            Value::String(text) => serde_json::from_str(text)
-                .or_else(|_| serde_json::from_str(&text.replace('\'', "\"")))
-                .unwrap_or_else(|e| panic!("{e}: {text}")),
-            v => v.clone(),
-        };
-        match &document["Statement"] {
-            Value::Array(a) => out.extend(a.iter().cloned()),
-            other => panic!("policy {arn} of {name}: {other} in {doc}"),
-        }
+        out.extend(statements_of(
+            &doc["PolicyVersion"]["Document"],
+            &format!("policy {arn} of {name}"),
+        ));
     }
     out
+}
+
+/// The statements of a policy document as IAM returns it. moto answers a
+/// policy CloudFormation put with the Python repr of the document (single
+/// quotes; the rendered policies hold no quote or backslash of their own).
+fn statements_of(document: &Value, what: &str) -> Vec<Value> {
+    let policy: Value = match document {
+        Value::String(text) => serde_json::from_str(text)
+            .or_else(|_| serde_json::from_str(&text.replace('\'', "\"")))
+            .unwrap_or_else(|e| panic!("{what}: {e}: {text}")),
+        v => v.clone(),
+    };
+    match &policy["Statement"] {
+        Value::Array(a) => a.clone(),
+        other => panic!("{what}: {other} in {policy}"),
+    }
 }
 
 fn resources(statements: &[Value], sid: &str) -> Vec<String> {

@@ -300,39 +300,34 @@ impl Bed {
             "--assume-role-policy-document",
             &sub_resolved(&role["AssumeRolePolicyDocument"], &self.kms_key).to_string(),
         ]);
-        for p in role["Policies"].as_array().unwrap() {
-            self.env.aws(&[
-                "iam",
-                "put-role-policy",
-                "--role-name",
-                &name,
-                "--policy-name",
-                p["PolicyName"].as_str().unwrap(),
-                "--policy-document",
-                &sub_resolved(&p["PolicyDocument"], &self.kms_key).to_string(),
-            ]);
+        // Its inline policies, and kube-aws's own managed policies attached
+        // to it (etcd's, the keys', the plugins', src/render/cfn/iam_size.rs),
+        // which grant the same as inline policies would: put as such, under
+        // their logical IDs.
+        let mut policies: Vec<(String, &Value)> = role["Policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["PolicyName"].as_str().unwrap().to_string(), &p["PolicyDocument"]))
+            .collect();
+        for (id, p) in self.stack["Resources"].as_object().unwrap() {
+            let roles = p["Properties"]["Roles"].as_array();
+            if p["Type"] == "AWS::IAM::ManagedPolicy"
+                && roles.is_some_and(|r| r.iter().any(|r| r["Ref"] == "ControllerRole"))
+            {
+                policies.push((id.clone(), &p["Properties"]["PolicyDocument"]));
+            }
         }
-        // kube-aws's own managed policies attached to the role (etcd's, the
-        // keys', the plugins', src/render/cfn/iam_size.rs) grant the same as
-        // inline policies would: put as such, under their logical IDs.
-        let resources = self.stack["Resources"].as_object().unwrap();
-        for (id, p) in resources.iter().filter(|(_, p)| {
-            p["Type"] == "AWS::IAM::ManagedPolicy"
-                && p["Properties"]["Roles"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|r| r["Ref"] == "ControllerRole")
-        }) {
+        for (policy, document) in policies {
             self.env.aws(&[
                 "iam",
                 "put-role-policy",
                 "--role-name",
                 &name,
                 "--policy-name",
-                id,
+                &policy,
                 "--policy-document",
-                &sub_resolved(&p["Properties"]["PolicyDocument"], &self.kms_key).to_string(),
+                &sub_resolved(document, &self.kms_key).to_string(),
             ]);
         }
         // The managed AmazonSSMManagedInstanceCore (ManagedPolicyArns) is
