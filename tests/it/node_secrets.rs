@@ -555,9 +555,11 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
     std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
     let rendered_before = std::fs::read(dir.join("rendered/stacks/control-plane.json")).unwrap();
 
-    // A declined update publishes the new bundle but points no node at it: a
-    // node that boots now (a scale-up, a health replacement) still gets the
-    // value its stack version was rolled out with.
+    // A declined update points no node at a new bundle, and leaves the latest
+    // bundle (`secrets/bundle.json`) as it was: it is written only once a
+    // change set is confirmed (issue 36 §3). A node that boots now (a
+    // scale-up, a health replacement) still gets the value its stack version
+    // was rolled out with.
     let pointed_before = pointed_bundle(&env, "controller");
     let declined = run(&["update"]);
     assert_ne!(declined.status.code(), Some(0), "{}", text(&declined));
@@ -574,7 +576,7 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
         "-",
     ]);
     let old = env.aws(&["s3", "cp", &format!("s3://{BUCKET}/{pointed_before}"), "-"]);
-    assert_ne!(latest, old, "the declined update published a new latest bundle");
+    assert_eq!(latest, old, "the declined update moved the latest bundle");
     let c = node(dir, "controller");
     let boot = run_node_script(&env, c.path());
     assert!(boot.status.success(), "{}", text(&boot));

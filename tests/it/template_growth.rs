@@ -10,14 +10,13 @@
 //! (`RLIMIT_AS`), so a regression aborts instead of eating the machine, and
 //! each test checks: exit code 1 (not a signal), the refusal at the file,
 //! line and column of the filter, operator or tag, naming it and the bound,
-//! and the process's peak memory (`ru_maxrss` from `wait4`) under 100 MB.
+//! and the process's peak memory (`ru_maxrss` from `wait4`, taken by
+//! tests/support/limited_run.py) under 100 MB.
 //!
 //! Not covered here: how each filter's result is sized (unit tests in
 //! src/plugin/grow.rs compare each prediction with tera's result), and
 //! values kept by `set` or passed to a macro (tests/it/hostile_inputs.rs).
 
-use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,46 +49,38 @@ struct Run {
     took: Duration,
 }
 
-/// Runs `kube-aws <command>` in `dir` under [`AS_LIMIT`], with its peak memory.
-// The child is reaped by `wait4` (which also returns its peak memory).
-#[allow(clippy::zombie_processes)]
+/// Runs `kube-aws <command>` in `dir` under [`AS_LIMIT`], with its peak
+/// memory, through tests/support/limited_run.py: forked from the test
+/// binary, the command's `ru_maxrss` would count the test binary's memory
+/// up to its exec (the wrapper's docstring says why).
 fn run_limited(dir: &Path, command: &str) -> Run {
     let err_path = dir.join(".stderr");
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("kube-aws"));
-    cmd.current_dir(dir)
+    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/limited_run.py");
+    let start = Instant::now();
+    let out = Command::new(crate::common::tool("python3"))
+        .arg(wrapper)
+        .arg(AS_LIMIT.to_string())
+        .arg(&err_path)
+        .arg(assert_cmd::cargo::cargo_bin("kube-aws"))
+        .arg(command)
+        .current_dir(dir)
         .env("NO_COLOR", "1")
         .env("XDG_CACHE_HOME", dir.join(".cache"))
-        .arg(command)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&err_path).unwrap());
-    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: AS_LIMIT,
-                rlim_max: AS_LIMIT,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let start = Instant::now();
-    let child = cmd.spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 fills it for this child only.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+        .output()
+        .unwrap();
     let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "limited_run.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     Run {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        code: r["code"].as_i64().map(|c| c as i32),
+        signal: r["signal"].as_i64().map(|c| c as i32),
         stderr: std::fs::read_to_string(&err_path).unwrap(),
-        peak_kb: usage.ru_maxrss,
+        peak_kb: r["peakKb"].as_i64().unwrap(),
         took,
     }
 }

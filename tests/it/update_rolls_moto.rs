@@ -343,8 +343,8 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
     let moved: Vec<&String> = flagged.keys().filter(|k| flagged[*k] != after[*k]).collect();
     assert_eq!(moved, ["NodePoolGeneral"]);
 
-    // A rotated secret, last (a declined rotation leaves a new latest bundle,
-    // so the value is not put back): the controllers' secrets version moves.
+    // A rotated secret, last: the controllers' secrets version moves. (A
+    // declined update leaves the published bundles as they were: issue 36 §3.)
     write(
         CONTROLLER,
         "    - name: general\n      count: 1\n      maxPods: 30\n    - name: spot\n      count: 2\n",
