@@ -219,7 +219,8 @@ pub fn undrained_pool_warnings(input: &RenderInput) -> Vec<String> {
                 "node pool {:?}: aws-node-termination-handler is off, so terminations of its nodes (rolls, \
                  scale-in, AZ rebalancing, spot interruptions, kube-aws upgrades) will not drain them and \
                  PodDisruptionBudgets are not honoured; enable it with `plugins: {{aws-node-termination-handler: \
-                 {{enabled: true}}}}` (docs/plugins/aws-node-termination-handler.md)",
+                 {{enabled: true}}}}`, then run `kube-aws charts lock` (its chart is not in the built-in lock; \
+                 docs/plugins/aws-node-termination-handler.md)",
                 p.name
             )
         })
