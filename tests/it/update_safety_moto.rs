@@ -367,15 +367,26 @@ fn kids(keys: &Value) -> Vec<String> {
 const ISSUER_BUCKET: &str = "kube-aws-safety-oidc-demo";
 const LATEST: &str = "clusters/demo/secrets/bundle.json";
 
+/// cluster.yaml with one controller (and `extra`).
+fn one_controller_yaml(kms: &str, extra: &str) -> String {
+    cluster_yaml(kms, extra).replace("count: 3", "count: 1")
+}
+
+/// A one-controller cluster `up` on moto: its work tree.
+fn up_one_controller(env: &Env) -> common::MotoTree {
+    let wt = env.work_tree(&[BUCKET]);
+    std::fs::write(wt.path().join("cluster.yaml"), one_controller_yaml(&wt.kms, "")).unwrap();
+    let up = env.kube_aws(wt.path(), &["up", "--wait", "--timeout", "3m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    wt
+}
+
 #[test]
 fn update_without_the_latest_bundle_keeps_the_ca_and_a_missing_live_bundle_is_refused() {
     let env = Env::new();
-    let wt = env.work_tree(&[BUCKET]);
+    let wt = up_one_controller(&env);
     let (dir, kms) = (wt.path(), wt.kms.clone());
-    let one = |extra: &str| cluster_yaml(&kms, extra).replace("count: 3", "count: 1");
-    std::fs::write(dir.join("cluster.yaml"), one("")).unwrap();
-    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let one = |extra: &str| one_controller_yaml(&kms, extra);
     let ca = root_parameter(&env, "CACertHash");
     let bundle = object(&env, BUCKET, LATEST);
     let jwks = object(&env, ISSUER_BUCKET, "keys.json");
@@ -479,12 +490,9 @@ fn update_without_the_latest_bundle_keeps_the_ca_and_a_missing_live_bundle_is_re
 #[test]
 fn a_disabled_kms_key_is_refused_by_update_and_warned_about_by_status() {
     let env = Env::new();
-    let wt = env.work_tree(&[BUCKET]);
+    let wt = up_one_controller(&env);
     let (dir, kms) = (wt.path(), wt.kms.clone());
-    let one = |extra: &str| cluster_yaml(&kms, extra).replace("count: 3", "count: 1");
-    std::fs::write(dir.join("cluster.yaml"), one("")).unwrap();
-    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "3m"]);
-    assert!(up.status.success(), "{}", text(&up));
+    let one = |extra: &str| one_controller_yaml(&kms, extra);
     let ok = env.kube_aws(dir, &["status"]);
     assert!(ok.status.success(), "{}", text(&ok));
     assert!(!text(&ok).contains("KMS key"), "{}", text(&ok));
