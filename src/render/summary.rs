@@ -71,27 +71,8 @@ fn iam_scopes(r: &Rendered) -> Vec<IamScope> {
                 .flatten()
                 .any(|st| st["Principal"].get("Federated").is_some());
             let scope = if federated { "service accounts" } else { stack };
-            let count = |doc: &serde_json::Value| doc["Statement"].as_array().map_or(0, Vec::len);
-            let inline: usize = props["Policies"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| count(&p["PolicyDocument"]))
-                .sum();
-            // Policies of their own attached to the role (iam_size.rs).
-            let attached: usize = t["Resources"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, p)| matches!(p["Type"].as_str(), Some("AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy")))
-                .filter(|(_, p)| {
-                    p["Properties"]["Roles"]
-                        .as_array()
-                        .is_some_and(|r| r.iter().any(|r| r["Ref"].as_str() == Some(id.as_str())))
-                })
-                .map(|(_, p)| count(&p["Properties"]["PolicyDocument"]))
-                .sum();
-            let statements = inline + attached;
+            // Inline, and the policies of their own attached to it (iam_size.rs).
+            let statements = super::cfn::iam_size::role_statements(&t, id).len();
             match out.iter_mut().find(|s| s.scope == scope) {
                 Some(s) => {
                     s.roles += 1;
