@@ -328,6 +328,16 @@ pub enum BundleError {
         kms_key_arn: String,
     },
     #[error(
+        "cannot decrypt the encryption key of the cluster's Secrets {entry:?} ({detail}); kube-aws never \
+         replaces it (every Secret in etcd and in the etcd snapshots is encrypted with it): publish with AWS \
+         credentials allowed kms:Decrypt on {kms_key_arn}"
+    )]
+    EncryptionKeyUndecryptable {
+        entry: String,
+        detail: String,
+        kms_key_arn: String,
+    },
+    #[error(
         "your AWS identity may not decrypt the cluster CA key: kms:Decrypt on {kms_key_arn} (encryption context \
          kube-aws:cluster={cluster}, kube-aws:secret={entry}) was refused: {code}: {message}; \
          that permission is what grants cluster-admin, ask whoever administers the key"

@@ -56,6 +56,7 @@ use super::{sdk_error, AwsError, BundleError, Clients};
 
 use crate::pki::{self, PrivatePem};
 pub use crate::render::secrets::{BOOTSTRAP_TOKEN, CONTEXT_CLUSTER, CONTEXT_SECRET};
+use crate::render::security;
 
 /// A plaintext secret. Its Debug never shows the value, so it cannot leak into
 /// logs or error messages by accident.
@@ -232,6 +233,20 @@ pub fn without_pki(bundle: &SecretBundle) -> SecretBundle {
     out
 }
 
+/// A new EncryptionConfiguration: one 32-byte secretbox key (named by the
+/// day it was made, so that a later rotation can add a second).
+fn new_encryption_configuration() -> Result<Secret, AwsError> {
+    let key = base64::engine::general_purpose::STANDARD.encode(random_bytes(32)?);
+    let today = time::OffsetDateTime::now_utc().date();
+    let name = format!(
+        "key-{:04}{:02}{:02}",
+        today.year(),
+        u8::from(today.month()),
+        today.day()
+    );
+    Ok(Secret::new(security::encryption_configuration(&[(name, key)])))
+}
+
 /// Random bytes from the operating system.
 fn random_bytes(n: usize) -> Result<Vec<u8>, AwsError> {
     let mut buf = vec![0u8; n];
@@ -370,6 +385,26 @@ pub async fn build_bundle(
         let ct = match old {
             Some((p, value)) => keep(clients, kms_key_arn, cluster, p, name, &value, &mut origins).await?,
             None => encrypt(clients, kms_key_arn, cluster, name, &generate_bootstrap_token()?).await?,
+        };
+        secrets.insert(name.to_string(), ct);
+    }
+    {
+        // The key of the Secrets in etcd (src/render/security.rs): kept as
+        // long as the cluster lives, whatever else rotates; one that no
+        // longer decrypts is an error, never a new key.
+        let name = security::ENCRYPTION_ENTRY;
+        let ct = match ours.filter(|p| p.secrets.contains_key(name)) {
+            Some(p) => {
+                let plain = decrypt(clients, cluster, name, &p.secrets[name]).await.map_err(|e| {
+                    BundleError::EncryptionKeyUndecryptable {
+                        entry: name.to_string(),
+                        detail: e.to_string(),
+                        kms_key_arn: p.kms_key_arn.clone(),
+                    }
+                })?;
+                keep(clients, kms_key_arn, cluster, p, name, &plain, &mut origins).await?
+            }
+            None => encrypt(clients, kms_key_arn, cluster, name, &new_encryption_configuration()?).await?,
         };
         secrets.insert(name.to_string(), ct);
     }

@@ -2,9 +2,11 @@
 //! (the root stack's `ZoneCount` output, src/render/cfn/root.rs) rather than
 //! derived from controller.count at every render: without
 //! network.availabilityZones, 1 controller means 2 zones and 3 or 5 mean 3,
-//! so scaling the controllers (3 → 1 in an outage, or 1 → 3) used to add or
-//! delete a subnet and roll every group. `update` renders with the record,
-//! and refuses a render (`--use-rendered`, another machine's) that differs.
+//! so scaling the controllers (3 → 1 in an outage) used to add or delete a
+//! subnet and roll every group. `update` renders with the record (growing
+//! to 3 or more controllers on 2 zones re-spreads them over 3:
+//! `config::zone_count_with_record`), and refuses a render (`--use-rendered`,
+//! another machine's) that differs.
 //! Pure, apart from `recorded` reading the live stack.
 
 use super::stack::StackInfo;
@@ -39,7 +41,9 @@ pub fn check_zone_count(
         return Ok(());
     }
     match (recorded_zone_count(live), rendered_zone_count(root_template)) {
-        (Some(recorded), Some(rendered)) if recorded != rendered => {
+        (Some(recorded), Some(rendered))
+            if crate::config::zone_count_with_record(recorded, cluster.controller.count) != rendered =>
+        {
             Err(AwsError::ZoneCountChanged { recorded, rendered })
         }
         _ => Ok(()),
@@ -98,6 +102,18 @@ mod tests {
         // A stack from before the record, or an existing VPC: nothing to check.
         assert!(check_zone_count(&live(&[]), &cluster, &two).is_ok());
         assert!(check_zone_count(&three, &cluster, &serde_json::json!({"Outputs": {}})).is_ok());
+        // Growing to 3 controllers on a record of 2 zones re-spreads them: 3 is expected, 2 refused.
+        let two_zones = live(&[("ZoneCount", "2")]);
+        let mut grown = cluster.clone();
+        grown.controller.count = 3;
+        assert!(check_zone_count(
+            &two_zones,
+            &grown,
+            &serde_json::json!({"Outputs": {"ZoneCount": {"Value": "3"}}})
+        )
+        .is_ok());
+        assert!(check_zone_count(&two_zones, &grown, &two).is_err());
+        assert!(check_zone_count(&two_zones, &cluster, &two).is_ok());
         // Zones listed in cluster.yaml change on purpose.
         let mut listed = cluster.clone();
         listed.network.availability_zones = vec!["us-west-2a".into(), "us-west-2b".into()];

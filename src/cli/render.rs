@@ -45,7 +45,7 @@ pub fn run(global: &GlobalOptions, args: RenderArgs) -> anyhow::Result<()> {
         OutputFormat::Text => {
             println!("rendered {} file(s) into {}", rendered.files.len(), dir.display());
             print!("{summary}");
-            for w in render::cfn::undrained_pool_warnings(&p.input) {
+            for w in render::cfn::render_warnings(&p.input) {
                 eprintln!("warning: {w}");
             }
             if !p.not_fetched.is_empty() {

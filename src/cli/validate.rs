@@ -39,7 +39,7 @@ pub fn run(global: &GlobalOptions, args: ValidateArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let warnings = render::cfn::undrained_pool_warnings(&p.input);
+    let warnings = render::cfn::render_warnings(&p.input);
     let stubs = render::stub_sizes(&rendered);
     let templates = render::template_sizes(&rendered);
     let cluster = &p.releases.cluster;

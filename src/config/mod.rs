@@ -42,7 +42,7 @@ pub use versions::{
     allowed_next, check_upgrade, minor_of, resolve_version, supported_minors, K8sRelease, K8sVersion, VersionChange,
     DEFAULT_MINOR, RELEASES,
 };
-pub use zonal::{check_zonal, default_zone_count};
+pub use zonal::{check_zonal, controller_zone_warning, default_zone_count, zone_count_with_record};
 
 use crate::located::{parse_yaml, Diagnostics};
 

@@ -26,6 +26,49 @@ pub fn default_zone_count(controllers: u32) -> usize {
     }
 }
 
+/// The zone count `update` renders a new VPC with, given the live stack's
+/// record: the record, so that scaling the controllers adds or deletes no
+/// subnet; except that growing to 3 or more controllers on a record of
+/// fewer zones re-spreads them over [`default_zone_count`]'s three (a new
+/// subnet; every group's subnets change, each rolled one instance at a
+/// time), because 3 controllers on 2 zones split 2+1 and losing the zone
+/// holding 2 loses etcd's quorum. Shrinking keeps the record. One rule for
+/// the render and for `update`'s check of a render (src/aws/zones.rs).
+pub fn zone_count_with_record(recorded: usize, controllers: u32) -> usize {
+    recorded.max(if controllers >= 3 {
+        default_zone_count(controllers)
+    } else {
+        0
+    })
+}
+
+/// A warning when the controllers cannot survive the loss of one zone: 3 or
+/// more controllers whose zones (listed, or an existing VPC's subnets) are
+/// fewer than 3, so that one zone holds a majority of etcd's members.
+pub fn controller_zone_warning(cfg: &ClusterConfig) -> Option<String> {
+    let count = cfg.controller.count;
+    let zones = cfg.node_subnet_count();
+    if count < 3 || zones >= 3 || zones == 0 {
+        return None;
+    }
+    let (what, fix) = if cfg.network.vpc_id.is_some() {
+        (
+            "network.subnetIds",
+            "list a subnet in a third zone in network.subnetIds",
+        )
+    } else {
+        (
+            "network.availabilityZones",
+            "list a third zone in network.availabilityZones (in a region with two zones, no layout survives \
+             the loss of either)",
+        )
+    };
+    Some(format!(
+        "controller.count is {count} over {zones} zone(s) ({what}): one zone holds a majority of etcd's \
+         members, and losing it loses quorum (the API stops accepting writes); {fix}"
+    ))
+}
+
 impl ClusterConfig {
     /// The node subnets every node stack gets (its `SubnetIds`, in this
     /// order): one per zone of a new VPC, or the listed `network.subnetIds`
@@ -37,9 +80,12 @@ impl ClusterConfig {
         } else if net.availability_zones.is_empty() {
             // `update` renders with the count the live stack recorded at `up`
             // (the root stack's ZoneCount output, src/aws/zones.rs), so that
-            // a changed controller.count adds or deletes no subnet.
-            net.recorded_zone_count
-                .unwrap_or_else(|| default_zone_count(self.controller.count))
+            // a changed controller.count adds or deletes no subnet, unless
+            // the controllers grow past what one zone's loss survives.
+            match net.recorded_zone_count {
+                Some(recorded) => zone_count_with_record(recorded, self.controller.count),
+                None => default_zone_count(self.controller.count),
+            }
         } else {
             net.availability_zones.len()
         }
@@ -80,4 +126,47 @@ pub fn check_zonal(cfg: &ClusterConfig, pool: &NodePool, base: &str) -> Option<(
              or remove `zonal: true`"
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(extra: &str) -> ClusterConfig {
+        serde_yaml::from_str(&format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn growing_past_two_controllers_re_spreads_and_shrinking_keeps_the_record() {
+        assert_eq!(zone_count_with_record(2, 1), 2);
+        assert_eq!(zone_count_with_record(2, 3), 3);
+        assert_eq!(zone_count_with_record(2, 5), 3);
+        assert_eq!(zone_count_with_record(3, 1), 3, "3 → 1 in an outage deletes no subnet");
+        assert_eq!(zone_count_with_record(4, 3), 4);
+        let mut c = cluster("controller: {count: 3}\n");
+        c.network.recorded_zone_count = Some(2);
+        assert_eq!(c.node_subnet_count(), 3);
+    }
+
+    #[test]
+    fn one_zone_holding_a_majority_is_warned_about() {
+        assert!(
+            controller_zone_warning(&cluster("controller: {count: 3}\n")).is_none(),
+            "default: 3 zones"
+        );
+        assert!(controller_zone_warning(&cluster("controller: {count: 1}\n")).is_none());
+        let w = controller_zone_warning(&cluster(
+            "controller: {count: 3}\nnetwork: {availabilityZones: [us-west-2a, us-west-2b]}\n",
+        ))
+        .expect("3 controllers on 2 listed zones");
+        assert!(w.contains("3 over 2 zone(s) (network.availabilityZones)"), "{w}");
+        assert!(w.contains("list a third zone"), "{w}");
+        assert!(controller_zone_warning(&cluster(
+            "controller: {count: 3}\nnetwork: {availabilityZones: [us-west-2a, us-west-2b, us-west-2c]}\n"
+        ))
+        .is_none());
+    }
 }

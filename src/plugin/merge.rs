@@ -172,8 +172,11 @@ pub fn merge_flags(
             "kubelet flag" => OWNED_KUBELET_FLAGS.iter().find(|(f, _)| f == name).map(|(_, h)| *h),
             // The cloud controller manager runs the cloud loops (cloud-provider external).
             _ if name == "cloud-provider" => Some("kube-aws runs the AWS cloud controller manager instead"),
-            "apiserver flag" if name == "admission-control-config-file" => {
+            "apiserver flag" if name == crate::render::security::ADMISSION_FLAG => {
                 Some("for Pod Security admission; set podSecurity in cluster.yaml")
+            }
+            "apiserver flag" if crate::render::security::OWNED_APISERVER_FLAGS.contains(&name.as_str()) => {
+                Some("for the encryption of Secrets at rest and the audit log (docs/deploy.md)")
             }
             "apiserver flag" if crate::irsa::OWNED_APISERVER_FLAGS.contains(&name.as_str()) => {
                 Some("for the service-account issuer; set issuerURL in cluster.yaml to move it")

@@ -161,15 +161,13 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
 
 /// The apiserver's `extraArgs`: the plugins' flags, then the service-account
 /// issuer's (src/irsa.rs `apiserver_flags`; a v1beta3 map keeps one value per
-/// flag, so only the new issuer there).
+/// flag, so only the new issuer there), then src/render/security.rs's.
 fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
     let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
     let mut issuer = crate::irsa::apiserver_flags(&input.cluster);
-    // Pod Security admission (src/render/security.rs); plugins may not set it (plugin/merge.rs).
-    issuer.push((
-        super::security::ADMISSION_FLAG.to_string(),
-        super::security::ADMISSION_FILE.to_string(),
-    ));
+    // Pod Security admission, encryption at rest, the audit log
+    // (src/render/security.rs); plugins may not set them (plugin/merge.rs).
+    issuer.extend(super::security::apiserver_flags());
     match &mut args {
         Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
         Value::Object(m) => {
@@ -326,7 +324,7 @@ pub fn cluster_kubeadm_json(input: &RenderInput, ctx: &Ctx) -> String {
         "clusterName": ctx.cluster,
         "networking": networking(input),
         "apiServer": {"extraArgs": api_server_args(input, v1beta4),
-            "extraVolumes": [super::security::apiserver_volume()]},
+            "extraVolumes": super::security::apiserver_volumes()},
         "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
         "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
         // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
@@ -434,7 +432,7 @@ fn render_node(
         "bootstrapToken": super::security::bootstrap_token_settings(&input.cluster),
         "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
             .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
-            .chain(spec.pool.is_none().then_some(super::security::CERTS_UNITS).into_iter().flatten().copied())
+            .chain(spec.pool.is_none().then_some(super::security::CONTROLLER_UNITS).into_iter().flatten().copied())
             .collect::<Vec<_>>(),
         "secrets": secrets,
     });

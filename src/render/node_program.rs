@@ -22,6 +22,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("console.py", include_str!("../node/kube_aws_node/console.py")),
     ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
     ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
+    ("encryption.py", include_str!("../node/kube_aws_node/encryption.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("health.py", include_str!("../node/kube_aws_node/health.py")),

@@ -146,6 +146,8 @@ pub fn node_secrets<'a>(
         // controllers mint (src/node/kube_aws_node/join_token.py).
         names.insert(BOOTSTRAP_TOKEN.to_string());
         names.extend(crate::pki::KEY_ENTRIES.iter().map(|k| k.to_string()));
+        // The API server's EncryptionConfiguration (src/render/security.rs).
+        names.insert(super::security::ENCRYPTION_ENTRY.to_string());
     }
     let mut out = Vec::new();
     for (path, content) in files {
@@ -164,7 +166,11 @@ pub fn node_secrets<'a>(
         files: out,
         pki: controller.then(|| NodePki {
             dir: crate::pki::NODE_PKI_DIR.to_string(),
-            keys: crate::pki::KEY_ENTRIES.iter().map(|k| k.to_string()).collect(),
+            keys: crate::pki::KEY_ENTRIES
+                .iter()
+                .chain(&[super::security::ENCRYPTION_ENTRY])
+                .map(|k| k.to_string())
+                .collect(),
             certificates: crate::pki::PUBLIC_ENTRIES.iter().map(|k| k.to_string()).collect(),
         }),
     }
@@ -232,7 +238,7 @@ mod tests {
                 ("/etc/plain", "nothing"),
             ],
         );
-        let mut want = vec![A, A_CTRL, B, BOOTSTRAP_TOKEN];
+        let mut want = vec![A, A_CTRL, B, BOOTSTRAP_TOKEN, super::super::security::ENCRYPTION_ENTRY];
         want.extend(crate::pki::KEY_ENTRIES);
         want.sort();
         assert_eq!(c.names, want);

@@ -29,6 +29,7 @@ mod deploy_moto;
 mod destroy_api_testbed;
 mod destroy_sweep_moto;
 mod docs;
+mod encryption_testbed;
 mod etcd_status_moto;
 mod example;
 mod exposure;

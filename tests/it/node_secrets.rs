@@ -193,10 +193,34 @@ fn nodes_decrypt_their_own_secrets_and_fill_them_in() {
             "kube-aws-secret.vault.password",
             "kubeadm/bootstrap-token",
             "pki/ca.key",
+            "pki/encryption.json",
             "pki/etcd/ca.key",
             "pki/front-proxy-ca.key",
             "pki/sa.key",
         ]
+    );
+    // The EncryptionConfiguration (src/render/security.rs) where the API server reads it, private.
+    let enc = c.path().join("etc/kubernetes/pki/encryption.json");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&enc).unwrap()).unwrap();
+    assert_eq!(config["kind"], "EncryptionConfiguration");
+    let key = &config["resources"][0]["providers"][0]["secretbox"]["keys"][0];
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(key["secret"].as_str().unwrap())
+            .unwrap()
+            .len(),
+        32
+    );
+    assert_eq!(
+        config["resources"][0]["providers"][1],
+        serde_json::json!({"identity": {}})
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&enc).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(
+        !bundle.contains(key["secret"].as_str().unwrap()),
+        "the key is only in the bundle encrypted"
     );
     // The cluster PKI where kubeadm looks for it, keys private, and the CA the bundle publishes.
     let b: serde_json::Value = serde_json::from_str(&bundle).unwrap();

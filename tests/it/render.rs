@@ -437,6 +437,7 @@ fn each_role_decrypts_only_its_own_secrets() {
             "kube-aws-secret.dex.clientSecret",
             "kubeadm/bootstrap-token",
             "pki/ca.key",
+            "pki/encryption.json",
             "pki/etcd/ca.key",
             "pki/front-proxy-ca.key",
             "pki/sa.key",
@@ -486,7 +487,7 @@ fn each_role_decrypts_only_its_own_secrets() {
         .find(|(p, _)| p == "/etc/kube-aws/node.json")
         .map(|(_, c)| serde_json::from_str(&c).unwrap())
         .unwrap();
-    assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 6);
+    assert_eq!(node["secrets"]["names"].as_array().unwrap().len(), 7);
     assert_eq!(node["secrets"]["pki"]["dir"], "/etc/kubernetes/pki");
     // The values file is in the addon bundle: the reconciler fills it.
     assert_eq!(node["secrets"]["files"], serde_json::json!([]));
@@ -817,8 +818,9 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
     two.cluster.network.availability_zones = vec!["us-west-2a".into(), "us-west-2b".into()];
     assert!(stack(&rendered(&two), "network")["Resources"].get("Subnet2").is_none());
 
-    // The termination hook: the leaving controller removes its etcd member,
-    // and the group goes on after 300 s whatever happens.
+    // The termination hook: the leaving controller removes its etcd member
+    // once the others keep a quorum (holding the hook with heartbeats until
+    // then); the group goes on after 300 s without a heartbeat.
     let hook = &cp["Resources"]["ControllerTerminationHook"];
     assert_eq!(hook["Type"], "AWS::AutoScaling::LifecycleHook");
     let h = &hook["Properties"];
@@ -834,8 +836,16 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["Action"] == serde_json::json!(["autoscaling:CompleteLifecycleAction"]))
+        .find(|s| s["Sid"] == "CompleteOwnLifecycleAction")
         .unwrap();
+    // The heartbeat holds the hook while the member's removal would lose quorum.
+    assert_eq!(
+        complete["Action"],
+        serde_json::json!([
+            "autoscaling:CompleteLifecycleAction",
+            "autoscaling:RecordLifecycleActionHeartbeat"
+        ])
+    );
     assert!(complete["Resource"]["Fn::Sub"]
         .as_str()
         .unwrap()

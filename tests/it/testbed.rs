@@ -65,7 +65,7 @@ use std::process::Command;
 use common::testbed::{self, extra_args, kubeadm_json, run, ControlPlane};
 
 /// Every node cloud-config of a render, by role (`controller`, `worker-general`, ...).
-type CloudConfigs = BTreeMap<String, String>;
+pub(crate) type CloudConfigs = BTreeMap<String, String>;
 
 /// A controller's kubeadm.json gets the addon bundle's cluster-wide documents
 /// (`addons/kubeadm/cluster.json`), as its boot adds them
@@ -96,7 +96,7 @@ fn cloud_configs_of(files: impl IntoIterator<Item = (String, String)>) -> CloudC
 }
 
 /// `kube-aws init --example` + `render`, through the built binary.
-fn example_cloud_configs() -> CloudConfigs {
+pub(crate) fn example_cloud_configs() -> CloudConfigs {
     let tmp = tempfile::tempdir().unwrap();
     let kube_aws = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_kube-aws"))
@@ -279,7 +279,7 @@ fn kubeadm_accepts_every_rendered_kubeadm_document() {
 }
 
 /// The apiServer, controllerManager and scheduler extraArgs of a controller's kubeadm documents.
-fn plugin_flags(configs: &CloudConfigs) -> [Vec<(String, String)>; 3] {
+pub(crate) fn plugin_flags(configs: &CloudConfigs) -> [Vec<(String, String)>; 3] {
     let kubeadm = kubeadm_json(&configs["controller"]);
     let cluster = kubeadm["documents"]
         .as_array()
@@ -291,9 +291,23 @@ fn plugin_flags(configs: &CloudConfigs) -> [Vec<(String, String)>; 3] {
     ["apiServer", "controllerManager", "scheduler"].map(|c| extra_args(&cluster[c]["extraArgs"]))
 }
 
-/// Flag values naming a file the node writes point at that file under `root`.
-fn rooted(flags: &[(String, String)], cloud_config: &str, root: &Path) -> Vec<(String, String)> {
+/// Flag values naming a file the node writes point at that file under
+/// `root`: the cloud-config's files, the EncryptionConfiguration the node
+/// program places from the secret bundle (here with a test key), and the
+/// audit log's file.
+pub(crate) fn rooted(flags: &[(String, String)], cloud_config: &str, root: &Path) -> Vec<(String, String)> {
     common::write_cloud_config_files(cloud_config, root);
+    let under = |p: &str| root.join(p.trim_start_matches('/'));
+    let config = under(kube_aws::render::security::ENCRYPTION_FILE);
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let key = (
+        "key-test".to_string(),
+        "qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqo=".to_string(),
+    );
+    std::fs::write(&config, kube_aws::render::security::encryption_configuration(&[key])).unwrap();
+    let audit = under(kube_aws::render::security::AUDIT_LOG);
+    std::fs::create_dir_all(audit.parent().unwrap()).unwrap();
+    std::fs::write(&audit, "").unwrap();
     flags
         .iter()
         .map(|(k, v)| {

@@ -18,6 +18,7 @@ COMMANDS = {
     "secrets": ("secrets", "run", False),
     "reconcile": ("reconcile", "run", False),
     "csr-approver": ("csr_approver", "main", False),
+    "encryption": ("encryption", "main", False),
     "lifecycle": ("etcd", "lifecycle_main", True),
     "etcd-backup": ("etcd", "etcd_backup_main", True),
     "etcd-restore": ("etcd", "etcd_restore_main", True),

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from . import locks, metrics
+from . import locks, metrics, reconcile
 from .awscall import AwsError, listed_object
 
 # KUBE_AWS_ROOT prefixes every node path this module reads or writes (tests only).
@@ -41,6 +41,8 @@ ROOT = os.environ.get("KUBE_AWS_ROOT", "")
 ETCD_JSON = "/etc/kube-aws/etcd.json"
 RUNTIME_JSON = "/etc/kube-aws/runtime.json"
 NODE_JSON = "/etc/kube-aws/node.json"
+# The addon installer's settings (src/render/cloudconfig.rs RECONCILER_JSON).
+RECONCILER_JSON = "/etc/kube-aws/addons/reconciler.json"
 PKI = "/etc/kubernetes/pki/etcd"
 CA = PKI + "/ca.crt"
 # kubeadm's client certificate for etcd health checks, signed by the etcd CA
@@ -439,6 +441,9 @@ class LazyEtcd(object):
     def member_remove(self, endpoints, member_id):
         return self._c().member_remove(endpoints, member_id)
 
+    def status(self, endpoint):
+        return self._c().status(endpoint)
+
 
 def local_endpoint(ip="127.0.0.1"):
     return "https://%s:%d" % (ip, CLIENT_PORT)
@@ -552,6 +557,112 @@ def remove_member_through_peer(etcd, self_ip, endpoints, clock, deadline):
         clock.sleep(POLL_SECONDS)
 
 
+def leave_verdict(members, self_ip, healthy):
+    """("remove" | "hold" | "none", why) for the member on this node. Pure.
+
+    `healthy`: the IDs (as_id) of the members whose endpoint answered a status
+    just now. The member is removed only when the members left keep a quorum
+    among those that answer: len(others) // 2 + 1 of them (etcd's majority of
+    the membership after the removal; "Runtime reconfiguration", etcd docs:
+    removing a member of a cluster with a failed minority can lose quorum).
+    Otherwise the controller holds: its own member still votes, and going
+    would leave a cluster that cannot elect a leader."""
+    own = own_member(members, self_ip)
+    if own is None:
+        return "none", "no etcd member on %s: nothing to remove" % self_ip
+    others = [m for m in members if as_id(m["ID"]) != as_id(own["ID"])]
+    if not others:
+        return "none", "the last etcd member stays (a cluster cannot remove its only member)"
+    need = len(others) // 2 + 1
+    up = [m for m in others if as_id(m["ID"]) in healthy]
+    if len(up) >= need:
+        return "remove", "%d of the %d other etcd members answer (a quorum is %d)" % (len(up), len(others), need)
+    down = sorted(m.get("name") or ",".join(member_ips(m)) or str(as_id(m["ID"])) for m in others if m not in up)
+    return "hold", ("removing the etcd member on %s would leave %d members of which %d answer (%s do not), fewer "
+                    "than the %d a quorum needs: this controller stays until they are back (replace or repair "
+                    "them; `kube-aws status` shows them)" % (self_ip, len(others), len(up), ", ".join(down), need))
+
+
+def healthy_members(etcd, members):
+    """The IDs of the members whose client endpoint answers a status now."""
+    out = set()
+    for m in members:
+        for url in m.get("clientURLs") or []:
+            try:
+                etcd.status(url)
+                out.add(as_id(m["ID"]))
+                break
+            except Exception:
+                continue
+    return out
+
+
+def own_group(node, instance_id):
+    groups = node.aws(["autoscaling", "describe-auto-scaling-instances", "--instance-ids", instance_id]) or {}
+    found = groups.get("AutoScalingInstances") or []
+    if not found:
+        raise RuntimeError("instance %s is in no auto scaling group" % instance_id)
+    return found[0]["AutoScalingGroupName"]
+
+
+def heartbeat(node, instance_id, settings):
+    """Holds the termination hook for another HeartbeatTimeout."""
+    node.aws(["autoscaling", "record-lifecycle-action-heartbeat",
+              "--lifecycle-hook-name", settings.get("lifecycleHook", "kube-aws-etcd-member"),
+              "--auto-scaling-group-name", own_group(node, instance_id), "--instance-id", instance_id])
+
+
+def remove_when_safe(node, etcd, self_ip, endpoints, clock, deadline, settings, instance):
+    """Removes this node's member once the others keep a quorum without it
+    (leave_verdict), holding the termination hook (heartbeats) while they
+    would not, or while the removal fails although they would: the roll
+    stops here, with the reason in this node's status object, instead of
+    taking etcd's quorum. A membership no endpoint answers for cannot be
+    judged: then the removal is tried until `deadline` as before (a
+    controller that never joined must not hold its replacement back).
+    Returns (ok, message)."""
+    timeout = int(settings.get("lifecycleTimeoutSeconds", 300))
+    beat_every = max(10, timeout // 3)
+    last_beat, said = clock.now(), None
+    while True:
+        try:
+            members = etcd.member_list(endpoints)
+        except Exception as e:
+            if clock.now() >= deadline and said is None:
+                return False, "could not read the etcd membership: %s" % e
+            if said is None:
+                clock.sleep(POLL_SECONDS)
+                continue
+            members, why = None, "could not read the etcd membership: %s" % e
+        if members is not None:
+            verdict, why = leave_verdict(members, self_ip, healthy_members(etcd, members))
+            if verdict == "none":
+                return True, why
+            if verdict == "remove":
+                ok, message = remove_member_through_peer(etcd, self_ip, endpoints, clock, clock.now())
+                if ok:
+                    return True, message + " (%s)" % why
+                why = "%s, although the others keep a quorum: this controller stays until it succeeds" % message
+        if why != said:
+            said = why
+            print("kube-aws: holding the termination: %s" % why, flush=True)
+            try:
+                node.put_json("status/nodes/%s.json" % instance["instanceId"],
+                              failure_report(instance, node.runtime, "etcd-quorum-hold", why, clock.now(),
+                                             "kube-aws-node lifecycle leave"))
+            except Exception as e:
+                print("kube-aws: could not write the status object: %s" % e, file=sys.stderr, flush=True)
+        if clock.now() - last_beat >= beat_every:
+            try:
+                heartbeat(node, instance["instanceId"], settings)
+                last_beat = clock.now()
+            except Exception as e:
+                # No lifecycle action left to hold (the hook's global timeout,
+                # or someone completed it): the group goes on anyway.
+                return False, "%s; the termination hook can no longer be held: %s" % (why, e)
+        clock.sleep(POLL_SECONDS)
+
+
 def prune_once(node, etcd, previous):
     """One look at stale members: removes those seen stale on the previous
     look too (a minority at most). Returns (candidates now, removed)."""
@@ -569,8 +680,10 @@ def prune_once(node, etcd, previous):
 
 def leave(node, etcd, run, clock):
     """On Terminated: drain and delete this Node, remove the etcd member
-    through a peer, then complete the lifecycle action (CONTINUE) whatever
-    happened; a failure is reported in the node status object."""
+    through a peer once the others keep a quorum without it (holding the
+    hook while they would not: remove_when_safe), then complete the
+    lifecycle action (CONTINUE); a failure is reported in the node status
+    object."""
     settings = node.settings()
     instance = node.instance()
     self_ip = node.ip()
@@ -605,7 +718,7 @@ def leave(node, etcd, run, clock):
             endpoints += ["https://%s:%d" % (ip, CLIENT_PORT) for ip in node.controller_ips() if ip != self_ip]
         except Exception as e:
             problems.append("listing the other controllers: %s" % e)
-        ok, message = remove_member_through_peer(etcd, self_ip, endpoints, clock, deadline)
+        ok, message = remove_when_safe(node, etcd, self_ip, endpoints, clock, deadline, settings, instance)
     if not ok:
         problems.append(message)
     if problems:
@@ -620,13 +733,9 @@ def leave(node, etcd, run, clock):
 
 
 def complete_lifecycle_action(node, instance_id, settings):
-    groups = node.aws(["autoscaling", "describe-auto-scaling-instances", "--instance-ids", instance_id]) or {}
-    found = groups.get("AutoScalingInstances") or []
-    if not found:
-        raise RuntimeError("instance %s is in no auto scaling group" % instance_id)
     node.aws(["autoscaling", "complete-lifecycle-action",
               "--lifecycle-hook-name", settings.get("lifecycleHook", "kube-aws-etcd-member"),
-              "--auto-scaling-group-name", found[0]["AutoScalingGroupName"],
+              "--auto-scaling-group-name", own_group(node, instance_id),
               "--lifecycle-action-result", "CONTINUE", "--instance-id", instance_id])
 
 
@@ -869,6 +978,36 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     return restore_snapshot(node, run, clock, plan, say)
 
 
+def reset_installed_record(node, snapshot):
+    """After a restore: the addon installer's record (reconciler.json
+    installedURI) made to say that nothing is current
+    (reconcile.after_restore), so the reconciler brings every release from
+    the snapshot's versions to the current plan instead of trusting a record
+    of releases etcd no longer holds. No other controller runs the installer
+    now (a restore happens before the first one initializes). "reset",
+    "none" (no record: nothing was installed) or the reason it failed."""
+    uri = read_json(host(RECONCILER_JSON), {}).get("installedURI") or ""
+    if not uri.startswith("s3://"):
+        return "no installed record is configured (%s)" % RECONCILER_JSON
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    try:
+        if listed_object(node.aws, bucket, key) is None:
+            return "none"
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "installed.json")
+            node.aws(["s3api", "get-object", "--bucket", bucket, "--key", key, path])
+            with open(path) as f:
+                doc = json.load(f)
+            with open(path, "w") as f:
+                json.dump(reconcile.after_restore(doc, snapshot), f)
+            node.aws(["s3api", "put-object", "--bucket", bucket, "--key", key, "--body", path,
+                      "--content-type", "application/json"])
+    except (AwsError, OSError, ValueError, RuntimeError) as e:
+        return "the addon record %s could not be reset (the addons may stay at the snapshot's versions until " \
+               "a plan changes): %s" % (uri, e)
+    return "reset"
+
+
 def restore_snapshot(node, run, clock, plan, say):
     """Restores plan["key"] into etcd's data dir as a one-member cluster;
     bootstrap then runs `kubeadm init` on it."""
@@ -885,9 +1024,12 @@ def restore_snapshot(node, run, clock, plan, say):
     for argv in restore_commands(image, RESTORE_PATH, instance["nodeName"], node.ip(), present=present):
         run(argv)
     os.unlink(host(RESTORE_PATH))
+    addons = reset_installed_record(node, plan["key"])
+    if addons not in ("reset", "none"):
+        say(json.dumps({"action": "warning", "reason": addons}))
     node.put_json(RESTORE_STATUS, {"key": plan["key"], "instanceId": instance["instanceId"],
-                                              "request": plan.get("request", ""),
-                                              "restoredAt": int(clock.now())})
+                                   "request": plan.get("request", ""), "addonRecord": addons,
+                                   "restoredAt": int(clock.now())})
     done = {"action": "restored", "key": plan["key"]}
     say(json.dumps(done))
     return done

@@ -99,6 +99,25 @@ def current(entry, r):
         (entry or {}).get("secrets", "") == r.get("secrets", "")
 
 
+def after_restore(doc, snapshot):
+    """The installed record once etcd was restored from `snapshot`: the
+    releases in etcd are now the snapshot's (at its versions, or missing), so
+    no entry is current any more. Every entry keeps its name and namespace
+    (a release the plan has dropped since is still uninstalled) but loses its
+    wait condition and secrets hash, and the plan and secrets versions are
+    forgotten: the next run brings every release to the current plan with
+    `helm upgrade --install`, which upgrades what the snapshot holds and
+    installs what it lacks. Pure."""
+    out = dict(doc)
+    out["plan"] = None
+    out["secretsVersions"] = []
+    out.pop("retryAfter", None)
+    out["restoredFrom"] = snapshot
+    out["releases"] = [dict(r, waitCondition="", secrets="") for r in doc.get("releases", [])
+                       if isinstance(r, dict) and r.get("name")]
+    return out
+
+
 def attach_secrets(releases, hashes):
     """Gives each release its secrets hash from the plan pointer (`secrets`: release → hash)."""
     hashes = hashes if isinstance(hashes, dict) else {}

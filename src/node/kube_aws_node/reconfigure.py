@@ -27,6 +27,9 @@ digest over the ClusterConfiguration and KubeletConfiguration only. The boot rec
 digest it joined (or initialized) with; when they differ, this controller
 takes the cluster's join lock (the one joins and upgrades take: one
 controller at a time, never beside a joining one) and, under it:
+- (before the lock) leaves it alone when the API server flags name a node
+  file this controller lacks (`flag_files`: an encryption configuration or
+  audit policy that came with the update that replaces this controller);
 - refuses to act when kubeadm-config's kubernetesVersion is not this node's
   (an upgrade is under way: this node is being replaced, and an upload at its
   version would take the cluster's version back), or when the status object
@@ -124,6 +127,30 @@ def decide(want, applied, cluster_version, mine, marker):
                         "another configuration is published" % (want[:12], marker.get("node", "?"),
                                                                  marker.get("step", "?"), marker.get("message", "")))
     return "apply", ""
+
+
+def flag_files(docs):
+    """The node files (absolute paths under /etc/) that the ClusterConfiguration's
+    API server flags name, sorted. Pure."""
+    out = set()
+    for d in docs:
+        if d.get("kind") != "ClusterConfiguration":
+            continue
+        args = (d.get("apiServer") or {}).get("extraArgs") or {}
+        pairs = [(a.get("name"), a.get("value")) for a in args if isinstance(a, dict)] \
+            if isinstance(args, list) else list(args.items())
+        out.update(v for _, v in pairs if isinstance(v, str) and v.startswith("/etc/"))
+    return sorted(out)
+
+
+def missing_reason(missing):
+    """Why a controller lacking `missing` (flag_files it does not have) leaves
+    the configuration alone: an API server started without them would not
+    start, and the update that added them replaces this controller (its user
+    data or its secrets changed). Pure."""
+    return ("the new configuration's API server flags name %s, which this controller does not have: it "
+            "predates the update that added them and is replaced by it; the controllers that replace it boot "
+            "with both" % ", ".join(missing))
 
 
 def desired(node_name, version, docs, patches, runtime):
@@ -365,6 +392,10 @@ class Controller(Node):
         want = digest(docs)
         if jsonio.read(applied_path(), {}).get("controller") == want:
             return "none"
+        missing = [f for f in flag_files(docs) if not os.path.exists(paths.path(f))]
+        if missing:
+            self.say(missing_reason(missing))
+            return "skip"
         self.say("the configuration changed (%s): taking the join lock" % want[:12])
         with self.lock():
             cluster = upgrade.config_version(self.configmap("kubeadm-config").get("data", {})

@@ -60,6 +60,11 @@ class FakeEtcd(object):
         self._up(endpoints)
         return [dict(m) for m in self.members]
 
+    def status(self, endpoint):
+        self.calls.append(("status", endpoint))
+        self._up([endpoint])
+        return {"header": {"member_id": 0}}
+
     def member_remove(self, endpoints, mid):
         up = self._up(endpoints)
         self.calls.append(("remove", list(endpoints), mid))
@@ -239,6 +244,31 @@ class MemberRemoval(unittest.TestCase):
         self.assertEqual(len([c for c in fake.calls if c[0] == "remove"]), 13)
 
 
+class LeaveVerdict(unittest.TestCase):
+    M = [member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")]
+
+    def test_removes_while_the_others_keep_a_quorum(self):
+        self.assertEqual(etcd.leave_verdict(self.M, "10.0.1.5", {12, 13})[0], "remove")
+        five = self.M + [member(14, "10.0.1.8"), member(15, "10.0.2.9")]
+        # Four left need three.
+        self.assertEqual(etcd.leave_verdict(five, "10.0.1.5", {12, 13, 14})[0], "remove")
+        self.assertEqual(etcd.leave_verdict(five, "10.0.1.5", {12, 13})[0], "hold")
+
+    def test_holds_when_one_of_the_two_others_is_down(self):
+        verdict, why = etcd.leave_verdict(self.M, "10.0.1.5", {12})
+        self.assertEqual(verdict, "hold")
+        self.assertIn("ip-10-0-3-7", why)
+        self.assertIn("the 2 a quorum needs", why)
+
+    def test_an_unstarted_member_does_not_count(self):
+        m = [member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7", started=False)]
+        self.assertEqual(etcd.leave_verdict(m, "10.0.1.5", {12})[0], "hold")
+
+    def test_nothing_or_the_last_member(self):
+        self.assertEqual(etcd.leave_verdict(self.M[1:], "10.0.1.5", {12, 13})[0], "none")
+        self.assertEqual(etcd.leave_verdict(self.M[:1], "10.0.1.5", set())[0], "none")
+
+
 class Leaving(WithFiles):
     def aws(self, **failing):
         return FakeAws({
@@ -266,10 +296,63 @@ class Leaving(WithFiles):
             self.assertEqual(done[0][i:i + 2], pair)
         self.assertFalse(aws.ops("s3api", "put-object"), "no report when all went well")
 
-    def test_a_failed_removal_still_completes_and_is_reported(self):
+    def test_a_failed_removal_holds_the_hook_until_it_can_no_longer_be_held(self):
         self.etcd_running()
         aws = self.aws()
-        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], remove_fails=1000)
+        # The hook's global timeout: the third heartbeat is refused.
+        beats = []
+
+        def beat(args):
+            beats.append(args)
+            if len(beats) >= 3:
+                raise RuntimeError("No active Lifecycle Action found with instance ID i-0abc")
+        aws.answers[("autoscaling", "record-lifecycle-action-heartbeat")] = beat
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")],
+                        remove_fails=1000)
+        clock = FakeClock()
+        with Quiet():
+            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+        self.assertEqual(code, 1)
+        self.assertEqual(len(beats), 3)
+        # A heartbeat every third of the hook's 300 s.
+        self.assertGreaterEqual(clock.t - START, 300)
+        self.assertIn("although the others keep a quorum", msg)
+        self.assertIn("can no longer be held", msg)
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+        self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [11, 12, 13])
+        put = [c for c in aws.ops("s3api", "put-object") if "p/demo/status/nodes/i-0abc.json" in c]
+        self.assertGreaterEqual(len(put), 1)
+
+    def test_a_removal_that_would_lose_quorum_holds_until_the_member_is_back(self):
+        self.etcd_running()
+        aws = self.aws()
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")],
+                        down={"https://10.0.3.7:2379"})
+
+        class Clock(FakeClock):
+            def sleep(self, s):
+                FakeClock.sleep(self, s)
+                if self.t - START >= 400:
+                    fake.down.clear()  # the third controller is repaired
+        clock = Clock()
+        with Quiet() as q:
+            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+        self.assertEqual((code, problems), (0, []), msg)
+        self.assertIn("removed etcd member", msg)
+        self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [12, 13])
+        removes = [i for i, c in enumerate(fake.calls) if c[0] == "remove"]
+        self.assertEqual(len(removes), 1, "nothing removed while the quorum was at stake")
+        self.assertGreaterEqual(len(aws.ops("autoscaling", "record-lifecycle-action-heartbeat")), 3)
+        hold = [c for c in aws.ops("s3api", "put-object") if "p/demo/status/nodes/i-0abc.json" in c]
+        self.assertEqual(len(hold), 1, "the reason is reported once, not every 5 s")
+        self.assertIn("would leave 2 members of which 1 answer (ip-10-0-3-7 do not)", q.out.getvalue())
+        self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+
+    def test_an_unreadable_membership_is_tried_until_the_deadline_and_reported(self):
+        self.etcd_running()
+        aws = self.aws()
+        fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")],
+                        down={"https://10.0.1.5:2379", "https://10.0.2.6:2379", "https://10.0.3.7:2379"})
         clock = FakeClock()
         with Quiet():
             code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
@@ -277,12 +360,11 @@ class Leaving(WithFiles):
         # Within the hook's heartbeat timeout (300 s), a minute left for the completion.
         self.assertLessEqual(clock.t - START, 245)
         self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
+        self.assertFalse(aws.ops("autoscaling", "record-lifecycle-action-heartbeat"))
         put = aws.ops("s3api", "put-object")
         self.assertEqual(len(put), 1)
         self.assertIn("p/demo/status/nodes/i-0abc.json", put[0])
-        report = etcd.failure_report({"instanceId": "i-0abc"}, RUNTIME, "etcd-member-remove", problems[0], 0)
-        self.assertEqual(report["step"], "etcd-member-remove")
-        self.assertIn("request timed out", problems[0])
+        self.assertIn("no etcd endpoint answered", problems[0])
 
     def test_the_only_controller_takes_a_last_snapshot_before_it_goes(self):
         self.etcd_running()
@@ -537,11 +619,33 @@ class Restore(WithFiles):
         def cp(args):
             with open(args[-1], "w") as f:
                 f.write("snapshot")
+        # The addon installer's record, as the reconciler left it before the loss.
+        self.write(etcd.RECONCILER_JSON, json.dumps({"installedURI": "s3://b/p/demo/addons/installed.json"}))
+        record = {"plan": "sha-now", "secretsVersions": ["v9"], "releases": [
+            {"name": "dex", "namespace": "dex", "waitCondition": "wc-dex-2", "secrets": "h1"},
+            {"name": "old-addon", "namespace": "kube-system", "waitCondition": "wc-old-1"}]}
+        snaps = listing(("p/demo/etcd/20261201T000000Z-a.db", 5, "2026-12-01T00:00:00Z"),
+                        ("p/demo/etcd/20261201T010000Z-a.db", 5, "2026-12-01T01:00:00Z"))
+        put = {}
+
+        def listed(args):
+            prefix = args[args.index("--prefix") + 1]
+            if prefix == "p/demo/addons/installed.json":
+                return {"Contents": [{"Key": prefix, "ETag": '"e1"'}]}
+            return snaps
+
+        def get(args):
+            with open(args[-1], "w") as f:
+                json.dump(record, f)
+            return {"ETag": '"e1"'}
+
+        def put_object(args):
+            with open(args[args.index("--body") + 1]) as f:
+                put[args[args.index("--key") + 1]] = json.load(f)
+            return {"ETag": '"e2"'}
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(single),
-                       ("s3api", "list-objects-v2"): listing(
-                           ("p/demo/etcd/20261201T000000Z-a.db", 5, "2026-12-01T00:00:00Z"),
-                           ("p/demo/etcd/20261201T010000Z-a.db", 5, "2026-12-01T01:00:00Z")),
-                       ("s3", "cp"): cp})
+                       ("s3api", "list-objects-v2"): listed, ("s3api", "get-object"): get,
+                       ("s3api", "put-object"): put_object, ("s3", "cp"): cp})
         ran = []
 
         def run(argv):
@@ -552,6 +656,13 @@ class Restore(WithFiles):
         self.assertEqual(code, 0)
         lines = [json.loads(l) for l in q.out.getvalue().splitlines()]
         self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
+        # The record says nothing is current: every release is brought to the plan again.
+        reset = put["p/demo/addons/installed.json"]
+        self.assertIsNone(reset["plan"])
+        self.assertEqual(reset["restoredFrom"], "p/demo/etcd/20261201T010000Z-a.db")
+        self.assertEqual([(r["name"], r["namespace"], r["waitCondition"]) for r in reset["releases"]],
+                         [("dex", "dex", ""), ("old-addon", "kube-system", "")])
+        self.assertEqual(put["p/demo/" + etcd.RESTORE_STATUS]["addonRecord"], "reset")
         self.assertEqual(lines[1]["key"], "p/demo/etcd/20261201T010000Z-a.db")
         self.assertEqual(ran[0], ["kubeadm", "config", "images", "list", "--kubernetes-version", "1.35.4"])
         # Not in containerd's store yet (ls answers nothing): pulled, then run.
@@ -559,7 +670,7 @@ class Restore(WithFiles):
                                                     ["ctr", "-n", "k8s.io", "images", "pull"],
                                                     ["ctr", "-n", "k8s.io", "run", "--rm"]])
         self.assertIn("s3://b/p/demo/etcd/20261201T010000Z-a.db", aws.ops("s3", "cp")[0])
-        self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[0])
+        self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[-1])
 
     def test_a_requested_restore_decides_first(self):
         d = etcd.requested_restore_decision
@@ -572,8 +683,10 @@ class Restore(WithFiles):
 
     def requested(self, lock_held, served=False):
         """Three controllers, the API still answering, a request pending
-        (served: the restorer's status object names it)."""
+        (served: the restorer's status object names it). No addon was
+        installed yet (no installed record)."""
         self.write(etcd.NODE_JSON, json.dumps({"kubernetesVersion": "1.35.4"}))
+        self.write(etcd.RECONCILER_JSON, json.dumps({"installedURI": "s3://b/p/demo/addons/installed.json"}))
         os.makedirs(etcd.host("/var/lib/kube-aws"))
         key = "p/demo/etcd/hourly/20261201T000000Z-a.db"
 

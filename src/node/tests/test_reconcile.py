@@ -164,3 +164,23 @@ class InstallReleases(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AfterRestore(unittest.TestCase):
+    """The record a restore leaves (etcd.py reset_installed_record): nothing current, nothing forgotten."""
+
+    def test_every_release_is_brought_to_the_plan_again_and_dropped_ones_still_go(self):
+        from kube_aws_node import reconcile
+        plan = [{"name": "dex", "waitCondition": "wc-dex-2"}, {"name": "metrics", "waitCondition": "wc-m-1"}]
+        doc = {"plan": "sha", "secretsVersions": ["v1"], "retryAfter": 5,
+               "releases": [{"name": "dex", "namespace": "dex", "waitCondition": "wc-dex-2"},
+                            {"name": "metrics", "namespace": "kube-system", "waitCondition": "wc-m-1"},
+                            {"name": "gone", "namespace": "kube-system", "waitCondition": "wc-g-1"}]}
+        self.assertEqual(reconcile.outcome(doc, "sha", "v1", plan, 0), reconcile.LATER)
+        after = reconcile.after_restore(doc, "p/demo/etcd/hourly/x.db")
+        self.assertEqual(reconcile.outcome(after, "sha", "v1", plan, 0), reconcile.INSTALL)
+        rec = reconcile.recorded(after)
+        self.assertFalse([r for r in plan if reconcile.current(rec.get(r["name"]), r)])
+        self.assertEqual(rec["gone"]["namespace"], "kube-system", "a dropped release is still uninstalled")
+        self.assertNotIn("retryAfter", after)
+        self.assertEqual(doc["releases"][0]["waitCondition"], "wc-dex-2", "the input is not changed")

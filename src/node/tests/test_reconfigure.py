@@ -57,6 +57,17 @@ class Decide(unittest.TestCase):
         self.assertIn("failed on ip-10-0-1-5 at kube-apiserver", reason)
         self.assertEqual(reconfigure.decide("c" * 64, "a", "v1.35.4", "1.35.4", marker)[0], "apply")
 
+    def test_flag_files_are_the_api_servers_node_files_of_either_shape(self):
+        v1beta4 = {"kind": "ClusterConfiguration", "apiServer": {"extraArgs": [
+            {"name": "audit-policy-file", "value": "/etc/kube-aws/apiserver/audit-policy.json"},
+            {"name": "audit-log-path", "value": "/var/log/kubernetes/audit/audit.log"},
+            {"name": "oidc-issuer-url", "value": "https://dex"}]}}
+        v1beta3 = {"kind": "ClusterConfiguration", "apiServer": {"extraArgs": {
+            "encryption-provider-config": "/etc/kubernetes/pki/encryption.json"}}}
+        self.assertEqual(reconfigure.flag_files([v1beta4, {"kind": "KubeletConfiguration"}]),
+                         ["/etc/kube-aws/apiserver/audit-policy.json"])
+        self.assertEqual(reconfigure.flag_files([v1beta3]), ["/etc/kubernetes/pki/encryption.json"])
+
     def test_no_record_applies(self):
         self.assertEqual(reconfigure.decide("b", None, "v1.35.4", "v1.35.4", None), ("apply", ""))
 
@@ -283,6 +294,23 @@ class Runs(unittest.TestCase):
         self.assertIn(["systemctl", "restart", "kubelet"], node.calls)
         # Manifests unchanged: no static pod waited for.
         self.assertEqual(node.generation["kube-apiserver"], 1)
+
+    def test_a_flag_naming_a_file_this_controller_lacks_leaves_it_alone_and_marks_nothing_failed(self):
+        node = self.booted()
+        doc = kubeadm_json("https://a")
+        doc["documents"][1]["apiServer"]["extraArgs"].append(
+            {"name": "encryption-provider-config", "value": "/etc/kubernetes/pki/encryption.json"})
+        self.write("kubeadm.json", doc)
+        aws = FakeAws()
+        self.assertEqual(self.controller(node, aws).reconcile(), "skip")
+        self.assertEqual(aws.calls, [], "no lock taken, no status written")
+        self.assertFalse([c for c in node.calls if c[:3] == ["kubeadm", "init", "phase"]])
+        self.assertIn("/etc/kubernetes/pki/encryption.json, which this controller does not have", self.said[-1])
+        # A controller that has it (the one that replaces this one) applies it.
+        path = os.path.join(self.root, "etc/kubernetes/pki/encryption.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+        self.assertEqual(self.controller(node, aws).reconcile(), "applied")
 
     def test_an_api_server_that_does_not_come_back_is_undone_and_stops_the_others(self):
         node = self.booted()

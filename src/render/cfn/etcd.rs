@@ -107,8 +107,10 @@ pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
             "Description": format!("kube-aws cluster {}: controllers' termination hook", ctx.cluster),
             "Roles": [{"Ref": "ControllerRole"}],
             "PolicyDocument": {"Version": "2012-10-17", "Statement": [
+                // The heartbeat holds the hook while removing the member
+                // would cost etcd its quorum (etcd.py `remove_when_safe`).
                 {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow",
-                 "Action": ["autoscaling:CompleteLifecycleAction"],
+                 "Action": ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
                  "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}},
                 {"Sid": "FindOwnGroup", "Effect": "Allow",
                  "Action": ["autoscaling:DescribeAutoScalingInstances"], "Resource": "*"},

@@ -32,8 +32,8 @@ pub use self::etcd::{
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
 pub use self::network::{default_zone_count, new_vpc_zone_count};
 pub use self::nodes::{
-    pool_bounds, undrained_pool_warnings, zonal_suffix, NodeUserData, PoolBounds, ASG_LOGICAL_ID_VARIABLE,
-    DRAIN_HEARTBEAT_MAX_SECONDS, DRAIN_HEARTBEAT_SECONDS, SSM_MANAGED_POLICY,
+    pool_bounds, render_warnings, undrained_pool_warnings, zonal_suffix, NodeUserData, PoolBounds,
+    ASG_LOGICAL_ID_VARIABLE, DRAIN_HEARTBEAT_MAX_SECONDS, DRAIN_HEARTBEAT_SECONDS, SSM_MANAGED_POLICY,
 };
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
 pub use self::root::{

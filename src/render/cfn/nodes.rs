@@ -192,6 +192,15 @@ pub(super) fn drain_lifecycle_hook(group: &str, timeout: u32) -> Value {
         "DefaultResult": "CONTINUE"}})
 }
 
+/// Every warning `validate` and `render` print about a tree that renders but
+/// is not safe: the pools nothing drains, and controllers that one zone's
+/// loss would take below quorum (src/config/zonal.rs).
+pub fn render_warnings(input: &RenderInput) -> Vec<String> {
+    let mut out = undrained_pool_warnings(input);
+    out.extend(crate::config::controller_zone_warning(&input.cluster));
+    out
+}
+
 /// The pools whose terminations nothing drains: aws-node-termination-handler
 /// is off for them, so their groups get no drain hook (a hook with no
 /// handler would only delay each termination by its timeout). A roll, a

@@ -750,6 +750,34 @@ impl ControlPlane {
         });
     }
 
+    /// The raw value etcd holds at `key`, as the API server stored it, read
+    /// through etcd's own JSON gateway (`POST /v3/kv/range`, what `etcdctl
+    /// get` asks over gRPC) with the API server's etcd client certificate.
+    pub fn etcd_value(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let p = |f: &str| self.pki_file(f);
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--fail", "--cacert", &p("etcd/ca.crt"), "--cert"])
+            .arg(p("apiserver-etcd-client.crt"))
+            .arg("--key")
+            .arg(p("apiserver-etcd-client.key"))
+            .arg("-X")
+            .arg("POST")
+            .arg(format!("{}/v3/kv/range", self.etcd_url))
+            .arg("-d")
+            .arg(serde_json::json!({"key": b64.encode(key)}).to_string());
+        let out = run(c)?;
+        let doc: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("etcd's answer: {e}: {out}"))?;
+        match doc["kvs"].get(0) {
+            None => Ok(None),
+            Some(kv) => b64
+                .decode(kv["value"].as_str().unwrap_or_default())
+                .map(Some)
+                .map_err(|e| format!("etcd's value: {e}")),
+        }
+    }
+
     /// `kubectl --kubeconfig admin.conf ARGS`: its stdout, or Err with its output.
     pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
         self.kubectl_as("admin.conf", args)
@@ -763,9 +791,14 @@ impl ControlPlane {
 
     /// kubectl with `input` on its standard input.
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String, String> {
+        self.kubectl_stdin_with(&self.kubeconfig, args, input)
+    }
+
+    /// kubectl with `kubeconfig` and `input` on its standard input.
+    pub fn kubectl_stdin_with(&self, kubeconfig: &Path, args: &[&str], input: &str) -> Result<String, String> {
         let mut child = Command::new(self.bin.join("kubectl"))
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(kubeconfig)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
