@@ -240,6 +240,7 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
 }
 
 pub(crate) mod bed;
+mod faults;
 mod upgrade;
 
 use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
@@ -639,7 +640,7 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
 
 /// etcd's members (name, peer URLs, learner) as `ctl`'s etcd lists them
 /// (its v3 JSON gateway, with the apiserver's etcd client certificate).
-fn etcd_members(ctl: &BedNode) -> Vec<serde_json::Value> {
+pub(crate) fn etcd_members(ctl: &BedNode) -> Vec<serde_json::Value> {
     let out = ctl.node.sh("curl -fsS --cacert /etc/kubernetes/pki/etcd/ca.crt \
          --cert /etc/kubernetes/pki/apiserver-etcd-client.crt --key /etc/kubernetes/pki/apiserver-etcd-client.key \
          -X POST -d '{}' https://127.0.0.1:2379/v3/cluster/member/list");
@@ -648,7 +649,7 @@ fn etcd_members(ctl: &BedNode) -> Vec<serde_json::Value> {
 }
 
 /// The hosts of the members' peer URLs, sorted.
-fn member_ips(members: &[serde_json::Value]) -> Vec<String> {
+pub(crate) fn member_ips(members: &[serde_json::Value]) -> Vec<String> {
     let mut ips: Vec<String> = members
         .iter()
         .flat_map(|m| m["peerURLs"].as_array().cloned().unwrap_or_default())
@@ -663,7 +664,7 @@ fn member_ips(members: &[serde_json::Value]) -> Vec<String> {
 
 /// Waits until `ctl`'s etcd lists exactly `want` (sorted member addresses),
 /// none of them a learner; panics with the last list otherwise.
-fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
+pub(crate) fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
     let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     want.sort();
     let start = Instant::now();
@@ -684,10 +685,12 @@ fn expect_members(ctl: &BedNode, want: &[&str], limit: Duration) {
 /// is killed (an instance lost without its lifecycle hook: its etcd member
 /// stays) and its auto scaling group replaces it; the replacement prunes the
 /// stale member (etcd.py `prune`, under the join lock, before its join) and
-/// joins: etcd has three members again, the lost one's gone.
+/// joins: etcd has three members again, the lost one's gone. Then, on the
+/// same cluster, a leaving controller holds its termination while removing
+/// its member would lose etcd's quorum (real_node/faults.rs).
 #[test]
-fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
-    let test = "real_node::three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins";
+fn three_controllers_join_a_lost_ones_replacement_joins_and_a_leaving_one_keeps_quorum() {
+    let test = "real_node::three_controllers_join_a_lost_ones_replacement_joins_and_a_leaving_one_keeps_quorum";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
@@ -821,6 +824,10 @@ fn three_controllers_join_through_the_lock_and_a_lost_ones_replacement_joins() {
             output_text(&get)
         );
     }
+    // The same three controllers: a leaving one holds while its removal
+    // would cost etcd its quorum (real_node/faults.rs).
+    let mut c2 = c2;
+    faults::a_leaving_controller_holds_while_its_removal_would_lose_quorum(&bed, &mut c2, &c4, &c1);
     eprintln!(
         "{test}: up {:.1}s; three controllers Ready {:.1}s after the test began (first: {}; second: {}; third: {}); \
          join lock waits {waited:?}; replacement Ready {:.1}s after its start ({}); the lost member removed by {}; test {:.1}s",

@@ -7,7 +7,8 @@ NODEBED_IMDS: a DNAT in the node's network namespace).
 
 FILE is JSON: instanceId, localHostname, localIpv4, mac, region,
 availabilityZone, role and credentials (AccessKeyId, SecretAccessKey, Token,
-Expiration: an STS assume-role answer of the node's rendered role).
+Expiration: an STS assume-role answer of the node's rendered role), and
+optionally targetLifecycleState (`autoscaling/target-lifecycle-state`).
 
 As EC2's: `PUT /latest/api/token` with X-aws-ec2-metadata-token-ttl-seconds
 gives a token; every other request needs it (X-aws-ec2-metadata-token), or
@@ -52,6 +53,11 @@ def tree(c):
                                 "InstanceProfileId": "AIPAKUBEAWSNODEBED"}),
         "network/interfaces/macs/%s/local-ipv4s" % c["mac"]: c["localIpv4"],
     }
+    # What an instance in an Auto Scaling group reads while a lifecycle hook
+    # holds it ("Retrieve the target lifecycle state through instance
+    # metadata"): set by the test when it terminates the instance.
+    if c.get("targetLifecycleState"):
+        meta["autoscaling/target-lifecycle-state"] = c["targetLifecycleState"]
     meta[""] = "\n".join(sorted({k.split("/")[0] + ("/" if "/" in k else "") for k in meta if k}))
     out = {"/latest/meta-data/" + k: v for k, v in meta.items()}
     out["/latest/meta-data/iam/security-credentials"] = role

@@ -359,6 +359,12 @@ impl MotoBed {
         node_iam_moto::must(&self.env, &self.admin, args)
     }
 
+    /// The aws CLI as the admin: its output, or None when it fails.
+    pub fn aws_text(&self, args: &[&str]) -> Option<String> {
+        let (ok, out) = crate::common::iam::aws_as(&self.env, &self.admin, args);
+        ok.then_some(out)
+    }
+
     /// `kube-aws` in the work tree, as the admin.
     pub fn kube_aws(&self, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
@@ -513,6 +519,19 @@ impl MotoBed {
         std::fs::write(&n.imds_conf, conf.to_string()).unwrap();
         let port = n.imds.as_ref().unwrap().port;
         // Stopped first: the node knows its IMDS by this address.
+        drop(n.imds.take());
+        n.imds = Some(imds_server(&n.imds_conf, port));
+    }
+
+    /// A running node's IMDS answers `autoscaling/target-lifecycle-state`
+    /// with `state`, as EC2 does for an instance a lifecycle hook holds
+    /// (`Terminated` once the group terminates it).
+    pub fn set_lifecycle_state(&self, n: &mut BedNode, state: &str) {
+        let mut conf: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&n.imds_conf).unwrap()).unwrap();
+        conf["targetLifecycleState"] = state.into();
+        std::fs::write(&n.imds_conf, conf.to_string()).unwrap();
+        let port = n.imds.as_ref().unwrap().port;
         drop(n.imds.take());
         n.imds = Some(imds_server(&n.imds_conf, port));
     }
