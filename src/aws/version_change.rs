@@ -154,10 +154,12 @@ pub async fn check_alone(
     };
     let files = match &artifacts.baseline {
         Some(b) if b.version == m.from => b.files.clone().map_err(uncheckable)?,
-        Some(b) => return Err(uncheckable(format!(
+        Some(b) => {
+            return Err(uncheckable(format!(
             "the work tree was rendered at {} for the comparison, but the stack runs {}: run `kube-aws update` again",
             b.version, m.from
-        ))),
+        )))
+        }
         None => {
             return Err(uncheckable(
                 "--use-rendered publishes a render as it is, and none was made at the running version to \

@@ -902,4 +902,4 @@ fn addon_for(obs: &Observation, e: &StackEvent) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -6,39 +6,10 @@
 
 use super::*;
 
-const ROOT: &str = "demo";
-const ACCT: &str = "arn:aws:cloudformation:us-west-2:123456789012:stack";
+use crate::aws::wait::tests::{ev, nested_name, state, ROOT};
+
 const ASG: &str = "AWS::AutoScaling::AutoScalingGroup";
 const WC: &str = "AWS::CloudFormation::WaitCondition";
-
-fn nested_name(logical: &str) -> String {
-    format!("{ROOT}-{logical}-ABC123")
-}
-
-fn ev(id: u32, stack: &str, logical: &str, ty: &str, status: &str, reason: &str) -> StackEvent {
-    StackEvent {
-        event_id: format!("e{id:03}"),
-        stack_name: stack.into(),
-        logical_id: logical.into(),
-        physical_id: if ty == STACK_TYPE && logical != stack {
-            format!("{ACCT}/{}/1111", nested_name(logical))
-        } else {
-            String::new()
-        },
-        resource_type: ty.into(),
-        status: status.into(),
-        reason: (!reason.is_empty()).then(|| reason.to_string()),
-        timestamp: 1_700_000_000_000 + i64::from(id) * 1000,
-    }
-}
-
-fn state(name: &str, status: &str) -> StackState {
-    StackState {
-        name: name.into(),
-        status: status.into(),
-        reason: None,
-    }
-}
 
 /// An earlier update that went well: it must not count.
 fn earlier() -> Vec<StackEvent> {
@@ -58,15 +29,24 @@ fn earlier() -> Vec<StackEvent> {
     ]
 }
 
-/// A version change run with rollback disabled: the second controller's
-/// boot fails, the control-plane stack stops, the pools' update is cancelled.
-fn stopped_upgrade() -> Vec<StackEvent> {
+/// The earlier update, then this one's start, down into the control plane.
+fn update_started() -> Vec<StackEvent> {
     let cp = nested_name("ControlPlane");
     let mut e = earlier();
     e.extend([
         ev(10, ROOT, ROOT, STACK_TYPE, "UPDATE_IN_PROGRESS", "User Initiated"),
         ev(11, ROOT, "ControlPlane", STACK_TYPE, "UPDATE_IN_PROGRESS", ""),
         ev(12, &cp, &cp, STACK_TYPE, "UPDATE_IN_PROGRESS", ""),
+    ]);
+    e
+}
+
+/// A version change run with rollback disabled: the second controller's
+/// boot fails, the control-plane stack stops, the pools' update is cancelled.
+fn stopped_upgrade() -> Vec<StackEvent> {
+    let cp = nested_name("ControlPlane");
+    let mut e = update_started();
+    e.extend([
         ev(
             13,
             &cp,
@@ -180,11 +160,8 @@ fn a_nested_stack_in_update_failed_is_recognised() {
 /// root resource failed to roll back as well.
 fn failed_rollback() -> Vec<StackEvent> {
     let cp = nested_name("ControlPlane");
-    let mut e = earlier();
+    let mut e = update_started();
     e.extend([
-        ev(10, ROOT, ROOT, STACK_TYPE, "UPDATE_IN_PROGRESS", "User Initiated"),
-        ev(11, ROOT, "ControlPlane", STACK_TYPE, "UPDATE_IN_PROGRESS", ""),
-        ev(12, &cp, &cp, STACK_TYPE, "UPDATE_IN_PROGRESS", ""),
         ev(13, &cp, "ControllerGroup", ASG, "UPDATE_IN_PROGRESS", ""),
         ev(14, &cp, "ControllerGroup", ASG, "UPDATE_COMPLETE", ""),
         ev(15, ROOT, "ControlPlane", STACK_TYPE, "UPDATE_COMPLETE", ""),
