@@ -194,6 +194,22 @@ fn stack_name_matches_root(e: &StackEvent, stack: &str) -> bool {
 impl Recovery {
     /// What `status` and `update` print, one line each.
     pub fn lines(&self) -> Vec<String> {
+        let mut out = self.state_lines();
+        out.push(match self {
+            Recovery::UpdateFailed { .. } => {
+                "to continue: fix the cause, then run `kube-aws update`: it resumes where the update stopped"
+                    .to_string()
+            }
+            Recovery::UpdateRollbackFailed { command, .. } => {
+                format!("to continue: {command}; then, once the stack is UPDATE_ROLLBACK_COMPLETE, `kube-aws update`")
+            }
+        });
+        out
+    }
+
+    /// The state and what failed, without the way on: what the `update`
+    /// that resumes a stopped one prints first.
+    pub fn state_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
         match self {
             Recovery::UpdateFailed { stack, failed } => {
@@ -204,17 +220,9 @@ impl Recovery {
                 for f in failed {
                     out.push(format!("failed: {}", f.line()));
                 }
-                out.push(
-                    "to continue: fix the cause, then run `kube-aws update`: it resumes where the update stopped"
-                        .to_string(),
-                );
             }
             Recovery::UpdateRollbackFailed {
-                stack,
-                failed,
-                skip,
-                command,
-                ..
+                stack, failed, skip, ..
             } => {
                 out.push(format!(
                     "stack {stack} is UPDATE_ROLLBACK_FAILED: the update failed and so did its rollback; \
@@ -242,9 +250,6 @@ impl Recovery {
                             .join(", ")
                     ));
                 }
-                out.push(format!(
-                    "to continue: {command}; then, once the stack is UPDATE_ROLLBACK_COMPLETE, `kube-aws update`"
-                ));
             }
         }
         out

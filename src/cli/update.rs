@@ -97,7 +97,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 stack_id,
                 recovery,
             } => {
-                for l in recovery.lines() {
+                for l in recovery.state_lines() {
                     println!("{l}");
                 }
                 println!(
@@ -118,9 +118,10 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 resumes,
             } => {
                 if let Some(r) = &resumes {
-                    for l in r.lines() {
+                    for l in r.state_lines() {
                         println!("{l}");
                     }
+                    println!("resuming it with these changes, rollback still disabled");
                 }
                 println!("changes to stack {:?}:", cfg.cluster_name);
                 if args.rotate_ca {

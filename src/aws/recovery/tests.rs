@@ -127,6 +127,8 @@ fn an_update_stopped_with_rollback_disabled_resumes_with_kube_aws_update() {
         "{lines:?}"
     );
     assert!(lines.last().unwrap().contains("run `kube-aws update`"), "{lines:?}");
+    // What the update that resumes it prints first: the same, without the way on.
+    assert_eq!(r.state_lines(), lines[..lines.len() - 1]);
 }
 
 /// A nested stack stopped while the root has not said so yet is recognised too.
