@@ -178,6 +178,10 @@ pub struct DeployPrepareOptions {
     pub fetch: chart::FetchOptions,
     /// The zone count the live stack recorded (`update`: src/aws/zones.rs).
     pub recorded_zone_count: Option<usize>,
+    /// The running Kubernetes version the live stack records (`update`):
+    /// when cluster.yaml changes it, the work tree is rendered at it too, to
+    /// tell the version change from others (src/aws/version_change.rs).
+    pub running_version: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +237,7 @@ pub async fn prepare_deploy_then(
     .map_err(Box::new)?;
     p.input.cluster.network.recorded_zone_count = opts.recorded_zone_count;
     let rendered = crate::render::render(&p.input)?;
+    let baseline = baseline(&p.input, opts.running_version.as_deref());
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
     crate::render::write_rendered_then(&opts.dir, &rendered_dir, &rendered, before_swap)?;
     let charts = crate::aws::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
@@ -253,5 +258,26 @@ pub async fn prepare_deploy_then(
         rendered_dir,
         charts,
         secrets,
+        baseline,
+    })
+}
+
+/// The render input rendered again at `running` (the live stack's
+/// version), when cluster.yaml's version resolves to another; the version
+/// enters the render through the input's cluster alone. Kept in memory,
+/// never written; the post-render hooks do not run on it.
+fn baseline(input: &RenderInput, running: Option<&str>) -> Option<crate::aws::deploy::Baseline> {
+    let running = running?;
+    let wanted = crate::config::resolve_version(&input.cluster.kubernetes_version).ok()?;
+    if wanted.version == running {
+        return None;
+    }
+    let mut at_running = input.clone();
+    at_running.cluster.kubernetes_version = running.to_string();
+    Some(crate::aws::deploy::Baseline {
+        version: running.to_string(),
+        files: crate::render::render(&at_running)
+            .map(|r| r.files)
+            .map_err(|e| format!("rendering the work tree at the running {running}: {e}")),
     })
 }

@@ -12,8 +12,10 @@ pub use super::ami::PinnedAmi;
 use super::ami::{pin_amis, resolve_ami};
 use super::previous::PreviousBundle;
 use super::publish::{self, ChartTarball, Location, PublishInput, Published};
+use super::recovery::Recovery;
 use super::secrets::NamedSecret;
 use super::stack::{self, ChangeSet, NestedStack, OnFailureMode, StackInfo, StackRequest};
+pub use super::version_change::Baseline;
 use super::wait::{AddonReport, ExpectedAddon, NodeReport, Operation, Outcome, StackProgress};
 use super::watch::{self, AwsSource, Pacer, TokioClock};
 use super::{AwsError, Clients};
@@ -62,6 +64,31 @@ pub struct ArtifactsOptions {
     pub rendered_dir: PathBuf,
     pub charts: Vec<ChartTarball>,
     pub secrets: Vec<NamedSecret>,
+    /// The same work tree rendered at the running Kubernetes version, when
+    /// cluster.yaml changes it (src/aws/version_change.rs); None otherwise,
+    /// and for `--use-rendered`.
+    pub baseline: Option<Baseline>,
+}
+
+/// What `update` renders with from the live stack: the zone count `up`
+/// recorded (src/aws/zones.rs) and the running Kubernetes version
+/// (src/aws/update_order.rs); both None when there is no stack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveRecord {
+    pub zone_count: Option<usize>,
+    pub kubernetes_version: Option<String>,
+}
+
+/// Reads the [`LiveRecord`].
+pub async fn live_record(clients: &Clients, cluster: &ClusterConfig) -> Result<LiveRecord, AwsError> {
+    let live = stack::describe_stack(clients, &cluster.cluster_name).await?;
+    Ok(LiveRecord {
+        zone_count: live.as_ref().and_then(super::zones::recorded_zone_count),
+        kubernetes_version: live
+            .as_ref()
+            .and_then(super::update_order::running_version)
+            .map(str::to_string),
+    })
 }
 
 /// How to wait.
@@ -171,7 +198,16 @@ pub async fn follow(
     view.finish();
     match result?.outcome {
         Outcome::Done | Outcome::InProgress => Ok(()),
-        Outcome::Failed(f) => Err(AwsError::Failed(Box::new(f))),
+        Outcome::Failed(mut f) => {
+            // A stopped update: say what it left and the command that continues.
+            if operation == Operation::Update {
+                if let Some(live) = stack::describe_stack(clients, stack_id).await? {
+                    let nested = stack::nested_stacks(clients, &live.stack_id).await?;
+                    f.recovery = stopped_update(clients, &live, &nested, location).await?.map(Box::new);
+                }
+            }
+            Err(AwsError::Failed(Box::new(f)))
+        }
         Outcome::TimedOut { pending } => Err(AwsError::TimedOut {
             waited: timeout
                 .map(|t| humantime::format_duration(t).to_string())
@@ -223,6 +259,41 @@ pub struct StatusReport {
     /// The state of each KMS key the cluster uses (src/aws/kms_keys.rs).
     #[serde(rename = "kmsKeys")]
     pub kms_keys: Vec<super::kms_keys::KeyState>,
+    /// A stopped update (`UPDATE_FAILED`, `UPDATE_ROLLBACK_FAILED`): what
+    /// failed and the command that continues (src/aws/recovery.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// What a stopped update left, when the root or a nested stack is
+/// `UPDATE_FAILED` or `UPDATE_ROLLBACK_FAILED`: the latest operation's
+/// events of the root and its nested stacks, judged by
+/// [`super::recovery::recovery`]. None (and no events read) otherwise.
+pub async fn stopped_update(
+    clients: &Clients,
+    live: &StackInfo,
+    nested: &[NestedStack],
+    location: &Location,
+) -> Result<Option<Recovery>, AwsError> {
+    let states: Vec<_> = nested.iter().map(NestedStack::state).collect();
+    if super::recovery::stopped_state(&live.status, &states).is_none() {
+        return Ok(None);
+    }
+    let mut source = AwsSource::new(
+        clients,
+        live.stack_id.clone(),
+        Operation::Update,
+        location.clone(),
+        Vec::new(),
+    );
+    let (obs, _) = watch::Source::observe(&mut source).await?;
+    Ok(super::recovery::recovery(
+        &live.name,
+        &clients.region,
+        &live.status,
+        &obs.nested,
+        &obs.events,
+    ))
 }
 
 /// One addon: its phase and message, "pending" without a status object.
@@ -257,6 +328,7 @@ pub async fn status(
         .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
     let nested = stack::nested_stacks(clients, &stack.stack_id).await?;
     let location = Location::new(cluster)?;
+    let recovery = stopped_update(clients, &stack, &nested, &location).await?;
     let reports: Vec<AddonReport> = watch::read_addon_reports(clients, &location, addons).await?;
     let mut out: Vec<AddonStatus> = addons
         .iter()
@@ -321,6 +393,7 @@ pub async fn status(
         etcd,
         control_plane,
         kms_keys,
+        recovery,
     })
 }
 
@@ -338,11 +411,30 @@ pub fn operation_in_progress(status: &str) -> Option<Operation> {
     })
 }
 
+/// The root stack's update request for what was published.
+fn update_request(cluster: &ClusterConfig, published: &Published) -> StackRequest {
+    StackRequest {
+        name: cluster.cluster_name.clone(),
+        template_url: published.root_template_url.clone(),
+        parameters: published.parameters.clone(),
+        tags: stack_tags(cluster),
+    }
+}
+
 /// What `update` found.
 #[derive(Debug)]
 pub enum UpdatePlan {
     /// Same template and parameters as the live stack.
     NoChanges,
+    /// A stack an update left `UPDATE_FAILED` (rollback disabled), with the
+    /// same template and parameters: updating it with them again retries
+    /// what failed, rollback still disabled (src/aws/recovery.rs).
+    Resume {
+        published: Box<Published>,
+        request: StackRequest,
+        stack_id: String,
+        recovery: Recovery,
+    },
     /// A change set ready to execute (or delete).
     Changes {
         published: Box<Published>,
@@ -357,7 +449,40 @@ pub enum UpdatePlan {
         /// The groups the update rolls, in order (src/aws/rolls.rs); why not
         /// known when a template could not be read.
         rolls: Box<Result<Vec<GroupRoll>, String>>,
+        /// Execute with rollback disabled: a version change, or the update
+        /// of a stack one left `UPDATE_FAILED` (src/aws/version_change.rs).
+        disable_rollback: bool,
+        /// The stopped update this one resumes, when the stack is `UPDATE_FAILED`.
+        resumes: Option<Recovery>,
     },
+}
+
+/// How a planned update is applied.
+#[derive(Debug)]
+pub enum Apply {
+    /// Execute the change set.
+    ChangeSet { id: String, disable_rollback: bool },
+    /// Update the stack with the same template and parameters, rollback
+    /// disabled: retries what an update stopped with rollback disabled left failed.
+    Retry(StackRequest),
+}
+
+/// Applies a confirmed update.
+pub async fn apply(clients: &Clients, stack_name: &str, how: &Apply) -> Result<(), AwsError> {
+    match how {
+        Apply::ChangeSet { id, disable_rollback } => {
+            stack::execute_change_set(clients, stack_name, id, *disable_rollback).await
+        }
+        Apply::Retry(req) => stack::retry_update(clients, req).await,
+    }
+}
+
+/// Drops a declined update: its change set, if it has one.
+pub async fn discard(clients: &Clients, stack_name: &str, how: &Apply) -> Result<(), AwsError> {
+    match how {
+        Apply::ChangeSet { id, .. } => stack::delete_change_set(clients, stack_name, id).await,
+        Apply::Retry(_) => Ok(()),
+    }
 }
 
 /// What the update rolls: the live root and nested templates (GetTemplate)
@@ -437,6 +562,17 @@ pub async fn plan_update(
             status: live.status,
         });
     }
+    // Before anything is published: an update whose rollback failed must be
+    // finished first (src/aws/recovery.rs); one stopped with rollback
+    // disabled is what this update resumes.
+    let nested = stack::nested_stacks(clients, &live.stack_id).await?;
+    let stopped = stopped_update(clients, &live, &nested, &Location::new(cluster)?).await?;
+    if let Some(r @ Recovery::UpdateRollbackFailed { .. }) = stopped {
+        return Err(AwsError::RollbackUnfinished {
+            stack: name.clone(),
+            recovery: Box::new(r),
+        });
+    }
     // Before anything is published: a refused version changes nothing.
     let version = super::update_order::check_version(&live, cluster)?;
     // Before anything is published: a render that would change the recorded
@@ -456,6 +592,18 @@ pub async fn plan_update(
     );
     super::kms_keys::refuse_unusable(clients, &keys).await?;
     let previous = PreviousBundle::for_update(&live.parameters, rotate_ca);
+    // Before anything is published: a version change comes alone.
+    if let Some(m) = version
+        .as_ref()
+        .filter(|m| m.change != crate::config::VersionChange::Same)
+    {
+        let flags: Vec<&str> = [(rotate_ca, "--rotate-ca"), (refresh_ami, "--refresh-ami")]
+            .into_iter()
+            .filter_map(|(on, flag)| on.then_some(flag))
+            .collect();
+        super::version_change::check_alone(clients, cluster, artifacts, &live, m, previous.clone(), &flags).await?;
+    }
+    let disable_rollback = super::version_change::rollback_disabled(&live.status, version.as_ref());
     let mut published = publish_artifacts(clients, cluster, artifacts, previous, Some(&live)).await?;
     let amis = pin_amis(&mut published, Some(&live), refresh_ami, |n| resolve_ami(clients, n)).await?;
     // Content-addressed templates: the same root template and parameters mean
@@ -471,16 +619,24 @@ pub async fn plan_update(
             .as_deref()
             .is_some_and(|t| stack::same_template(t, &published.root_template_body))
     {
+        let req = update_request(cluster, &published);
+        if let Some(recovery) = stopped {
+            // Stopped with rollback disabled: the same template again retries what failed.
+            return Ok((
+                UpdatePlan::Resume {
+                    published: Box::new(published),
+                    request: req,
+                    stack_id: live.stack_id,
+                    recovery,
+                },
+                amis,
+            ));
+        }
         // The live bundle itself: nothing to confirm (a retired key's window may have passed).
         publish::publish_confirmed(clients, cluster, &published).await?;
         return Ok((UpdatePlan::NoChanges, amis));
     }
-    let req = StackRequest {
-        name: name.clone(),
-        template_url: published.root_template_url.clone(),
-        parameters: published.parameters.clone(),
-        tags: stack_tags(cluster),
-    };
+    let req = update_request(cluster, &published);
     let installed = publish::get_object(
         clients,
         &published.location.bucket,
@@ -490,11 +646,21 @@ pub async fn plan_update(
     let uninstalls = dropped_releases(installed.as_deref(), &published.addons);
     let rolls = Box::new(group_rolls_of(clients, &live, template.as_deref(), &published).await);
     let plan = match stack::create_change_set(clients, &req).await? {
-        None => UpdatePlan::NoChanges,
+        None => match stopped {
+            Some(recovery) => UpdatePlan::Resume {
+                published: Box::new(published),
+                request: req,
+                stack_id: live.stack_id,
+                recovery,
+            },
+            None => UpdatePlan::NoChanges,
+        },
         Some(change_set) => UpdatePlan::Changes {
             uninstalls,
             version,
             rolls,
+            disable_rollback,
+            resumes: stopped,
             changed_parameters: published
                 .parameters
                 .iter()

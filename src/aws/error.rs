@@ -188,6 +188,34 @@ pub enum AwsError {
     ZoneCountChanged { recorded: usize, rendered: usize },
     #[error("restore refused, nothing was changed: {0}")]
     RestoreRefused(#[from] super::restore::Refusal),
+    #[error(
+        "update refused, nothing was published or changed: kubernetesVersion {from} → {to} comes with other \
+         changes: {}. A version change is applied alone, so that a failure after the first controller's \
+         `kubeadm upgrade apply` is fixed forward (docs/deploy.md, \"Upgrading Kubernetes\"). Either apply the \
+         other changes first: set kubernetesVersion: \"{from}\" in cluster.yaml and run `kube-aws update`, then \
+         set kubernetesVersion: \"{to}\" and run `kube-aws update`; or the version first: undo the other changes, \
+         run `kube-aws update`, then redo them and run `kube-aws update` again",
+        other.join(", ")
+    )]
+    VersionMixed {
+        from: String,
+        to: String,
+        other: Vec<String>,
+    },
+    #[error(
+        "update refused, nothing was published or changed: kubernetesVersion {from} → {to} is applied alone, \
+         and kube-aws cannot tell whether anything else changes: {why}"
+    )]
+    VersionUncheckable { from: String, to: String, why: String },
+    #[error(
+        "update refused, nothing was published or changed: the stack {stack:?} cannot be updated until its \
+         rollback is finished:\n  {}",
+        recovery.lines().join("\n  ")
+    )]
+    RollbackUnfinished {
+        stack: String,
+        recovery: Box<super::recovery::Recovery>,
+    },
 }
 
 impl AwsError {
@@ -205,6 +233,8 @@ impl AwsError {
             | AwsError::RolledBack { .. }
             | AwsError::StackBusy { .. }
             | AwsError::VersionRefused { .. }
+            | AwsError::VersionMixed { .. }
+            | AwsError::VersionUncheckable { .. }
             | AwsError::NoOutput { .. }
             | AwsError::S3Uri { .. }
             | AwsError::NoKmsKey
@@ -225,7 +255,9 @@ impl AwsError {
             | AwsError::UnknownNode { .. }
             | AwsError::ZoneCountChanged { .. }
             | AwsError::RestoreRefused(_) => ErrorKind::WorkTree,
-            AwsError::Failed(_) | AwsError::SweepIncomplete { .. } => ErrorKind::DeployFailed,
+            AwsError::Failed(_) | AwsError::SweepIncomplete { .. } | AwsError::RollbackUnfinished { .. } => {
+                ErrorKind::DeployFailed
+            }
             AwsError::TimedOut { .. } => ErrorKind::Timeout,
             AwsError::Interrupted => ErrorKind::Interrupted,
         }

@@ -549,6 +549,11 @@ impl Prepared {
     pub fn parameters(&self) -> &[(String, String)] {
         &self.parameters
     }
+
+    /// The root template as it would be published (references rewritten).
+    pub fn root_template(&self) -> String {
+        String::from_utf8_lossy(&self.root.body).into_owned()
+    }
 }
 
 /// The bundle as published (the same bytes each time: its maps are ordered).
@@ -560,8 +565,18 @@ fn bundle_bytes(bundle: &SecretBundle) -> Result<Vec<u8>, AwsError> {
 /// (`input.previous`, src/aws/previous.rs), builds the new bundle and the
 /// root parameters. Writes nothing.
 pub async fn prepare(clients: &Clients, input: &PublishInput<'_>) -> Result<Prepared, AwsError> {
+    prepare_files(clients, input, read_rendered(input.rendered_dir)?).await
+}
+
+/// [`prepare`] of rendered files already read (`input.rendered_dir` is not
+/// read): the version-change check prepares a render that is never written
+/// (src/aws/version_change.rs).
+pub async fn prepare_files(
+    clients: &Clients,
+    input: &PublishInput<'_>,
+    mut files: BTreeMap<String, Vec<u8>>,
+) -> Result<Prepared, AwsError> {
     let location = Location::new(input.cluster)?;
-    let mut files = read_rendered(input.rendered_dir)?;
     let addons = expected_addons(&files)?;
     let charts = input.charts.iter().map(chart_artifact).collect::<Result<Vec<_>, _>>()?;
     let kms_key = input.cluster.kms_key_arn.as_deref().ok_or(AwsError::NoKmsKey)?;

@@ -358,15 +358,45 @@ fn epoch_seconds() -> u64 {
         .unwrap_or_default()
 }
 
-pub async fn execute_change_set(clients: &Clients, stack: &str, id: &str) -> Result<(), AwsError> {
+/// Executes a change set; `disable_rollback`: a failure leaves the stack
+/// `UPDATE_FAILED` with what succeeded kept, instead of rolling it back
+/// (src/aws/version_change.rs).
+pub async fn execute_change_set(
+    clients: &Clients,
+    stack: &str,
+    id: &str,
+    disable_rollback: bool,
+) -> Result<(), AwsError> {
     clients
         .cfn
         .execute_change_set()
         .stack_name(stack)
         .change_set_name(id)
+        .disable_rollback(disable_rollback)
         .send()
         .await
         .map_err(|e| sdk_error("cloudformation:ExecuteChangeSet", e))?;
+    Ok(())
+}
+
+/// Updates a stack an update left `UPDATE_FAILED` with `req` (its same
+/// template and parameters), rollback disabled: CloudFormation retries the
+/// resources that failed ("Choose how to handle failures when provisioning
+/// resources", AWS CloudFormation User Guide).
+pub async fn retry_update(clients: &Clients, req: &StackRequest) -> Result<(), AwsError> {
+    clients
+        .cfn
+        .update_stack()
+        .stack_name(&req.name)
+        .template_url(&req.template_url)
+        .set_parameters(Some(params(&req.parameters)))
+        .capabilities(Capability::CapabilityIam)
+        .capabilities(Capability::CapabilityNamedIam)
+        .set_tags(Some(tags(&req.tags)))
+        .disable_rollback(true)
+        .send()
+        .await
+        .map_err(|e| sdk_error("cloudformation:UpdateStack", e))?;
     Ok(())
 }
 

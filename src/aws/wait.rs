@@ -308,6 +308,12 @@ pub struct Failure {
     /// in this operation: `failed at step kubeadm-upgrade-apply: <message>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<String>,
+    /// What the stopped update left and the command that continues it
+    /// (src/aws/recovery.rs), when the stack ended `UPDATE_FAILED` or
+    /// `UPDATE_ROLLBACK_FAILED`; filled by the caller, which reads the
+    /// nested stacks' events once more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Box<super::recovery::Recovery>>,
 }
 
 impl std::fmt::Display for Failure {
@@ -341,6 +347,11 @@ impl std::fmt::Display for Failure {
         if let Some(u) = &self.upgrade {
             write!(f, "\n  the control-plane upgrade record ({UPGRADE_STATUS}): {u}")?;
         }
+        if let Some(r) = &self.recovery {
+            for l in r.lines() {
+                write!(f, "\n  {l}")?;
+            }
+        }
         Ok(())
     }
 }
@@ -365,7 +376,7 @@ pub struct Assessment {
     pub outcome: Outcome,
 }
 
-const STACK_TYPE: &str = "AWS::CloudFormation::Stack";
+pub(super) const STACK_TYPE: &str = "AWS::CloudFormation::Stack";
 /// How many lines of a node's log a failure shows (the report keeps more).
 pub const NODE_LOG_LINES: usize = 20;
 const WAIT_CONDITION: &str = "AWS::CloudFormation::WaitCondition";
@@ -686,6 +697,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
             addon_message: None,
             nodes: vec![],
             upgrade: None,
+            recovery: None,
         });
         failure.addon = Some(r.release.clone());
         failure.addon_message = Some(r.message.clone());
@@ -724,6 +736,7 @@ fn outcome(obs: &Observation, events: &[&StackEvent]) -> Outcome {
                 addon_message: None,
                 nodes: vec![],
                 upgrade: None,
+                recovery: None,
             }
         });
         return Outcome::Failed(failure);
@@ -783,7 +796,7 @@ fn pending(obs: &Observation, events: &[&StackEvent]) -> Vec<String> {
 }
 
 /// A failure reason that only reports another failure: the rollback cascade.
-fn is_cascade(e: &StackEvent) -> bool {
+pub(super) fn is_cascade(e: &StackEvent) -> bool {
     let r = e.reason.as_deref().unwrap_or("");
     r.contains("Resource creation cancelled")
         || r.contains("Resource update cancelled")
@@ -806,7 +819,7 @@ fn root_cause(obs: &Observation, events: &[&StackEvent]) -> Option<Failure> {
         .find(|e| e.resource_type != STACK_TYPE && !is_cascade(e))
         .or_else(|| failed.iter().find(|e| !is_cascade(e)))
         .or_else(|| failed.first())?;
-    let stack = nested_logical_id(obs, events, &pick.stack_name).unwrap_or_else(|| "root".into());
+    let stack = nested_logical_id(&obs.nested, events, &pick.stack_name).unwrap_or_else(|| "root".into());
     let reason = pick.reason.clone().unwrap_or_default();
     let addon = addon_for(obs, pick);
     let addon_message = addon.as_ref().and_then(|a| {
@@ -826,12 +839,13 @@ fn root_cause(obs: &Observation, events: &[&StackEvent]) -> Option<Failure> {
         addon_message,
         nodes: vec![],
         upgrade: None,
+        recovery: None,
     })
 }
 
 /// The nested stack's logical id whose generated stack name is `stack_name`.
-fn nested_logical_id(obs: &Observation, events: &[&StackEvent], stack_name: &str) -> Option<String> {
-    obs.nested
+pub(super) fn nested_logical_id(nested: &[StackState], events: &[&StackEvent], stack_name: &str) -> Option<String> {
+    nested
         .iter()
         .find(|n| {
             events.iter().any(|e| {
@@ -888,4 +902,4 @@ fn addon_for(obs: &Observation, e: &StackEvent) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -7,10 +7,10 @@
 //! to 3 or more controllers on 2 zones re-spreads them over 3:
 //! `config::zone_count_with_record`), and refuses a render (`--use-rendered`,
 //! another machine's) that differs.
-//! Pure, apart from `recorded` reading the live stack.
+//! Pure: `update` reads the record with src/aws/deploy.rs `live_record`.
 
 use super::stack::StackInfo;
-use super::{AwsError, Clients};
+use super::AwsError;
 use crate::config::ClusterConfig;
 use crate::render::cfn::ZONE_COUNT_OUTPUT;
 
@@ -48,15 +48,6 @@ pub fn check_zone_count(
         }
         _ => Ok(()),
     }
-}
-
-/// The live stack's record, for `update` to render with; None when there is
-/// no stack or no record.
-pub async fn recorded(clients: &Clients, cluster: &ClusterConfig) -> Result<Option<usize>, AwsError> {
-    Ok(super::stack::describe_stack(clients, &cluster.cluster_name)
-        .await?
-        .as_ref()
-        .and_then(recorded_zone_count))
 }
 
 #[cfg(test)]

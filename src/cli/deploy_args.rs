@@ -79,7 +79,7 @@ pub fn artifacts(
     global: &super::GlobalOptions,
     cluster: &crate::config::Cluster,
     args: &PublishArgs,
-    recorded_zone_count: Option<usize>,
+    recorded: &crate::aws::deploy::LiveRecord,
 ) -> anyhow::Result<ArtifactsOptions> {
     use crate::plugin::exec::{Step, When};
     let dir = &global.dir;
@@ -91,6 +91,7 @@ pub fn artifacts(
             rendered_dir,
             charts,
             secrets: Vec::new(),
+            baseline: None,
         });
     }
     let rendered = rendered_dir(dir);
@@ -101,7 +102,8 @@ pub fn artifacts(
             dir: dir.to_path_buf(),
             cache_dir,
             fetch: crate::chart::FetchOptions::default(),
-            recorded_zone_count,
+            recorded_zone_count: recorded.zone_count,
+            running_version: recorded.kubernetes_version.clone(),
         },
         &mut |staged| super::hooks(global, cluster, Step::Render, When::Post, staged, None).map_err(Into::into),
     ))?;

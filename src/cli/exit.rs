@@ -233,8 +233,23 @@ mod tests {
             addon_message: None,
             nodes: vec![],
             upgrade: None,
+            recovery: None,
         };
         assert_eq!(exit(AwsError::Failed(Box::new(failed))), 3);
+        // 3 too: an update refused because the last one's rollback failed.
+        let rollback = crate::aws::recovery::recovery("demo", "us-west-2", "UPDATE_ROLLBACK_FAILED", &[], &[])
+            .expect("a stopped state");
+        let refused = AwsError::RollbackUnfinished {
+            stack: "demo".into(),
+            recovery: Box::new(rollback),
+        };
+        assert!(
+            refused
+                .to_string()
+                .contains("aws cloudformation continue-update-rollback"),
+            "{refused}"
+        );
+        assert_eq!(exit(refused), 3);
         // 4: AWS, and a chart repository that is unreachable or refuses,
         // however deep in the chain and however wrapped.
         let network = AwsError::Network {

@@ -68,6 +68,11 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
             _ => println!("  {}: {}", n.logical_id, n.status),
         }
     }
+    if let Some(recovery) = &r.recovery {
+        for l in recovery.lines() {
+            println!("{l}");
+        }
+    }
     if !s.outputs.is_empty() {
         println!("outputs:");
         for o in &s.outputs {

@@ -30,7 +30,7 @@ pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);
     hooks(global, &cluster, Step::Up, When::Pre, &rendered, None)?;
-    let artifacts = artifacts(global, &cluster, &args.publish, None)?;
+    let artifacts = artifacts(global, &cluster, &args.publish, &Default::default())?;
     let outputs = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         let (published, stack_id) = deploy::up(&clients, cfg, &artifacts, args.on_failure).await?;

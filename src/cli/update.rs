@@ -7,9 +7,9 @@ use super::progress_view::ProgressView;
 use super::{hooks, stack_outputs, GlobalOptions};
 use crate::aws::autoscaler;
 use crate::aws::connect;
-use crate::aws::deploy::{self, UpdatePlan};
+use crate::aws::deploy::{self, Apply, UpdatePlan};
 use crate::aws::rollback_scope;
-use crate::aws::stack::{delete_change_set, execute_change_set, format_changes};
+use crate::aws::stack::format_changes;
 use crate::aws::update_order;
 use crate::aws::wait::Operation;
 use crate::config::load_cluster;
@@ -45,12 +45,13 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     let cfg = &cluster.config;
     let rendered = crate::aws::deploy::rendered_dir(&global.dir);
     hooks(global, &cluster, Step::Update, When::Pre, &rendered, None)?;
-    // The zones `up` recorded: the render keeps the stack's subnets.
-    let zones = runtime()?.block_on(async {
+    // The zones `up` recorded (the render keeps the stack's subnets) and the
+    // running version (a version change is checked to come alone).
+    let recorded = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
-        crate::aws::zones::recorded(&clients, cfg).await
+        deploy::live_record(&clients, cfg).await
     })?;
-    let artifacts = artifacts(global, &cluster, &args.publish, zones)?;
+    let artifacts = artifacts(global, &cluster, &args.publish, &recorded)?;
     let applied = runtime()?.block_on(async {
         let clients = connect(&args.aws.options(), &cfg.region).await?;
         // A new kmsKeyARN the caller cannot use is refused before anything is published.
@@ -85,10 +86,25 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 println!("no newer AMI: {} stays {}", a.parameter, a.after);
             }
         }
-        let (published, change_set, stack_id, changed_parameters, uninstalls, version, rolls) = match plan {
+        let (published, how, stack_id) = match plan {
             UpdatePlan::NoChanges => {
                 println!("no changes: stack {:?} is up to date", cfg.cluster_name);
                 return Ok::<_, anyhow::Error>(None);
+            }
+            UpdatePlan::Resume {
+                published,
+                request,
+                stack_id,
+                recovery,
+            } => {
+                for l in recovery.state_lines() {
+                    println!("{l}");
+                }
+                println!(
+                    "resuming: the same template and parameters again, rollback disabled: CloudFormation retries \
+                     what failed"
+                );
+                (published, Apply::Retry(request), stack_id)
             }
             UpdatePlan::Changes {
                 published,
@@ -98,59 +114,70 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
                 uninstalls,
                 version,
                 rolls,
-            } => (
-                published,
-                change_set,
-                stack_id,
-                changed_parameters,
-                uninstalls,
-                version,
-                rolls,
-            ),
-        };
-        println!("changes to stack {:?}:", cfg.cluster_name);
-        if args.rotate_ca {
-            println!(
-                "rotate-ca: a new cluster CA and service-account key: every node is replaced, every kubeconfig \
-                 must be minted again; the issuer keeps the old key for {} days",
-                crate::aws::secrets::SERVICE_ACCOUNT_KEY_RETENTION.as_secs() / 86_400
-            );
-        }
-        if let Some(v) = &version {
-            let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
-            if let Some(line) = v.order(cfg, &addons) {
-                println!("upgrade: {line}");
+                disable_rollback,
+                resumes,
+            } => {
+                if let Some(r) = &resumes {
+                    for l in r.state_lines() {
+                        println!("{l}");
+                    }
+                    println!("resuming it with these changes, rollback still disabled");
+                }
+                println!("changes to stack {:?}:", cfg.cluster_name);
+                if args.rotate_ca {
+                    println!(
+                        "rotate-ca: a new cluster CA and service-account key: every node is replaced, every kubeconfig \
+                         must be minted again; the issuer keeps the old key for {} days",
+                        crate::aws::secrets::SERVICE_ACCOUNT_KEY_RETENTION.as_secs() / 86_400
+                    );
+                }
+                if let Some(v) = &version {
+                    let addons: Vec<String> = published.addons.iter().map(|a| a.release.clone()).collect();
+                    if let Some(line) = v.order(cfg, &addons) {
+                        println!("upgrade: {line}");
+                    }
+                }
+                print!("{}", format_changes(&change_set.changes));
+                if !changed_parameters.is_empty() {
+                    println!("parameters changed: {}", changed_parameters.join(", "));
+                }
+                for line in amis.iter().filter_map(|a| a.describe_change()) {
+                    println!("{line}");
+                }
+                match &*rolls {
+                    Ok(rolls) => println!("rolls: {}", update_order::rolls_in_words(rolls)),
+                    Err(why) => println!("rolls: not known ({why})"),
+                }
+                if !uninstalls.is_empty() {
+                    println!(
+                        "releases to uninstall (installed, no longer in the plan): {}",
+                        uninstalls.join(", ")
+                    );
+                }
+                if disable_rollback {
+                    println!(
+                        "rollback disabled: a failure stops the update where it is (UPDATE_FAILED); \
+                         fix the cause and run `kube-aws update` to resume (docs/deploy.md, \"Upgrading Kubernetes\")"
+                    );
+                } else if let Some(note) = rollback_scope::rollback_notice(&change_set.changes) {
+                    println!("{note}");
+                }
+                let how = Apply::ChangeSet {
+                    id: change_set.id,
+                    disable_rollback,
+                };
+                (published, how, stack_id)
             }
-        }
-        print!("{}", format_changes(&change_set.changes));
-        if !changed_parameters.is_empty() {
-            println!("parameters changed: {}", changed_parameters.join(", "));
-        }
-        for line in amis.iter().filter_map(|a| a.describe_change()) {
-            println!("{line}");
-        }
-        match &*rolls {
-            Ok(rolls) => println!("rolls: {}", update_order::rolls_in_words(rolls)),
-            Err(why) => println!("rolls: not known ({why})"),
-        }
-        if !uninstalls.is_empty() {
-            println!(
-                "releases to uninstall (installed, no longer in the plan): {}",
-                uninstalls.join(", ")
-            );
-        }
-        if let Some(note) = rollback_scope::rollback_notice(&change_set.changes) {
-            println!("{note}");
-        }
+        };
         let go = match confirm("apply these changes?", args.yes) {
             Ok(go) => go,
             Err(e) => {
-                let _ = delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await;
+                let _ = deploy::discard(&clients, &cfg.cluster_name, &how).await;
                 return Err(e.into());
             }
         };
         if !go {
-            delete_change_set(&clients, &cfg.cluster_name, &change_set.id).await?;
+            deploy::discard(&clients, &cfg.cluster_name, &how).await?;
             println!("not applied; the stack is unchanged");
             return Ok(None);
         }
@@ -183,7 +210,7 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
             }
             None
         };
-        let executed = execute_change_set(&clients, &cfg.cluster_name, &change_set.id).await;
+        let executed = deploy::apply(&clients, &cfg.cluster_name, &how).await;
         if executed.is_err() || !args.wait.wait {
             resume_autoscaler(paused.as_ref()).await;
         }

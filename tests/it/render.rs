@@ -1328,19 +1328,24 @@ fn the_api_health_check_is_https_readyz() {
     }
 }
 
-/// Health: the controller group judges its instances by the API target
-/// group's HTTPS /readyz check after the bootstrap's allowance, and the
-/// controllers may mark an instance of their own group (only) Unhealthy;
-/// worker groups keep EC2 health checks.
+/// Health: the controller group judges its instances by EC2's status checks
+/// only, after the bootstrap's allowance, never by the API target group's
+/// /readyz (which routes requests, and fails while etcd or the API server
+/// restarts: no controller is replaced for it); the controllers may mark an
+/// instance of their own group (only) Unhealthy; worker groups keep the
+/// default (EC2) health checks.
 #[test]
-fn controllers_are_judged_by_the_api_health_check_and_may_mark_themselves_unhealthy() {
+fn controllers_are_not_replaced_on_readiness_and_may_mark_themselves_unhealthy() {
+    for input in [minimal(), full()] {
+        let cp = stack(&rendered(&input), "control-plane");
+        let g = &cp["Resources"]["ControllerGroup"]["Properties"];
+        assert_eq!(
+            (&g["HealthCheckType"], &g["HealthCheckGracePeriod"]),
+            (&serde_json::json!("EC2"), &serde_json::json!(1800))
+        );
+    }
     let r = rendered(&full());
     let cp = stack(&r, "control-plane");
-    let g = &cp["Resources"]["ControllerGroup"]["Properties"];
-    assert_eq!(
-        (&g["HealthCheckType"], &g["HealthCheckGracePeriod"]),
-        (&serde_json::json!("ELB"), &serde_json::json!(1800))
-    );
     let statements = cp["Resources"]["ControllerLifecycleHookPolicy"]["Properties"]["PolicyDocument"]["Statement"]
         .as_array()
         .unwrap()

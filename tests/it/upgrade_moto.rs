@@ -12,6 +12,15 @@
 //! moto completes an update at once, so the order in which CloudFormation
 //! updates the nested stacks is checked in the live template's DependsOn,
 //! not in time.
+//!
+//! A version change comes alone: mixed with another change it is refused
+//! before anything is published, and applied in two updates it goes
+//! through, the second with rollback disabled (as the preview says: moto
+//! 5.2.5 reads no DisableRollback from ExecuteChangeSet, and never fails or
+//! rolls back an update), so the stopped states (UPDATE_FAILED resumed by `update`,
+//! UPDATE_ROLLBACK_FAILED refused with `continue-update-rollback`) are
+//! covered from recorded events (src/aws/recovery/tests.rs) and the
+//! decisions by src/aws/version_change.rs's tests.
 
 use crate::common;
 
@@ -26,12 +35,17 @@ const BUCKET: &str = "kube-aws-upgrade";
 const CLUSTER: &str = "demo";
 
 fn cluster_yaml(kms: &str, version: &str) -> String {
+    cluster_yaml_with(kms, version, 1)
+}
+
+/// `spot` is the pool whose size the mixed-change test changes.
+fn cluster_yaml_with(kms: &str, version: &str, spot: u32) -> String {
     // aws-vpc-cni's chart is on the internet, out of reach here.
     format!(
         "clusterName: {CLUSTER}\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
          kubernetesVersion: \"{version}\"\n\
          controller:\n  count: 3\n\
-         worker:\n  nodePools:\n    - name: general\n      count: 1\n    - name: spot\n      count: 1\n\
+         worker:\n  nodePools:\n    - name: general\n      count: 1\n    - name: spot\n      count: {spot}\n\
          plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n"
     )
 }
@@ -194,4 +208,67 @@ fn upgrade_order_control_plane_then_pools_then_addons() {
             .any(|r| r["LogicalResourceId"] == "ControlPlane"),
         "{cp}"
     );
+}
+
+fn objects(env: &Env) -> Vec<String> {
+    let out = env.aws_json(&["s3api", "list-objects-v2", "--bucket", BUCKET]);
+    let mut keys: Vec<String> = out["Contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["Key"].as_str().map(str::to_string))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A version change with another change (a pool's size) is refused before
+/// anything is published, naming what else changes and the two ways on;
+/// the other change first, then the version alone, both go through, and
+/// the version change says it runs with rollback disabled.
+#[test]
+fn upgrade_refuses_a_version_change_mixed_with_other_changes() {
+    let env = Env::new();
+    let (tree, kms) = cluster_at(&env, "1.35");
+    let write = |version: &str, spot: u32| {
+        std::fs::write(tree.path().join("cluster.yaml"), cluster_yaml_with(&kms, version, spot)).unwrap()
+    };
+    let stack = || env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER])["Stacks"][0].clone();
+    let (before, published) = (stack(), objects(&env));
+    write("1.36", 2);
+    let out = env.kube_aws(tree.path(), &["update", "--yes"]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("update refused, nothing was published or changed: kubernetesVersion 1.35.8 → 1.36.5 comes with other changes: stack NodePoolSpot"),
+        "{t}"
+    );
+    assert!(
+        t.contains("set kubernetesVersion: \"1.35.8\" in cluster.yaml and run `kube-aws update`"),
+        "{t}"
+    );
+    assert!(t.contains("or the version first: undo the other changes"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+    // Nothing published, nothing changed.
+    assert_eq!(objects(&env), published);
+    let after = stack();
+    assert_eq!(before["Parameters"], after["Parameters"]);
+    assert_eq!(before["StackStatus"], after["StackStatus"]);
+    // The other change first, at the running version: an ordinary update.
+    write("1.35.8", 2);
+    let other = env.kube_aws(tree.path(), &["update", "--yes", "--wait", "--timeout", "3m"]);
+    assert!(other.status.success(), "{}", text(&other));
+    assert!(!text(&other).contains("rollback disabled"), "{}", text(&other));
+    assert_eq!(recorded(&env), "1.35.8");
+    // Then the version alone: rollback disabled.
+    write("1.36", 2);
+    let upgrade = env.kube_aws(tree.path(), &["update", "--yes", "--wait", "--timeout", "3m"]);
+    let t = text(&upgrade);
+    assert!(upgrade.status.success(), "{t}");
+    assert!(t.contains("upgrade: control plane 1.35.8 → 1.36.5"), "{t}");
+    assert!(
+        t.contains("rollback disabled: a failure stops the update where it is (UPDATE_FAILED)"),
+        "{t}"
+    );
+    assert_eq!(recorded(&env), "1.36.5");
 }

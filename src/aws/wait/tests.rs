@@ -5,10 +5,11 @@
 
 use super::*;
 
-const ROOT: &str = "demo";
+pub(in crate::aws) const ROOT: &str = "demo";
 const ACCT: &str = "arn:aws:cloudformation:us-west-2:123456789012:stack";
 
-fn ev(id: u32, stack: &str, logical: &str, ty: &str, status: &str, reason: &str) -> StackEvent {
+/// One recorded event (also the recovery tests': src/aws/recovery/tests.rs).
+pub(in crate::aws) fn ev(id: u32, stack: &str, logical: &str, ty: &str, status: &str, reason: &str) -> StackEvent {
     StackEvent {
         event_id: format!("e{id:03}"),
         stack_name: stack.into(),
@@ -27,11 +28,11 @@ fn ev(id: u32, stack: &str, logical: &str, ty: &str, status: &str, reason: &str)
     }
 }
 
-fn nested_name(logical: &str) -> String {
+pub(in crate::aws) fn nested_name(logical: &str) -> String {
     format!("{ROOT}-{logical}-ABC123")
 }
 
-fn state(name: &str, status: &str) -> StackState {
+pub(in crate::aws) fn state(name: &str, status: &str) -> StackState {
     StackState {
         name: name.into(),
         status: status.into(),

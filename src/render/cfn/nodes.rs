@@ -16,7 +16,8 @@ pub const SSM_MANAGED_POLICY: &str = "AmazonSSMManagedInstanceCore";
 /// How long a node has to boot, join and signal.
 pub(super) const NODE_SIGNAL_TIMEOUT: &str = "PT30M";
 /// NODE_SIGNAL_TIMEOUT in seconds: how long a new controller may take to
-/// answer the API target group's health check before its group judges it.
+/// boot before its group judges its health (EC2 status checks, or the
+/// Unhealthy mark its own bootstrap sets when it fails).
 const CONTROLLER_HEALTH_GRACE_SECONDS: u32 = 1800;
 
 /// A node stack's AMI: a concrete image ID the root passes down. The root's
@@ -415,11 +416,20 @@ fn group_resources(
         asg["Properties"]["TargetGroupARNs"] = json!(g.extra_target_groups);
     }
     if g.role == "controller" {
-        // The API target group's HTTPS /readyz check decides a controller's
-        // health: one whose API server stops answering (partitioned, wedged)
-        // is replaced, and the termination hook removes its etcd member. The
-        // grace period is the bootstrap's own allowance (the signal timeout).
-        asg["Properties"]["HealthCheckType"] = json!("ELB");
+        // The EC2 health check only: the group replaces a controller whose
+        // instance fails its EC2 status checks (or that marks itself
+        // Unhealthy, src/node/kube_aws_node/health.py), never one that fails
+        // the API target group's HTTPS /readyz. With "ELB" the group would
+        // replace any instance the load balancer reports unhealthy ("About
+        // the health checks for your Auto Scaling group",
+        // https://docs.aws.amazon.com/autoscaling/ec2/userguide/health-checks-overview.html),
+        // and /readyz fails whenever the local etcd or API server restarts:
+        // a renewal, a reconfiguration, a defragmentation, or a cluster-wide
+        // loss of quorum would cost controllers, with the etcd data on their
+        // root volumes. The target group keeps /readyz to route requests only
+        // (src/render/cfn/network.rs). The grace period is the bootstrap's own
+        // allowance (the signal timeout): EC2 checks start after it too.
+        asg["Properties"]["HealthCheckType"] = json!("EC2");
         asg["Properties"]["HealthCheckGracePeriod"] = json!(CONTROLLER_HEALTH_GRACE_SECONDS);
         // A controller's boot reads the cluster-wide kubeadm documents from
         // the addon bundle the plan pointer names (reconfigure.py): the
