@@ -796,7 +796,7 @@ fn three_controllers_join_a_lost_ones_replacement_joins_and_a_leaving_one_keeps_
     // finds nothing left).
     let removed = |l: &str| l.contains("removed stale etcd member") && l.contains(&lost.ip);
     let by_prune = c4.log().lines().any(removed);
-    let by_watch: Vec<&str> = [&c1, &c2]
+    let by_watch: Vec<String> = [&c1, &c2]
         .iter()
         .filter(|c| {
             c.node
@@ -804,7 +804,7 @@ fn three_controllers_join_a_lost_ones_replacement_joins_and_a_leaving_one_keeps_
                 .lines()
                 .any(removed)
         })
-        .map(|c| c.inst.dns.as_str())
+        .map(|c| c.inst.dns.clone())
         .collect();
     assert!(
         by_prune || !by_watch.is_empty(),

@@ -728,7 +728,13 @@ def leave(node, etcd, run, clock):
                                          clock.now(), "kube-aws-node lifecycle leave"))
         except Exception as e:
             problems.append("could not write the status object: %s" % e)
-    complete_lifecycle_action(node, instance["instanceId"], settings)
+    try:
+        complete_lifecycle_action(node, instance["instanceId"], settings)
+    except Exception as e:
+        # The group went on without us (the hook's timeout, or the instance
+        # is gone): nothing left to complete; said, not a crash loop.
+        problems.append("completing the lifecycle action: %s" % e)
+        return 1, message, problems
     return 0 if ok else 1, message, problems
 
 
@@ -752,7 +758,7 @@ def watch(node, etcd_factory, run, clock, max_ticks=None):
             print("kube-aws: IMDS: %s" % e, file=sys.stderr)
         if state == "Terminated":
             code, message, problems = leave(node, LazyEtcd(etcd_factory), run, clock)
-            print("kube-aws: leaving: %s%s" % (message, "; " + "; ".join(problems) if problems else ""))
+            print("kube-aws: leaving: %s%s" % (message, "; " + "; ".join(problems) if problems else ""), flush=True)
             return code
         now = clock.now()
         if os.path.exists(host(ETCD_MANIFEST)) and (last_prune is None or now - last_prune >= PRUNE_SECONDS):
