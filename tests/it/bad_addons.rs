@@ -48,12 +48,22 @@ macro_rules! bad {
     };
 }
 
-const DEX_OK: &str = "connector: github, connectorClientID: demo, connectorClientSecret: hunter2";
+const DEX_OK: &str = "exposure: values, connector: github, connectorClientID: demo, connectorClientSecret: hunter2";
 
 bad!(
     dex_without_a_connector,
     "cluster.yaml:5:3: plugins.dex: plugin \"dex\" needs parameter \"connector\"",
-    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com}}\n")
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values}}\n")
+);
+bad!(
+    dex_without_an_exposure,
+    "cluster.yaml:5:3: plugins.dex: plugin \"dex\" needs parameter \"exposure\"",
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
+);
+bad!(
+    dex_behind_a_load_balancer_without_its_certificate,
+    "",
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: loadBalancer, connector: github, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
 );
 bad!(
     dex_with_an_http_issuer,
@@ -63,7 +73,7 @@ bad!(
 bad!(
     dex_oidc_connector_without_its_issuer,
     "",
-    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, connector: oidc, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: oidc, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
 );
 bad!(
     helm_v2_mode_refuses_a_v2_chart,

@@ -31,6 +31,7 @@ plugins:
   dex:
     enabled: true
     issuerURL: https://dex.example.com
+    exposure: values
     connector: github
     connectorClientID: kube-aws-demo
     connectorClientSecret: connector-secret-hidden

@@ -37,7 +37,9 @@ const PUBLIC_REGISTRIES: &[&str] = &["registry.k8s.io", "public.ecr.aws", "ghcr.
 const PARAMS: &[(&str, &str)] = &[
     (
         "dex",
-        "{issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, \
+        "{issuerURL: https://dex.example.com, exposure: loadBalancer, \
+         certificateARN: 'arn:aws:acm:us-west-2:111122223333:certificate/0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9', \
+         connector: github, connectorClientID: kube-aws-demo, \
          connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, \
          staticClientRedirectURIs: [https://app.example.com/callback]}",
     ),
@@ -397,6 +399,27 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
         )]
     );
     assert_eq!(image_minor(&ccm.images()[0]), run.minor);
+
+    // Dex's issuer over https (exposure loadBalancer): the real chart's Service
+    // is a network load balancer with a TLS listener on 443 and the ACM
+    // certificate, named the issuer's host by external-dns.
+    let svc = objects
+        .iter()
+        .find(|o| o.release == "dex" && o.kind() == "Service")
+        .expect("dex renders its Service");
+    assert_eq!(svc.doc["spec"]["type"], "LoadBalancer", "{}", svc.doc);
+    let ann = &svc.doc["metadata"]["annotations"];
+    assert_eq!(ann["service.beta.kubernetes.io/aws-load-balancer-type"], "nlb");
+    assert_eq!(ann["service.beta.kubernetes.io/aws-load-balancer-ssl-ports"], "443");
+    assert!(ann["service.beta.kubernetes.io/aws-load-balancer-ssl-cert"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("arn:aws:acm:")));
+    assert_eq!(ann["external-dns.alpha.kubernetes.io/hostname"], "dex.example.com");
+    let ports = svc.doc["spec"]["ports"].as_array().unwrap();
+    assert!(
+        ports.iter().any(|p| p["port"] == 443 && p["targetPort"] == "http"),
+        "{ports:?}"
+    );
 
     // Finding 7: dex's config has a connector, its secret only as a reference.
     let secret = objects

@@ -31,7 +31,7 @@ pub const BUILT_INS: &str = "plugins:
   cluster-autoscaler: {enabled: true}
   cluster-dump: {enabled: true}
   external-dns: {enabled: true, hostedZoneId: Z0123456789ABC, domainFilter: example.com}
-  dex: {enabled: true, issuerURL: https://dex.example.com, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
+  dex: {enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: github, connectorClientID: kube-aws-demo, connectorClientSecret: not-in-any-output, staticClientSecret: also-hidden, staticClientRedirectURIs: [https://app.example.com/callback]}
   pod-identity-webhook: {enabled: false}
 ";
 
