@@ -5,14 +5,33 @@ export PATH := $(VENV)/bin:$(PATH)
 export KUBE_AWS_TOOLS := $(VENV)/bin
 export KUBE_AWS_SHARED_DATA ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: test tools testbed nodebed upgradebed test-upgrade lint unit fuzz-short fuzz example bench bench-installer bench-node
+.PHONY: test tools testbed nodebed upgradebed test-upgrade lint unit test-build test-run fuzz-short fuzz example bench bench-installer bench-node
 
 # The control-plane test bed (scripts/install-testbed.sh; docs/testing.md).
 export KUBE_AWS_TESTBED_BIN ?= $(CURDIR)/.testbed/bin
 
 # The fuzz corpora are replayed by `unit` (tests/it/fuzz_corpus.rs); the
 # libFuzzer build is `fuzz-short` and `fuzz`, outside `make test` (docs/limits.md).
-test: tools testbed lint unit
+#
+# `make test` runs its phases (tools, beds, lint, build, tests) one after the
+# other, stops at the first that fails and exits with its status; at the end,
+# also after a failure, it prints each phase's wall time, each test module's
+# and the slowest tests, and writes them to $(KUBE_AWS_TEST_TIMES)/summary.txt
+# (scripts/test-times.py; docs/testing.md, "The timing summary").
+export KUBE_AWS_TEST_TIMES ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/test-times
+TIMES := python3 $(CURDIR)/scripts/test-times.py
+# cargo runs each test binary through scripts/test-times.py: libtest's JSON
+# events, printed as libtest prints them, each test's time kept.
+TEST_RUNNER := --config "target.'cfg(all())'.runner = ['python3', '$(CURDIR)/scripts/test-times.py', 'run']"
+
+test:
+	@$(TIMES) reset
+	@status=0; \
+	for p in tools:tools beds:testbed lint:lint build:test-build tests:test-run; do \
+	  $(TIMES) phase $${p%%:*} -- $(MAKE) --no-print-directory $${p#*:} || { status=$$?; break; }; \
+	done; \
+	$(TIMES) summary; \
+	exit $$status
 
 tools:
 	@bash scripts/install-tools.sh
@@ -20,9 +39,9 @@ tools:
 # The beds, and the next minor's node image, which the minor upgrade test in
 # `make test` upgrades to (scripts/install-upgradebed.sh; docs/testing.md).
 testbed:
-	@bash scripts/install-testbed.sh
-	@bash scripts/install-nodebed.sh
-	@UPGRADEBED=minor bash scripts/install-upgradebed.sh
+	@$(TIMES) phase beds/control-plane -- bash scripts/install-testbed.sh
+	@$(TIMES) phase beds/real-node -- bash scripts/install-nodebed.sh
+	@UPGRADEBED=minor $(TIMES) phase beds/next-minor -- bash scripts/install-upgradebed.sh
 
 # The real-node bed alone (scripts/install-nodebed.sh; needs the test bed and root).
 nodebed:
@@ -43,8 +62,13 @@ lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-unit:
-	cargo test --all-targets
+unit: test-build test-run
+
+test-build:
+	cargo test --all-targets --no-run
+
+test-run:
+	cargo test $(TEST_RUNNER) --all-targets
 
 # Every fuzz target for a few seconds on the committed corpus (scripts/fuzz.sh).
 fuzz-short:

@@ -9,8 +9,13 @@
 #     program, run on the host: tests/it/testbed.rs pod_identity_webhook_*),
 #   aws-node-termination-handler (the aws-node-termination-handler plugin's
 #     image's program, run on the host: tests/it/nth_testbed.rs).
-# Binaries land in .testbed/<hash of the pins>/bin (gitignored); .testbed/bin
-# points at the current one. A second run builds nothing ("up to date").
+# Binaries land outside the clone, in a cache every clone on the machine
+# shares: $CACHE/<key>/bin, where CACHE is $KUBE_AWS_TESTBED_CACHE or
+# ${XDG_CACHE_HOME:-$HOME/.cache}/kube-aws-testbed and <key> a hash of the
+# pins and of this script's content (its recipe: any change to it builds
+# again); .testbed/bin (gitignored) points at the current one. A second run,
+# or a fresh clone on a machine that built them once, builds nothing ("up to
+# date").
 # Each component prints how long it took; a failure names the component and
 # shows Go's reason, and the script exits non-zero.
 # See docs/testing.md.
@@ -72,22 +77,26 @@ WEBHOOK=$(sed -n 's#.*amazon-eks-pod-identity-webhook:\(v[0-9.]*\)$#\1#p' plugin
 [ -n "$WEBHOOK" ] || die "cannot read the webhook's image tag from plugins/pod-identity-webhook/plugin.yaml"
 # The app version of the aws-node-termination-handler chart the plugin pins
 # (plugins/aws-node-termination-handler/plugin.yaml: chart 0.27.6, app
-# v1.25.6; tests/it/nth_testbed.rs checks the two agree). It is not part of
-# the key below: it names its own stamp file, so a bump rebuilds this
-# component alone (a cold build measured 206 s on 2 loaded cores).
+# v1.25.6; tests/it/nth_testbed.rs checks the two agree). It also names its
+# own stamp file (a cold build measured 206 s on 2 loaded cores).
 NTH=v1.25.6
-RECIPE=1 # bump when the way binaries are built changes
+RECIPE=1 # bump when the way binaries are built changes outside this script
 
-pins="recipe=$RECIPE kubernetes=$K8S etcd=$ETCD kwok=$KWOK helm=$HELM pod-identity-webhook=$WEBHOOK"
+# The key: the pins and this script's content (the recipe). The pins file
+# carries both, so the node bed's key (scripts/install-nodebed.sh reads it)
+# follows.
+script=$(sha256sum scripts/install-testbed.sh | cut -c1-12)
+pins="recipe=$RECIPE kubernetes=$K8S etcd=$ETCD kwok=$KWOK helm=$HELM pod-identity-webhook=$WEBHOOK script=$script"
 key=$(printf '%s' "$pins" | sha256sum | cut -c1-12)
-DIR=$ROOT/.testbed/$key
+CACHE=${KUBE_AWS_TESTBED_CACHE:-${XDG_CACHE_HOME:-${HOME:-$ROOT/.testbed}/.cache}/kube-aws-testbed}
+DIR=$CACHE/$key
 BIN=$DIR/bin
-mkdir -p "$BIN" "$DIR/src" "$DIR/log"
+mkdir -p "$BIN" "$DIR/src" "$DIR/log" "$ROOT/.testbed"
 printf '%s\n' "$pins" >"$DIR/pins"
 if [ -n "$OTHER" ]; then
-  ln -sfn "$key/bin" "$ROOT/.testbed/bin-$K8S"
+  ln -sfn "$BIN" "$ROOT/.testbed/bin-$K8S"
 else
-  ln -sfn "$key/bin" "$ROOT/.testbed/bin"
+  ln -sfn "$BIN" "$ROOT/.testbed/bin"
 fi
 
 # --- components ----------------------------------------------------------------
@@ -122,7 +131,7 @@ for c in "${COMPONENTS[@]}"; do
   built "$bins" || todo+=("$name")
 done
 if [ "${#todo[@]}" -eq 0 ]; then
-  say "up to date ($pins) in .testbed/$key/bin"
+  say "up to date ($pins) in $BIN"
   exit 0
 fi
 
@@ -145,7 +154,7 @@ run() {
   local comp=$1
   shift
   if ! "$@" >>"$DIR/log/$comp.log" 2>&1; then
-    echo "install-testbed: building $comp failed: \`$*\` exited non-zero; the last lines of .testbed/$key/log/$comp.log:" >&2
+    echo "install-testbed: building $comp failed: \`$*\` exited non-zero; the last lines of $DIR/log/$comp.log:" >&2
     tail -n 25 "$DIR/log/$comp.log" | sed 's/^/  /' >&2
     exit 1
   fi
@@ -314,5 +323,5 @@ for c in "${COMPONENTS[@]}"; do
   times+=("$name built in ${secs}s")
   echo "$(date -u +%FT%TZ) $name ${secs}s" >>"$DIR/build-times"
 done
-say "done ($pins) in .testbed/$key/bin:"
+say "done ($pins) in $BIN:"
 printf '  %s\n' "${times[@]}"
