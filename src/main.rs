@@ -15,7 +15,12 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = parse();
-    let Err(err) = run(cli) else {
+    // Every command on one thread with a known, large stack: the template
+    // and values checks, which need one, then run in place instead of
+    // starting a thread each (src/deep.rs).
+    let result = kube_aws::deep::on_big_stack(|| run(cli))
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("cannot start the command's thread: {e}")));
+    let Err(err) = result else {
         return ExitCode::SUCCESS;
     };
     let exit = classify(&err);

@@ -263,11 +263,17 @@ fn the_preview_says_what_rolls_for_each_kind_of_change() {
             ),
         ),
         (
-            // The two zones `up` recorded (root output ZoneCount) stay: no
-            // third subnet, no group's subnets change (src/aws/zones.rs).
-            "controller.count 1 → 3 (the zones recorded at up stay)",
+            // Growing to three controllers on the two zones `up` recorded
+            // (root output ZoneCount) re-spreads them over three: a third
+            // subnet, every group's subnets change, each rolled one at a time
+            // (src/config/zonal.rs zone_count_with_record). Shrinking keeps
+            // the record (3 → 1 in an outage deletes no subnet).
+            "controller.count 1 → 3 (re-spread over a third zone)",
             ["  count: 3\n", POOLS, "", ""],
-            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances, none replaced".into(),
+            "rolls: ControlPlane/ControllerGroup: 1 → 3 instances, the 1 running replaced, one at a time (subnets); \
+             then NodePoolGeneral/WorkerGroup: 1 instance replaced, one at a time (subnets); \
+             and NodePoolSpot/WorkerGroup: 2 instances replaced, one at a time (subnets)"
+                .into(),
         ),
     ];
     let mut table = String::from("| change | preview on moto |\n|---|---|\n");

@@ -485,6 +485,14 @@ fn update_without_the_latest_bundle_keeps_the_ca_and_a_missing_live_bundle_is_re
         rotated_bundle["retiredServiceAccountKeys"][0]["publicKey"],
         bundle["certificates"]["pki/sa.pub"]
     );
+    // The Secrets' encryption key outlives the CA: every Secret in etcd and
+    // in the snapshots is encrypted with it (src/render/security.rs).
+    assert_ne!(rotated_bundle["secrets"]["pki/ca.key"], bundle["secrets"]["pki/ca.key"]);
+    assert!(bundle["secrets"]["pki/encryption.json"].is_string(), "{bundle}");
+    assert_eq!(
+        rotated_bundle["secrets"]["pki/encryption.json"],
+        bundle["secrets"]["pki/encryption.json"]
+    );
 }
 
 #[test]

@@ -88,6 +88,9 @@ def call_for(g, v, scratch):
             "autoscaling", "complete-lifecycle-action", "--lifecycle-hook-name", "none",
             "--auto-scaling-group-name", v["controller_group"], "--lifecycle-action-result", "CONTINUE",
             "--instance-id", "i-00000000000000000"],
+        "autoscaling:RecordLifecycleActionHeartbeat": lambda: [
+            "autoscaling", "record-lifecycle-action-heartbeat", "--lifecycle-hook-name", "none",
+            "--auto-scaling-group-name", v["controller_group"], "--instance-id", "i-00000000000000000"],
     }[action]()
 
 
