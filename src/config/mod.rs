@@ -93,3 +93,13 @@ pub fn parse_cluster(dir: &Path, file: &Path, text: &str) -> Result<Cluster, Con
         releases,
     })
 }
+
+/// A cluster of the unit tests: the three required keys (cluster `demo`,
+/// us-west-2, `s3://b/p`), then `extra` (YAML lines).
+#[cfg(test)]
+pub(crate) fn cluster_for_tests(extra: &str) -> ClusterConfig {
+    serde_yaml::from_str(&format!(
+        "clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\n{extra}"
+    ))
+    .unwrap()
+}

@@ -133,10 +133,7 @@ mod tests {
     use super::*;
 
     fn cluster(extra: &str) -> ClusterConfig {
-        serde_yaml::from_str(&format!(
-            "clusterName: demo\nregion: us-west-2\ns3URI: s3://b/p\n{extra}"
-        ))
-        .unwrap()
+        crate::config::cluster_for_tests(extra)
     }
 
     #[test]

@@ -88,42 +88,17 @@ fn secrets_are_encrypted_at_rest_rewritten_once_every_apiserver_encrypts_and_aud
         .cloned()
         .collect();
     {
-        let port = common::free_port();
-        let _api = cp
-            .apiserver_proc("kube-apiserver-unencrypted", port, &plain, prefix)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let kc = cp.kubeconfig_for("super-admin.conf", port);
-        let kubectl = testbed_kubectl(&cp, &kc);
-        kubectl(&[
-            "create",
-            "secret",
-            "generic",
-            "before",
-            "-n",
-            "default",
-            &format!("--from-literal=v={BEFORE}"),
-        ]);
+        let (_api, kc) = api_server(&cp, "kube-apiserver-unencrypted", &plain, prefix);
+        create_secret(&testbed_kubectl(&cp, &kc), "before", BEFORE);
     }
     assert!(
         contains(&etcd("default", "before"), BEFORE),
         "without the flag a Secret is plaintext in etcd"
     );
 
-    let port = common::free_port();
-    let _api = cp
-        .apiserver_proc("kube-apiserver-encrypted", port, &api, prefix)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let kc = cp.kubeconfig_for("super-admin.conf", port);
+    let (_api, kc) = api_server(&cp, "kube-apiserver-encrypted", &api, prefix);
     let kubectl = testbed_kubectl(&cp, &kc);
-    kubectl(&[
-        "create",
-        "secret",
-        "generic",
-        "after",
-        "-n",
-        "default",
-        &format!("--from-literal=v={AFTER}"),
-    ]);
+    create_secret(&kubectl, "after", AFTER);
     let after = etcd("default", "after");
     assert!(
         after.starts_with(b"k8s:enc:secretbox:v1:key-test:"),
@@ -259,6 +234,34 @@ fn secrets_are_encrypted_at_rest_rewritten_once_every_apiserver_encrypts_and_aud
             .any(|e| e["requestURI"].as_str().is_some_and(|u| u.starts_with("/readyz"))),
         "the health probes are not audited"
     );
+}
+
+/// A kube-apiserver on a port of its own with `flags`, storing under
+/// `prefix`, and its admin kubeconfig.
+fn api_server(
+    cp: &testbed::ControlPlane,
+    name: &str,
+    flags: &[(String, String)],
+    prefix: &str,
+) -> (testbed::Proc, std::path::PathBuf) {
+    let port = common::free_port();
+    let api = cp
+        .apiserver_proc(name, port, flags, prefix)
+        .unwrap_or_else(|e| panic!("{e}"));
+    (api, cp.kubeconfig_for("super-admin.conf", port))
+}
+
+/// Secret `name` in `default` with the key `v` holding `value`.
+fn create_secret(kubectl: &impl Fn(&[&str]) -> String, name: &str, value: &str) {
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        name,
+        "-n",
+        "default",
+        &format!("--from-literal=v={value}"),
+    ]);
 }
 
 /// kubectl against the API server of `kubeconfig`: its stdout (panics with its output on failure).
