@@ -289,6 +289,17 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_is_said_as_a_hold_and_a_failure_as_a_failure() {
+        let hold = report("i-1", "controller", "etcd-quorum-hold", 0).headline();
+        assert!(
+            hold.contains("(i-1, controller) is holding at step etcd-quorum-hold"),
+            "{hold}"
+        );
+        let failed = report("i-2", "worker-general", "kubeadm-join", 1).headline();
+        assert!(failed.contains("failed at step kubeadm-join (exit 1)"), "{failed}");
+    }
+
+    #[test]
     fn instances_and_reports_join_into_rows() {
         let instances = [
             instance("i-3", "demo-worker-general", "running"),

@@ -112,17 +112,22 @@ pub struct NodeReport {
 }
 
 impl NodeReport {
-    /// `node ip-10-0-1-23.… (i-0123, worker-general) failed at step kubeadm-join (exit 1): kubeadm join …`
+    /// `node ip-10-0-1-23.… (i-0123, worker-general) failed at step kubeadm-join (exit 1): kubeadm join …`,
+    /// or `… is holding at step etcd-quorum-hold: …` for a hold.
     pub fn headline(&self) -> String {
         let name = if self.node_name.is_empty() {
             &self.instance_id
         } else {
             &self.node_name
         };
-        let mut s = format!(
-            "node {name} ({}, {}) failed at step {}",
-            self.instance_id, self.role, self.step
-        );
+        // A step named `…-hold` is a node holding on purpose (a controller
+        // whose leaving would cost etcd its quorum: etcd.py remove_when_safe).
+        let verb = if self.step.ends_with("-hold") {
+            "is holding at step"
+        } else {
+            "failed at step"
+        };
+        let mut s = format!("node {name} ({}, {}) {verb} {}", self.instance_id, self.role, self.step);
         if self.exit_code != 0 {
             s.push_str(&format!(" (exit {})", self.exit_code));
         }
