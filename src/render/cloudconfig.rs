@@ -164,14 +164,14 @@ fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
 /// flag, so only the new issuer there), then src/render/security.rs's.
 fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
     let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
-    let mut issuer = crate::irsa::apiserver_flags(&input.cluster);
+    let mut owned = crate::irsa::apiserver_flags(&input.cluster);
     // Pod Security admission, encryption at rest, the audit log
     // (src/render/security.rs); plugins may not set them (plugin/merge.rs).
-    issuer.extend(super::security::apiserver_flags());
+    owned.extend(super::security::apiserver_flags());
     match &mut args {
-        Value::Array(a) => a.extend(issuer.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
+        Value::Array(a) => a.extend(owned.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
         Value::Object(m) => {
-            for (k, v) in issuer {
+            for (k, v) in owned {
                 m.entry(k).or_insert(Value::String(v));
             }
         }

@@ -628,12 +628,13 @@ def remove_when_safe(node, etcd, self_ip, endpoints, clock, deadline, settings, 
         try:
             members = etcd.member_list(endpoints)
         except Exception as e:
-            if clock.now() >= deadline and said is None:
-                return False, "could not read the etcd membership: %s" % e
+            members, why = None, "could not read the etcd membership: %s" % e
             if said is None:
+                # Never judged: tried until the deadline, then the group goes on.
+                if clock.now() >= deadline:
+                    return False, why
                 clock.sleep(POLL_SECONDS)
                 continue
-            members, why = None, "could not read the etcd membership: %s" % e
         if members is not None:
             verdict, why = leave_verdict(members, self_ip, healthy_members(etcd, members))
             if verdict == "none":
