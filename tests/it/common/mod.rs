@@ -69,9 +69,72 @@ pub fn shared_data() -> Option<PathBuf> {
     }
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, never handed out before in this process:
+/// the kernel may give a port back to `bind(0)` once its listener closed, and
+/// two servers of one test binary then raced for it (CI, 2026-12-03: a moto
+/// that lost the race exited unseen, its test used the winner's moto, and the
+/// winner's test then found its bucket taken and its server gone).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+/// The inodes of the sockets listening on TCP `port` (/proc/net/tcp and tcp6:
+/// state 0A is LISTEN; the inode is the tenth column).
+fn listening_inodes(port: u16) -> Vec<String> {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    (cols.len() > 9 && cols[1].ends_with(&local) && cols[3] == "0A").then(|| cols[9].to_string())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `pid` and its descendants (/proc/PID/task/TID/children).
+fn process_tree(pid: u32) -> Vec<u32> {
+    let (mut all, mut next) = (Vec::new(), vec![pid]);
+    while let Some(p) = next.pop() {
+        all.push(p);
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            next.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    all
+}
+
+/// Does a process of `pid`'s tree hold a socket listening on `port`? A server
+/// that answers on its port may be another one that took the port first.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let inodes: Vec<String> = listening_inodes(port)
+        .into_iter()
+        .map(|i| format!("socket:[{i}]"))
+        .collect();
+    process_tree(pid).into_iter().any(|p| {
+        std::fs::read_dir(format!("/proc/{p}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+            })
+        })
+    })
 }
 
 /// Does an HTTP server answer on `port`? (A bare TCP accept can come before
@@ -132,7 +195,11 @@ impl Server {
                 panic!("server on port {} exited early: {status}", self.port);
             }
             if http_answers(&self.host, self.port) {
-                return;
+                // Only our own server counts; another one on the port is a
+                // collision, which the wait turns into our server's exit.
+                if listens_on(self.child.id(), self.port) {
+                    return;
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -477,3 +544,26 @@ pub mod iam;
 pub mod installer_bed;
 pub mod nodebed;
 pub mod testbed;
+
+/// Two servers on one port: the second does not take the first's answers
+/// for its own (it panics when it exits on the taken port), and free_port
+/// never hands a port out twice.
+#[test]
+fn a_server_that_lost_its_port_is_not_taken_for_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_http(dir.path());
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "http.server", "--bind", "127.0.0.1", &first.port.to_string()]);
+    let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Server::start(cmd, first.port)));
+    let why = second.err().and_then(|e| e.downcast_ref::<String>().cloned());
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("exited early")),
+        "the second server was taken for ready: {why:?}"
+    );
+    assert!(http_answers("127.0.0.1", first.port), "the first server still answers");
+    let ports: Vec<u16> = (0..200).map(|_| free_port()).collect();
+    let mut unique = ports.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ports.len(), "a port handed out twice");
+}
