@@ -46,14 +46,58 @@ pub enum IrsaError {
     Key(String),
 }
 
-/// The role of `namespace/name`: `<cluster>-<namespace>-<name>`, or when that
-/// is over IAM's 64 characters, its first 55 characters, `-` and 8 hex digits
-/// of its sha256 (so two long names stay apart). Cluster, namespace and name
-/// are DNS names, all within IAM's role-name characters.
-pub fn role_name(cluster: &str, namespace: &str, name: &str) -> String {
-    let full = format!("{cluster}-{namespace}-{name}");
+/// How a cluster's service-account roles are named. IAM role names are
+/// global to the account, so two clusters of one name in two regions of an
+/// account need the region in the name; clusters created before the region
+/// was added keep their names (renaming replaces every role, and running pods
+/// keep the old ARN in their environment until they restart). `up` records
+/// the scheme in the root stack (output [`ROLE_NAMES_OUTPUT`]), and `update`
+/// renders with the record, as it does with the zone count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RoleNames {
+    /// `<cluster>-<region>-<namespace>-<name>`: what `up` creates.
+    #[default]
+    Regional,
+    /// `<cluster>-<namespace>-<name>`: a stack created before the record.
+    Cluster,
+}
+
+/// The root stack output that records [`RoleNames`].
+pub const ROLE_NAMES_OUTPUT: &str = "RoleNames";
+
+impl RoleNames {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleNames::Regional => "cluster-region-namespace-name",
+            RoleNames::Cluster => "cluster-namespace-name",
+        }
+    }
+
+    /// The scheme a recorded output value names; None for an unknown value
+    /// (a newer kube-aws wrote it).
+    pub fn parse(value: &str) -> Option<RoleNames> {
+        [RoleNames::Regional, RoleNames::Cluster]
+            .into_iter()
+            .find(|r| r.as_str() == value.trim())
+    }
+}
+
+/// The role of `namespace/name` in this cluster, by the scheme the stack
+/// records (`cfg.recorded_role_names`; a new cluster's is [`RoleNames::Regional`]).
+pub fn role_name(cfg: &ClusterConfig, namespace: &str, name: &str) -> String {
+    match cfg.recorded_role_names.unwrap_or_default() {
+        RoleNames::Regional => fit_role_name(&format!("{}-{}-{namespace}-{name}", cfg.cluster_name, cfg.region)),
+        RoleNames::Cluster => fit_role_name(&format!("{}-{namespace}-{name}", cfg.cluster_name)),
+    }
+}
+
+/// `full`, or when it is over IAM's 64 characters, its first 55 characters,
+/// `-` and 8 hex digits of its sha256 (so two long names stay apart).
+/// Cluster, region, namespace and name are DNS names, all within IAM's
+/// role-name characters.
+fn fit_role_name(full: &str) -> String {
     if full.len() <= ROLE_NAME_LIMIT {
-        return full;
+        return full.to_string();
     }
     let hash = sha256_hex(full.as_bytes());
     let keep = ROLE_NAME_LIMIT - 9;
@@ -338,17 +382,49 @@ mod tests {
 
     #[test]
     fn role_names_fit_iam_and_stay_apart() {
+        let mut cfg = crate::config::cluster_for_tests("");
+        cfg.cluster_name = "demo".into();
+        cfg.region = "ap-southeast-2".into();
         assert_eq!(
-            role_name("demo", "kube-system", "cluster-autoscaler"),
-            "demo-kube-system-cluster-autoscaler"
+            role_name(&cfg, "kube-system", "dns"),
+            "demo-ap-southeast-2-kube-system-dns"
         );
         let long_ns = "n".repeat(50);
-        let a = role_name("demo", &long_ns, "external-dns-a");
-        let b = role_name("demo", &long_ns, "external-dns-b");
+        let a = role_name(&cfg, &long_ns, "external-dns-a");
+        let b = role_name(&cfg, &long_ns, "external-dns-b");
         assert_eq!(a.len(), ROLE_NAME_LIMIT, "{a}");
         assert!(b.len() <= ROLE_NAME_LIMIT);
         assert_ne!(a, b);
-        assert!(a.starts_with("demo-nnnn"), "{a}");
+        assert!(a.starts_with("demo-ap-southeast-2-nnnn"), "{a}");
+        // A 20-character cluster in a long region: hashed, still apart.
+        cfg.cluster_name = "production-eu-west-1".into();
+        let x = role_name(&cfg, "kube-system", "cluster-autoscaler");
+        let y = role_name(&cfg, "kube-system", "cluster-autoscaler-2");
+        assert!(x.len() <= ROLE_NAME_LIMIT && y.len() <= ROLE_NAME_LIMIT, "{x} {y}");
+        assert_ne!(x, y);
+    }
+
+    #[test]
+    fn the_same_cluster_name_in_two_regions_has_two_roles_unless_recorded_before_regions() {
+        let mut a = crate::config::cluster_for_tests("");
+        a.cluster_name = "demo".into();
+        a.region = "us-west-2".into();
+        let mut b = a.clone();
+        b.region = "eu-west-1".into();
+        assert_ne!(
+            role_name(&a, "kube-system", "cluster-autoscaler"),
+            role_name(&b, "kube-system", "cluster-autoscaler")
+        );
+        // A stack created before the region was in the name keeps its roles.
+        a.recorded_role_names = Some(RoleNames::Cluster);
+        assert_eq!(
+            role_name(&a, "kube-system", "cluster-autoscaler"),
+            "demo-kube-system-cluster-autoscaler"
+        );
+        for r in [RoleNames::Regional, RoleNames::Cluster] {
+            assert_eq!(RoleNames::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(RoleNames::parse("something-newer"), None);
     }
 
     #[test]

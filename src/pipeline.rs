@@ -51,7 +51,25 @@ impl Releases {
 
 /// Loads cluster.yaml and resolves its plugins.
 pub fn load_releases(dir: &Path) -> Result<Releases, PipelineError> {
-    let cluster = load_cluster(dir)?;
+    load_releases_recorded(dir, &Recorded::default())
+}
+
+/// What the live stack recorded when `up` created it, which `update` renders
+/// with (not in cluster.yaml): the zone count of a new VPC (src/aws/zones.rs)
+/// and how its service-account roles are named (src/irsa.rs `RoleNames`).
+/// Default: a new cluster's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub zone_count: Option<usize>,
+    pub role_names: Option<crate::irsa::RoleNames>,
+}
+
+/// [`load_releases`] for a live stack's `record`: set on the cluster before
+/// the plugins resolve (their role names and ARNs depend on it).
+pub fn load_releases_recorded(dir: &Path, record: &Recorded) -> Result<Releases, PipelineError> {
+    let mut cluster = load_cluster(dir)?;
+    cluster.config.network.recorded_zone_count = record.zone_count;
+    cluster.config.recorded_role_names = record.role_names;
     let plugins = resolve_plugins(&cluster)?;
     let mut releases = cluster.releases.clone();
     let mut plugin_values = HashMap::new();
@@ -105,7 +123,11 @@ pub struct Prepared {
 
 /// Runs every offline stage up to the render input.
 pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, PipelineError> {
-    let releases = load_releases(&opts.dir)?;
+    prepare_releases(opts, load_releases(&opts.dir)?)
+}
+
+/// [`prepare`] from releases already loaded.
+fn prepare_releases(opts: &PrepareOptions, releases: Releases) -> Result<Prepared, PipelineError> {
     let prepared = chart::prepare_releases(&releases.chart_options(opts))?;
     let not_fetched = prepared
         .iter()
@@ -176,8 +198,8 @@ pub struct DeployPrepareOptions {
     pub dir: PathBuf,
     pub cache_dir: PathBuf,
     pub fetch: chart::FetchOptions,
-    /// The zone count the live stack recorded (`update`: src/aws/zones.rs).
-    pub recorded_zone_count: Option<usize>,
+    /// What the live stack recorded (`update`); default for `up`.
+    pub recorded: Recorded,
     /// The running Kubernetes version the live stack records (`update`):
     /// when cluster.yaml changes it, the work tree is rendered at it too, to
     /// tell the version change from others (src/aws/version_change.rs).
@@ -218,7 +240,7 @@ pub async fn prepare_deploy_then(
     opts: &DeployPrepareOptions,
     before_swap: crate::render::BeforeSwap<'_>,
 ) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
-    let releases = load_releases(&opts.dir).map_err(Box::new)?;
+    let releases = load_releases_recorded(&opts.dir, &opts.recorded).map_err(Box::new)?;
     let lock = chart::load_lock(&opts.dir)?;
     let locked = chart::check_lock(&lock, &releases.releases)?;
     chart::fetch_charts(chart::FetchChartsOptions {
@@ -229,13 +251,15 @@ pub async fn prepare_deploy_then(
     })
     .await
     .map_err(Box::new)?;
-    let mut p = prepare(&PrepareOptions {
-        dir: opts.dir.clone(),
-        cache_dir: opts.cache_dir.clone(),
-        require_charts: true,
-    })
+    let p = prepare_releases(
+        &PrepareOptions {
+            dir: opts.dir.clone(),
+            cache_dir: opts.cache_dir.clone(),
+            require_charts: true,
+        },
+        releases,
+    )
     .map_err(Box::new)?;
-    p.input.cluster.network.recorded_zone_count = opts.recorded_zone_count;
     let rendered = crate::render::render(&p.input)?;
     let baseline = baseline(&p.input, opts.running_version.as_deref());
     let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);

@@ -70,13 +70,16 @@ pub struct ArtifactsOptions {
     pub baseline: Option<Baseline>,
 }
 
-/// What `update` renders with from the live stack: the zone count `up`
-/// recorded (src/aws/zones.rs) and the running Kubernetes version
-/// (src/aws/update_order.rs); both None when there is no stack.
+/// What `update` renders with from the live stack: the zone count and the
+/// role names `up` recorded (src/aws/zones.rs, src/aws/role_names.rs) and
+/// the running Kubernetes version (src/aws/update_order.rs); all None when
+/// there is no stack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveRecord {
     pub zone_count: Option<usize>,
     pub kubernetes_version: Option<String>,
+    /// How its service-account roles are named (src/aws/role_names.rs).
+    pub role_names: Option<crate::irsa::RoleNames>,
 }
 
 /// Reads the [`LiveRecord`].
@@ -88,6 +91,7 @@ pub async fn live_record(clients: &Clients, cluster: &ClusterConfig) -> Result<L
             .as_ref()
             .and_then(super::update_order::running_version)
             .map(str::to_string),
+        role_names: live.as_ref().map(super::role_names::recorded_role_names).transpose()?,
     })
 }
 
@@ -580,6 +584,7 @@ pub async fn plan_update(
     if let Ok(bytes) = std::fs::read(artifacts.rendered_dir.join(publish::ROOT_TEMPLATE)) {
         if let Ok(root) = serde_json::from_slice::<serde_json::Value>(&bytes) {
             super::zones::check_zone_count(&live, cluster, &root)?;
+            super::role_names::check_role_names(&live, &root)?;
         }
     }
     // The keys the publish encrypts and decrypts with: the new one, and the live bundle's.

@@ -186,6 +186,20 @@ pub enum AwsError {
          (it renders with the recorded count), or list the zones you want in network.availabilityZones"
     )]
     ZoneCountChanged { recorded: usize, rendered: usize },
+    #[error(
+        "the stack names its service-account roles {recorded} (recorded when `up` created it), but this render \
+         names them {rendered}: renaming would replace every role while running pods keep the old ARNs; run \
+         `kube-aws update` without --use-rendered (it renders with the recorded names)"
+    )]
+    RoleNamesChanged {
+        recorded: &'static str,
+        rendered: &'static str,
+    },
+    #[error(
+        "stack {stack:?} records its service-account role names as {value:?}, which this kube-aws does not know \
+         (a newer kube-aws created it): update kube-aws"
+    )]
+    UnknownRoleNames { stack: String, value: String },
     #[error("restore refused, nothing was changed: {0}")]
     RestoreRefused(#[from] super::restore::Refusal),
     #[error(
@@ -254,6 +268,8 @@ impl AwsError {
             | AwsError::Irsa(_)
             | AwsError::UnknownNode { .. }
             | AwsError::ZoneCountChanged { .. }
+            | AwsError::RoleNamesChanged { .. }
+            | AwsError::UnknownRoleNames { .. }
             | AwsError::RestoreRefused(_) => ErrorKind::WorkTree,
             AwsError::Failed(_) | AwsError::SweepIncomplete { .. } | AwsError::RollbackUnfinished { .. } => {
                 ErrorKind::DeployFailed

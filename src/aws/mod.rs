@@ -29,6 +29,7 @@ pub mod publish;
 pub mod recovery;
 pub mod restore;
 pub mod retention;
+pub mod role_names;
 pub mod rollback_scope;
 pub mod rolls;
 pub mod secrets;

@@ -74,7 +74,7 @@ pub struct PublishArgs {
 /// missing from the cache, and collects the plugins' secrets: what `up` and
 /// `update` publish. With `--use-rendered`, takes `<dir>/rendered` as it is.
 /// The render hooks run around that render (not with `--use-rendered`).
-/// `recorded_zone_count`: the live stack's record, which `update` renders with.
+/// `recorded`: the live stack's record, which `update` renders with.
 pub fn artifacts(
     global: &super::GlobalOptions,
     cluster: &crate::config::Cluster,
@@ -102,7 +102,10 @@ pub fn artifacts(
             dir: dir.to_path_buf(),
             cache_dir,
             fetch: crate::chart::FetchOptions::default(),
-            recorded_zone_count: recorded.zone_count,
+            recorded: crate::pipeline::Recorded {
+                zone_count: recorded.zone_count,
+                role_names: recorded.role_names,
+            },
             running_version: recorded.kubernetes_version.clone(),
         },
         &mut |staged| super::hooks(global, cluster, Step::Render, When::Post, staged, None).map_err(Into::into),

@@ -73,6 +73,12 @@ pub struct ClusterConfig {
     /// Plugins by name: `{enabled: true, <parameter>: <value>, …}`.
     #[serde(default)]
     pub plugins: IndexMap<String, PluginSettings>,
+    /// Not in cluster.yaml: how the live stack names its service-account
+    /// roles (the root stack's `RoleNames` output), which `update` renders
+    /// with; None renders a new cluster's names (src/irsa.rs `RoleNames`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub recorded_role_names: Option<crate::irsa::RoleNames>,
 }
 
 pub fn default_kubernetes_version() -> String {

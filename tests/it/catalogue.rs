@@ -213,7 +213,7 @@ fn cluster_autoscaler_tags_and_sizes_the_pools_that_enable_it() {
     assert_eq!(v["rbac"]["serviceAccount"]["name"], "cluster-autoscaler");
     assert_eq!(
         v["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"],
-        "arn:aws:iam::111122223333:role/demo-kube-system-cluster-autoscaler"
+        "arn:aws:iam::111122223333:role/demo-us-west-2-kube-system-cluster-autoscaler"
     );
     assert_eq!(v["autoDiscovery"]["clusterName"], "demo");
     assert_eq!(v["awsRegion"], "us-west-2");
@@ -257,7 +257,7 @@ fn ebs_csi_driver_iam_is_its_controllers_role_only_with_tag_conditions() {
     assert_eq!(sa["name"], "ebs-csi-controller-sa");
     assert_eq!(
         sa["annotations"]["eks.amazonaws.com/role-arn"],
-        "arn:aws:iam::111122223333:role/demo-kube-system-ebs-csi-controller-sa"
+        "arn:aws:iam::111122223333:role/demo-us-west-2-kube-system-ebs-csi-controller-sa"
     );
     // Pods cannot reach IMDS (hop limit 1): the node plugin reads the Node object.
     assert_eq!(v["node"]["metadataSources"], "kubernetes");
@@ -296,7 +296,7 @@ fn external_dns_may_change_only_its_hosted_zone() {
     assert_eq!(v["serviceAccount"]["name"], "external-dns");
     assert_eq!(
         v["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"],
-        "arn:aws:iam::111122223333:role/demo-kube-system-external-dns"
+        "arn:aws:iam::111122223333:role/demo-us-west-2-kube-system-external-dns"
     );
 }
 
@@ -317,7 +317,7 @@ fn cluster_dump_writes_only_under_its_prefix() {
     let sa = docs.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
     assert_eq!(
         sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
-        "arn:aws:iam::111122223333:role/demo-kube-system-cluster-dump"
+        "arn:aws:iam::111122223333:role/demo-us-west-2-kube-system-cluster-dump"
     );
     let cron = docs.iter().find(|d| d["kind"] == "CronJob").unwrap();
     assert_eq!(cron["spec"]["schedule"], "0 * * * *");

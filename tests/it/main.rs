@@ -60,6 +60,7 @@ mod real_charts;
 mod real_node;
 mod render;
 mod restore_moto;
+mod role_names_moto;
 mod secret_rotation;
 mod servers;
 mod template_growth;

@@ -494,7 +494,7 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
         // The pods carry the ARN too, so a changed role recreates them.
         assert_eq!(
             workload.doc["spec"]["template"]["metadata"]["annotations"]["kube-aws.io/role-arn"],
-            format!("arn:aws:iam::000000000000:role/demo-kube-system-{sa}"),
+            format!("arn:aws:iam::000000000000:role/demo-{REGION}-kube-system-{sa}"),
             "{release}"
         );
         let account = objects
@@ -504,7 +504,7 @@ fn every_built_in_renders_its_real_chart_with_public_images_and_the_fixes() {
         assert_eq!(account.doc["metadata"]["namespace"], "kube-system", "{release}");
         assert_eq!(
             account.doc["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
-            format!("arn:aws:iam::000000000000:role/demo-kube-system-{sa}"),
+            format!("arn:aws:iam::000000000000:role/demo-{REGION}-kube-system-{sa}"),
             "{release}"
         );
     }

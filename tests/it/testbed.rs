@@ -794,7 +794,7 @@ fn pod_identity_webhook_mutates_a_pod_of_an_annotated_service_account() {
     let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
     let role_arn = kube_aws::irsa::role_arn(
         &cluster.config,
-        &kube_aws::irsa::role_name("testbed", "kube-system", "cluster-autoscaler"),
+        &kube_aws::irsa::role_name(&cluster.config, "kube-system", "cluster-autoscaler"),
     );
     let docs = webhook_documents(&cluster);
 

@@ -290,7 +290,7 @@ fn nth_real_chart_is_a_queue_processor_deployment_with_its_role() {
         kinds,
         ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
     );
-    let role = "arn:aws:iam::111122223333:role/demo-kube-system-aws-node-termination-handler";
+    let role = "arn:aws:iam::111122223333:role/demo-us-west-2-kube-system-aws-node-termination-handler";
     let sa = objects.iter().find(|o| o["kind"] == "ServiceAccount").unwrap();
     assert_eq!(sa["metadata"]["name"], "aws-node-termination-handler");
     assert_eq!(sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"], role);

@@ -60,7 +60,7 @@ pub fn service_account_context(
             continue;
         }
         let id = format!("{}/{}", sa.namespace, sa.name);
-        let role = crate::irsa::role_name(&cfg.cluster_name, &sa.namespace, &sa.name);
+        let role = crate::irsa::role_name(cfg, &sa.namespace, &sa.name);
         let claims = [("service account", id.as_str()), ("IAM role name", role.as_str())];
         let conflict = claims.iter().find_map(|(kind, k)| {
             let at = def.err(&join_key(&key, "name"), "");
@@ -86,7 +86,7 @@ pub fn service_accounts(cluster: &Cluster, r: &Renderer, out: &mut ResolvedPlugi
     let def = r.def;
     for (i, sa) in def.manifest.spec.service_accounts.iter().enumerate() {
         let key = join_index("spec.serviceAccounts", i);
-        let role_name = crate::irsa::role_name(&cluster.config.cluster_name, &sa.namespace, &sa.name);
+        let role_name = crate::irsa::role_name(&cluster.config, &sa.namespace, &sa.name);
         let role_arn = crate::irsa::role_arn(&cluster.config, &role_name);
         let mut statements = Vec::new();
         for (j, st) in sa.iam.statements.iter().enumerate() {

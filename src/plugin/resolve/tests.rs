@@ -174,14 +174,14 @@ fn a_service_account_gets_its_role_and_templates_its_arn() {
     let r = resolve(&c).unwrap();
     assert_eq!(
         r.cluster.api_server_flags["x"],
-        "arn:aws:iam::111122223333:role/c1-kube-system-dns"
+        "arn:aws:iam::111122223333:role/c1-us-west-2-kube-system-dns"
     );
     let sa = &r.service_accounts[0];
     assert_eq!(
         (sa.plugin.as_str(), sa.namespace.as_str(), sa.name.as_str()),
         ("p", "kube-system", "dns")
     );
-    assert_eq!(sa.role_name, "c1-kube-system-dns");
+    assert_eq!(sa.role_name, "c1-us-west-2-kube-system-dns");
     assert_eq!(sa.statements[0]["Resource"], "arn:aws:route53:::hostedzone/c1");
     // Nothing of it lands on a node role.
     let on_nodes = r.controller.iam_statements.iter().chain(&r.pools["a"].iam_statements);
@@ -214,12 +214,12 @@ fn two_plugins_claiming_one_service_account_are_named_both() {
 
 #[test]
 fn two_service_accounts_with_one_role_name_are_named_both() {
-    // c1-a-b-c either way: kube-system/x-y and kube-system-x/y would meet too.
+    // c1-us-west-2-a-b-c either way: kube-system/x-y and kube-system-x/y would meet too.
     let two = "spec:\n  serviceAccounts:\n    - {namespace: a-b, name: c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n    - {namespace: a, name: b-c, iam: {statements: [{Effect: Allow, Action: [s3:GetObject], Resource: '*'}]}}\n";
     let (_d, c) = setup(KMS, two);
     let err = resolve(&c).unwrap_err();
     assert!(
-        err.contains("IAM role name \"c1-a-b-c\"") && err.contains("spec.serviceAccounts[1].name"),
+        err.contains("IAM role name \"c1-us-west-2-a-b-c\"") && err.contains("spec.serviceAccounts[1].name"),
         "{err}"
     );
 }
@@ -244,7 +244,7 @@ fn bad_service_accounts_are_located() {
     let (_d, c) = setup("plugins:\n  p: {enabled: true}\n", SA);
     assert_eq!(
         resolve(&c).unwrap().service_accounts[0].role_arn,
-        "arn:aws:iam::000000000000:role/c1-kube-system-dns"
+        "arn:aws:iam::000000000000:role/c1-us-west-2-kube-system-dns"
     );
 }
 

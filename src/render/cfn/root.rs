@@ -203,6 +203,11 @@ pub(super) fn root_stack(
         outputs[ZONE_COUNT_OUTPUT] = json!({"Value": n.to_string(),
             "Description": "zones of the new VPC's subnets, recorded when the stack was created"});
     }
+    // How the service-account roles are named, recorded in the stack:
+    // `update` renders with it (src/aws/role_names.rs).
+    outputs[crate::irsa::ROLE_NAMES_OUTPUT] = json!({
+        "Value": input.cluster.recorded_role_names.unwrap_or_default().as_str(),
+        "Description": "how the service-account roles are named, recorded when the stack was created"});
     t.insert("Outputs".into(), outputs);
     t
 }
