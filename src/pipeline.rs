@@ -214,6 +214,9 @@ pub enum DeployPrepareError {
     Lock(#[from] chart::LockError),
     #[error(transparent)]
     Fetch(#[from] Box<chart::FetchError>),
+    /// The helm client cluster.yaml sets does not match its sha256.
+    #[error(transparent)]
+    HelmBinary(Box<crate::located::Located>),
     #[error(transparent)]
     Render(#[from] crate::render::RenderError),
     #[error(transparent)]
@@ -242,7 +245,22 @@ pub async fn prepare_deploy_then(
 ) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
     let releases = load_releases_recorded(&opts.dir, &opts.recorded).map_err(Box::new)?;
     let lock = chart::load_lock(&opts.dir)?;
-    let locked = chart::check_lock(&lock, &releases.releases)?;
+    let mut locked = chart::check_lock(&lock, &releases.releases)?;
+    // The helm client goes to the cache with the charts, checked against its
+    // sha256, and is published with them (aws::deploy::charts_from_plan):
+    // the nodes never download it. Only a plan with releases needs it.
+    let helm = crate::render::HelmBinary::for_cluster(&releases.cluster.config.helm);
+    if !releases.releases.is_empty() {
+        locked.push(chart::LockedChart {
+            release: "helm client".into(),
+            chart: "helm".into(),
+            version: helm.version.clone(),
+            digest: Some(helm.sha256.clone()),
+            urls: vec![helm.url.clone()],
+            source: helm.url.clone(),
+            kube_version: None,
+        });
+    }
     chart::fetch_charts(chart::FetchChartsOptions {
         dir: opts.dir.clone(),
         charts: locked,
@@ -250,7 +268,31 @@ pub async fn prepare_deploy_then(
         cache_dir: opts.cache_dir.clone(),
     })
     .await
-    .map_err(Box::new)?;
+    .map_err(|e| match e {
+        chart::FetchError::DigestMismatch {
+            ref chart,
+            ref url,
+            ref expected,
+            ref actual,
+            ..
+        } if chart == "helm" && url == &helm.url && releases.cluster.config.helm.binary.is_some() => {
+            let at = "helm.binary.sha256";
+            DeployPrepareError::HelmBinary(Box::new(crate::located::Located::new(
+                &releases.cluster.file,
+                releases
+                    .cluster
+                    .source
+                    .value(at)
+                    .unwrap_or_else(|| releases.cluster.source.locate(at)),
+                at,
+                format!(
+                    "{url} has sha256 {actual}, not {expected:?}: nothing was cached or published \
+                     (set helm.binary.sha256 to the tarball's published sha256, or fix helm.binary.url)"
+                ),
+            )))
+        }
+        _ => DeployPrepareError::Fetch(Box::new(e)),
+    })?;
     let p = prepare_releases(
         &PrepareOptions {
             dir: opts.dir.clone(),

@@ -33,12 +33,15 @@ pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarbal
         return Ok(Vec::new());
     };
     let plan = publish::parse_plan(&bytes, &path.display().to_string())?;
-    // Only the releases' digests: the plan also pins the helm binary's sha256.
+    // The releases' archives, and the helm client they are installed with
+    // (its object is `charts/<sha256>.tgz` too: the installer reads it there).
     let cache = crate::chart::ChartCache::new(cache);
+    let helm = (!plan.releases.is_empty()).then_some(plan.helm.binary.pinned.sha256.as_str());
     let digests: std::collections::BTreeSet<Sha256Digest> = plan
         .releases
         .iter()
         .filter_map(|r| r.sha256.as_deref())
+        .chain(helm)
         .filter_map(Sha256Digest::parse)
         .collect();
     Ok(digests
@@ -795,13 +798,25 @@ mod tests {
         .unwrap();
         let charts = charts_from_plan(dir.path(), Path::new("/cache")).unwrap();
         let paths: Vec<String> = charts.iter().map(|c| c.path.display().to_string()).collect();
+        // The releases' archives and the helm client they are installed with.
         assert_eq!(
             paths,
             [
                 format!("/cache/sha256/{a}.tgz"),
-                format!("/cache/sha256/{}.tgz", b.to_lowercase())
+                format!("/cache/sha256/{}.tgz", b.to_lowercase()),
+                format!("/cache/sha256/{}.tgz", "c".repeat(64)),
             ]
         );
+        // No release: no helm client to publish.
+        std::fs::write(
+            dir.path().join(publish::ADDON_PLAN),
+            format!(
+                r#"{{"helm": {{"binary": {{"sha256": "{}"}}}}, "releases": []}}"#,
+                "c".repeat(64)
+            ),
+        )
+        .unwrap();
+        assert!(charts_from_plan(dir.path(), Path::new("/cache")).unwrap().is_empty());
     }
 
     #[test]

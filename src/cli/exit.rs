@@ -134,7 +134,7 @@ fn of_deploy_prepare(e: &DeployPrepareError) -> Option<Exit> {
         DeployPrepareError::Pipeline(e) => pipeline(e),
         DeployPrepareError::Lock(e) => lock(e),
         DeployPrepareError::Fetch(e) => fetch(e),
-        DeployPrepareError::Render(_) => Exit::WorkTree,
+        DeployPrepareError::Render(_) | DeployPrepareError::HelmBinary(_) => Exit::WorkTree,
         DeployPrepareError::Write(e) => return write(e),
         DeployPrepareError::Aws(e) => aws(e),
     })

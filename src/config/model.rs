@@ -555,6 +555,13 @@ pub struct Helm {
     /// Tiller settings (Helm v2 only).
     #[serde(default)]
     pub tiller: Tiller,
+    /// The helm client the controllers install with, instead of the pinned
+    /// upstream release: a `.tar.gz` holding `linux-amd64/helm` (a mirror for
+    /// an airgapped account, or another version). `up` and `update` download
+    /// it, check its sha256 and publish it to the cluster's bucket with the
+    /// charts; the nodes read it from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<HelmBinarySetting>,
 }
 
 impl Default for Helm {
@@ -562,8 +569,23 @@ impl Default for Helm {
         Helm {
             version: 3,
             tiller: Tiller::default(),
+            binary: None,
         }
     }
+}
+
+/// A helm client tarball: where to download it and its sha256.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HelmBinarySetting {
+    /// `https://…` (or `http://…` inside your network) URL of the tarball.
+    pub url: String,
+    /// sha256 of the tarball, 64 lowercase hex digits (get.helm.sh publishes
+    /// one beside each tarball, `<tarball>.sha256sum`).
+    pub sha256: String,
+    /// The helm version it holds, for the plan and the logs (e.g. `v3.19.2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 fn helm_three() -> u32 {

@@ -501,6 +501,26 @@ impl Validator<'_> {
             );
         }
         self.name("helm.tiller.namespace", &cfg.helm.tiller.namespace, 63);
+        if let Some(b) = &cfg.helm.binary {
+            if !(b.url.starts_with("https://") || b.url.starts_with("http://")) || b.url.len() <= "https://".len() {
+                self.err(
+                    "helm.binary.url",
+                    format!(
+                        "{:?} is not an http(s) URL (use https://host/helm-vX.Y.Z-linux-amd64.tar.gz)",
+                        b.url
+                    ),
+                );
+            }
+            if crate::digest::Sha256Digest::parse(&b.sha256).is_none_or(|d| d.hex() != b.sha256) {
+                self.err(
+                    "helm.binary.sha256",
+                    format!(
+                        "{:?} is not a sha256 (use the 64 lowercase hex digits of the tarball's `sha256sum`)",
+                        b.sha256
+                    ),
+                );
+            }
+        }
     }
 
     /// Every chart entry through the one chart check (src/config/chart_spec.rs),

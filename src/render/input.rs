@@ -63,7 +63,9 @@ pub struct AddonInput {
     pub crds: Vec<String>,
 }
 
-/// The pinned helm client: what the installer downloads and checks.
+/// The helm client: where `up` downloads it, and the sha256 it and the
+/// installer check (the installer reads the copy `up` published: the plan's
+/// `helm.binary.object`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HelmBinary {
@@ -94,6 +96,19 @@ impl HelmBinary {
         }
     }
 
+    /// The client cluster.yaml sets (`helm.binary`), else the default for
+    /// its helm major version.
+    pub fn for_cluster(helm: &crate::config::Helm) -> Self {
+        match &helm.binary {
+            Some(b) => HelmBinary {
+                version: b.version.clone().unwrap_or_else(|| "set in cluster.yaml".into()),
+                url: b.url.clone(),
+                sha256: b.sha256.clone(),
+            },
+            None => Self::default_for(helm.version),
+        }
+    }
+
     /// The default client for a helm major version (2 or 3).
     pub fn default_for(helm_version: u32) -> Self {
         if helm_version == 2 {
@@ -107,7 +122,7 @@ impl HelmBinary {
 impl RenderInput {
     /// An input with no plugins and the default helm client for the cluster's helm mode.
     pub fn new(cluster: ClusterConfig, addons: Vec<AddonInput>) -> Self {
-        let helm_binary = HelmBinary::default_for(cluster.helm.version);
+        let helm_binary = HelmBinary::for_cluster(&cluster.helm);
         RenderInput {
             cluster,
             plugins: ResolvedPlugins::default(),

@@ -112,8 +112,19 @@ pub struct ManifestRollout {
 #[serde(rename_all = "camelCase", default)]
 pub struct PlanHelm {
     pub version: u32,
-    pub binary: HelmBinary,
+    pub binary: PlanHelmBinary,
     pub tiller: PlanTiller,
+}
+
+/// The helm client of the plan: the pin, and the published copy the
+/// installer reads (`s3://…/charts/<sha256>.tgz`, content-addressed as the
+/// chart archives are, so no node downloads it from the internet).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PlanHelmBinary {
+    #[serde(flatten)]
+    pub pinned: HelmBinary,
+    pub object: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,7 +335,10 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
         status_uri: format!("{}/{}", ctx.s3_base, layout::ADDON_STATUS_DIR),
         helm: PlanHelm {
             version: helm.version,
-            binary: input.helm_binary.clone(),
+            binary: PlanHelmBinary {
+                pinned: input.helm_binary.clone(),
+                object: format!("{}/{}", ctx.s3_base, layout::chart_object(&input.helm_binary.sha256)),
+            },
             tiller: PlanTiller {
                 install: tiller_install,
                 namespace: helm.tiller.namespace.clone(),

@@ -27,6 +27,10 @@ macro_rules! bad {
 }
 
 bad!(malformed_yaml, format!("{BASE}worker: {{nodePools: [\n"));
+bad!(
+    helm_binary_with_a_bad_sha256_and_url,
+    format!("{BASE}helm:\n  binary: {{url: ftp://mirror/helm.tgz, sha256: F5355C79}}\n")
+);
 bad!(tab_indentation, format!("{BASE}controller:\n\tcount: 1\n"));
 bad!(unknown_top_level_key, format!("{BASE}clustrName: x\n"));
 bad!(

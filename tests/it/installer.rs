@@ -1,6 +1,6 @@
 //! The addon reconciler (`kube-aws-node reconcile`, the node program as the
 //! controller's cloud-config ships it) run for real with python3, with helm,
-//! kubectl, aws and curl replaced by recording fakes on PATH: the fakes map
+//! kubectl and aws replaced by recording fakes on PATH: the fakes map
 //! `s3://` to a directory (with S3's conditional writes, If-None-Match and
 //! If-Match on ETags, for the installer's lease and the installed record),
 //! keep the plan pointer (the SSM parameter) there, decrypt with a stand-in
@@ -173,14 +173,6 @@ else:
     fail("Unsupported", " ".join(sys.argv))
 "#;
 
-const FAKE_CURL: &str = r#"#!/bin/bash
-echo "curl $*" >>"$FAKE_LOG"
-while [ $# -gt 0 ]; do
-  case "$1" in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac
-done
-cp "${url#file://}" "$out"
-"#;
-
 const FAKE_KUBECTL: &str = r#"#!/bin/bash
 echo "kubectl $*" >>"$FAKE_LOG"
 case "$*" in
@@ -327,7 +319,7 @@ impl Bed {
     fn new() -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        for (name, text) in [("aws", FAKE_AWS), ("curl", FAKE_CURL), ("kubectl", FAKE_KUBECTL)] {
+        for (name, text) in [("aws", FAKE_AWS), ("kubectl", FAKE_KUBECTL)] {
             write_exec(&root.join("fakes").join(name), text);
         }
         std::fs::write(root.join("fakes/s3api.py"), FAKE_S3API).unwrap();
@@ -355,7 +347,7 @@ impl Bed {
         let helm_tgz = root.join("helm.tgz");
         input.helm_binary = HelmBinary {
             version: "v0.0.0-fake".into(),
-            url: format!("file://{}", helm_tgz.display()),
+            url: "https://helm.invalid/helm-fake.tar.gz".into(),
             sha256: sha(&helm_tgz),
         };
         // One archive per chart, with its crds/ files, published where the plan says.
@@ -395,6 +387,14 @@ impl Bed {
             std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
             std::fs::copy(tgz, s3.join(key)).unwrap();
         }
+        // The helm client, where `up` publishes it with the charts.
+        let key = plan["helm"]["binary"]["object"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("s3://")
+            .unwrap();
+        std::fs::create_dir_all(s3.join(key).parent().unwrap()).unwrap();
+        std::fs::copy(&helm_tgz, s3.join(key)).unwrap();
         tamper(&s3);
         // The pointer, exactly as the control-plane stack sets it.
         let stack: serde_json::Value =
@@ -735,9 +735,14 @@ fn a_tampered_chart_is_refused_before_helm_runs() {
     let input = helm_v3(full());
     let run = run_installer(input, "", |s3| {
         let dir = s3.join("kube-aws-test/clusters/full/charts");
-        // Every chart object is rewritten; calico's is the first one the installer meets.
+        // Every chart object is rewritten (not the helm client's, published
+        // beside them); calico's is the first one the installer meets.
+        let helm = std::fs::read(s3.parent().unwrap().join("helm.tgz")).unwrap();
         for e in std::fs::read_dir(dir).unwrap() {
-            std::fs::write(e.unwrap().path(), b"not the chart").unwrap();
+            let p = e.unwrap().path();
+            if std::fs::read(&p).unwrap() != helm {
+                std::fs::write(p, b"not the chart").unwrap();
+            }
         }
     });
     assert_ne!(run.code, 0);
@@ -748,6 +753,28 @@ fn a_tampered_chart_is_refused_before_helm_runs() {
         s["message"].as_str().unwrap().contains("does not match its sha256"),
         "{s}"
     );
+}
+
+#[test]
+fn a_tampered_helm_client_is_refused_and_no_release_is_touched() {
+    let input = helm_v3(full());
+    let run = run_installer(input, "", |s3| {
+        let helm = std::fs::read(s3.parent().unwrap().join("helm.tgz")).unwrap();
+        let dir = s3.join("kube-aws-test/clusters/full/charts");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if std::fs::read(&p).unwrap() == helm {
+                std::fs::write(p, b"not helm").unwrap();
+            }
+        }
+    });
+    assert_ne!(run.code, 0);
+    assert!(run.helm_upgrades().is_empty(), "{:#?}", run.log);
+    let s = run.status("calico");
+    assert_eq!(s["phase"], "failed");
+    let m = s["message"].as_str().unwrap();
+    assert!(m.contains("cannot install the helm client from s3://"), "{s}");
+    assert!(run.stderr.contains("does not match its sha256"), "{}", run.stderr);
 }
 
 #[test]
@@ -769,7 +796,7 @@ fn no_charts_means_no_tiller_and_no_helm() {
     let run = run_installer(input, "", |_| {});
     assert_eq!(run.code, 0, "{}\n{:#?}", run.stderr, run.log);
     assert!(
-        run.position("tiller").is_none() && run.position("curl").is_none(),
+        run.position("tiller").is_none() && !run.log.iter().any(|l| l.contains("s3 cp") && l.contains(".tgz")),
         "{:#?}",
         run.log
     );

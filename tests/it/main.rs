@@ -34,6 +34,7 @@ mod etcd_status_moto;
 mod example;
 mod exposure;
 mod fuzz_corpus;
+mod helm_binary_moto;
 mod hooks_moto;
 mod hostile_dirs;
 mod hostile_inputs;

@@ -997,8 +997,7 @@ fn webhook_image(out: &std::path::Path) {
 /// under the controller role with IAM enforced: it reads the plan pointer
 /// from SSM, the bundle from S3, and installs the plan of the bed's cluster —
 /// the pod identity webhook's manifests (no helm release: the VPC CNI and the
-/// cloud controller manager are off, and the node could not download the
-/// helm client from get.helm.sh) — then writes the installed record. The
+/// cloud controller manager are off) — then writes the installed record. The
 /// webhook's image is built from source (the test bed's binary), imported
 /// into the node's containerd as its published name, and runs on the real
 /// controller: its Deployment rolls out, and a pod of an annotated service

@@ -13,7 +13,7 @@
 
 use crate::common;
 
-use common::charts::{lock_to_shared_charts, shared_charts};
+use common::charts::{lock_to_shared_charts, offline_helm, shared_charts};
 use common::MotoEnv as Env;
 use kube_aws::chart::ChartCache;
 use kube_aws::irsa::RoleNames;
@@ -54,7 +54,8 @@ fn one_cluster_name_in_two_regions_of_one_account_both_come_up() {
             let out = env.setup(json!({"region": region, "buckets": [bucket], "createKey": true}));
             let kms = out["keyArn"].as_str().unwrap();
             let tree = tempfile::tempdir().unwrap();
-            std::fs::write(tree.path().join("cluster.yaml"), cluster_yaml(region, &bucket, kms)).unwrap();
+            let yaml = cluster_yaml(region, &bucket, kms) + &offline_helm(&cache);
+            std::fs::write(tree.path().join("cluster.yaml"), yaml).unwrap();
             lock_to_shared_charts(tree.path(), &cache, &shared_charts());
             let up = env.kube_aws(tree.path(), &["up", "--wait", "--timeout", "2m"]);
             assert!(up.status.success(), "{region}: {}", common::output_text(&up));
@@ -102,13 +103,13 @@ fn one_cluster_name_in_two_regions_of_one_account_both_come_up() {
 fn a_stack_recorded_before_the_region_keeps_its_role_names_on_update() {
     let tree = tempfile::tempdir().unwrap();
     let dir = tree.path();
-    std::fs::write(
-        dir.join("cluster.yaml"),
-        cluster_yaml("us-west-2", "demo-bucket", "arn:aws:kms:us-west-2:111122223333:key/k"),
-    )
-    .unwrap();
     let cache_dir = tempfile::tempdir().unwrap();
     let cache = ChartCache::new(cache_dir.path().to_path_buf());
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        cluster_yaml("us-west-2", "demo-bucket", "arn:aws:kms:us-west-2:111122223333:key/k") + &offline_helm(&cache),
+    )
+    .unwrap();
     lock_to_shared_charts(dir, &cache, &shared_charts());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

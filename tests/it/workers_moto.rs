@@ -19,7 +19,7 @@
 
 use crate::common;
 
-use common::charts::{lock_to_shared_charts, shared_charts};
+use common::charts::{lock_to_shared_charts, offline_helm, shared_charts};
 use common::MotoEnv as Env;
 use kube_aws::chart::ChartCache;
 use serde_json::Value;
@@ -51,12 +51,13 @@ fn nth_stacks_create_with_queue_rules_tags_and_hooks() {
     let env = Env::new();
     let wt = env.work_tree(&[BUCKET]);
     let (dir, kms) = (wt.path(), wt.kms.clone());
-    let yaml = crate::workers::CLUSTER_YAML
-        .replace("s3://demo-bucket/kube-aws", &format!("s3://{BUCKET}/clusters"))
-        .replace("arn:aws:kms:us-west-2:111122223333:key/k", &kms);
-    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
     // The chart cache `up` reads ($XDG_CACHE_HOME/kube-aws/charts).
     let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    let yaml = crate::workers::CLUSTER_YAML
+        .replace("s3://demo-bucket/kube-aws", &format!("s3://{BUCKET}/clusters"))
+        .replace("arn:aws:kms:us-west-2:111122223333:key/k", &kms)
+        + &offline_helm(&cache);
+    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
     lock_to_shared_charts(dir, &cache, &shared_charts());
 
     let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
@@ -186,16 +187,17 @@ fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
     let env = Env::new();
     let wt = env.work_tree(&[BUCKET]);
     let (dir, kms) = (wt.path(), wt.kms.clone());
+    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    let helm = offline_helm(&cache);
     let yaml = |count: u32| {
         format!(
             "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
              worker:\n  nodePools:\n    - name: general\n      minSize: 1\n      maxSize: {count}\n\
              plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n  \
-             cluster-autoscaler: {{enabled: true}}\n"
+             cluster-autoscaler: {{enabled: true}}\n{helm}"
         )
     };
     std::fs::write(dir.join("cluster.yaml"), yaml(3)).unwrap();
-    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
     lock_to_shared_charts(dir, &cache, &shared_charts());
     let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
     assert!(up.status.success(), "{}", text(&up));

@@ -482,12 +482,18 @@ class Reconciler(object):
             raise Fatal("Tiller did not roll out in namespace %s" % ns)
 
     def install_helm(self):
+        # The copy `kube-aws up` published with the charts (checked against
+        # the same sha256 when it was downloaded): no node reaches the
+        # internet for it, and every run installs the same bytes.
         b = self.plan["helm"]["binary"]
         tgz = os.path.join(self.work, "helm.tgz")
         try:
-            self.retried(["curl", "-fsSL", "-o", tgz, b["url"]])
+            try:
+                self.aws(["s3", "cp", "--only-show-errors", b["object"], tgz])
+            except AwsError as e:
+                raise RuntimeError("cannot fetch the helm client %s: %s" % (b["object"], e))
             if bundle.sha256_file(tgz) != b["sha256"]:
-                raise RuntimeError("helm tarball sha256 differs from the plan")
+                raise RuntimeError("helm tarball %s does not match its sha256 %s" % (b["object"], b["sha256"]))
             with tarfile.open(tgz) as t:
                 member = t.extractfile("linux-amd64/helm")
                 data = member.read() if member is not None else b""
@@ -503,7 +509,7 @@ class Reconciler(object):
                 self.must([self.helm, "init", "--client-only", "--skip-refresh"])
         except (RuntimeError, OSError, KeyError, tarfile.TarError) as e:
             self.log(str(e))
-            raise Fatal("cannot install the helm client from %s" % b["url"])
+            raise Fatal("cannot install the helm client from %s" % b.get("object"))
 
     def describe_failure(self, name, ns, helm_log):
         with open(helm_log, errors="replace") as f:

@@ -80,3 +80,27 @@ pub fn lock_to_shared_charts(dir: &Path, cache: &ChartCache, charts: &Path) -> B
     .unwrap();
     archives
 }
+
+/// A helm client tarball for tests that publish but run no helm (moto):
+/// `linux-amd64/helm` is a script that says so and fails. It goes into
+/// `cache` as `up` would put a downloaded one (content-addressed, so under
+/// its own sha256), and the returned cluster.yaml lines (`helm.binary`,
+/// its URL pointing nowhere) make `up` and `update` take it from there
+/// instead of downloading the pinned upstream release.
+pub fn offline_helm(cache: &ChartCache) -> String {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    {
+        let mut tar = tar::Builder::new(&mut gz);
+        let body = b"#!/bin/sh\necho 'a test stand-in: no helm runs here' >&2\nexit 1\n";
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o755);
+        header.set_mtime(0);
+        header.set_cksum();
+        tar.append_data(&mut header, "linux-amd64/helm", &body[..]).unwrap();
+        tar.finish().unwrap();
+    }
+    let bytes = gz.finish().unwrap();
+    let (hex, _) = cache.store(&bytes).unwrap();
+    format!("helm:\n  binary: {{url: \"https://helm.invalid/helm-test-linux-amd64.tar.gz\", sha256: {hex}, version: v0.0.0-test}}\n")
+}

@@ -209,7 +209,7 @@ impl Bed {
         let helm_tgz = std::fs::read(self.path("helm.tgz")).unwrap();
         prepared.input.helm_binary = HelmBinary {
             version: "v3.16.3".into(),
-            url: format!("file://{}", self.path("helm.tgz").display()),
+            url: "https://helm.invalid/helm-bed.tar.gz".into(),
             sha256: sha(&helm_tgz),
         };
         let rendered = render::render(&prepared.input).unwrap_or_else(|e| panic!("{e}"));
@@ -228,6 +228,9 @@ impl Bed {
             let key = e["chartObject"].as_str().unwrap().strip_prefix("s3://").unwrap();
             up(key, &archives[name]);
         }
+        // The helm client, where `up` publishes it with the charts.
+        let helm_object = plan["helm"]["binary"]["object"].as_str().unwrap();
+        up(helm_object.strip_prefix("s3://").unwrap(), &self.path("helm.tgz"));
         let stack: Value = serde_json::from_slice(rendered.get("stacks/control-plane.json").unwrap()).unwrap();
         let pointer = &stack["Resources"]["AddonPlan"]["Properties"];
         let mut value = pointer_value(&pointer["Value"]);
