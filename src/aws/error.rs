@@ -309,6 +309,8 @@ pub enum RenderedError {
     BadPlan { file: String, detail: String },
     #[error("{file} is missing: run `kube-aws render`")]
     NoRootTemplate { file: &'static str },
+    #[error("{0}: run `kube-aws render` again")]
+    BadTemplate(#[from] super::rolls::TemplateError),
     #[error(
         "the rendered stacks use the secret {name:?}, which is not among the secrets to publish: \
          run `kube-aws render` again (or drop --use-rendered)"

@@ -24,6 +24,7 @@ pub mod join_token;
 pub mod kms_keys;
 pub mod kubeconfig;
 pub mod nodes;
+pub mod nth_tags;
 pub mod previous;
 pub mod publish;
 pub mod recovery;

@@ -163,8 +163,19 @@ pub async fn describe_stack(clients: &Clients, name: &str) -> Result<Option<Stac
     }))
 }
 
-/// The nested stacks of a stack, from its resources.
-pub async fn nested_stacks(clients: &Clients, stack: &str) -> Result<Vec<NestedStack>, AwsError> {
+/// One resource of a stack, as ListStackResources lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackResource {
+    pub resource_type: String,
+    pub logical_id: String,
+    /// Empty before it is created.
+    pub physical_id: String,
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+/// Every resource of a stack (none for a stack that does not exist).
+pub async fn stack_resources(clients: &Clients, stack: &str) -> Result<Vec<StackResource>, AwsError> {
     let mut out = Vec::new();
     let mut token: Option<String> = None;
     loop {
@@ -181,20 +192,34 @@ pub async fn nested_stacks(clients: &Clients, stack: &str) -> Result<Vec<NestedS
             Err(e) => return Err(sdk_error("cloudformation:ListStackResources", e)),
         };
         for r in page.stack_resource_summaries() {
-            if r.resource_type() == Some("AWS::CloudFormation::Stack") {
-                out.push(NestedStack {
-                    logical_id: r.logical_resource_id().unwrap_or_default().to_string(),
-                    stack_id: r.physical_resource_id().unwrap_or_default().to_string(),
-                    status: r.resource_status().map(|s| s.as_str().to_string()).unwrap_or_default(),
-                    reason: r.resource_status_reason().map(str::to_string),
-                });
-            }
+            out.push(StackResource {
+                resource_type: r.resource_type().unwrap_or_default().to_string(),
+                logical_id: r.logical_resource_id().unwrap_or_default().to_string(),
+                physical_id: r.physical_resource_id().unwrap_or_default().to_string(),
+                status: r.resource_status().map(|s| s.as_str().to_string()).unwrap_or_default(),
+                reason: r.resource_status_reason().map(str::to_string),
+            });
         }
         match page.next_token() {
             Some(t) if !t.is_empty() => token = Some(t.to_string()),
             _ => return Ok(out),
         }
     }
+}
+
+/// The nested stacks of a stack, from its resources.
+pub async fn nested_stacks(clients: &Clients, stack: &str) -> Result<Vec<NestedStack>, AwsError> {
+    Ok(stack_resources(clients, stack)
+        .await?
+        .into_iter()
+        .filter(|r| r.resource_type == "AWS::CloudFormation::Stack")
+        .map(|r| NestedStack {
+            logical_id: r.logical_id,
+            stack_id: r.physical_id,
+            status: r.status,
+            reason: r.reason,
+        })
+        .collect())
 }
 
 /// One page of events, newest first, and the token for the next (older) page.

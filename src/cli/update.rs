@@ -184,6 +184,17 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         // Confirmed: the latest bundle and the issuer's documents (the JWKS
         // keeps a rotated service-account key while its tokens are valid).
         crate::aws::publish::publish_confirmed(&clients, cfg, &published).await?;
+        // Instances that ran before the termination handler covered their
+        // pool get its managed tag before the roll (src/aws/nth_tags.rs).
+        #[cfg(feature = "nodes")]
+        match crate::aws::nth_tags::tag_running_instances(&clients, &cfg.cluster_name, &published).await {
+            Ok(tagged) => tagged.iter().for_each(|t| println!("{t}")),
+            Err(e) => println!(
+                "warning: the running instances were not given the termination handler's tag, so it will not \
+                 drain them until they are replaced: {e} (run `kube-aws update` again, or tag them with \
+                 `aws ec2 create-tags`)"
+            ),
+        }
         // The cluster-autoscaler is paused for the roll and put back however
         // the wait ends (src/aws/autoscaler.rs); without --wait nothing could
         // put it back, so it is left alone.

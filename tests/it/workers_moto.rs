@@ -366,3 +366,79 @@ fn update_says_before_it_asks_that_a_failing_pool_rolls_back_the_cluster() {
     let applied = out.find("updating stack").unwrap_or_else(|| panic!("{out}"));
     assert!(at < applied, "the note comes before the change set is applied: {out}");
 }
+
+/// Issue 36 §2: turning the termination handler on for a running pool tags
+/// the pool's running instances with its managed tag (the group only
+/// propagates it to instances it launches later, and the handler drains only
+/// tagged ones), once the update is confirmed and before its change set
+/// runs; a second update finds nothing left to tag. moto launches the groups'
+/// instances (with `aws:autoscaling:groupName`) and serves EC2 CreateTags.
+#[test]
+fn enabling_the_handler_on_a_running_pool_tags_its_running_instances() {
+    let env = Env::new();
+    let wt = env.work_tree(&[BUCKET]);
+    let (dir, kms) = (wt.path(), wt.kms.clone());
+    let cache = ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+    let helm = offline_helm(&cache);
+    let yaml = |nth: bool| {
+        format!(
+            "clusterName: demo\nregion: us-west-2\ns3URI: s3://{BUCKET}/clusters\nkmsKeyARN: {kms}\n\
+             worker:\n  nodePools:\n    - name: general\n      count: 2\n\
+             plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n  \
+             aws-node-termination-handler: {{enabled: {nth}}}\n{helm}"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), yaml(false)).unwrap();
+    let up = env.kube_aws(dir, &["up", "--wait", "--timeout", "2m"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let pool = resource(&env, "demo", "NodePoolGeneral");
+    let group = resource(&env, &pool, "WorkerGroup");
+    let running = env.aws_json(&[
+        "ec2",
+        "describe-instances",
+        "--filters",
+        &format!("Name=tag:aws:autoscaling:groupName,Values={group}"),
+        "Name=instance-state-name,Values=running",
+        "--query",
+        "Reservations[].Instances[].InstanceId",
+    ]);
+    let mut ids: Vec<String> = running
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids.len(), 2, "{running}");
+
+    std::fs::write(dir.join("cluster.yaml"), yaml(true)).unwrap();
+    lock_to_shared_charts(dir, &cache, &shared_charts());
+    let update = env.kube_aws(dir, &["update", "--yes"]);
+    let out = text(&update);
+    assert!(update.status.success(), "{out}");
+    let line = format!(
+        "tagged 2 running instance(s) of {group} with aws-node-termination-handler/demo (the termination handler \
+         drains only tagged instances): {}",
+        ids.join(", ")
+    );
+    assert!(out.contains(&line), "{out}");
+    let tags = env.aws_json(&[
+        "ec2",
+        "describe-tags",
+        "--filters",
+        "Name=key,Values=aws-node-termination-handler/demo",
+        "Name=resource-type,Values=instance",
+    ]);
+    let mut tagged: Vec<&str> = tags["Tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| ids.contains(&t["ResourceId"].as_str().unwrap().to_string()))
+        .map(|t| {
+            assert_eq!(t["Value"], "owned", "{t}");
+            t["ResourceId"].as_str().unwrap()
+        })
+        .collect();
+    tagged.sort();
+    assert_eq!(tagged, ids.iter().map(String::as_str).collect::<Vec<_>>(), "{tags}");
+}
