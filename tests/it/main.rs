@@ -34,6 +34,7 @@ mod etcd_status_moto;
 mod example;
 mod exposure;
 mod fuzz_corpus;
+mod helm_pause_testbed;
 mod hooks_moto;
 mod hostile_dirs;
 mod hostile_inputs;
