@@ -12,11 +12,13 @@
 //! record, after which the decision gives nothing and an upgrade keeps the
 //! count.
 //!
-//! Not covered: the reconciler's whole run around this decision
-//! (installer_testbed.rs runs it; node tests test_paused_release.py check
-//! that `install` adds these arguments to its `helm upgrade`), and a failed
-//! upgrade's `--atomic` rollback, which restores the previous revision's
-//! manifest count.
+//! A failed upgrade with the override (refused by the API server) is rolled
+//! back by `--atomic` to the last deployed revision, which puts its count
+//! back; the reconciler's `repause_command` scales it to 0 again.
+//!
+//! Not covered: the reconciler's whole run around these (installer_testbed.rs
+//! runs it; node tests test_paused_release.py check that `install` adds the
+//! arguments to its `helm upgrade` and repauses after each failed attempt).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,14 +35,18 @@ struct Helm {
 }
 
 impl Helm {
-    fn run(&self, args: &[&str]) -> String {
+    fn try_run(&self, args: &[&str]) -> Result<String, String> {
         let mut c = Command::new(&self.bin);
         c.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HELM_CACHE_HOME", self.home.path().join("cache"))
             .env("HELM_CONFIG_HOME", self.home.path().join("config"))
             .env("HELM_DATA_HOME", self.home.path().join("data"));
-        testbed::run(c).unwrap_or_else(|e| panic!("{e}"))
+        testbed::run(c)
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        self.try_run(args).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
@@ -52,6 +58,27 @@ fn plugin_replicas_value() -> String {
         .as_str()
         .expect("the cluster-autoscaler plugin names its replicas value")
         .to_string()
+}
+
+/// A pure function of reconcile.py, called by python3 with `args` (JSON texts) as `a`.
+fn reconcile_py(call: &str, args: &[&str]) -> serde_json::Value {
+    let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node");
+    let mut c = Command::new("python3");
+    c.current_dir(node)
+        .args([
+            "-c",
+            &format!(
+                "import json, sys\nfrom kube_aws_node import reconcile\n\
+                 a = [json.loads(x) for x in sys.argv[1:]]\nprint(json.dumps(reconcile.{call}))"
+            ),
+        ])
+        .args(args);
+    serde_json::from_str(&testbed::run(c).unwrap_or_else(|e| panic!("{e}"))).unwrap()
+}
+
+/// The release's plan entry, with the built-in plugin's `replicasValue`.
+fn plan_entry(ns: &str, release: &str) -> String {
+    serde_json::json!({"name": release, "namespace": ns, "replicasValue": plugin_replicas_value()}).to_string()
 }
 
 /// reconcile.py's decision on the reconciler's own list of the release's Deployments.
@@ -68,18 +95,11 @@ fn overrides(cp: &testbed::ControlPlane, ns: &str, release: &str) -> Vec<String>
             "json",
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-    let r = serde_json::json!({"name": release, "namespace": ns, "replicasValue": plugin_replicas_value()});
-    let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node");
-    let mut c = Command::new("python3");
-    c.current_dir(node).args([
-        "-c",
-        "import json, sys\nfrom kube_aws_node.reconcile import paused_overrides\n\
-         print(json.dumps(paused_overrides(json.loads(sys.argv[1]), json.loads(sys.argv[2]))))",
-        &r.to_string(),
-        &list,
-    ]);
-    let out = testbed::run(c).unwrap_or_else(|e| panic!("{e}"));
-    serde_json::from_str(&out).unwrap()
+    serde_json::from_value(reconcile_py(
+        "paused_overrides(a[0], a[1])",
+        &[&plan_entry(ns, release), &list],
+    ))
+    .unwrap()
 }
 
 fn spec_replicas(cp: &testbed::ControlPlane, ns: &str, name: &str) -> String {
@@ -147,6 +167,40 @@ fn a_paused_autoscaler_stays_at_zero_through_a_chart_upgrade_with_the_real_helm(
     let p = rt.block_on(pause_release(&api, &ns, &release)).unwrap();
     assert_eq!(p.replicas(), 2, "{p:?}");
     assert_eq!(spec_replicas(&cp, &ns, &deploy), "0");
+
+    // A failed upgrade with the override: `--atomic` rolls back to the last
+    // deployed revision by the same three-way merge, which puts its count
+    // back; the reconciler's repause command scales it to 0 again, the
+    // record untouched.
+    let paused = overrides(&cp, &ns, &release);
+    assert_eq!(paused, ["--set", "replicaCount=0"]);
+    let mut a: Vec<&str> = vec!["upgrade", "--install", &release, chart];
+    a.extend(base);
+    // Refused by the API server's validation of the Deployment.
+    a.extend([
+        "--wait",
+        "--atomic",
+        "--timeout",
+        "60s",
+        "--set",
+        "revisionHistoryLimit=-1",
+    ]);
+    a.extend(paused.iter().map(String::as_str));
+    let failed = helm.try_run(&a);
+    assert!(
+        failed
+            .as_ref()
+            .is_err_and(|e| e.contains("has been rolled back due to atomic being set")),
+        "{failed:?}"
+    );
+    assert_eq!(spec_replicas(&cp, &ns, &deploy), "2", "the rollback put the count back");
+    let repause: Vec<String> =
+        serde_json::from_value(reconcile_py("repause_command(a[0])", &[&plan_entry(&ns, &release)])).unwrap();
+    assert_eq!(repause[0], "kubectl");
+    cp.kubectl(&repause[1..].iter().map(String::as_str).collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spec_replicas(&cp, &ns, &deploy), "0");
+    assert_eq!(recorded(&cp, &ns, &deploy), "2");
 
     // The reconciler's upgrade of the paused release (a changed value, as a
     // minor upgrade's new chart and image tag change it), with its decision's

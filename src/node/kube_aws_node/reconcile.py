@@ -30,7 +30,8 @@ their dependencies are ready, up to the plan's `concurrency` at once
 the Ready-node gate; each release fetches its chart from S3 (sha256 checked),
 is first undone if a stopped installer left it pending (unstick), then
 runs `helm upgrade --install --atomic --wait` (with its replicas value at 0
-while `kube-aws update` pauses its Deployments: paused_overrides; a failed
+while `kube-aws update` pauses its Deployments, which a failed attempt's
+rollback scales back to 0: paused_overrides, repause_command; a failed
 install is uninstalled, a failed upgrade rolled back to the last deployed
 revision), waits for its CRDs to be Established, is recorded, writes one
 status object to S3 and signals its wait condition (cfn.py). A failed release's dependants
@@ -181,6 +182,16 @@ def paused_overrides(release, deployments):
     return []
 
 
+def repause_command(release):
+    """The command that scales a paused release's Deployments back to 0 after
+    a failed upgrade: `--atomic` rolls the release back to its last deployed
+    revision, by the same three-way merge, which puts that revision's count
+    back (tests/it/helm_pause_testbed.rs). Their pause record is untouched,
+    so the resume still gives back its count. A pure function."""
+    return ["kubectl", "-n", release["namespace"], "scale", "deployments", "-l",
+            "%s=%s" % (RELEASE_LABEL, release["name"]), "--replicas=0"]
+
+
 def manifest_objects(texts):
     """[apiVersion, kind, namespace, name] of every object in the plugin
     manifests' texts (YAML streams), sorted, without duplicates."""
@@ -289,8 +300,17 @@ class Reconciler(object):
             raise RuntimeError(tail(text, 20) or "%s exited %d" % (args[0], code))
         return text
 
-    def retried(self, args, out=None, name=""):
-        return retry(lambda: self.must(args, out), self.attempts, self.delay,
+    def retried(self, args, out=None, name="", after_failure=None):
+        """`args` run until it succeeds, at most `attempts` times;
+        `after_failure()` runs after each failed attempt, the last included."""
+        def once():
+            try:
+                return self.must(args, out)
+            except RuntimeError:
+                if after_failure is not None:
+                    after_failure()
+                raise
+        return retry(once, self.attempts, self.delay,
                      on_retry=(lambda i, e: self.log("attempt %d of %d failed" % (i, self.attempts), name))
                      if name else None)
 
@@ -632,6 +652,7 @@ class Reconciler(object):
             args += ["--timeout", "%ss" % timeout]
             if r.get("createNamespace"):
                 args.append("--create-namespace")
+        overrides = []
         if r.get("replicasValue"):
             try:
                 overrides = paused_overrides(r, self.release_deployments(r))
@@ -651,7 +672,8 @@ class Reconciler(object):
                 return "failed", why + "\n"
         self.unstick(name, r["namespace"], timeout)
         try:
-            self.retried(args, out=helm_log, name=name)
+            self.retried(args, out=helm_log, name=name,
+                         after_failure=(lambda: self.keep_paused(r)) if overrides else None)
         except RuntimeError:
             return "failed", self.describe_failure(name, r["namespace"], helm_log)
         if r.get("crds"):
@@ -666,6 +688,17 @@ class Reconciler(object):
         out = self.retried(["kubectl", "-n", r["namespace"], "get", "deployments", "-l",
                             "%s=%s" % (RELEASE_LABEL, r["name"]), "-o", "json"], name=r["name"])
         return jsonio.parse(out, "the Deployments of %s" % r["name"])
+
+    def keep_paused(self, r):
+        """After a failed attempt to upgrade a paused release: its Deployments
+        back to 0 (repause_command), so the pause holds until the next
+        attempt, and after the last one until the resume."""
+        code, out = self.run(repause_command(r))
+        if code == 0:
+            self.log("the failed upgrade was rolled back: its paused Deployments are scaled to 0 again", r["name"])
+        else:
+            self.log("cannot scale its paused Deployments back to 0 after the failed upgrade: %s" % tail(out, 3),
+                     r["name"])
 
     def helm_scope(self, ns):
         if self.helm_major == 2:

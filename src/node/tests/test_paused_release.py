@@ -3,7 +3,9 @@ whose Deployment carries the pause `kube-aws update --wait` records
 (src/aws/autoscaler.rs) is upgraded with the plan's replicas value at 0, so a
 chart upgrade during the roll (Helm 3's three-way merge) does not bring the
 cluster-autoscaler back; once the resume has removed the record, it is
-installed with the chart's count again. tests/it/helm_pause_testbed.rs runs
+installed with the chart's count again. After each failed attempt of such an
+upgrade (whose --atomic rollback puts the last revision's count back) its
+Deployments are scaled back to 0. tests/it/helm_pause_testbed.rs runs
 the real helm against the real API server."""
 import io
 import json
@@ -11,11 +13,12 @@ import os
 import shutil
 import tempfile
 import unittest
+import unittest.mock
 
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import bundle
 from kube_aws_node.console import Console
-from kube_aws_node.reconcile import PAUSED_REPLICAS, Reconciler, paused_overrides
+from kube_aws_node.reconcile import PAUSED_REPLICAS, Reconciler, paused_overrides, repause_command
 
 RELEASE = {"name": "cluster-autoscaler", "namespace": "kube-system", "replicasValue": "replicaCount"}
 
@@ -59,18 +62,26 @@ class PausedOverrides(unittest.TestCase):
             self.assertEqual(paused_overrides(RELEASE, answer), [], answer)
 
 
+class Repause(unittest.TestCase):
+    def test_the_releases_deployments_by_its_label_to_zero(self):
+        self.assertEqual(repause_command(RELEASE),
+                         ["kubectl", "-n", "kube-system", "scale", "deployments", "-l",
+                          "app.kubernetes.io/instance=cluster-autoscaler", "--replicas=0"])
+
+
 class Install(Reconciler):
     """Reconciler.install with the commands recorded and answered: kubectl's
-    list of the release's Deployments, helm history (no release) and helm."""
+    list of the release's Deployments and its scale, helm history (no
+    release) and helm (`helm_code` its exit code)."""
 
-    def __init__(self, tmp, listing, list_code=0):
+    def __init__(self, tmp, listing, list_code=0, helm_code=0, attempts=1):
         self.stream = io.StringIO()
         self.log = Console("kube-aws-addons", stream=self.stream)
         self.scratch = self.addons = tmp
         self.helm = "helm"
         self.helm_major = 3
-        self.attempts, self.delay = 1, 0
-        self.listing, self.list_code = listing, list_code
+        self.attempts, self.delay = attempts, 0
+        self.listing, self.list_code, self.helm_code = listing, list_code, helm_code
         self.commands = []
 
     def status(self, name, phase, message=""):
@@ -80,11 +91,22 @@ class Install(Reconciler):
         shutil.copy(os.path.join(self.scratch, "chart.tgz"), args[-1])
 
     def run(self, args, out=None):
+        code, text = self.answer(args)
+        if out is not None:
+            with open(out, "w") as f:
+                f.write(text)
+        return code, text
+
+    def answer(self, args):
         self.commands.append(list(args))
+        if args[:4] == ["kubectl", "-n", "kube-system", "scale"]:
+            return 0, "deployment.apps/d0 scaled\n"
         if args[0] == "kubectl":
             return self.list_code, json.dumps(self.listing) if self.list_code == 0 else "forbidden\n"
         if args[1] == "history":
             return 1, "Error: release: not found\n"
+        if args[1] == "upgrade" and self.helm_code:
+            return self.helm_code, "Error: UPGRADE FAILED: release failed, and has been rolled back due to atomic\n"
         return 0, ""
 
 
@@ -123,6 +145,23 @@ class InstallWithThePause(unittest.TestCase):
         r = Install(self.tmp, deployments({PAUSED_REPLICAS: "2"}))
         self.assertEqual(r.install(plain), ("ready", ""))
         self.assertFalse([c for c in r.commands if c[0] == "kubectl"])
+
+    def test_after_each_failed_attempt_of_a_paused_release_it_is_scaled_to_zero_again(self):
+        r = Install(self.tmp, deployments({PAUSED_REPLICAS: "2"}), helm_code=1, attempts=2)
+        with unittest.mock.patch("time.sleep"):
+            phase, _ = r.install(self.release)
+        self.assertEqual(phase, "failed")
+        steps = [c[1] if c[0] == "helm" else c[3] for c in r.commands]
+        steps = [s for s in steps if s in ("upgrade", "scale")]
+        self.assertEqual(steps, ["upgrade", "scale", "upgrade", "scale"])
+        self.assertIn(repause_command(self.release), r.commands)
+        self.assertIn("paused Deployments are scaled to 0 again", r.stream.getvalue())
+
+    def test_a_failed_upgrade_of_a_release_not_paused_is_left_to_helm(self):
+        r = Install(self.tmp, deployments({}), helm_code=1)
+        phase, _ = r.install(self.release)
+        self.assertEqual(phase, "failed")
+        self.assertFalse([c for c in r.commands if "scale" in c])
 
     def test_when_kubectl_cannot_tell_the_release_fails_rather_than_guess(self):
         r = Install(self.tmp, None, list_code=1)
