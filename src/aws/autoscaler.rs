@@ -210,12 +210,13 @@ impl ScaleClient {
             .map_err(|e| self.unreachable(&e))?;
         let status = r.status().as_u16();
         let body = r.text().await.unwrap_or_default();
-        let what = "a list";
+        // Named as `kubectl get` selects them: "deployment <ns>/-l <selector>".
+        let (what, selected) = ("a list", format!("-l {RELEASE_LABEL}={release}"));
         if status != 200 {
-            return Err(self.refused(what, namespace, &format!("*({RELEASE_LABEL}={release})"), status, body));
+            return Err(self.refused(what, namespace, &selected, status, body));
         }
         let v: Value =
-            serde_json::from_str(&body).map_err(|_| self.refused(what, namespace, release, status, body.clone()))?;
+            serde_json::from_str(&body).map_err(|_| self.refused(what, namespace, &selected, status, body.clone()))?;
         let mut out: Vec<Live> = v["items"]
             .as_array()
             .map(|items| items.iter().map(Live::from_json).collect())
