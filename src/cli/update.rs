@@ -197,19 +197,36 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
         }
         // The cluster-autoscaler is paused for the roll and put back however
         // the wait ends (src/aws/autoscaler.rs); without --wait nothing could
-        // put it back, so it is left alone.
+        // put it back, so it is left alone. The resume gives back what the
+        // Deployments record, so a pause that failed halfway, or one an
+        // earlier `update` left, is undone too.
         let autoscaled = published
             .addons
             .iter()
-            .any(|a| a.release == autoscaler::AUTOSCALER_DEPLOYMENT);
+            .any(|a| a.release == autoscaler::AUTOSCALER_RELEASE);
         let paused = if autoscaled && args.wait.wait {
-            match autoscaler::pause_for_update(&clients, cfg, args.wait.timeout).await {
-                Ok((api, p)) => {
-                    if let Some(n) = p.replicas.filter(|n| *n > 0) {
-                        println!("cluster-autoscaler paused (0 of {n} replicas) until the update ends");
+            match autoscaler::client_for_update(&clients, cfg, args.wait.timeout).await {
+                Ok(api) => match autoscaler::pause(&api).await {
+                    Ok(p) => {
+                        if p.replicas() > 0 {
+                            println!(
+                                "cluster-autoscaler paused (0 of {} replicas) until the update ends",
+                                p.replicas()
+                            );
+                        }
+                        Some(api)
                     }
-                    Some((api, p))
-                }
+                    Err(e) => {
+                        eprintln!(
+                            "warning: cluster-autoscaler not paused, it may scale the groups during the roll: {e}"
+                        );
+                        // A pause refused or failed halfway is undone at the
+                        // end (the resume reads what the Deployments record);
+                        // an API server this run could not reach is not
+                        // tried again.
+                        (!matches!(e, autoscaler::PauseError::Unreachable { .. })).then_some(api)
+                    }
+                },
                 Err(e) => {
                     eprintln!("warning: cluster-autoscaler not paused, it may scale the groups during the roll: {e}");
                     None
@@ -260,21 +277,25 @@ pub fn run(global: &GlobalOptions, args: UpdateArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Puts the autoscaler's replicas back; a failure is reported with the fix,
-/// never hidden.
-async fn resume_autoscaler(paused: Option<&(autoscaler::ScaleClient, autoscaler::Paused)>) {
-    let Some((api, p)) = paused else { return };
-    match autoscaler::resume(api, p).await {
-        Ok(()) => {
-            if let Some(n) = p.replicas.filter(|n| *n > 0) {
-                println!("cluster-autoscaler resumed ({n} replicas)");
+/// Puts back the autoscaler's replicas its Deployments record; a failure is
+/// reported with the fix, never hidden.
+async fn resume_autoscaler(api: Option<&autoscaler::ScaleClient>) {
+    let Some(api) = api else { return };
+    match autoscaler::resume(api).await {
+        Ok(p) => {
+            if p.replicas() > 0 {
+                println!("cluster-autoscaler resumed ({} replicas)", p.replicas());
             }
         }
         Err(e) => eprintln!(
-            "error: cluster-autoscaler is still paused: {e}; scale it back with `kubectl -n {} scale deployment {} --replicas={}`",
-            autoscaler::AUTOSCALER_NAMESPACE,
-            autoscaler::AUTOSCALER_DEPLOYMENT,
-            p.replicas.unwrap_or(1)
+            "error: cluster-autoscaler may still be paused: {e}; read the count each Deployment records with \
+             `kubectl -n {ns} get deployments -l {label}={release} -o yaml` (annotation {annotation}) and give \
+             it back with {fix}",
+            ns = autoscaler::AUTOSCALER_NAMESPACE,
+            label = autoscaler::RELEASE_LABEL,
+            release = autoscaler::AUTOSCALER_RELEASE,
+            annotation = autoscaler::PAUSED_REPLICAS_ANNOTATION,
+            fix = autoscaler::resume_by_hand(autoscaler::AUTOSCALER_NAMESPACE, "<deployment>", "<count>"),
         ),
     }
 }

@@ -104,6 +104,16 @@ pub fn chart_release(
             problem("namespace", why);
         }
     }
+    if let Some(v) = &spec.replicas_value {
+        if !value_path_ok(v) {
+            problem(
+                "replicasValue",
+                format!(
+                    "{v:?} is not a chart value's key path (for example \"replicaCount\" or \"controller.replicas\")"
+                ),
+            );
+        }
+    }
     let timeout = match spec.timeout.as_deref().map(|t| (t, humantime::parse_duration(t))) {
         None => DEFAULT_TIMEOUT,
         Some((_, Ok(d))) if d.as_secs() > 0 => d,
@@ -135,11 +145,20 @@ pub fn chart_release(
             timeout,
             create_namespace: spec.create_namespace.unwrap_or(true),
             bootstrap: spec.bootstrap,
+            replicas_value: spec.replicas_value.clone(),
             origin,
             declared: None,
         }),
         _ => Err(problems),
     }
+}
+
+/// A key path `helm --set` takes as one value: dot-separated names of
+/// letters, digits, `_` and `-` (no `,`, `=`, `[` or escapes).
+fn value_path_ok(v: &str) -> bool {
+    !v.is_empty()
+        && v.split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
 }
 
 #[cfg(test)]
@@ -182,6 +201,27 @@ mod tests {
         assert!(got[0].1.contains("more than one"), "{got:?}");
         let got = problems("{name: a, oci: \"oci://r.example.com/x@sha256:00\"}");
         assert!(got[0].1.contains("pins a manifest digest"), "{got:?}");
+    }
+
+    #[test]
+    fn the_replicas_value_is_one_set_key_path() {
+        let spec = spec("{name: a, repo: \"https://c.example.com\", replicasValue: controller.replicaCount}");
+        let r = chart_release(
+            &spec,
+            Origin::Cluster { index: 0 },
+            Vec::new(),
+            |_| Err("unused".into()),
+        )
+        .unwrap();
+        assert_eq!(r.replicas_value.as_deref(), Some("controller.replicaCount"));
+        for bad in ["\"a=1\"", "\"a,b\"", "\"a..b\"", "\"\"", "\"a[0]\""] {
+            let got = problems(&format!(
+                "{{name: a, repo: \"https://c.example.com\", replicasValue: {bad}}}"
+            ));
+            assert_eq!(got.len(), 1, "{bad}: {got:?}");
+            assert_eq!(got[0].0, "replicasValue");
+            assert!(got[0].1.contains("is not a chart value's key path"), "{got:?}");
+        }
     }
 
     #[test]

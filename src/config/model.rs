@@ -669,6 +669,9 @@ pub struct ChartSpec {
     /// Install right after the apiserver answers, before nodes are Ready (CNI charts).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bootstrap: bool,
+    /// The chart value that sets its Deployments' replicas (e.g. `replicaCount`): a release paused by `update --wait` is upgraded with it at 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas_value: Option<String>,
 }
 
 /// Settings for one plugin: `enabled` plus the plugin's parameters.

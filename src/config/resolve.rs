@@ -72,6 +72,9 @@ pub struct Release {
     pub timeout: Duration,
     pub create_namespace: bool,
     pub bootstrap: bool,
+    /// The chart value that sets the replicas of the release's Deployments
+    /// (chart_spec.rs checks it is a `--set` key path).
+    pub replicas_value: Option<String>,
     pub origin: Origin,
     /// Where it is declared; None for releases made in code (tests).
     #[serde(skip)]

@@ -156,6 +156,15 @@ pub struct PlanRelease {
     pub create_namespace: bool,
     pub timeout_seconds: u64,
     pub bootstrap: bool,
+    /// The chart value that sets the replicas of the release's Deployments:
+    /// when one of them carries the pause `update --wait` records
+    /// (src/aws/autoscaler.rs `PAUSED_REPLICAS_ANNOTATION`), the reconciler
+    /// upgrades the release with this value at 0, so a chart upgrade during
+    /// the roll keeps it paused (reconcile.py `paused_overrides`). Left out
+    /// when empty, so the other releases' entries, and their wait
+    /// conditions, are as before the field existed.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub replicas_value: String,
     pub depends_on: Vec<String>,
     /// False when the chart has no pinned digest: the installer refuses it.
     pub locked: bool,
@@ -287,6 +296,7 @@ pub fn build_plan(input: &RenderInput, ctx: &Ctx) -> Result<Plan, RenderError> {
             create_namespace: r.create_namespace,
             timeout_seconds: timeout,
             bootstrap: r.bootstrap,
+            replicas_value: r.replicas_value.clone().unwrap_or_default(),
             depends_on: r.depends_on.clone(),
             locked: a.digest.is_some(),
             sha256: a.digest.clone(),

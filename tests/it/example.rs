@@ -57,6 +57,23 @@ fn example_validates_renders_and_passes_every_validator() {
         assert!(summary.contains(needle), "summary lacks {needle:?}:\n{summary}");
     }
     let rendered = tmp.path().join("example/rendered");
+    // The autoscaler's release names the chart value that keeps it paused
+    // through a chart upgrade (issue 38, reconcile.py paused_overrides); no
+    // other release carries the field.
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(rendered.join("addons/plan.json")).unwrap()).unwrap();
+    for r in plan["releases"].as_array().unwrap() {
+        let expected = (r["name"] == "cluster-autoscaler").then_some("replicaCount");
+        assert_eq!(r["replicasValue"].as_str(), expected, "{}", r["name"]);
+    }
+    assert!(
+        plan["releases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "cluster-autoscaler"),
+        "the example enables the cluster-autoscaler plugin"
+    );
 
     let stacks = files_under(&rendered.join("stacks"), ".json");
     assert_eq!(stacks.len(), 5, "{stacks:?}");

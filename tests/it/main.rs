@@ -35,6 +35,7 @@ mod example;
 mod exposure;
 mod fuzz_corpus;
 mod helm_binary_moto;
+mod helm_pause_testbed;
 mod hooks_moto;
 mod hostile_dirs;
 mod hostile_inputs;

@@ -212,6 +212,8 @@ fn update_tries_to_pause_the_autoscaler_and_goes_on_when_it_cannot() {
     );
     assert!(out.contains("is UPDATE_COMPLETE"), "{out}");
     assert!(!out.contains("cluster-autoscaler paused"), "{out}");
+    // Nothing was paused, so nothing is said to be left paused.
+    assert!(!out.contains("may still be paused"), "{out}");
 
     // Without --wait nothing could put it back: it is left alone, with a warning.
     std::fs::write(dir.join("cluster.yaml"), yaml(5)).unwrap();

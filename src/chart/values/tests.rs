@@ -86,6 +86,7 @@ fn release(name: &str, plugin: bool, files: &[&str], set: Value) -> Release {
         timeout: std::time::Duration::from_secs(300),
         create_namespace: true,
         bootstrap: false,
+        replicas_value: None,
         origin,
         declared: None,
     }

@@ -29,10 +29,12 @@ their dependencies are ready, up to the plan's `concurrency` at once
 (schedule.py decides): bootstrap addons first; then the plugin manifests and
 the Ready-node gate; each release fetches its chart from S3 (sha256 checked),
 is first undone if a stopped installer left it pending (unstick), then
-runs `helm upgrade --install --atomic --wait` (a failed install is
-uninstalled, a failed upgrade rolled back to the last deployed revision),
-waits for its CRDs to be Established, is recorded, writes one status object
-to S3 and signals its wait condition (cfn.py). A failed release's dependants
+runs `helm upgrade --install --atomic --wait` (with its replicas value at 0
+while `kube-aws update` pauses its Deployments, which a failed attempt's
+rollback scales back to 0: paused_overrides, repause_command; a failed
+install is uninstalled, a failed upgrade rolled back to the last deployed
+revision), waits for its CRDs to be Established, is recorded, writes one
+status object to S3 and signals its wait condition (cfn.py). A failed release's dependants
 are skipped with the reason. Releases the record lists that this plan no
 longer does are uninstalled and struck from the record. The record is
 written after each release (conditional on its ETag), so a controller that
@@ -70,6 +72,12 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_RETRY_FAILED_SECONDS = 900
 
 DONE, LATER, INSTALL = "done", "later", "install"
+
+# The pause `kube-aws update --wait` records on a Deployment, with the count
+# it had (src/aws/autoscaler.rs PAUSED_REPLICAS_ANNOTATION), and the label
+# that finds a release's Deployments (RELEASE_LABEL there).
+PAUSED_REPLICAS = "kube-aws.io/paused-replicas"
+RELEASE_LABEL = "app.kubernetes.io/instance"
 
 
 class Fatal(Exception):
@@ -142,6 +150,46 @@ def outcome(doc, plan_sha, secrets_version, releases, now):
     if isinstance(retry_after, (int, float)) and now < retry_after:
         return LATER
     return INSTALL
+
+
+def paused_overrides(release, deployments):
+    """The helm arguments that keep a paused release paused through its
+    upgrade: ["--set", "<replicasValue>=0"] when the plan names the release's
+    replicas value and one of its live Deployments (`deployments`: the parsed
+    `kubectl get deployments -o json` of the release) carries the pause that
+    `kube-aws update --wait` records; else []. A pure function.
+
+    Helm 3 upgrades an object by a three-way merge of the last release's
+    manifest, the live object and the new manifest (Helm docs, "Changes since
+    Helm 2", "Improved Upgrade Strategy: 3-way Strategic Merge Patches"), so
+    any upgrade, a minor upgrade's bump of the autoscaler's chart among them,
+    sets the live 0 of a paused Deployment back to the chart's count, even
+    when both manifests have the same count, while the pools still roll
+    (tests/it/helm_pause_testbed.rs shows it with the real helm). The
+    record stays on the Deployment (no manifest holds it, and the merge keeps
+    what only the live object has), so the resume still gives back its count;
+    once the resume has removed it, the next upgrade installs the chart's
+    count again."""
+    value = release.get("replicasValue")
+    if not value:
+        return []
+    items = deployments.get("items") if isinstance(deployments, dict) else None
+    for d in items if isinstance(items, list) else []:
+        meta = d.get("metadata") if isinstance(d, dict) else None
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(annotations, dict) and PAUSED_REPLICAS in annotations:
+            return ["--set", "%s=0" % value]
+    return []
+
+
+def repause_command(release):
+    """The command that scales a paused release's Deployments back to 0 after
+    a failed upgrade: `--atomic` rolls the release back to its last deployed
+    revision, by the same three-way merge, which puts that revision's count
+    back (tests/it/helm_pause_testbed.rs). Their pause record is untouched,
+    so the resume still gives back its count. A pure function."""
+    return ["kubectl", "-n", release["namespace"], "scale", "deployments", "-l",
+            "%s=%s" % (RELEASE_LABEL, release["name"]), "--replicas=0"]
 
 
 def manifest_objects(texts):
@@ -252,8 +300,17 @@ class Reconciler(object):
             raise RuntimeError(tail(text, 20) or "%s exited %d" % (args[0], code))
         return text
 
-    def retried(self, args, out=None, name=""):
-        return retry(lambda: self.must(args, out), self.attempts, self.delay,
+    def retried(self, args, out=None, name="", after_failure=None):
+        """`args` run until it succeeds, at most `attempts` times;
+        `after_failure()` runs after each failed attempt, the last included."""
+        def once():
+            try:
+                return self.must(args, out)
+            except RuntimeError:
+                if after_failure is not None:
+                    after_failure()
+                raise
+        return retry(once, self.attempts, self.delay,
                      on_retry=(lambda i, e: self.log("attempt %d of %d failed" % (i, self.attempts), name))
                      if name else None)
 
@@ -601,6 +658,17 @@ class Reconciler(object):
             args += ["--timeout", "%ss" % timeout]
             if r.get("createNamespace"):
                 args.append("--create-namespace")
+        overrides = []
+        if r.get("replicasValue"):
+            try:
+                overrides = paused_overrides(r, self.release_deployments(r))
+            except (RuntimeError, jsonio.JsonError) as e:
+                return "failed", "%s\ncannot tell whether the Deployments of %s are paused by `kube-aws update`\n" \
+                    % (e, name)
+            if overrides:
+                self.log("its Deployments are paused by `kube-aws update` (%s): installed with %s"
+                         % (PAUSED_REPLICAS, " ".join(overrides)), name)
+            args += overrides
         helm_log = os.path.join(self.scratch, "helm-%s.log" % name)
         found = {}
         if r.get("crds"):
@@ -610,7 +678,8 @@ class Reconciler(object):
                 return "failed", why + "\n"
         self.unstick(name, r["namespace"], timeout)
         try:
-            self.retried(args, out=helm_log, name=name)
+            self.retried(args, out=helm_log, name=name,
+                         after_failure=(lambda: self.keep_paused(r)) if overrides else None)
         except RuntimeError:
             return "failed", self.describe_failure(name, r["namespace"], helm_log)
         if r.get("crds"):
@@ -618,6 +687,24 @@ class Reconciler(object):
             if why is not None:
                 return "failed", why + "\n"
         return "ready", ""
+
+    def release_deployments(self, r):
+        """The release's live Deployments (by RELEASE_LABEL), parsed; raises
+        RuntimeError or jsonio.JsonError when kubectl cannot tell."""
+        out = self.retried(["kubectl", "-n", r["namespace"], "get", "deployments", "-l",
+                            "%s=%s" % (RELEASE_LABEL, r["name"]), "-o", "json"], name=r["name"])
+        return jsonio.parse(out, "the Deployments of %s" % r["name"])
+
+    def keep_paused(self, r):
+        """After a failed attempt to upgrade a paused release: its Deployments
+        back to 0 (repause_command), so the pause holds until the next
+        attempt, and after the last one until the resume."""
+        code, out = self.run(repause_command(r))
+        if code == 0:
+            self.log("the failed upgrade was rolled back: its paused Deployments are scaled to 0 again", r["name"])
+        else:
+            self.log("cannot scale its paused Deployments back to 0 after the failed upgrade: %s" % tail(out, 3),
+                     r["name"])
 
     def helm_scope(self, ns):
         if self.helm_major == 2:

@@ -139,6 +139,7 @@ pub fn dex_release() -> Release {
         timeout: Duration::from_secs(600),
         create_namespace: true,
         bootstrap: false,
+        replicas_value: None,
         origin: Origin::Plugin {
             plugin: "dex".into(),
             index: 0,
