@@ -36,12 +36,14 @@ test:
 tools:
 	@bash scripts/install-tools.sh
 
-# The beds, and the next minor's node image, which the minor upgrade test in
-# `make test` upgrades to (scripts/install-upgradebed.sh; docs/testing.md).
+# The beds, the next minor's node image, which the minor upgrade test in
+# `make test` upgrades to (scripts/install-upgradebed.sh), and the addons'
+# images built from source (scripts/install-addon-images.sh; docs/testing.md).
 testbed:
 	@$(TIMES) phase beds/control-plane -- bash scripts/install-testbed.sh
 	@$(TIMES) phase beds/real-node -- bash scripts/install-nodebed.sh
 	@UPGRADEBED=minor $(TIMES) phase beds/next-minor -- bash scripts/install-upgradebed.sh
+	@$(TIMES) phase beds/addon-images -- bash scripts/install-addon-images.sh
 
 # The real-node bed alone (scripts/install-nodebed.sh; needs the test bed and root).
 nodebed:

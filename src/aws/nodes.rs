@@ -199,6 +199,42 @@ pub fn table(nodes: &[NodeInfo]) -> String {
     out
 }
 
+/// Every instance EC2 lists for `filters` (DescribeInstances, all pages).
+#[cfg(feature = "nodes")]
+pub(crate) async fn instances_matching(
+    clients: &Clients,
+    filters: Vec<aws_sdk_ec2::types::Filter>,
+) -> Result<Vec<aws_sdk_ec2::types::Instance>, AwsError> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = clients
+            .ec2
+            .describe_instances()
+            .set_filters(Some(filters.clone()))
+            .set_next_token(token.take())
+            .send()
+            .await
+            .map_err(|e| super::sdk_error("ec2:DescribeInstances", e))?;
+        out.extend(page.reservations().iter().flat_map(|r| r.instances()).cloned());
+        match page.next_token() {
+            Some(t) if !t.is_empty() => token = Some(t.to_string()),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// The value of an instance's tag `key` ("" when it has none).
+#[cfg(feature = "nodes")]
+pub(crate) fn tag_of(i: &aws_sdk_ec2::types::Instance, key: &str) -> String {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[cfg(feature = "nodes")]
 async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Instance>, AwsError> {
     let tag = crate::render::cfn::cluster_tag_key(cluster);
@@ -206,48 +242,25 @@ async fn describe_instances(clients: &Clients, cluster: &str) -> Result<Vec<Inst
         .name(format!("tag:{tag}"))
         .values("owned")
         .build();
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let page = clients
-            .ec2
-            .describe_instances()
-            .filters(filter.clone())
-            .set_next_token(token.take())
-            .send()
-            .await
-            .map_err(|e| super::sdk_error("ec2:DescribeInstances", e))?;
-        for i in page.reservations().iter().flat_map(|r| r.instances()) {
-            let tag = |k: &str| {
-                i.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(k))
-                    .and_then(|t| t.value())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            out.push(Instance {
-                instance_id: i.instance_id().unwrap_or_default().to_string(),
-                name: tag("Name"),
-                zone: i
-                    .placement()
-                    .and_then(|p| p.availability_zone())
-                    .unwrap_or_default()
-                    .to_string(),
-                private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
-                state: i
-                    .state()
-                    .and_then(|s| s.name())
-                    .map(|n| n.as_str().to_string())
-                    .unwrap_or_default(),
-            });
-        }
-        match page.next_token() {
-            Some(t) if !t.is_empty() => token = Some(t.to_string()),
-            _ => break,
-        }
-    }
-    Ok(out)
+    Ok(instances_matching(clients, vec![filter])
+        .await?
+        .iter()
+        .map(|i| Instance {
+            instance_id: i.instance_id().unwrap_or_default().to_string(),
+            name: tag_of(i, "Name"),
+            zone: i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default()
+                .to_string(),
+            private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
+            state: i
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_string())
+                .unwrap_or_default(),
+        })
+        .collect())
 }
 
 /// The cluster's nodes with their bootstrap reports.

@@ -176,7 +176,7 @@ mod calls {
         names: impl Iterator<Item = &'a str>,
     ) -> Result<Vec<GroupInstance>, AwsError> {
         use aws_sdk_ec2::types::Filter;
-        let filters = [
+        let filters = vec![
             Filter::builder()
                 .name("tag:aws:autoscaling:groupName")
                 .set_values(Some(names.map(str::to_string).collect()))
@@ -187,37 +187,15 @@ mod calls {
                 .values("running")
                 .build(),
         ];
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = clients
-                .ec2
-                .describe_instances()
-                .set_filters(Some(filters.to_vec()))
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| crate::aws::sdk_error("ec2:DescribeInstances", e))?;
-            for i in page.reservations().iter().flat_map(|r| r.instances()) {
-                let tag_keys: Vec<String> = i.tags().iter().filter_map(|t| t.key().map(str::to_string)).collect();
-                let group_name = i
-                    .tags()
-                    .iter()
-                    .find(|t| t.key() == Some("aws:autoscaling:groupName"))
-                    .and_then(|t| t.value())
-                    .unwrap_or_default()
-                    .to_string();
-                out.push(GroupInstance {
-                    instance_id: i.instance_id().unwrap_or_default().to_string(),
-                    group_name,
-                    tag_keys,
-                });
-            }
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(out),
-            }
-        }
+        Ok(crate::aws::nodes::instances_matching(clients, filters)
+            .await?
+            .iter()
+            .map(|i| GroupInstance {
+                instance_id: i.instance_id().unwrap_or_default().to_string(),
+                group_name: crate::aws::nodes::tag_of(i, "aws:autoscaling:groupName"),
+                tag_keys: i.tags().iter().filter_map(|t| t.key().map(str::to_string)).collect(),
+            })
+            .collect())
     }
 }
 

@@ -46,24 +46,9 @@ pub fn check_role_names(live: &StackInfo, root_template: &serde_json::Value) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::stack::StackOutput;
 
     fn live(outputs: &[(&str, &str)]) -> StackInfo {
-        StackInfo {
-            name: "demo".into(),
-            stack_id: "id".into(),
-            status: "UPDATE_COMPLETE".into(),
-            reason: None,
-            outputs: outputs
-                .iter()
-                .map(|(k, v)| StackOutput {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                    description: String::new(),
-                })
-                .collect(),
-            parameters: Vec::new(),
-        }
+        StackInfo::with_outputs(outputs)
     }
 
     fn root(value: &str) -> serde_json::Value {

@@ -47,6 +47,29 @@ pub struct StackInfo {
     pub parameters: Vec<(String, String)>,
 }
 
+impl StackInfo {
+    /// A `CREATE_COMPLETE` stack "demo" with these outputs, for tests of what
+    /// the stack records (src/aws/zones.rs, src/aws/role_names.rs).
+    #[cfg(test)]
+    pub(crate) fn with_outputs(outputs: &[(&str, &str)]) -> StackInfo {
+        StackInfo {
+            name: "demo".into(),
+            stack_id: "id".into(),
+            status: "CREATE_COMPLETE".into(),
+            reason: None,
+            outputs: outputs
+                .iter()
+                .map(|(k, v)| StackOutput {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                    description: String::new(),
+                })
+                .collect(),
+            parameters: Vec::new(),
+        }
+    }
+}
+
 /// A nested stack, seen through the root's resources.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NestedStack {

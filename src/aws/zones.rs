@@ -53,24 +53,9 @@ pub fn check_zone_count(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::stack::StackOutput;
 
     fn live(outputs: &[(&str, &str)]) -> StackInfo {
-        StackInfo {
-            name: "demo".into(),
-            stack_id: "id".into(),
-            status: "CREATE_COMPLETE".into(),
-            reason: None,
-            outputs: outputs
-                .iter()
-                .map(|(k, v)| StackOutput {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                    description: String::new(),
-                })
-                .collect(),
-            parameters: Vec::new(),
-        }
+        StackInfo::with_outputs(outputs)
     }
 
     #[test]

@@ -30,25 +30,12 @@ fn cluster_yaml(kms: &str, url: &str, sha: &str) -> String {
     )
 }
 
-/// A helm tarball as get.helm.sh lays it out (`linux-amd64/helm`) in `dir`.
+/// A helm tarball (`linux-amd64/helm`) in `dir`: its file name and sha256.
 fn tarball(dir: &std::path::Path) -> (String, String) {
-    std::fs::create_dir_all(dir.join("linux-amd64")).unwrap();
-    std::fs::write(dir.join("linux-amd64/helm"), b"#!/bin/sh\nexit 1\n").unwrap();
-    let out = dir.join("helm-v3.16.3-linux-amd64.tar.gz");
-    let st = std::process::Command::new("tar")
-        .arg("-czf")
-        .arg(&out)
-        .arg("-C")
-        .arg(dir)
-        .arg("linux-amd64")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let bytes = std::fs::read(&out).unwrap();
-    (
-        "helm-v3.16.3-linux-amd64.tar.gz".to_string(),
-        kube_aws::chart::cache::sha256_hex(&bytes),
-    )
+    let bytes = common::charts::helm_tarball(b"#!/bin/sh\nexit 1\n");
+    let name = "helm-v3.16.3-linux-amd64.tar.gz";
+    std::fs::write(dir.join(name), &bytes).unwrap();
+    (name.to_string(), kube_aws::chart::cache::sha256_hex(&bytes))
 }
 
 #[test]

@@ -413,23 +413,34 @@ fn check_secrets_encrypted_and_audited(bed: &MotoBed, ctl: &BedNode) {
     assert!(!raw.contains(VALUE), "plaintext in etcd: {raw}");
     let mode = ctl.node.sh("stat -c %a /etc/kubernetes/pki/encryption.json");
     assert_eq!(mode.trim(), "600");
-    let run = ctl.node.exec(&["systemctl", "start", "kube-aws-encryption.service"]);
-    assert!(run.status.success(), "{}", output_text(&run));
-    let journal = ctl
-        .node
-        .sh("journalctl -u kube-aws-encryption --no-pager -o cat | tail -3");
-    let recorded = bed.kubectl(
-        ctl,
-        &[
-            "get",
-            "configmap",
-            "kube-aws-encryption",
-            "-n",
-            "kube-system",
-            "-o",
-            "jsonpath={.data.rewrittenWith}",
-        ],
-    );
+    // The rewrite waits until every kube-apiserver's pod reports Ready,
+    // which its mirror pod says a little after the API first answers (a
+    // run right after the boot said "wait: … is not Ready" once, in CI):
+    // the service is started again, as its timer would, until it records.
+    let start = Instant::now();
+    let (recorded, journal) = loop {
+        let run = ctl.node.exec(&["systemctl", "start", "kube-aws-encryption.service"]);
+        assert!(run.status.success(), "{}", output_text(&run));
+        let journal = ctl
+            .node
+            .sh("journalctl -u kube-aws-encryption --no-pager -o cat | tail -3");
+        let recorded = bed.kubectl(
+            ctl,
+            &[
+                "get",
+                "configmap",
+                "kube-aws-encryption",
+                "-n",
+                "kube-system",
+                "-o",
+                "jsonpath={.data.rewrittenWith}",
+            ],
+        );
+        if recorded.status.success() || start.elapsed() > Duration::from_secs(120) {
+            break (recorded, journal);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    };
     assert!(
         String::from_utf8_lossy(&recorded.stdout).starts_with("secretbox:key-"),
         "{}\n{journal}",
@@ -996,12 +1007,31 @@ fn webhook_image(out: &std::path::Path) {
 /// (kube-aws-addons.timer, enabled by the bootstrap's `installer` step)
 /// under the controller role with IAM enforced: it reads the plan pointer
 /// from SSM, the bundle from S3, and installs the plan of the bed's cluster —
-/// the pod identity webhook's manifests (no helm release: the VPC CNI and the
-/// cloud controller manager are off) — then writes the installed record. The
-/// webhook's image is built from source (the test bed's binary), imported
-/// into the node's containerd as its published name, and runs on the real
-/// controller: its Deployment rolls out, and a pod of an annotated service
-/// account is mutated (a server-side dry run through the webhook).
+/// the pod identity webhook's manifests and the metrics-server plugin's helm
+/// release (the VPC CNI and the cloud controller manager are off) — then
+/// writes the installed record.
+///
+/// The helm release runs for real (issue 41): `kube-aws up` downloads the
+/// helm client as a user's `helm.binary` names it (a tarball of the test
+/// bed's helm, built from source at the pinned version, served over HTTP),
+/// publishes it with the chart (the real upstream chart of
+/// `shared/data/charts`, locked for the test); the reconciler installs that
+/// helm from S3 and runs `helm upgrade --install --wait --atomic`. The
+/// images are built from source (the webhook's from the test bed's binary;
+/// metrics-server's by scripts/install-addon-images.sh: v0.8.0's program
+/// under the v0.8.1 tag the chart pulls, the proxy serving no v0.8.1) and
+/// imported into the node's containerd under their published names. Both
+/// run on the real controller: the webhook's Deployment rolls out and a pod
+/// of an annotated service account is mutated (a server-side dry run through
+/// the webhook); metrics-server's APIService serves the controller's
+/// metrics, scraped from its kubelet over TLS verified with the cluster CA,
+/// with the kubelet's serving certificate approved by kube-aws's approver
+/// (against the moto instance), and `kubectl top node` answers.
+///
+/// Not covered: workers (metrics-server runs on the one controller, whose
+/// control-plane taint the test removes as a single-node cluster's operator
+/// would; pod traffic across nodes is not exercised here); the VPC CNI (the
+/// bed's bridge CNI instead); pulls from a registry.
 #[test]
 fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     let test = "real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan";
@@ -1009,7 +1039,25 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         return;
     };
     let t0 = Instant::now();
-    let bed = MotoBed::up(test, &image, "", &[]);
+    let metrics_image = nodebed::addon_image(test, "metrics-server");
+    // The helm client as a user names it: a tarball served over HTTP.
+    let served = tempfile::tempdir().unwrap();
+    let helm = crate::common::testbed::bin_dir(test)
+        .expect("the control-plane test bed")
+        .join("helm");
+    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
+    std::fs::write(served.path().join("helm.tgz"), &tgz).unwrap();
+    let http = crate::common::start_http(served.path());
+    let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
+    let extra = format!(
+        "  metrics-server: {{enabled: true}}\nhelm:\n  binary: {{url: \"http://127.0.0.1:{}/helm.tgz\", sha256: {helm_sha}, version: {}}}\n",
+        http.port,
+        kube_aws::render::HelmBinary::default_v3().version
+    );
+    let bed = MotoBed::up_prepared(test, &image, &extra, &[], &|env, dir| {
+        let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+        crate::common::charts::lock_to_shared_charts(dir, &cache, &crate::common::charts::shared_charts());
+    });
     webhook_image(&bed.dir().join("webhook.tar"));
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
@@ -1030,10 +1078,12 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         ctl.node.rootfs().join("root/webhook.tar"),
     )
     .unwrap();
+    std::fs::copy(&metrics_image, ctl.node.rootfs().join("root/metrics-server.tar")).unwrap();
     ctl.node
         .wait_for(
-            "the webhook image imported",
-            "ctr -n k8s.io images import /root/webhook.tar >/dev/null",
+            "the webhook and metrics-server images imported",
+            "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
+             ctr -n k8s.io images import /root/metrics-server.tar >/dev/null",
             Duration::from_secs(120),
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -1042,7 +1092,8 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     // The bed runs no cloud controller manager (its image and EC2 API are
     // not here): the test does its part for the node, removing the taint
     // kubelet's `--cloud-provider=external` puts on it, or nothing but the
-    // static pods is ever scheduled.
+    // static pods is ever scheduled. The bed has no workers: the one
+    // controller takes metrics-server, as a single-node cluster's would.
     let untaint = bed.kubectl(
         &ctl,
         &[
@@ -1050,15 +1101,38 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
             "node",
             &inst.dns,
             "node.cloudprovider.kubernetes.io/uninitialized-",
+            "node-role.kubernetes.io/control-plane-",
         ],
     );
     assert!(untaint.status.success(), "{}", output_text(&untaint));
+    // And the addresses the AWS cloud controller manager gives a node (its
+    // private IP and DNS name): metrics-server dials the InternalIP first,
+    // and the kubelet asks for a serving certificate naming them (the bed's
+    // DNS has no ec2.internal names, as the VPC's resolver would).
+    let addresses = format!(
+        r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{ip}"}},{{"type":"InternalDNS","address":"{dns}"}},{{"type":"Hostname","address":"{dns}"}}]}}}}"#,
+        ip = inst.ip,
+        dns = inst.dns
+    );
+    let patched = bed.kubectl(
+        &ctl,
+        &[
+            "patch",
+            "node",
+            &inst.dns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &addresses,
+        ],
+    );
+    assert!(patched.status.success(), "{}", output_text(&patched));
 
     // The timer's run (OnBootSec=2min, then a minute after each run) ends
     // with the plan done.
     let ran = ctl.node.wait_for(
         "the reconciler's run",
-        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 0 ready, 0 failed or skipped, 0 dropped'",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 1 ready, 0 failed or skipped, 0 dropped'",
         Duration::from_secs(420),
     );
     if let Err(e) = ran {
@@ -1088,9 +1162,19 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     assert!(
         record.contains("\"plan\"")
             && record.contains("pod-identity-webhook")
-            && record.contains("MutatingWebhookConfiguration"),
+            && record.contains("MutatingWebhookConfiguration")
+            && record.contains("\"metrics-server\""),
         "the installed record: {record}"
     );
+    // The helm client the node ran is the copy `up` published with the chart.
+    bed.aws(&[
+        "s3api",
+        "head-object",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--key",
+        &format!("clusters/{}/charts/{helm_sha}.tgz", bed::BED_CLUSTER),
+    ]);
     // The webhook runs on the real controller, from the image built here.
     let rollout = bed.kubectl(
         &ctl,
@@ -1158,12 +1242,65 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         env.contains("arn:aws:iam::123456789012:role/demo") && env.contains("AWS_WEB_IDENTITY_TOKEN_FILE"),
         "the webhook did not mutate the pod: {env}"
     );
+    // metrics-server: the node's metrics through its APIService, scraped
+    // from the kubelet over TLS (no --kubelet-insecure-tls).
+    let start = Instant::now();
+    let node_metrics = format!("/apis/metrics.k8s.io/v1beta1/nodes/{}", inst.dns);
+    let metrics = loop {
+        let o = bed.kubectl(&ctl, &["get", "--raw", &node_metrics]);
+        if o.status.success() || start.elapsed() > Duration::from_secs(180) {
+            break o;
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    assert!(
+        metrics.status.success() && String::from_utf8_lossy(&metrics.stdout).contains("\"cpu\""),
+        "no node metrics from metrics-server: {}\n{}\n{}",
+        output_text(&metrics),
+        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "pods,apiservices", "-o", "wide"])),
+        output_text(&bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=metrics-server",
+                "--tail=30"
+            ]
+        ))
+    );
+    let t_metrics = t0.elapsed();
+    let top = bed.kubectl(&ctl, &["top", "node", &inst.dns]);
+    assert!(
+        top.status.success() && String::from_utf8_lossy(&top.stdout).contains(&inst.dns),
+        "kubectl top node: {}",
+        output_text(&top)
+    );
+    // The kubelet's serving certificate is the approver's work.
+    let csrs = bed.kubectl(&ctl, &["get", "csr", "-o", "json"]);
+    let csrs: serde_json::Value = serde_json::from_slice(&csrs.stdout).unwrap_or_default();
+    let approved = csrs["items"].as_array().into_iter().flatten().any(|c| {
+        c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+            && c["spec"]["username"] == format!("system:node:{}", inst.dns).as_str()
+            && c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["type"] == "Approved")
+    });
+    assert!(
+        approved,
+        "no approved kubelet-serving request of the controller: {csrs}"
+    );
     eprintln!(
-        "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; test {:.1}s",
+        "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; \
+         node metrics served {:.1}s; test {:.1}s",
         t_ready.as_secs_f64(),
         f.times(),
         t_ran.as_secs_f64(),
         t_rolled.as_secs_f64(),
+        t_metrics.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
 }

@@ -81,6 +81,23 @@ pub fn lock_to_shared_charts(dir: &Path, cache: &ChartCache, charts: &Path) -> B
     archives
 }
 
+/// A helm client tarball as get.helm.sh lays it out: `linux-amd64/helm`
+/// holding `helm` (mode 0755), gzipped.
+pub fn helm_tarball(helm: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    {
+        let mut tar = tar::Builder::new(&mut gz);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(helm.len() as u64);
+        header.set_mode(0o755);
+        header.set_mtime(0);
+        header.set_cksum();
+        tar.append_data(&mut header, "linux-amd64/helm", helm).unwrap();
+        tar.finish().unwrap();
+    }
+    gz.finish().unwrap()
+}
+
 /// A helm client tarball for tests that publish but run no helm (moto):
 /// `linux-amd64/helm` is a script that says so and fails. It goes into
 /// `cache` as `up` would put a downloaded one (content-addressed, so under
@@ -88,19 +105,7 @@ pub fn lock_to_shared_charts(dir: &Path, cache: &ChartCache, charts: &Path) -> B
 /// its URL pointing nowhere) make `up` and `update` take it from there
 /// instead of downloading the pinned upstream release.
 pub fn offline_helm(cache: &ChartCache) -> String {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    {
-        let mut tar = tar::Builder::new(&mut gz);
-        let body = b"#!/bin/sh\necho 'a test stand-in: no helm runs here' >&2\nexit 1\n";
-        let mut header = tar::Header::new_gnu();
-        header.set_size(body.len() as u64);
-        header.set_mode(0o755);
-        header.set_mtime(0);
-        header.set_cksum();
-        tar.append_data(&mut header, "linux-amd64/helm", &body[..]).unwrap();
-        tar.finish().unwrap();
-    }
-    let bytes = gz.finish().unwrap();
+    let bytes = helm_tarball(b"#!/bin/sh\necho 'a test stand-in: no helm runs here' >&2\nexit 1\n");
     let (hex, _) = cache.store(&bytes).unwrap();
     format!("helm:\n  binary: {{url: \"https://helm.invalid/helm-test-linux-amd64.tar.gz\", sha256: {hex}, version: v0.0.0-test}}\n")
 }

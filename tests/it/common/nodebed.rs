@@ -63,6 +63,22 @@ pub fn image_dir(test: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
+/// An addon's image archive built from source by
+/// scripts/install-addon-images.sh (`.testbed/addon-images/<name>.tar`, or
+/// under `KUBE_AWS_ADDON_IMAGES_DIR`); panics with the way to build it.
+pub fn addon_image(test: &str, name: &str) -> PathBuf {
+    let dir = std::env::var_os("KUBE_AWS_ADDON_IMAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".testbed/addon-images"));
+    let p = dir.join(format!("{name}.tar"));
+    assert!(
+        p.is_file(),
+        "{test}: the {name} image is missing at {} (`make testbed` builds it: scripts/install-addon-images.sh)",
+        p.display()
+    );
+    p
+}
+
 /// A node image of the upgrade bed and the version it holds:
 /// `.testbed/node/upgrade-from` (the default minor's oldest patch) or
 /// `.testbed/node/upgrade-to-minor` (the next minor's default patch), or the

@@ -247,7 +247,19 @@ impl MotoBed {
     /// (YAML keys at the top level), with the bed's plugin and the plugins in
     /// `plugins` (name, plugin.yaml); then IAM is enforced.
     pub fn up(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> MotoBed {
-        MotoBed::start(test, image, extra, plugins, false).0
+        MotoBed::start(test, image, extra, plugins, false, &|_, _| {}).0
+    }
+
+    /// As `up`, with `prepare(env, work tree)` run on the written work tree
+    /// before `kube-aws up` (to lock its charts into the cache `up` reads).
+    pub fn up_prepared(
+        test: &'static str,
+        image: &Path,
+        extra: &str,
+        plugins: &[(&str, &str)],
+        prepare: &dyn Fn(&MotoEnv, &Path),
+    ) -> MotoBed {
+        MotoBed::start(test, image, extra, plugins, false, prepare).0
     }
 
     /// As `up`, but moto honours the groups' CreationPolicy and takes their
@@ -255,7 +267,7 @@ impl MotoBed {
     /// left running as the admin: the stack stays CREATE_IN_PROGRESS until
     /// the booted nodes signal. Returns once the stack's resources exist.
     pub fn up_waiting(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> (MotoBed, WaitingUp) {
-        let (bed, up) = MotoBed::start(test, image, extra, plugins, true);
+        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, &|_, _| {});
         (bed, up.expect("kube-aws up --wait"))
     }
 
@@ -265,6 +277,7 @@ impl MotoBed {
         extra: &str,
         plugins: &[(&str, &str)],
         waiting: bool,
+        prepare: &dyn Fn(&MotoEnv, &Path),
     ) -> (MotoBed, Option<WaitingUp>) {
         let t0 = Instant::now();
         let bridge = nodebed::bridge();
@@ -304,6 +317,7 @@ impl MotoBed {
             std::fs::create_dir_all(dir.join("plugins").join(name)).unwrap();
             std::fs::write(dir.join("plugins").join(name).join("plugin.yaml"), text).unwrap();
         }
+        prepare(&env, dir);
         // The admin is made while moto still lets anyone in.
         let (admin, admin_arn) = node_iam_moto::admin(&env);
         let waiting_up = if waiting {
