@@ -1018,10 +1018,12 @@ fn webhook_image(out: &std::path::Path) {
 /// `shared/data/charts`, locked for the test); the reconciler installs that
 /// helm from S3 and runs `helm upgrade --install --wait --atomic`. The
 /// images are built from source (the webhook's from the test bed's binary;
-/// metrics-server's by scripts/install-addon-images.sh: v0.8.0's program
-/// under the v0.8.1 tag the chart pulls, the proxy serving no v0.8.1) and
-/// imported into the node's containerd under their published names. Both
-/// run on the real controller: the webhook's Deployment rolls out and a pod
+/// metrics-server's and the descheduler's by scripts/install-addon-images.sh:
+/// metrics-server v0.8.0's program under the v0.8.1 tag the chart pulls, the
+/// proxy serving no v0.8.1) and imported into the node's containerd under
+/// their published names. All run on the real controller: the descheduler's
+/// CronJob (every minute here) completes a Job; the webhook's Deployment
+/// rolls out and a pod
 /// of an annotated service account is mutated (a server-side dry run through
 /// the webhook); metrics-server's APIService serves the controller's
 /// metrics, scraped from its kubelet over TLS verified with the cluster CA,
@@ -1040,6 +1042,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     };
     let t0 = Instant::now();
     let metrics_image = nodebed::addon_image(test, "metrics-server");
+    let descheduler_image = nodebed::addon_image(test, "descheduler");
     // The helm client as a user names it: a tarball served over HTTP.
     let served = tempfile::tempdir().unwrap();
     let helm = crate::common::testbed::bin_dir(test)
@@ -1050,7 +1053,8 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     let http = crate::common::start_http(served.path());
     let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
     let extra = format!(
-        "  metrics-server: {{enabled: true}}\nhelm:\n  binary: {{url: \"http://127.0.0.1:{}/helm.tgz\", sha256: {helm_sha}, version: {}}}\n",
+        "  metrics-server: {{enabled: true}}\n  descheduler: {{enabled: true, schedule: \"* * * * *\"}}\n\
+         helm:\n  binary: {{url: \"http://127.0.0.1:{}/helm.tgz\", sha256: {helm_sha}, version: {}}}\n",
         http.port,
         kube_aws::render::HelmBinary::default_v3().version
     );
@@ -1079,11 +1083,13 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     )
     .unwrap();
     std::fs::copy(&metrics_image, ctl.node.rootfs().join("root/metrics-server.tar")).unwrap();
+    std::fs::copy(&descheduler_image, ctl.node.rootfs().join("root/descheduler.tar")).unwrap();
     ctl.node
         .wait_for(
-            "the webhook and metrics-server images imported",
+            "the webhook, metrics-server and descheduler images imported",
             "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
-             ctr -n k8s.io images import /root/metrics-server.tar >/dev/null",
+             ctr -n k8s.io images import /root/metrics-server.tar >/dev/null && \
+             ctr -n k8s.io images import /root/descheduler.tar >/dev/null",
             Duration::from_secs(120),
         )
         .unwrap_or_else(|e| panic!("{e}"));
@@ -1132,7 +1138,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     // with the plan done.
     let ran = ctl.node.wait_for(
         "the reconciler's run",
-        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 1 ready, 0 failed or skipped, 0 dropped'",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 2 ready, 0 failed or skipped, 0 dropped'",
         Duration::from_secs(420),
     );
     if let Err(e) = ran {
@@ -1163,7 +1169,8 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         record.contains("\"plan\"")
             && record.contains("pod-identity-webhook")
             && record.contains("MutatingWebhookConfiguration")
-            && record.contains("\"metrics-server\""),
+            && record.contains("\"metrics-server\"")
+            && record.contains("\"descheduler\""),
         "the installed record: {record}"
     );
     // The helm client the node ran is the copy `up` published with the chart.
@@ -1293,14 +1300,54 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         approved,
         "no approved kubelet-serving request of the controller: {csrs}"
     );
+    // The descheduler's CronJob (every minute here) runs its container to
+    // completion: a Job of the release succeeds.
+    let start = Instant::now();
+    let jobs = loop {
+        let o = bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                "jobs",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.succeeded}/{.status.failed}{\"\\n\"}{end}",
+            ],
+        );
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let done = text.lines().any(|l| l.starts_with("descheduler-") && l.contains("=1/"));
+        if done || start.elapsed() > Duration::from_secs(180) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    };
+    assert!(
+        jobs.lines().any(|l| l.starts_with("descheduler-") && l.contains("=1/")),
+        "no descheduler Job succeeded: {jobs}\n{}\n{}",
+        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "cronjobs,jobs,pods", "-o", "wide"])),
+        output_text(&bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/instance=descheduler",
+                "--tail=20"
+            ]
+        ))
+    );
+    let t_descheduled = t0.elapsed();
     eprintln!(
         "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; \
-         node metrics served {:.1}s; test {:.1}s",
+         node metrics served {:.1}s; a descheduler run done {:.1}s; test {:.1}s",
         t_ready.as_secs_f64(),
         f.times(),
         t_ran.as_secs_f64(),
         t_rolled.as_secs_f64(),
         t_metrics.as_secs_f64(),
+        t_descheduled.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
 }
