@@ -984,6 +984,11 @@ fn a_node_whose_bootstrap_fails_reports_the_step_and_up_wait_names_it() {
     );
 }
 
+/// The last lines of the kube-system pods matching `selector`, for a failure's message.
+fn system_logs(bed: &MotoBed, ctl: &BedNode, selector: &str) -> String {
+    output_text(&bed.kubectl(ctl, &["-n", "kube-system", "logs", "-l", selector, "--tail=30"]))
+}
+
 /// The pod identity webhook's image, as the rendered manifest names it,
 /// written from the test bed's binary (built from source at the pinned
 /// version by scripts/install-testbed.sh): one layer with /webhook.
@@ -1265,17 +1270,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         "no node metrics from metrics-server: {}\n{}\n{}",
         output_text(&metrics),
         output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "pods,apiservices", "-o", "wide"])),
-        output_text(&bed.kubectl(
-            &ctl,
-            &[
-                "-n",
-                "kube-system",
-                "logs",
-                "-l",
-                "app.kubernetes.io/name=metrics-server",
-                "--tail=30"
-            ]
-        ))
+        system_logs(&bed, &ctl, "app.kubernetes.io/name=metrics-server")
     );
     let t_metrics = t0.elapsed();
     let top = bed.kubectl(&ctl, &["top", "node", &inst.dns]);
@@ -1326,17 +1321,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         jobs.lines().any(|l| l.starts_with("descheduler-") && l.contains("=1/")),
         "no descheduler Job succeeded: {jobs}\n{}\n{}",
         output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "cronjobs,jobs,pods", "-o", "wide"])),
-        output_text(&bed.kubectl(
-            &ctl,
-            &[
-                "-n",
-                "kube-system",
-                "logs",
-                "-l",
-                "app.kubernetes.io/instance=descheduler",
-                "--tail=20"
-            ]
-        ))
+        system_logs(&bed, &ctl, "app.kubernetes.io/instance=descheduler")
     );
     let t_descheduled = t0.elapsed();
     eprintln!(
