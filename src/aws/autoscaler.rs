@@ -281,34 +281,38 @@ pub async fn resume(api: &ScaleClient) -> Result<Paused, PauseError> {
 /// [`pause`] for any release: each of its Deployments goes to 0 replicas
 /// with its count recorded in [`PAUSED_REPLICAS_ANNOTATION`], in one write.
 pub async fn pause_release(api: &ScaleClient, namespace: &str, release: &str) -> Result<Paused, PauseError> {
-    let mut paused = Paused::default();
-    for live in api.deployments(namespace, release).await? {
-        if let Some((patch, replicas)) = pause_patch(&live, namespace)? {
-            api.patch(namespace, &live.name, &patch).await?;
-            paused.deployments.push(Scaled {
-                name: live.name,
-                replicas,
-            });
-        }
-    }
-    Ok(paused)
+    patch_release(api, namespace, release, pause_patch).await
 }
 
 /// [`resume`] for any release: each Deployment with a recorded pause gets
 /// its count back and loses the record, in one write; the others are left
 /// alone. Returns what it put back.
 pub async fn resume_release(api: &ScaleClient, namespace: &str, release: &str) -> Result<Paused, PauseError> {
-    let mut resumed = Paused::default();
+    patch_release(api, namespace, release, resume_patch).await
+}
+
+/// A decision on one Deployment: its patch and the count it names, or none.
+type Decide = fn(&Live, &str) -> Result<Option<(Value, u32)>, PauseError>;
+
+/// Each Deployment of the release that `decide` gives a patch gets it;
+/// returns those Deployments with the count `decide` named.
+async fn patch_release(
+    api: &ScaleClient,
+    namespace: &str,
+    release: &str,
+    decide: Decide,
+) -> Result<Paused, PauseError> {
+    let mut done = Paused::default();
     for live in api.deployments(namespace, release).await? {
-        if let Some((patch, replicas)) = resume_patch(&live, namespace)? {
+        if let Some((patch, replicas)) = decide(&live, namespace)? {
             api.patch(namespace, &live.name, &patch).await?;
-            resumed.deployments.push(Scaled {
+            done.deployments.push(Scaled {
                 name: live.name,
                 replicas,
             });
         }
     }
-    Ok(resumed)
+    Ok(done)
 }
 
 /// The command that resumes a paused Deployment by hand (docs/deploy.md):
