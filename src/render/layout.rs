@@ -50,12 +50,11 @@ pub fn bootstrap_token_parameter(cluster: &str) -> String {
 // Under `s3URI/<cluster>/`, written by the nodes at run time.
 /// The prefixes the nodes write at run time (`update`/`destroy --purge` treat them apart).
 pub const BOOTSTRAP_DIR: &str = "bootstrap/";
-/// The controllers' join lock: one `kubeadm join --control-plane` at a time
-/// (src/node/kube_aws_node/bootstrap.py); taken, listed and released.
+/// The control plane's lock (src/node/kube_aws_node/locks.py `JOIN_LOCK`):
+/// one controller at a time joins (and upgrades), reconfigures or renews its
+/// certificates, each of which restarts its static pods; taken, listed and
+/// released.
 pub const JOIN_LOCK: &str = "bootstrap/join-lock";
-/// The controllers' certificate renewal lock: one controller renews and
-/// restarts its static pods at a time (src/node/kube_aws_node/certs.py).
-pub const CERTS_LOCK: &str = "bootstrap/certs-lock";
 /// The controllers' join token lock: one controller mints at a time (join_token.py).
 pub const TOKEN_LOCK: &str = "bootstrap/token-lock";
 /// `kube-aws rotate bootstrap-token`'s request: its LastModified is when a

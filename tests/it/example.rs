@@ -320,14 +320,15 @@ fn example_nodes_fit_the_vpc_cni_the_cloud_provider_and_the_autoscaler() {
             );
         }
     }
-    // The example runs three controllers: a fixed size, one replaced at a time.
+    // The example runs three controllers: a fixed size, one replaced at a
+    // time, the new one launched before an old one goes (MaxSize one above).
     let g = &stack("control-plane")["Resources"]["ControllerGroup"];
     let cp = &g["Properties"];
     assert_eq!(cp["DesiredCapacity"], "3", "controllers keep a fixed size");
-    assert_eq!((cp["MinSize"].as_str(), cp["MaxSize"].as_str()), (Some("3"), Some("3")));
+    assert_eq!((cp["MinSize"].as_str(), cp["MaxSize"].as_str()), (Some("3"), Some("4")));
     assert_eq!(
         g["UpdatePolicy"]["AutoScalingRollingUpdate"]["MinInstancesInService"],
-        "2"
+        "3"
     );
     assert_eq!(g["CreationPolicy"]["ResourceSignal"]["Count"], 3);
 }

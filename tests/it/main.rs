@@ -17,6 +17,7 @@ mod bad_lock;
 mod bad_plugin;
 mod catalogue;
 mod cert_renewal_real_node;
+mod controllers_real_node;
 mod chart_archive;
 mod chart_fetch;
 mod chart_helm;

@@ -756,17 +756,18 @@ fn an_addon_only_change_touches_the_plan_pointer_and_wait_conditions_only() {
 }
 
 /// The controllers keep etcd's quorum through an update: one at a time,
-/// count - 1 in service, each new one signalled (joined) before the next, over
-/// every subnet's zone.
+/// launch before terminate (the count in service, MaxSize one above it),
+/// each new one signalled (joined) before an old one goes, over every
+/// subnet's zone; one controller rolls terminate first.
 #[test]
-fn three_controllers_roll_one_at_a_time_over_every_zone() {
+fn three_controllers_roll_one_at_a_time_launching_first_over_every_zone() {
     let mut input = full();
     input.cluster.controller.count = 3;
     let cp = stack(&rendered(&input), "control-plane");
     let g = &cp["Resources"]["ControllerGroup"];
     let policy = &g["UpdatePolicy"]["AutoScalingRollingUpdate"];
     assert_eq!(policy["MaxBatchSize"], "1");
-    assert_eq!(policy["MinInstancesInService"], "2");
+    assert_eq!(policy["MinInstancesInService"], "3");
     assert_eq!(policy["WaitOnResourceSignals"], true);
     assert!(policy["PauseTime"].as_str().unwrap().starts_with("PT"));
     assert!(policy["SuspendProcesses"]
@@ -776,9 +777,19 @@ fn three_controllers_roll_one_at_a_time_over_every_zone() {
         .any(|p| p == "AZRebalance"));
     assert_eq!(g["CreationPolicy"]["ResourceSignal"]["Count"], 3);
     let p = &g["Properties"];
-    assert_eq!((p["MinSize"].as_str(), p["MaxSize"].as_str()), (Some("3"), Some("3")));
+    assert_eq!(
+        (p["MinSize"].as_str(), p["MaxSize"].as_str(), p["DesiredCapacity"].as_str()),
+        (Some("3"), Some("4"), Some("3"))
+    );
     // MinInstancesInService must stay below MaxSize (CloudFormation's rule).
     assert!(policy["MinInstancesInService"].as_str().unwrap() < p["MaxSize"].as_str().unwrap());
+    // One controller: terminate first (its replacement restores the snapshot).
+    let mut one = input.clone();
+    one.cluster.controller.count = 1;
+    let cp1 = stack(&rendered(&one), "control-plane");
+    let g1 = &cp1["Resources"]["ControllerGroup"];
+    assert_eq!(g1["UpdatePolicy"]["AutoScalingRollingUpdate"]["MinInstancesInService"], "0");
+    assert_eq!(g1["Properties"]["MaxSize"], "1");
     // Every subnet (one per zone) is the group's: the group balances over the zones.
     assert_eq!(p["VPCZoneIdentifier"], serde_json::json!({"Ref": "SubnetIds"}));
     // Three zones by default with 3 controllers (1+1+1: losing one zone keeps

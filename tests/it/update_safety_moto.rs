@@ -108,7 +108,9 @@ fn three_controllers_spread_roll_and_back_up() {
     let g = &body["Resources"]["ControllerGroup"];
     let policy = &g["UpdatePolicy"]["AutoScalingRollingUpdate"];
     assert_eq!(policy["MaxBatchSize"], "1");
-    assert_eq!(policy["MinInstancesInService"], "2");
+    // Launch before terminate: three in service, MaxSize four.
+    assert_eq!(policy["MinInstancesInService"], "3");
+    assert_eq!(g["Properties"]["MaxSize"], "4");
     assert_eq!(policy["WaitOnResourceSignals"], true);
     let hook = &body["Resources"]["ControllerTerminationHook"]["Properties"];
     assert_eq!(hook["LifecycleTransition"], "autoscaling:EC2_INSTANCE_TERMINATING");

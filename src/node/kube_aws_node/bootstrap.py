@@ -422,7 +422,7 @@ class Boot(object):
         # Two `kubeadm join --control-plane` at once race on etcd membership:
         # one joins at a time, under the join lock.
         self.step("join-lock")
-        key = self.lock_key("join-lock")
+        key = "%s/%s" % (self.rt["keyPrefix"], locks.JOIN_LOCK)
         try:
             etag = locks.acquire(self.aws, self.rt["bucket"], key, self.unique_id(),
                           wait_seconds=paths.knob("JOIN_LOCK_WAIT", 1800),

@@ -13,8 +13,9 @@ all components": its manifest moved out of /etc/kubernetes/manifests until
 the kubelet stops the pod, then moved back and the component waited for.
 
 Invariant: `parse`, `due` and `report` are pure. Renewal and restarts happen
-only under the cluster's certificate lock (s3://BUCKET/PREFIX/bootstrap/certs-lock), so
-two controllers never restart etcd or the API server at once; static pods
+only under the control plane's lock (locks.JOIN_LOCK, the one joins,
+upgrades and reconfigurations take), so two controllers never restart etcd
+or the API server at once, whatever restarts them; static pods
 are restarted one at a time, each healthy again (its own health endpoint on
 127.0.0.1) before the next goes; a manifest moved out is always moved back.
 Every run writes status/certs/<instance-id>.json (earliest expiry, what was
@@ -52,7 +53,7 @@ DEFAULT_RENEW_BEFORE_DAYS = 60
 KIND = "CertificateExpirationInfo"
 STATUS_KEY = "status/certs/%s.json"
 NODE_STATUS_KEY = "status/nodes/%s.json"
-LOCK_KEY = "bootstrap/certs-lock"
+LOCK_KEY = locks.JOIN_LOCK
 
 # The static pods kubeadm writes, in restart order, with the endpoint that
 # says each is healthy again on 127.0.0.1 (kubeadm's own probes: etcd's
@@ -257,7 +258,10 @@ def renew_if_due(host, cfg, lock, say, manifests=None, held=None):
 
 def S3Lock(aws, rt, holder, say):
     """The lock at LOCK_KEY, held for a `with` block (locks.Held)."""
-    return locks.Held(aws, rt, LOCK_KEY, holder, say, lambda m: CertsError("certs-lock", m), "CERTS_LOCK", (3600, 3600, 30))
+    return locks.Held(aws, rt, LOCK_KEY, holder, say, lambda m: CertsError("join-lock", m), "CERTS_LOCK",
+                      # Waits up to an hour (a join or an upgrade may hold it);
+                      # stale after 30 minutes, as every other taker judges it.
+                      (3600, 1800, 30))
 
 
 def put_json(aws, rt, key, value):

@@ -23,6 +23,15 @@ import time
 from . import paths
 from .awscall import AwsError, listed_object
 
+# The control plane's one lock, under the cluster's prefix: a controller
+# takes it for every change that restarts its static pods or changes etcd's
+# membership: a join (and the upgrade it carries, upgrade.py), a
+# reconfiguration (reconfigure.py) and a certificate renewal (certs.py). So
+# two controllers never restart etcd at once: a renewal's etcd restart beside
+# another controller's `kubeadm upgrade apply` (which restarts its etcd too)
+# would leave one of three members, and etcd without its quorum.
+JOIN_LOCK = "bootstrap/join-lock"
+
 HELD = ("PreconditionFailed", "ConditionalRequestConflict")
 # A conditional delete that removed nothing: the object changed or is gone.
 GONE = HELD + ("NoSuchKey",)

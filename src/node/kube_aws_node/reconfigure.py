@@ -25,8 +25,9 @@ A controller: the configuration it wants is the one its boot would use
 kubeadm.d, this node's kubeadm version, as bootstrap.py builds them), its
 digest over the ClusterConfiguration and KubeletConfiguration only. The boot records the
 digest it joined (or initialized) with; when they differ, this controller
-takes the cluster's join lock (the one joins and upgrades take: one
-controller at a time, never beside a joining one) and, under it:
+takes the cluster's join lock (locks.JOIN_LOCK, the one joins, upgrades and
+certificate renewals take: one controller at a time, never beside a joining
+or renewing one) and, under it:
 - (before the lock) leaves it alone when the API server flags name a node
   file this controller lacks (`flag_files`: an encryption configuration or
   audit policy that came with the update that replaces this controller);
@@ -82,7 +83,7 @@ APPLIED = "reconfigure-applied.json"
 KUBEADM_FILE = "kubeadm/cluster.json"
 STATUS_KEY = "status/control-plane/reconfigure.json"
 NODE_STATUS_KEY = "status/nodes/%s.json"
-LOCK_KEY = "bootstrap/join-lock"
+LOCK_KEY = locks.JOIN_LOCK
 # (manifest, `kubeadm init phase control-plane` argument, health endpoint on 127.0.0.1)
 COMPONENTS = (
     ("kube-apiserver", "apiserver", "https://127.0.0.1:6443/readyz"),

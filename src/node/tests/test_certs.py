@@ -15,10 +15,12 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node import certs
+from kube_aws_node import certs, reconfigure
+from kube_aws_node.awscall import AwsError
 
 NOW = certs.parse_time("2026-12-01T20:14:06Z")
 DAY = 86400
@@ -256,6 +258,38 @@ class Main(unittest.TestCase):
         node = aws.puts[1][1]
         self.assertEqual(node["step"], "certs-kubeadm certs check-expiration")
         self.assertIn("unable to read config", node["log"])
+
+    def test_a_due_renewal_waits_for_the_join_lock_another_controller_holds(self):
+        # A join, upgrade or reconfiguration on another controller holds the
+        # control plane's lock: the renewal restarts nothing (its etcd restart
+        # beside another's `kubeadm upgrade apply` would cost etcd its quorum)
+        # and says so once its wait is over (here none: KUBE_AWS_CERTS_LOCK_WAIT=0).
+        class Held(FakeAws):
+            def __init__(self):
+                FakeAws.__init__(self)
+                self.tried = []
+
+            def __call__(self, args, attempts=None):
+                if "--if-none-match" in args:
+                    self.tried.append(args[args.index("--key") + 1])
+                    raise AwsError("An error occurred (PreconditionFailed) when calling the PutObject operation")
+                if args[:2] == ["s3api", "list-objects-v2"]:
+                    return {"Contents": [{"Key": args[args.index("--prefix") + 1], "ETag": '"e"',
+                                          "LastModified": certs.iso(time.time() - 60)}]}
+                return FakeAws.__call__(self, args)
+        os.environ["KUBE_AWS_CERTS_LOCK_WAIT"] = "0"
+        self.addCleanup(os.environ.pop, "KUBE_AWS_CERTS_LOCK_WAIT")
+        aws = Held()
+        kubelet = FakeKubelet(os.path.join(self.root, "etc/kubernetes/manifests"), [expiration(20)])
+        code = certs.main([], aws, host=certs.Host(run=kubelet, clock=lambda: NOW),
+                          instance={"instanceId": "i-1", "nodeName": "n"}, say=lambda m: None)
+        self.assertEqual(code, 1)
+        self.assertEqual(aws.tried, ["p/demo/bootstrap/join-lock"])
+        self.assertEqual(certs.LOCK_KEY, reconfigure.LOCK_KEY)
+        self.assertFalse([c for c in kubelet.calls if c[:3] == ["kubeadm", "certs", "renew"]], kubelet.calls)
+        node = dict(aws.puts)["p/demo/status/nodes/i-1.json"]
+        self.assertEqual(node["step"], "certs-join-lock", node["log"])
+        self.assertIn("still held by another node", node["log"])
 
     def test_a_bad_threshold_is_reported(self):
         with open(os.path.join(self.root, "etc/kube-aws/certs.json"), "w") as f:

@@ -70,7 +70,7 @@ pub(super) fn control_plane_stack(
         instance_type: &c.instance_type,
         root_volume: c.root_volume_size,
         min: c.count,
-        max: c.count,
+        max: super::nodes::controller_max(c.count),
         desired: Some(c.count),
         template_tags: vec![],
         security_group: "ControllerSecurityGroupId",

@@ -192,12 +192,12 @@ pub(super) fn join_token_statements(input: &RenderInput, ctx: &Ctx, controller: 
 /// answers HeadObject on a missing key with 403 unless the caller may list
 /// the bucket (S3 API reference, HeadObject, "Permissions"), and the lock is
 /// missing as often as not. The listing is granted under `bootstrap/` only.
-/// The certificate renewal lock (certs.py) is taken and released the same way.
+/// The certificate renewal (certs.py) and reconfiguration take the same lock.
 pub(super) fn lock_statements(ctx: &Ctx) -> Vec<Value> {
     let dir = format!("{}/{}", ctx.key_prefix, layout::BOOTSTRAP_DIR);
     vec![
         json!({"Sid": "ReleaseJoinLock", "Effect": "Allow", "Action": ["s3:DeleteObject"],
-            "Resource": ([layout::JOIN_LOCK, layout::CERTS_LOCK, layout::TOKEN_LOCK].map(|l| format!("arn:aws:s3:::{}/{}/{l}", ctx.bucket, ctx.key_prefix)))}),
+            "Resource": ([layout::JOIN_LOCK, layout::TOKEN_LOCK].map(|l| format!("arn:aws:s3:::{}/{}/{l}", ctx.bucket, ctx.key_prefix)))}),
         json!({"Sid": "ListLocks", "Effect": "Allow", "Action": ["s3:ListBucket"],
             "Resource": [format!("arn:aws:s3:::{}", ctx.bucket)],
             "Condition": {"StringLike": {"s3:prefix": [format!("{dir}*")]}}}),

@@ -103,8 +103,19 @@ pub(super) fn sub_escape(stub: &str) -> String {
 /// MaxSize of the Auto Scaling group", and with WaitOnResourceSignals PauseTime
 /// is how long it waits for the batch's signals
 /// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-attribute-updatepolicy.html).
-/// - Controllers (count 1, 3 or 5, MinSize = MaxSize = count): count - 1 in
-///   service, so etcd keeps its quorum while one member is replaced.
+/// - Controllers of three or five ([`controller_max`]: MaxSize = count + 1):
+///   launch before terminate, as workers below. The new controller joins
+///   (etcd has count + 1 members, kubeadm adds it as a learner and promotes
+///   it once it has caught up) and signals; only then does one old one
+///   leave, through its termination hook, which removes its member only
+///   while the others keep a quorum (etcd.py `remove_when_safe`). At no
+///   point of the roll does etcd have fewer than `count` members, so it
+///   still survives the loss of one member mid-roll; a terminate-first roll
+///   of three runs on two members, where a second loss takes the quorum.
+/// - One controller (MinSize = MaxSize = 1): terminate first. Its
+///   replacement restores etcd's final snapshot and `kubeadm init`s on it
+///   (etcd.py `restore_decision`): a second controller joining the first
+///   would make a two-member etcd whose quorum needs both.
 /// - Workers: launch before terminate. MinInstancesInService is the group's
 ///   starting size, so CloudFormation raises the desired capacity by the batch
 ///   (one instance, within MaxSize: [`surge_max`] leaves room), waits for the
@@ -119,7 +130,7 @@ pub(super) fn sub_escape(stub: &str) -> String {
 /// which the update itself uses). CloudFormation resumes them when the update
 /// ends, rolled back or not.
 pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
-    let in_service = if g.controller {
+    let in_service = if g.controller && g.max <= initial {
         initial.saturating_sub(1)
     } else {
         initial
@@ -129,6 +140,17 @@ pub(super) fn rolling_update(g: &Group, initial: u32) -> Value {
         "MaxBatchSize": "1", "PauseTime": NODE_SIGNAL_TIMEOUT, "WaitOnResourceSignals": true,
         "SuspendProcesses": ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "AlarmNotification", "ScheduledActions"]});
     json!({ "AutoScalingRollingUpdate": policy })
+}
+
+/// The controller group's MaxSize: one above the count from three up, the
+/// room a launch-before-terminate roll needs (`rolling_update`); the count
+/// itself for one controller, which is replaced terminate-first.
+pub fn controller_max(count: u32) -> u32 {
+    if count >= 3 {
+        count + 1
+    } else {
+        count
+    }
 }
 
 /// A worker group's MaxSize with room for the rolling update's one surge

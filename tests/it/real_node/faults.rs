@@ -23,14 +23,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::bed::{BedNode, MotoBed, BED_BUCKET, BED_CLUSTER};
+use super::bed::{expect_all_ready, BedNode, MotoBed, BED_BUCKET, BED_CLUSTER, READY_LIMIT};
+use super::pod_net;
 use super::{etcd_members, expect_members, member_ips};
 
 const HELD: &str = "/root/etcd.yaml.held";
 
 /// See the module header. `leaving` is terminated, `down` loses its etcd,
 /// `watcher` is the third, whose etcd the test reads.
-pub(super) fn a_leaving_controller_holds_while_its_removal_would_lose_quorum(
+pub(crate) fn a_leaving_controller_holds_while_its_removal_would_lose_quorum(
     bed: &MotoBed,
     leaving: &mut BedNode,
     down: &BedNode,
@@ -56,16 +57,7 @@ pub(super) fn a_leaving_controller_holds_while_its_removal_would_lose_quorum(
 
     // The control-plane stack's termination hook, as CloudFormation puts it
     // (moto's CloudFormation does not create AWS::AutoScaling::LifecycleHook).
-    let group = bed.aws(&[
-        "autoscaling",
-        "describe-auto-scaling-instances",
-        "--instance-ids",
-        &leaving.inst.id,
-    ]);
-    let group = group["AutoScalingInstances"][0]["AutoScalingGroupName"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{group}"))
-        .to_string();
+    let group = group_of(bed, &leaving.inst.id);
     bed.aws(&[
         "autoscaling",
         "put-lifecycle-hook",
@@ -153,6 +145,379 @@ pub(super) fn a_leaving_controller_holds_while_its_removal_would_lose_quorum(
     eprintln!(
         "quorum hold: reported {:.1}s after the etcd stop began; the member removed {:.1}s after the test began",
         t_hold.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The name of the auto scaling group that holds instance `id`.
+fn group_of(bed: &MotoBed, id: &str) -> String {
+    let got = bed.aws(&["autoscaling", "describe-auto-scaling-instances", "--instance-ids", id]);
+    got["AutoScalingInstances"][0]["AutoScalingGroupName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{id} is in no auto scaling group: {got}"))
+        .to_string()
+}
+
+/// The group's instances as EC2 Auto Scaling sees them: (id, health, state),
+/// sorted.
+fn group_health(bed: &MotoBed, group: &str) -> Vec<(String, String, String)> {
+    let g = bed.aws(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+        group,
+    ]);
+    let mut v: Vec<(String, String, String)> = g["AutoScalingGroups"][0]["Instances"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no group {group}: {g}"))
+        .iter()
+        .map(|i| {
+            let s = |k: &str| i[k].as_str().unwrap_or("?").to_string();
+            (s("InstanceId"), s("HealthStatus"), s("LifecycleState"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The HTTP status of `path` on the node's own API server (000: no answer).
+fn api_code(n: &BedNode, path: &str) -> String {
+    let out = n.node.exec(&[
+        "curl",
+        "-sk",
+        "-m",
+        "3",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("https://127.0.0.1:6443{path}"),
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// How many kube-apiserver containers the node's containerd has had (a
+/// kubelet restart of it adds one).
+fn apiserver_containers(n: &BedNode) -> usize {
+    n.node
+        .sh("crictl --runtime-endpoint unix:///run/containerd/containerd.sock ps -a --name '^kube-apiserver$' -q")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// `a_whole_cluster_readyz_outage_costs_no_controller_and_no_data` (issue 38,
+/// "planned restarts never cost a controller"): three controllers; two
+/// members' etcd stop at once (their static pod manifests moved away, as a
+/// restart of etcd does for its duration), so etcd loses its quorum and
+/// every API server's `/readyz` fails, for two minutes. On EC2 the network
+/// load balancer's target group stops routing to them (it checks `/readyz`);
+/// the controller group checks EC2 status only (render/cfn/nodes.rs,
+/// `HealthCheckType: EC2`), and nothing in kube-aws marks a running
+/// controller unhealthy (health.py does only after a failed bootstrap). So:
+/// every sample of the outage has the same three instances, Healthy and
+/// InService; no etcd member is removed (the survivors' lifecycle watch
+/// prunes only members whose instance is gone); once the members are back,
+/// every API server answers `/readyz` again within a bound (measured and
+/// printed), and a ConfigMap written before is there.
+///
+/// Not covered: the load balancer itself (the bed has none: `/readyz` is
+/// read on each controller), EC2's own status checks (moto runs none), and
+/// a renewal or reconfiguration on every controller at once (each takes
+/// about 80 to 190 s per controller here, serialised by its lock: the
+/// renewal and reconfiguration tests run one controller).
+pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed: &MotoBed, ctls: [&BedNode; 3]) {
+    let t0 = Instant::now();
+    let [via, a, b] = ctls;
+    let group = &group_of(bed, &via.inst.id);
+    let cm = bed.kubectl(
+        via,
+        &[
+            "create",
+            "configmap",
+            "outage-marker",
+            "-n",
+            "default",
+            "--from-literal=kept=yes",
+        ],
+    );
+    assert!(cm.status.success(), "{}", crate::common::output_text(&cm));
+    let before = group_health(bed, group);
+    assert_eq!(before.len(), 3, "{before:?}");
+    for (id, health, state) in &before {
+        assert!(health == "Healthy" && state == "InService", "{id}: {health} {state}");
+    }
+    let ips: Vec<&str> = ctls.iter().map(|c| c.inst.ip.as_str()).collect();
+    expect_members(via, &ips, Duration::from_secs(60));
+    let restarts_before: Vec<usize> = ctls.iter().map(|c| apiserver_containers(c)).collect();
+
+    // Two of three members stop: no quorum, no /readyz anywhere.
+    for n in [a, b] {
+        n.node.sh(&format!("mv /etc/kubernetes/manifests/etcd.yaml {HELD}"));
+    }
+    for n in ctls {
+        if let Err(e) = n.node.wait_for(
+            "its API server's /readyz failing",
+            "! curl -fsk -m 3 https://127.0.0.1:6443/readyz >/dev/null",
+            Duration::from_secs(180),
+        ) {
+            for m in [a, b] {
+                m.node.sh(&format!("mv {HELD} /etc/kubernetes/manifests/etcd.yaml"));
+            }
+            panic!("{e}");
+        }
+    }
+    let outage = Instant::now();
+    let t_down = t0.elapsed();
+    let mut samples = 0;
+    let mut livez_failed = 0;
+    let mut readyz_ok = 0;
+    while outage.elapsed() < Duration::from_secs(120) {
+        let now = group_health(bed, group);
+        samples += 1;
+        if now != before {
+            for m in [a, b] {
+                m.node.sh(&format!("mv {HELD} /etc/kubernetes/manifests/etcd.yaml"));
+            }
+            panic!(
+                "the group changed during the outage ({:.0}s in): {now:?}, before {before:?}",
+                outage.elapsed().as_secs_f64()
+            );
+        }
+        for n in ctls {
+            livez_failed += usize::from(api_code(n, "/livez") != "200");
+            readyz_ok += usize::from(api_code(n, "/readyz") == "200");
+        }
+        std::thread::sleep(Duration::from_secs(10));
+    }
+    let held_for = outage.elapsed();
+
+    // The members are back: every API server ready again, within a bound.
+    for n in [a, b] {
+        n.node.sh(&format!("mv {HELD} /etc/kubernetes/manifests/etcd.yaml"));
+    }
+    let back = Instant::now();
+    let mut ready_after = Vec::new();
+    for n in ctls {
+        n.node
+            .wait_for(
+                "its API server's /readyz answering again",
+                "curl -fsk -m 3 https://127.0.0.1:6443/readyz >/dev/null",
+                Duration::from_secs(240).saturating_sub(back.elapsed()),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        ready_after.push(format!("{:.1}s", back.elapsed().as_secs_f64()));
+    }
+    let t_back = back.elapsed();
+    assert_eq!(group_health(bed, group), before, "the group after the outage");
+    expect_members(via, &ips, Duration::from_secs(60));
+    let got = bed.kubectl(
+        via,
+        &["get", "configmap", "outage-marker", "-n", "default", "-o", "jsonpath={.data.kept}"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "yes",
+        "the ConfigMap written before the outage: {}",
+        crate::common::output_text(&got)
+    );
+    let restarts: Vec<usize> = ctls
+        .iter()
+        .zip(&restarts_before)
+        .map(|(c, b)| apiserver_containers(c) - b)
+        .collect();
+    assert_eq!(readyz_ok, 0, "an API server answered /readyz without etcd's quorum");
+    eprintln!(
+        "readyz outage: every /readyz failing {:.1}s after the stop; held {:.1}s ({samples} samples of the group, \
+         unchanged; /livez failed in {livez_failed} of {} reads; kube-apiserver containers restarted by the kubelet: \
+         {restarts:?}); every /readyz ok {:.1}s after etcd's members were put back ({ready_after:?}); {:.1}s in all",
+        t_down.as_secs_f64(),
+        held_for.as_secs_f64(),
+        samples * 3,
+        t_back.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// A ConfigMap's `v`, or None when it does not exist.
+fn configmap_value(bed: &MotoBed, via: &BedNode, name: &str) -> Option<String> {
+    let got = bed.kubectl(via, &["get", "configmap", name, "-n", "default", "-o", "jsonpath={.data.v}"]);
+    got.status
+        .success()
+        .then(|| String::from_utf8_lossy(&got.stdout).into_owned())
+}
+
+/// `an_ha_restore_on_three_new_controllers_brings_the_snapshot_back` (issue
+/// 38, "restores that reconcile", on real nodes): the cluster's controllers
+/// (`olds`, every etcd member among them) take a snapshot (the backup
+/// service of the first, as its timer would), a ConfigMap is written before
+/// it and another after; the installed-addons record names a release at its
+/// wait condition (the bed installs no helm release: the record is put as an
+/// earlier reconciler run writes it). `kube-aws restore --snapshot KEY
+/// --yes` (as the admin, against moto) writes the request and terminates
+/// every controller; the old nodes are gone (their containers stopped);
+/// the group launches three; the first booted takes the restore lock,
+/// restores the snapshot and `kubeadm init`s on it, the other two join it
+/// (booted once it has, as the bed's API name is its address).
+/// Then etcd has the three new members only, the ConfigMap written before
+/// the snapshot is there and the one written after is not, and the record
+/// says nothing is current (plan and wait conditions cleared, `restoredFrom`
+/// the key), so the reconciler brings every release to the plan; by the
+/// time the test reads it the new controllers' reconciler may already have
+/// run on it (the current plan recorded, the old release still not current).
+///
+/// Not covered: the old controllers' termination hooks (moto's
+/// CloudFormation creates no lifecycle hook; the instances go at once), a
+/// helm release brought back to the plan (the bed serves no helm here: the
+/// reconciler's upgrade of what the snapshot holds is reconcile.py's unit
+/// tests and the reconciler's real-node test), the load balancer (the first new controller's address stands for the
+/// API's name).
+pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
+    bed: &MotoBed,
+    named: &str,
+    olds: Vec<BedNode>,
+    first_pod_range: u32,
+) {
+    let t0 = Instant::now();
+    let via = &olds[0];
+    let cm = |name: &str| {
+        let o = bed.kubectl(
+            via,
+            &["create", "configmap", name, "-n", "default", "--from-literal=v=1"],
+        );
+        assert!(o.status.success(), "{}", crate::common::output_text(&o));
+    };
+    cm("before-snapshot");
+    let backup = via.node.sh(
+        "systemctl start kube-aws-etcd-backup.service; systemctl show -p Result --value kube-aws-etcd-backup.service; \
+         journalctl -u kube-aws-etcd-backup.service --no-pager -o cat | tail -5",
+    );
+    assert!(backup.starts_with("success"), "the etcd backup: {backup}");
+    let prefix = format!("clusters/{BED_CLUSTER}/etcd/");
+    let listed = bed.aws(&["s3api", "list-objects-v2", "--bucket", BED_BUCKET, "--prefix", &prefix]);
+    let key = listed["Contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .max_by_key(|o| o["LastModified"].as_str().unwrap_or_default().to_string())
+        .and_then(|o| o["Key"].as_str())
+        .unwrap_or_else(|| panic!("no snapshot under {prefix}: {listed}"))
+        .to_string();
+    cm("after-snapshot");
+    let record_key = format!("clusters/{BED_CLUSTER}/status/addons/installed.json");
+    let record = serde_json::json!({
+        "plan": "0123abcd", "secretsVersions": [], "manifestObjects": [], "holder": via.inst.id,
+        "updatedAt": "2026-12-04T00:00:00Z",
+        "releases": [{"name": "demo", "namespace": "demo", "waitCondition": "DemoReady", "secrets": "h1"}],
+    });
+    let record_file = bed.dir().join("installed-before-restore.json");
+    std::fs::write(&record_file, record.to_string()).unwrap();
+    bed.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BED_BUCKET,
+        "--key",
+        &record_key,
+        "--body",
+        record_file.to_str().unwrap(),
+    ]);
+
+    let known: Vec<String> = bed.instances(named).into_iter().map(|i| i.id).collect();
+    let out = bed.kube_aws(&["restore", "--snapshot", &key, "--yes"]);
+    let said = crate::common::output_text(&out);
+    assert!(out.status.success(), "kube-aws restore: {said}");
+    for o in olds.iter().filter(|o| known.contains(&o.inst.id)) {
+        assert!(said.contains(&o.inst.id), "restore did not terminate {}: {said}", o.inst.id);
+    }
+    let old_ips: Vec<String> = olds.iter().map(|o| o.inst.ip.clone()).collect();
+    drop(olds);
+    let news: Vec<_> = bed
+        .instances(named)
+        .into_iter()
+        .filter(|i| !known.contains(&i.id))
+        .collect();
+    assert_eq!(news.len(), 3, "the group's replacements: {news:?}");
+    let t_boot = Instant::now();
+    let k = first_pod_range;
+    let api_ip = news[0].ip.clone();
+    let n1 = bed.boot("controller", "ControllerRole", &news[0], &api_ip, pod_net(k, &[]));
+    n1.wait_step("kubeadm-init", READY_LIMIT + Duration::from_secs(120));
+    let n2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &news[1],
+        &api_ip,
+        pod_net(k + 1, &[(&n1, k)]),
+    );
+    let n3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &news[2],
+        &api_ip,
+        pod_net(k + 2, &[(&n1, k), (&n2, k + 1)]),
+    );
+    let f = expect_all_ready(&[&n1, &n2, &n3], READY_LIMIT + Duration::from_secs(120));
+    let t_ready = t_boot.elapsed();
+    let log = n1.log();
+    assert!(
+        log.contains("took the restore lock and restores") && log.contains(&key),
+        "the first replacement did not restore {key}: {}",
+        f[0].times()
+    );
+    // The others join the restored cluster (the request's status names it
+    // served by then, or they join it as the request says).
+    for (n, fi) in [(&n2, &f[1]), (&n3, &f[2])] {
+        assert!(
+            fi.steps.iter().any(|(s, _)| s == "kubeadm-join") && !n.log().contains("took the restore lock"),
+            "{} did not join the restored cluster: {}",
+            n.inst.id,
+            fi.times()
+        );
+    }
+    expect_members(
+        &n1,
+        &[n1.inst.ip.as_str(), n2.inst.ip.as_str(), n3.inst.ip.as_str()],
+        Duration::from_secs(120),
+    );
+    let members = member_ips(&etcd_members(&n1));
+    assert!(
+        !members.iter().any(|m| old_ips.contains(m)),
+        "an old member is left: {members:?}"
+    );
+    assert_eq!(
+        configmap_value(bed, &n1, "before-snapshot").as_deref(),
+        Some("1"),
+        "the ConfigMap written before the snapshot"
+    );
+    assert_eq!(
+        configmap_value(bed, &n1, "after-snapshot"),
+        None,
+        "a ConfigMap written after the snapshot came back"
+    );
+    let got = bed
+        .aws_text(&["s3", "cp", &format!("s3://{BED_BUCKET}/{record_key}"), "-"])
+        .expect("the installed record after the restore");
+    let doc: serde_json::Value = serde_json::from_str(&got).unwrap_or_else(|e| panic!("{e}: {got}"));
+    // Reset by the restorer (`plan` null, `restoredFrom` the key), or
+    // already acted on by the new controllers' reconciler, which recorded
+    // the current plan: either way the release the old record called
+    // current is not trusted any more.
+    if doc["plan"].is_null() {
+        assert_eq!(doc["restoredFrom"].as_str(), Some(key.as_str()), "{doc}");
+    } else {
+        assert_ne!(doc["plan"], "0123abcd", "the old record's plan survived the restore: {doc}");
+    }
+    assert_eq!(doc["releases"][0]["name"], "demo", "{doc}");
+    assert_eq!(doc["releases"][0]["waitCondition"], "", "{doc}");
+    assert_eq!(doc["releases"][0]["secrets"], "", "{doc}");
+    eprintln!(
+        "HA restore of {key}: three new controllers Ready {:.1}s after the first booted (restorer: {}; \
+         joiners: {}; {}); {:.1}s in all",
+        t_ready.as_secs_f64(),
+        f[0].times(),
+        f[1].times(),
+        f[2].times(),
         t0.elapsed().as_secs_f64()
     );
 }
