@@ -27,6 +27,13 @@
 #     ENTRYPOINT is its docker-entrypoint, which runs gomplate (not built
 #     here) over the config; this image has no entrypoint, so the chart's
 #     args run `dex` from PATH, with the config as the chart writes it.
+#     Built with Go 1.25.0, the toolchain upstream's Dockerfile pins
+#     (golang:1.25.0), fetched by GOTOOLCHAIN from the module proxy: Go
+#     1.25.2 and later refuse the URL Dex 2.44.0's in-cluster Kubernetes
+#     storage builds ("https://[10.96.0.1]:443": net/url rejects an IPv4
+#     address in brackets since CVE-2025-47912's fix), and Dex then exits
+#     with "invalid IP-literal". `-X main.version=v2.44.0` as upstream's
+#     release-binary target.
 #
 #
 # The archives land outside the clone, in a cache every clone on the machine
@@ -59,15 +66,16 @@ DATA=${KUBE_AWS_SHARED_DATA:-$ROOT/../shared/data}
 # --- pins -------------------------------------------------------------------
 # name|module@version or src:<tarball in $DATA/src>|package|image|path in the
 # image|entrypoint|plugin|chart version|extra files (a directory of the
-# source tree=its path in the image)
+# source tree=its path in the image)|Go toolchain (GOTOOLCHAIN; empty: the
+# local go)|-X flags for the linker
 ADDONS=(
   "metrics-server|sigs.k8s.io/metrics-server@v0.8.0|cmd/metrics-server|registry.k8s.io/metrics-server/metrics-server:v0.8.1|/metrics-server|/metrics-server|metrics-server|3.13.1"
   "descheduler|sigs.k8s.io/descheduler@v0.36.0|cmd/descheduler|registry.k8s.io/descheduler/descheduler:v0.36.0|/bin/descheduler||descheduler|0.36.0"
-  "dex|src:dex-v2.44.0.tar.gz|cmd/dex|ghcr.io/dexidp/dex:v2.44.0|/usr/local/bin/dex||dex|0.24.0|web=/srv/dex/web"
+  "dex|src:dex-v2.44.0.tar.gz|cmd/dex|ghcr.io/dexidp/dex:v2.44.0|/usr/local/bin/dex||dex|0.24.0|web=/srv/dex/web|go1.25.0|main.version=v2.44.0"
 )
 # Each plugin's chart must still be the one whose image is built here.
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name _ _ image _ _ plugin chart _ <<<"$a"
+  IFS='|' read -r name _ _ image _ _ plugin chart _ _ _ <<<"$a"
   grep -q "^ *version: $chart$" "plugins/$plugin/plugin.yaml" ||
     die "plugins/$plugin/plugin.yaml no longer pins chart $chart: check its image ($image) and update ADDONS"
 done
@@ -97,7 +105,9 @@ run() {
 # build. From a source tarball: the tarball's own module, built in place.
 # Then an image archive.
 build_addon() {
-  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8
+  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8 toolchain=$9 xflags=${10}
+  local ldflags="-s -w${xflags:+ -X $xflags}"
+  export GOTOOLCHAIN=${toolchain:-local}
   local w=$DIR/src/$name-$key tmp=$DIR/tmp-$name-$key
   rm -rf "$w" "$tmp"
   mkdir -p "$w" "$tmp"
@@ -106,7 +116,7 @@ build_addon() {
     local top
     top=$(find "$w" -mindepth 1 -maxdepth 1 -type d)
     [ -f "$top/go.mod" ] || die "$name: ${modver#src:} holds no Go module at its top"
-    (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "-s -w" \
+    (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
       -o "$tmp/$name" "./$pkg")
     w=$top
   else
@@ -119,7 +129,7 @@ build_addon() {
     gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
     [ -f "$gomod" ] || die "cannot download $modver's go.mod from the Go module proxy"
     sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" >>"$w/go.mod"
-    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "-s -w" \
+    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
       -o "$tmp/$name" "${modver%@*}/$pkg")
   fi
   local files=(--file "$tmp/$name=$dest:0755")
@@ -134,10 +144,11 @@ build_addon() {
     "${files[@]}" ${entry:+--entrypoint "$entry"}
   mv "$tmp/image.tar" "$out"
   rm -rf "$tmp" "$DIR/src/$name-$key"
+  unset GOTOOLCHAIN
 }
 
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name modver pkg image dest entry _ _ extra <<<"$a"
+  IFS='|' read -r name modver pkg image dest entry _ _ extra toolchain xflags <<<"$a"
   src=
   if [ "${modver#src:}" != "$modver" ]; then
     [ -f "$DATA/src/${modver#src:}" ] || die "$name: no source tarball $DATA/src/${modver#src:} (set KUBE_AWS_SHARED_DATA)"
@@ -149,7 +160,7 @@ for a in "${ADDONS[@]}"; do
   if [ -s "$out" ]; then
     say "$name up to date ($out)"
   else
-    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry" "$extra" "$out"
+    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry" "$extra" "$out" "$toolchain" "$xflags"
     say "$name built in $(($(date +%s) - start))s ($out)"
   fi
   ln -sfn "$out" "$ROOT/.testbed/addon-images/$name.tar"
