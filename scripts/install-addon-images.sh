@@ -44,6 +44,7 @@
 # (bump it when build_addon changes): adding or changing one addon rebuilds
 # only that one. .testbed/addon-images/<name>.tar (gitignored) points at the
 # current archive. A second run builds nothing ("up to date").
+# Arguments: addon names, to build only those (default: all).
 # Needs Go and scripts/install-testbed.sh's helper conventions; no root.
 # See docs/testing.md, "The addon images".
 set -euo pipefail
@@ -149,6 +150,10 @@ build_addon() {
 
 for a in "${ADDONS[@]}"; do
   IFS='|' read -r name modver pkg image dest entry _ _ extra toolchain xflags <<<"$a"
+  # Names given as arguments: only those.
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then
+    continue
+  fi
   src=
   if [ "${modver#src:}" != "$modver" ]; then
     [ -f "$DATA/src/${modver#src:}" ] || die "$name: no source tarball $DATA/src/${modver#src:} (set KUBE_AWS_SHARED_DATA)"
@@ -165,4 +170,4 @@ for a in "${ADDONS[@]}"; do
   fi
   ln -sfn "$out" "$ROOT/.testbed/addon-images/$name.tar"
 done
-say "done: ${#ADDONS[@]} images in $ROOT/.testbed/addon-images ($common)"
+say "done: ${*:-all ${#ADDONS[@]}} in $ROOT/.testbed/addon-images ($common)"

@@ -124,7 +124,11 @@ fn a_local_dex_renders_with_the_password_database() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let values = std::fs::read_to_string(dir.path().join("rendered/addons/values/dex.yaml")).unwrap();
     let v: serde_yaml::Value = serde_yaml::from_str(&values).unwrap();
-    assert_eq!(v["config"]["enablePasswordDB"], serde_yaml::Value::Bool(true), "{values}");
+    assert_eq!(
+        v["config"]["enablePasswordDB"],
+        serde_yaml::Value::Bool(true),
+        "{values}"
+    );
     assert_eq!(v["config"]["oauth2"]["passwordConnector"], "local", "{values}");
     assert!(v["config"].get("connectors").is_none(), "{values}");
 }

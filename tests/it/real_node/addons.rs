@@ -11,7 +11,8 @@
 //! does) with the dex plugin on: `connector: local` (Dex's own password
 //! database, one static user, `oauth2.passwordConnector: local`), its static
 //! client `kubernetes` with a secret parameter (KMS-encrypted by `up`,
-//! substituted on the node: the token requests authenticate with it),
+//! substituted on the node: the token requests authenticate with it, and a
+//! wrong one is refused),
 //! `exposure: values` and `oidcCA` set to the test's CA. The test's
 //! values/dex.yaml makes Dex serve HTTPS (the chart's `https.enabled`) with a
 //! certificate for `dex.bed.test` signed by that CA (a TLS Secret the test
@@ -186,7 +187,11 @@ fn mock_login_code(dir: &Path, ip: &str) -> String {
     );
     let mut hops = Vec::new();
     for _ in 0..8 {
-        let o = curl(dir, ip, &["-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", &url]);
+        let o = curl(
+            dir,
+            ip,
+            &["-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", &url],
+        );
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
         hops.push(format!("{url} -> {text} {}", String::from_utf8_lossy(&o.stderr)));
         let next = text.split_once(' ').map(|(_, u)| u.to_string()).unwrap_or_default();
@@ -251,7 +256,13 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         dns = inst.dns,
         api = bed.api
     );
-    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![("NODEBED_HOSTS", hosts)]);
+    let ctl = bed.boot(
+        "controller",
+        "ControllerRole",
+        &inst,
+        &inst.ip,
+        vec![("NODEBED_HOSTS", hosts)],
+    );
     while !ctl.log().contains("step plugin-units") {
         assert!(
             ctl.booted.elapsed() < READY_LIMIT,
@@ -260,7 +271,11 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    std::fs::copy(bed.dir().join("webhook.tar"), ctl.node.rootfs().join("root/webhook.tar")).unwrap();
+    std::fs::copy(
+        bed.dir().join("webhook.tar"),
+        ctl.node.rootfs().join("root/webhook.tar"),
+    )
+    .unwrap();
     std::fs::copy(&dex_image, ctl.node.rootfs().join("root/dex.tar")).unwrap();
     ctl.node
         .wait_for(
@@ -297,7 +312,10 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         "--oidc-groups-claim=groups".to_string(),
         "--oidc-ca-file=/etc/kubernetes/pki/dex-oidc-ca.crt".to_string(),
     ] {
-        assert!(manifest.contains(&flag), "no {flag} in the apiserver's manifest:\n{manifest}");
+        assert!(
+            manifest.contains(&flag),
+            "no {flag} in the apiserver's manifest:\n{manifest}"
+        );
     }
     let ca_file = std::fs::read_to_string(ctl.node.rootfs().join("etc/kubernetes/pki/dex-oidc-ca.crt")).unwrap();
     assert_eq!(ca_file.trim(), ca.trim(), "the plugin's oidc CA file");
@@ -316,7 +334,15 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
             &format!("--key={}", certs.path().join("tls.key").display()),
         ],
         vec!["create", "namespace", "team-a"],
-        vec!["-n", "team-a", "create", "role", "pod-reader", "--verb=get,list", "--resource=pods"],
+        vec![
+            "-n",
+            "team-a",
+            "create",
+            "role",
+            "pod-reader",
+            "--verb=get,list",
+            "--resource=pods",
+        ],
         vec![
             "-n",
             "team-a",
@@ -350,14 +376,21 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
                     .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
             ),
             output_text(&bed.kubectl(&ctl, &["-n", "dex", "get", "all", "-o", "wide"])),
-            output_text(&bed.kubectl(&ctl, &["-n", "dex", "logs", "-l", "app.kubernetes.io/name=dex", "--tail=40"]))
+            output_text(&bed.kubectl(
+                &ctl,
+                &["-n", "dex", "logs", "-l", "app.kubernetes.io/name=dex", "--tail=40"]
+            ))
         );
     }
     let t_ran = t0.elapsed();
     let dex_logs = || output_text(&bed.kubectl(&ctl, &["-n", "dex", "logs", "deployment/dex", "--tail=40"]));
 
     // Discovery over HTTPS at the issuer, verified with the CA.
-    let disco = curl(certs.path(), &inst.ip, &[&format!("{}/.well-known/openid-configuration", issuer())]);
+    let disco = curl(
+        certs.path(),
+        &inst.ip,
+        &[&format!("{}/.well-known/openid-configuration", issuer())],
+    );
     let disco_json: serde_json::Value = serde_json::from_slice(&disco.stdout).unwrap_or_default();
     assert_eq!(
         disco_json["issuer"],
@@ -374,13 +407,13 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
     // The password grant: the static user, the static client's secret (the
     // plugin's secret parameter, decrypted on the node).
     let token_url = format!("{}/token", issuer());
-    let password_token = |password: &str| {
+    let password_token = |client_secret: &str, password: &str| {
         curl(
             certs.path(),
             &inst.ip,
             &[
                 "-u",
-                &format!("kubernetes:{CLIENT_SECRET}"),
+                &format!("kubernetes:{client_secret}"),
                 "-d",
                 "grant_type=password",
                 "--data-urlencode",
@@ -393,13 +426,19 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
             ],
         )
     };
-    let wrong = password_token("not-the-password");
+    let wrong = password_token(CLIENT_SECRET, "not-the-password");
     assert!(
         String::from_utf8_lossy(&wrong.stdout).contains("access_denied"),
         "a wrong password was not refused: {}",
         output_text(&wrong)
     );
-    let user_token = id_token(&password_token(PASSWORD), "the password grant");
+    let wrong = password_token("not-the-client-secret", PASSWORD);
+    assert!(
+        String::from_utf8_lossy(&wrong.stdout).contains("invalid_client"),
+        "a wrong client secret was not refused: {}",
+        output_text(&wrong)
+    );
+    let user_token = id_token(&password_token(CLIENT_SECRET, PASSWORD), "the password grant");
 
     // The apiserver accepts it (it retries Dex's discovery until Dex
     // answers, so the first calls may come before it has the keys).
@@ -417,11 +456,24 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         USER,
         "whoami with the password grant's token: {}\n--- kube-apiserver ---\n{}",
         output_text(&whoami),
-        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "logs", "-l", "component=kube-apiserver", "--tail=30"]))
+        output_text(&bed.kubectl(
+            &ctl,
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "component=kube-apiserver",
+                "--tail=30"
+            ]
+        ))
     );
     let t_login = t0.elapsed();
     let groups = who["status"]["userInfo"]["groups"].to_string();
-    assert_eq!(groups, r#"["system:authenticated"]"#, "the password database has no groups: {who}");
+    assert_eq!(
+        groups, r#"["system:authenticated"]"#,
+        "the password database has no groups: {who}"
+    );
     assert_eq!(can_i(&bed, &ctl, &user_token, "get", "pods", "team-a"), "no");
 
     // A group: the mockCallback connector's identity, through the code flow.
