@@ -170,6 +170,15 @@ fn kubectl_as(bed: &MotoBed, ctl: &BedNode, token: &str, args: &[&str]) -> Outpu
         .unwrap()
 }
 
+/// The last lines of the logs of the pods whose directory under
+/// /var/log/pods starts with `prefix` (`<namespace>_<pod name>`), read on
+/// the node: `kubectl logs` needs the kubelet's serving certificate, which
+/// no one may have approved yet when a step fails early.
+fn pod_logs(ctl: &BedNode, prefix: &str) -> String {
+    ctl.node
+        .sh(&format!("tail -n 30 /var/log/pods/{prefix}*/*/*.log 2>&1 || true"))
+}
+
 /// `kubectl auth can-i` as `token`: its answer ("yes"/"no").
 fn can_i(bed: &MotoBed, ctl: &BedNode, token: &str, verb: &str, what: &str, ns: &str) -> String {
     let o = kubectl_as(bed, ctl, token, &["auth", "can-i", verb, what, "-n", ns]);
@@ -376,14 +385,11 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
                     .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
             ),
             output_text(&bed.kubectl(&ctl, &["-n", "dex", "get", "all", "-o", "wide"])),
-            output_text(&bed.kubectl(
-                &ctl,
-                &["-n", "dex", "logs", "-l", "app.kubernetes.io/name=dex", "--tail=40"]
-            ))
+            pod_logs(&ctl, "dex_dex-")
         );
     }
     let t_ran = t0.elapsed();
-    let dex_logs = || output_text(&bed.kubectl(&ctl, &["-n", "dex", "logs", "deployment/dex", "--tail=40"]));
+    let dex_logs = || pod_logs(&ctl, "dex_dex-");
 
     // Discovery over HTTPS at the issuer, verified with the CA.
     let disco = curl(
@@ -456,17 +462,7 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         USER,
         "whoami with the password grant's token: {}\n--- kube-apiserver ---\n{}",
         output_text(&whoami),
-        output_text(&bed.kubectl(
-            &ctl,
-            &[
-                "-n",
-                "kube-system",
-                "logs",
-                "-l",
-                "component=kube-apiserver",
-                "--tail=30"
-            ]
-        ))
+        pod_logs(&ctl, "kube-system_kube-apiserver-")
     );
     let t_login = t0.elapsed();
     let groups = who["status"]["userInfo"]["groups"].to_string();
