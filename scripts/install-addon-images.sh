@@ -17,12 +17,34 @@
 #     registry.k8s.io/descheduler/descheduler:v0.36.0 and runs
 #     /bin/descheduler (its values' `command`); built from
 #     sigs.k8s.io/descheduler v0.36.0.
+#   dex: chart dex 0.24.0 (plugins/dex) pulls ghcr.io/dexidp/dex:v2.44.0
+#     (its appVersion) and runs `dex serve … /etc/dex/config.yaml` (the
+#     chart's args, no command). The proxy does not serve Dex v2.44.0, so it
+#     is built from the tagged source tarball in $KUBE_AWS_SHARED_DATA/src
+#     (its own go.mod: the dependencies come from the proxy), `dex` at
+#     /usr/local/bin/dex and the web templates and static files at
+#     /srv/dex/web, as upstream's Dockerfile lays them out. Upstream's
+#     ENTRYPOINT is its docker-entrypoint, which runs gomplate (not built
+#     here) over the config; this image has no entrypoint, so the chart's
+#     args run `dex` from PATH, with the config as the chart writes it.
+#     Built with Go 1.25.0, the toolchain upstream's Dockerfile pins
+#     (golang:1.25.0), fetched by GOTOOLCHAIN from the module proxy: Go
+#     1.25.2 and later refuse the URL Dex 2.44.0's in-cluster Kubernetes
+#     storage builds ("https://[10.96.0.1]:443": net/url rejects an IPv4
+#     address in brackets since CVE-2025-47912's fix), and Dex then exits
+#     with "invalid IP-literal". `-X main.version=v2.44.0` as upstream's
+#     release-binary target.
+#
 #
 # The archives land outside the clone, in a cache every clone on the machine
-# shares: $CACHE/addon-images/<key>/, where CACHE is $KUBE_AWS_TESTBED_CACHE or
-# ${XDG_CACHE_HOME:-$HOME/.cache}/kube-aws-testbed and <key> a hash of the
-# pins and of this script's content; .testbed/addon-images (gitignored)
-# points at the current one. A second run builds nothing ("up to date").
+# shares: $CACHE/addon-images/<name>-<key>.tar, where CACHE is
+# $KUBE_AWS_TESTBED_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/kube-aws-testbed
+# and <key> a hash of that addon's own pin line, of its source tarball (if
+# any), of the Go version, of scripts/nodebed/oci_image.py and of RECIPE
+# (bump it when build_addon changes): adding or changing one addon rebuilds
+# only that one. .testbed/addon-images/<name>.tar (gitignored) points at the
+# current archive. A second run builds nothing ("up to date").
+# Arguments: addon names, to build only those (default: all).
 # Needs Go and scripts/install-testbed.sh's helper conventions; no root.
 # See docs/testing.md, "The addon images".
 set -euo pipefail
@@ -40,28 +62,35 @@ if [ "${KUBE_AWS_TESTBED:-}" = skip ]; then
   exit 0
 fi
 command -v go >/dev/null 2>&1 || die "go not found on PATH: the addon images are built from the Go module proxy"
+DATA=${KUBE_AWS_SHARED_DATA:-$ROOT/../shared/data}
 
 # --- pins -------------------------------------------------------------------
-# name|module@version|package|image|path in the image|entrypoint|plugin|chart version
+# name|module@version or src:<tarball in $DATA/src>|package|image|path in the
+# image|entrypoint|plugin|chart version|extra files (a directory of the
+# source tree=its path in the image)|Go toolchain (GOTOOLCHAIN; empty: the
+# local go)|-X flags for the linker
 ADDONS=(
   "metrics-server|sigs.k8s.io/metrics-server@v0.8.0|cmd/metrics-server|registry.k8s.io/metrics-server/metrics-server:v0.8.1|/metrics-server|/metrics-server|metrics-server|3.13.1"
   "descheduler|sigs.k8s.io/descheduler@v0.36.0|cmd/descheduler|registry.k8s.io/descheduler/descheduler:v0.36.0|/bin/descheduler||descheduler|0.36.0"
+  "dex|src:dex-v2.44.0.tar.gz|cmd/dex|ghcr.io/dexidp/dex:v2.44.0|/usr/local/bin/dex||dex|0.24.0|web=/srv/dex/web|go1.25.0|main.version=v2.44.0"
 )
 # Each plugin's chart must still be the one whose image is built here.
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name _ _ image _ _ plugin chart <<<"$a"
+  IFS='|' read -r name _ _ image _ _ plugin chart _ _ _ <<<"$a"
   grep -q "^ *version: $chart$" "plugins/$plugin/plugin.yaml" ||
     die "plugins/$plugin/plugin.yaml no longer pins chart $chart: check its image ($image) and update ADDONS"
 done
 
-script=$(sha256sum scripts/install-addon-images.sh scripts/nodebed/oci_image.py | sha256sum | cut -c1-12)
-pins="$(printf '%s ' "${ADDONS[@]}")script=$script"
-key=$(printf '%s' "$pins" | sha256sum | cut -c1-12)
+# The recipe's version: bump it when build_addon's way of building changes.
+RECIPE=2
+common="recipe=$RECIPE go=$(go env GOVERSION) oci=$(sha256sum scripts/nodebed/oci_image.py | cut -c1-12)"
 CACHE=${KUBE_AWS_TESTBED_CACHE:-${XDG_CACHE_HOME:-${HOME:-$ROOT/.testbed}/.cache}/kube-aws-testbed}
-DIR=$CACHE/addon-images/$key
-mkdir -p "$DIR/src" "$DIR/log" "$ROOT/.testbed"
-printf '%s\n' "$pins" >"$DIR/pins"
-ln -sfn "$DIR" "$ROOT/.testbed/addon-images"
+DIR=$CACHE/addon-images
+mkdir -p "$DIR/log" "$ROOT/.testbed"
+# .testbed/addon-images was one symlink to a whole table's directory
+# before the keys were per addon: it becomes a directory of links.
+[ -L "$ROOT/.testbed/addon-images" ] && rm "$ROOT/.testbed/addon-images"
+mkdir -p "$ROOT/.testbed/addon-images"
 
 run() {
   local comp=$1
@@ -72,38 +101,73 @@ run() {
   fi
 }
 
-# One addon: a wrapper module (as for the test bed's programs: the proxy's
-# version list is not needed then), a static build, an image archive.
+# One addon from the Go module proxy: a wrapper module (as for the test
+# bed's programs: the proxy's version list is not needed then), a static
+# build. From a source tarball: the tarball's own module, built in place.
+# Then an image archive.
 build_addon() {
-  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6
-  local w=$DIR/src/$name out=$DIR/$name.tar
-  mkdir -p "$w"
-  printf '%s\n' "// Generated by scripts/install-addon-images.sh." "module kube-aws.testbed/$name" "" \
-    "go 1.26" "" "require ${modver%@*} ${modver#*@}" >"$w/go.mod"
-  # The module's own replace directives to module versions (Go applies only
-  # the main module's: descheduler v0.36.0 requires a kube-openapi the proxy
-  # does not serve, and replaces it with one it does).
-  local gomod
-  gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-  [ -f "$gomod" ] || die "cannot download $modver's go.mod from the Go module proxy"
-  sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" >>"$w/go.mod"
-  rm -rf "$DIR/tmp"
-  (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "-s -w" \
-    -o "$DIR/tmp/$name" "${modver%@*}/$pkg")
-  run "$name" python3 scripts/nodebed/oci_image.py "$DIR/tmp/image.tar" "$image" \
-    --file "$DIR/tmp/$name=$dest:0755" ${entry:+--entrypoint "$entry"}
-  mv "$DIR/tmp/image.tar" "$out"
-  rm -rf "$DIR/tmp"
+  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8 toolchain=$9 xflags=${10}
+  local ldflags="-s -w${xflags:+ -X $xflags}"
+  export GOTOOLCHAIN=${toolchain:-local}
+  local w=$DIR/src/$name-$key tmp=$DIR/tmp-$name-$key
+  rm -rf "$w" "$tmp"
+  mkdir -p "$w" "$tmp"
+  if [ "${modver#src:}" != "$modver" ]; then
+    tar -xzf "$DATA/src/${modver#src:}" -C "$w"
+    local top
+    top=$(find "$w" -mindepth 1 -maxdepth 1 -type d)
+    [ -f "$top/go.mod" ] || die "$name: ${modver#src:} holds no Go module at its top"
+    (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
+      -o "$tmp/$name" "./$pkg")
+    w=$top
+  else
+    printf '%s\n' "// Generated by scripts/install-addon-images.sh." "module kube-aws.testbed/$name" "" \
+      "go 1.26" "" "require ${modver%@*} ${modver#*@}" >"$w/go.mod"
+    # The module's own replace directives to module versions (Go applies only
+    # the main module's: descheduler v0.36.0 requires a kube-openapi the proxy
+    # does not serve, and replaces it with one it does).
+    local gomod
+    gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+    [ -f "$gomod" ] || die "cannot download $modver's go.mod from the Go module proxy"
+    sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" >>"$w/go.mod"
+    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
+      -o "$tmp/$name" "${modver%@*}/$pkg")
+  fi
+  local files=(--file "$tmp/$name=$dest:0755")
+  if [ -n "$extra" ]; then
+    local from=${extra%%=*} to=${extra#*=} f
+    [ -d "$w/$from" ] || die "$name: no $from in its source"
+    while IFS= read -r f; do
+      files+=(--file "$w/$from/$f=$to/$f:0644")
+    done < <(cd "$w/$from" && find . -type f ! -name '*.go' | sed 's#^\./##' | sort)
+  fi
+  run "$name" python3 scripts/nodebed/oci_image.py "$tmp/image.tar" "$image" \
+    "${files[@]}" ${entry:+--entrypoint "$entry"}
+  mv "$tmp/image.tar" "$out"
+  rm -rf "$tmp" "$DIR/src/$name-$key"
+  unset GOTOOLCHAIN
 }
 
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name modver pkg image dest entry _ _ <<<"$a"
-  start=$(date +%s)
-  if [ -s "$DIR/$name.tar" ]; then
-    say "$name up to date"
-  else
-    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry"
-    say "$name built in $(($(date +%s) - start))s"
+  IFS='|' read -r name modver pkg image dest entry _ _ extra toolchain xflags <<<"$a"
+  # Names given as arguments: only those.
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then
+    continue
   fi
+  src=
+  if [ "${modver#src:}" != "$modver" ]; then
+    [ -f "$DATA/src/${modver#src:}" ] || die "$name: no source tarball $DATA/src/${modver#src:} (set KUBE_AWS_SHARED_DATA)"
+    src=$(sha256sum "$DATA/src/${modver#src:}" | cut -c1-12)
+  fi
+  key=$(printf '%s src=%s %s' "$a" "$src" "$common" | sha256sum | cut -c1-12)
+  out=$DIR/$name-$key.tar
+  start=$(date +%s)
+  if [ -s "$out" ]; then
+    say "$name up to date ($out)"
+  else
+    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry" "$extra" "$out" "$toolchain" "$xflags"
+    say "$name built in $(($(date +%s) - start))s ($out)"
+  fi
+  ln -sfn "$out" "$ROOT/.testbed/addon-images/$name.tar"
 done
-say "done ($pins) in $DIR"
+say "done: ${*:-all ${#ADDONS[@]}} in $ROOT/.testbed/addon-images ($common)"

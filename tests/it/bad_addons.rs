@@ -1,5 +1,6 @@
 //! Bad input for the built-in addons, through `kube-aws render`: dex with no
-//! connector or an `http` issuer, and a chart Helm 2 cannot install in Helm v2
+//! connector, an upstream connector without its client or `local` with one,
+//! or an `http` issuer, and a chart Helm 2 cannot install in Helm v2
 //! mode. Each exits 1 with a located error (snapshotted) and writes nothing.
 
 use assert_cmd::Command;
@@ -76,6 +77,16 @@ bad!(
     format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: oidc, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
 );
 bad!(
+    dex_github_connector_without_its_client,
+    "",
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: github}}\n")
+);
+bad!(
+    dex_local_connector_with_an_upstream_client,
+    "",
+    format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: local, connectorClientID: demo, connectorClientSecret: hunter2}}\n")
+);
+bad!(
     helm_v2_mode_refuses_a_v2_chart,
     "cluster.yaml:5:",
     format!("{BASE}helm:\n  version: 2\nplugins:\n  metrics-server: {{enabled: true}}\n")
@@ -88,6 +99,38 @@ fn a_good_dex_renders() {
     ));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(written, ["rendered"]);
+}
+
+/// `connector: local` (Dex's own password database) needs no upstream
+/// client: Dex gets the password database and the password grant, and no
+/// upstream connector.
+#[test]
+fn a_local_dex_renders_with_the_password_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        format!("{BASE}plugins:\n  dex: {{enabled: true, issuerURL: https://dex.example.com, exposure: values, connector: local}}\n"),
+    )
+    .unwrap();
+    let out = Command::cargo_bin("kube-aws")
+        .unwrap()
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .args(["render", "--cache-dir"])
+        .arg(cache.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let values = std::fs::read_to_string(dir.path().join("rendered/addons/values/dex.yaml")).unwrap();
+    let v: serde_yaml::Value = serde_yaml::from_str(&values).unwrap();
+    assert_eq!(
+        v["config"]["enablePasswordDB"],
+        serde_yaml::Value::Bool(true),
+        "{values}"
+    );
+    assert_eq!(v["config"]["oauth2"]["passwordConnector"], "local", "{values}");
+    assert!(v["config"].get("connectors").is_none(), "{values}");
 }
 
 #[test]

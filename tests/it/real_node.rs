@@ -240,6 +240,7 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
     );
 }
 
+mod addons;
 pub(crate) mod bed;
 pub(crate) mod faults;
 mod upgrade;
