@@ -122,8 +122,8 @@ fn three_controllers_spread_roll_and_back_up() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["MaxSize"] == 3)
-        .unwrap_or_else(|| panic!("no group of 3: {groups}"));
+        .find(|g| g["DesiredCapacity"] == 3 && g["MaxSize"] == 4)
+        .unwrap_or_else(|| panic!("no group of 3 (MaxSize 4, the roll's room): {groups}"));
     let subnets: Vec<&str> = controller["VPCZoneIdentifier"].as_str().unwrap().split(',').collect();
     assert_eq!(subnets.len(), 3, "{controller}");
     let mut args = vec!["ec2", "describe-subnets", "--subnet-ids"];
