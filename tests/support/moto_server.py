@@ -114,16 +114,41 @@ Patches (moto 5.2.5):
    every role, group and user. The patch gives the policy that delete: detach
    from each entity, then DeletePolicy, through moto's own backend calls;
    moto's delete loop retries the role afterwards.
+
+12. sts AssumeRoleWithWebIdentity is a call without AWS credentials (AWS:
+   "Calling AssumeRoleWithWebIdentity does not require the use of AWS
+   security credentials"; the caller proves itself with the token). With IAM
+   enforced, moto checks a signature on it like any other call and fails with
+   KeyError 'HTTP_AUTHORIZATION' (HTTP 500); without enforcement it accepts
+   any string as the token for any role (sts/models.py
+   assume_role_with_web_identity is assume_role: no token, no trust policy).
+   The patch lets the unsigned call through and checks the token the way STS
+   does, in the part that moto can hold: the JWT's signature (RS256 or
+   ES256) against the JWKS that the issuer's discovery document names, read
+   from moto's own S3 when the issuer is an S3 bucket's virtual-hosted URL
+   (kube-aws's default issuer, published by `up`); its `exp`; and the role's
+   trust policy: a statement allowing sts:AssumeRoleWithWebIdentity whose
+   StringEquals conditions `<issuer host/path>:sub` and `:aud` equal the
+   token's claims. Anything else is refused as STS refuses it
+   (InvalidIdentityToken / AccessDenied, HTTP 400/403). Not checked: the IAM
+   OIDC provider object (moto's CloudFormation has no AWS::IAM::OIDCProvider,
+   so the trust policy's Federated principal is not resolved) with its client
+   IDs and TLS thumbprint.
 """
 
+import base64
 import json
 import os
 import sys
+import time
+from urllib.parse import urlparse
 
 import moto
 from moto.cloudformation import models as cloudformation_models
 from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
 from moto.cloudwatch import models as cloudwatch_models
+from moto.core.authorization import ActionAuthenticatorMixin
+from moto.core.exceptions import _RESTError
 from moto.core.common_models import CloudFormationModel
 from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
@@ -294,6 +319,117 @@ class _CfnAlarm(CloudFormationModel):
         cloudwatch_models.cloudwatch_backends[account_id][region_name].delete_alarms([self.alarm.name])
 
 
+class _WebIdentityRefused(_RESTError):
+    """STS's refusal of a web identity token (patch 12)."""
+
+    def __init__(self, code, status, message):
+        super().__init__(code, message)
+        self.code = status
+
+
+def _b64url(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _jwks_of(issuer):
+    """The issuer's JWKS from moto's S3: the discovery document's jwks_uri."""
+    from moto.s3.models import s3_backends
+
+    def read(url):
+        u = urlparse(url)
+        host = u.hostname or ""
+        if u.scheme != "https" or ".s3." not in host or not host.endswith(".amazonaws.com"):
+            raise _WebIdentityRefused("InvalidIdentityToken", 400, f"issuer {issuer} is not an S3 bucket of this moto")
+        bucket = host.split(".s3.")[0]
+        key = u.path.lstrip("/")
+        for account in list(s3_backends.keys()):
+            backend = s3_backends[account]["aws"]
+            if bucket in backend.buckets:
+                return json.loads(backend.get_object(bucket, key).value)
+        raise _WebIdentityRefused("InvalidIdentityToken", 400, f"no bucket {bucket} for issuer {issuer}")
+
+    disco = read(issuer.rstrip("/") + "/.well-known/openid-configuration")
+    if disco.get("issuer") != issuer:
+        raise _WebIdentityRefused("InvalidIdentityToken", 400, "the discovery document names another issuer")
+    return read(disco["jwks_uri"])
+
+
+def _verify_signature(header, signed, sig, jwks):
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    num = lambda v: int.from_bytes(_b64url(v), "big")  # noqa: E731
+    for k in jwks.get("keys", []):
+        if header.get("kid") and k.get("kid") != header["kid"]:
+            continue
+        try:
+            if header.get("alg") == "ES256" and k.get("kty") == "EC":
+                key = ec.EllipticCurvePublicNumbers(num(k["x"]), num(k["y"]), ec.SECP256R1()).public_key()
+                der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+                key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+                return
+            if header.get("alg") == "RS256" and k.get("kty") == "RSA":
+                key = rsa.RSAPublicNumbers(num(k["e"]), num(k["n"])).public_key()
+                key.verify(sig, signed, padding.PKCS1v15(), hashes.SHA256())
+                return
+        except InvalidSignature:
+            pass
+    raise _WebIdentityRefused("InvalidIdentityToken", 400, "the token's signature is not the issuer's")
+
+
+def _check_web_identity(querystring):
+    """Patch 12: the token and the role's trust policy, as STS checks them."""
+    from moto.iam.models import iam_backends
+
+    q = lambda k: (querystring.get(k) or [""])[0]  # noqa: E731
+    token, role_arn = q("WebIdentityToken"), q("RoleArn")
+    try:
+        h, c, s = token.split(".")
+        header, claims, sig = json.loads(_b64url(h)), json.loads(_b64url(c)), _b64url(s)
+    except ValueError:
+        raise _WebIdentityRefused("InvalidIdentityToken", 400, "the token is not a JWT")
+    issuer = claims.get("iss", "")
+    _verify_signature(header, f"{h}.{c}".encode(), sig, _jwks_of(issuer))
+    if float(claims.get("exp", 0)) < time.time():
+        raise _WebIdentityRefused("ExpiredTokenException", 400, "the token has expired")
+    account = role_arn.split(":")[4] if role_arn.count(":") >= 5 else ""
+    try:
+        role = iam_backends[account]["aws"].get_role_by_arn(role_arn)
+    except Exception:
+        raise _WebIdentityRefused("AccessDenied", 403, f"no role {role_arn}")
+    trust = role.assume_role_policy_document
+    trust = json.loads(trust) if isinstance(trust, str) else trust
+    hp = issuer.removeprefix("https://")
+    aud = claims.get("aud")
+    auds = aud if isinstance(aud, list) else [aud]
+    for st in trust.get("Statement", []):
+        actions = st.get("Action")
+        actions = actions if isinstance(actions, list) else [actions]
+        cond = st.get("Condition", {}).get("StringEquals", {})
+        if (
+            st.get("Effect") == "Allow"
+            and "sts:AssumeRoleWithWebIdentity" in actions
+            and cond.get(f"{hp}:sub") == claims.get("sub")
+            and cond.get(f"{hp}:aud") in auds
+        ):
+            return
+    raise _WebIdentityRefused(
+        "AccessDenied", 403, f"Not authorized to perform sts:AssumeRoleWithWebIdentity ({claims.get('sub')} on {role_arn})"
+    )
+
+
+def _web_identity_unsigned(original):
+    def authenticate(self, iam_request_cls, resource="*"):
+        if self._get_action() == "AssumeRoleWithWebIdentity":
+            _check_web_identity(self.querystring)
+            return
+        return original(self, iam_request_cls, resource)
+
+    return authenticate
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -321,6 +457,8 @@ def apply_patches():
     # comes with the first stack: after this).
     models = CloudFormationModel.__subclasses__()
     assert [m for m in models if m.cloudformation_type() == "AWS::CloudWatch::Alarm"] == [_CfnAlarm]
+    mixin = ActionAuthenticatorMixin
+    mixin._authenticate_and_authorize_action = _web_identity_unsigned(mixin._authenticate_and_authorize_action)
 
 
 if __name__ == "__main__":
