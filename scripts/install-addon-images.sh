@@ -73,7 +73,7 @@ ADDONS=(
   "metrics-server|sigs.k8s.io/metrics-server@v0.8.0|cmd/metrics-server|registry.k8s.io/metrics-server/metrics-server:v0.8.1|/metrics-server|/metrics-server|metrics-server|3.13.1"
   "descheduler|sigs.k8s.io/descheduler@v0.36.0|cmd/descheduler|registry.k8s.io/descheduler/descheduler:v0.36.0|/bin/descheduler||descheduler|0.36.0"
   "dex|src:dex-v2.44.0.tar.gz|cmd/dex|ghcr.io/dexidp/dex:v2.44.0|/usr/local/bin/dex||dex|0.24.0|web=/srv/dex/web|go1.25.0|main.version=v2.44.0"
-  "external-dns|sigs.k8s.io/external-dns@v0.21.0||registry.k8s.io/external-dns/external-dns:v0.21.0|/bin/external-dns|/bin/external-dns|external-dns|1.21.1"
+  "external-dns|sigs.k8s.io/external-dns@v0.21.0||registry.k8s.io/external-dns/external-dns:v0.21.0|/ko-app/external-dns|/ko-app/external-dns|external-dns|1.21.1|||sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=v0.21.0"
 )
 # Each plugin's chart must still be the one whose image is built here.
 for a in "${ADDONS[@]}"; do

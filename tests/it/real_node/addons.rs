@@ -542,3 +542,467 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// The Route 53 zone external-dns may change, created in moto before `up`
+/// (the plugin takes its ID), and the name the test's Service asks for.
+const ZONE: &str = "irsa.bed.test";
+const RECORD: &str = "web.irsa.bed.test";
+/// The address the test writes into the Service's load-balancer status, as
+/// a cloud controller manager would (TEST-NET-3).
+const LB_IP: &str = "203.0.113.10";
+/// external-dns's role, as src/aws/role_names.rs names it.
+const EXTERNAL_DNS_ROLE: &str = "bed-us-west-2-kube-system-external-dns";
+
+/// The test's values/external-dns.yaml: only data. Helm replaces lists, so
+/// `env` repeats the plugin's AWS_DEFAULT_REGION and adds moto's endpoints
+/// for Route 53 and STS (aws-sdk-go-v2's AWS_ENDPOINT_URL_<SERVICE>: see
+/// the test's header for why not AWS_ENDPOINT_URL alone); a short interval
+/// and the event trigger, so the record follows the Service in seconds.
+fn external_dns_values(moto: &str) -> String {
+    format!(
+        r#"env:
+  - name: AWS_DEFAULT_REGION
+    value: "{region}"
+  - name: AWS_ENDPOINT_URL_ROUTE_53
+    value: "{moto}"
+  - name: AWS_ENDPOINT_URL_STS
+    value: "{moto}"
+interval: 10s
+triggerLoopOnEvent: true
+logLevel: debug
+"#,
+        region = bed::BED_REGION
+    )
+}
+
+/// IRSA end to end with external-dns on moto's Route 53.
+///
+/// `irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else`
+/// boots one controller as the Dex test does, with the external-dns plugin
+/// on for a hosted zone created in moto before `up` (`hostedZoneId`,
+/// `domainFilter`). `up` renders the plugin's service-account role
+/// (`bed-us-west-2-kube-system-external-dns`: ChangeResourceRecordSets on
+/// the zone, the List calls), trusted only for the token of
+/// `system:serviceaccount:kube-system:external-dns` with audience
+/// `sts.amazonaws.com` from the cluster's issuer (the issuer bucket in
+/// moto's S3, discovery and keys published by `up`). On the node, the
+/// reconciler installs the pod identity webhook (its image from the test
+/// bed's binary) and the external-dns chart 1.21.1 (external-dns v0.21.0
+/// built from the Go module proxy's source by
+/// scripts/install-addon-images.sh, under the tag the chart pulls). Then:
+///
+/// - the webhook has mutated the pod: `AWS_ROLE_ARN` is the role and
+///   `AWS_WEB_IDENTITY_TOKEN_FILE` the projected token (audience
+///   `sts.amazonaws.com`, issued by the cluster's issuer, `sub` the service
+///   account);
+/// - a Service `web` (type LoadBalancer, annotated with the hostname
+///   `web.irsa.bed.test`; its load-balancer status written by the test,
+///   as a cloud controller manager would) gets its A record in moto's zone:
+///   external-dns's aws-sdk-go-v2 reads the token, calls moto's
+///   `AssumeRoleWithWebIdentity` (unsigned) and changes the record set with
+///   the role's credentials, moto's IAM enforced;
+/// - moto holds an assumed-role session of exactly that role (moto's
+///   `/moto-api/data.json`), and the node's own role (the controller's,
+///   which the pod could otherwise reach through IMDS) is refused
+///   `route53:ChangeResourceRecordSets` on the zone: the record could only be
+///   made under the IRSA role;
+/// - the pod's own token, read from the kubelet's projected volume on the
+///   node, assumes the role with the aws CLI, and those credentials are
+///   refused what the role's policy does not grant (`CreateHostedZone`,
+///   `iam:ListRoles`: AccessDenied); the same token is refused for another
+///   role (the controller's: AccessDenied by its trust policy), and a token
+///   with a flipped signature byte is refused (InvalidIdentityToken).
+///
+/// What moto does with the token: moto 5.2.5 alone does not read it at all
+/// (its AssumeRoleWithWebIdentity is AssumeRole: any string, any role, no
+/// trust policy), and with IAM enforced it fails the call (an unsigned
+/// request: HTTP 500). tests/support/moto_server.py patch 12 lets the
+/// unsigned call in and checks what STS checks that moto can hold: the
+/// JWT's signature against the JWKS the issuer's discovery document names
+/// (read from moto's S3, where `up` published them), `exp`, and the role's
+/// trust policy (`sub`, `aud`). So the token's signature is verified here,
+/// against the keys kube-aws published.
+///
+/// The endpoint: external-dns 0.21 builds its AWS config with
+/// `config.LoadDefaultConfig` (provider/aws/config.go) and has no endpoint
+/// flag; aws-sdk-go-v2 honours `AWS_ENDPOINT_URL_<SERVICE>`. The global
+/// `AWS_ENDPOINT_URL` alone would not reach moto's STS: the web-identity
+/// credential provider's STS client is made before the config's base
+/// endpoint is resolved (config v1.32 `resolveCredentials` comes before
+/// `resolveBaseEndpoint`), and sts's `resolveBaseEndpoint` skips its own
+/// lookup when only the global variable is set, so the exchange would go to
+/// the real sts.us-west-2.amazonaws.com. The endpoints are data in the
+/// test's values (`env`), not a plugin setting: a user on AWS has no use for
+/// them.
+///
+/// Not covered, and why: real Route 53 and real STS (no AWS account here);
+/// the IAM OIDC provider object and its thumbprint (moto's CloudFormation
+/// has no AWS::IAM::OIDCProvider, so nothing resolves the trust policy's
+/// Federated principal, and IAM would fetch the discovery document over
+/// public HTTPS, which moto's S3 cannot serve); a Service's name from a
+/// real load balancer (no cloud controller manager: the test writes the
+/// status); an Ingress (no ingress controller writes its status); the
+/// regional STS endpoint choice (`AWS_STS_REGIONAL_ENDPOINTS`, which the
+/// webhook sets, is moot with an explicit endpoint). One controller, its
+/// taints removed as in the Dex test, no workers.
+#[test]
+fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else() {
+    let test = "real_node::addons::irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else";
+    let Some(image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let edns_image = nodebed::addon_image(test, "external-dns");
+    let served = tempfile::tempdir().unwrap();
+    let helm = crate::common::testbed::bin_dir(test)
+        .expect("the control-plane test bed")
+        .join("helm");
+    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
+    std::fs::write(served.path().join("helm.tgz"), &tgz).unwrap();
+    let http = crate::common::start_http(served.path());
+    let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
+    // The zone's ID is moto's: the work tree's cluster.yaml takes it in
+    // `prepare`, before `up`.
+    let extra = format!(
+        "  external-dns: {{enabled: true, hostedZoneId: ZONE_ID, domainFilter: {ZONE}}}\n\
+         helm:\n  binary: {{url: \"http://127.0.0.1:{port}/helm.tgz\", sha256: {helm_sha}, version: {v}}}\n",
+        port = http.port,
+        v = kube_aws::render::HelmBinary::default_v3().version
+    );
+    let zone_id = std::sync::Mutex::new(String::new());
+    let bed = MotoBed::up_prepared_relayed(test, &image, &extra, &[], &|env, dir, moto| {
+        let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+        crate::common::charts::lock_to_shared_charts(dir, &cache, &crate::common::charts::shared_charts());
+        let z = env.aws_json(&[
+            "route53",
+            "create-hosted-zone",
+            "--name",
+            ZONE,
+            "--caller-reference",
+            "irsa-bed",
+        ]);
+        let id = z["HostedZone"]["Id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("create-hosted-zone: {z}"))
+            .trim_start_matches("/hostedzone/")
+            .to_string();
+        let cluster = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+        std::fs::write(dir.join("cluster.yaml"), cluster.replace("ZONE_ID", &id)).unwrap();
+        std::fs::create_dir_all(dir.join("values")).unwrap();
+        std::fs::write(dir.join("values/external-dns.yaml"), external_dns_values(moto)).unwrap();
+        *zone_id.lock().unwrap() = id;
+    });
+    let zone_id = zone_id.into_inner().unwrap();
+    let account = bed.admin_arn.split(':').nth(4).unwrap().to_string();
+    let role_arn = format!("arn:aws:iam::{account}:role/{EXTERNAL_DNS_ROLE}");
+    let role = bed.aws(&["iam", "get-role", "--role-name", EXTERNAL_DNS_ROLE]);
+    assert_eq!(role["Role"]["Arn"], role_arn.as_str(), "{role}");
+    super::webhook_image(&bed.dir().join("webhook.tar"));
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
+    while !ctl.log().contains("step plugin-units") {
+        assert!(
+            ctl.booted.elapsed() < READY_LIMIT,
+            "{}",
+            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::fs::copy(
+        bed.dir().join("webhook.tar"),
+        ctl.node.rootfs().join("root/webhook.tar"),
+    )
+    .unwrap();
+    std::fs::copy(&edns_image, ctl.node.rootfs().join("root/external-dns.tar")).unwrap();
+    ctl.node
+        .wait_for(
+            "the webhook and external-dns images imported",
+            "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
+             ctr -n k8s.io images import /root/external-dns.tar >/dev/null",
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = ctl.expect_ready(READY_LIMIT);
+    let t_ready = t0.elapsed();
+    let untaint = bed.kubectl(
+        &ctl,
+        &[
+            "taint",
+            "node",
+            &inst.dns,
+            "node.cloudprovider.kubernetes.io/uninitialized-",
+            "node-role.kubernetes.io/control-plane-",
+        ],
+    );
+    assert!(untaint.status.success(), "{}", output_text(&untaint));
+    let edns_logs = || pod_logs(&ctl, "kube-system_external-dns-");
+    let ran = ctl.node.wait_for(
+        "the reconciler's run",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -Eq 'done: [0-9]+ ready, 0 failed or skipped'",
+        Duration::from_secs(600),
+    );
+    if let Err(e) = ran {
+        panic!(
+            "{e}\n--- kube-aws-addons ---\n{}\n--- kube-system ---\n{}\n{}",
+            output_text(
+                &ctl.node
+                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
+            ),
+            output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "all", "-o", "wide"])),
+            edns_logs()
+        );
+    }
+    let t_ran = t0.elapsed();
+
+    // The webhook mutated external-dns's pod: the role and the token.
+    let pods = bed.kubectl(
+        &ctl,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=external-dns",
+            "-o",
+            "json",
+        ],
+    );
+    let pods: serde_json::Value = serde_json::from_slice(&pods.stdout).unwrap_or_default();
+    let pod = &pods["items"][0];
+    let env: Vec<(String, String)> = pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    assert_eq!(
+        var("AWS_ROLE_ARN").as_deref(),
+        Some(role_arn.as_str()),
+        "the webhook did not give external-dns its role: {env:?}"
+    );
+    let token_file = var("AWS_WEB_IDENTITY_TOKEN_FILE").expect("AWS_WEB_IDENTITY_TOKEN_FILE");
+    // The projected token, as the kubelet wrote it for the pod.
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "sts.amazonaws.com")
+        .unwrap_or_else(|| panic!("no projected token for sts.amazonaws.com: {pod}"));
+    let token = ctl
+        .node
+        .sh(&format!(
+            "cat /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/{}/{}",
+            volume["name"].as_str().unwrap(),
+            volume["projected"]["sources"][0]["serviceAccountToken"]["path"]
+                .as_str()
+                .unwrap()
+        ))
+        .trim()
+        .to_string();
+    assert!(token_file.ends_with(volume["projected"]["sources"][0]["serviceAccountToken"]["path"].as_str().unwrap()));
+    let claims: serde_json::Value = {
+        use base64::Engine;
+        let part = token.split('.').nth(1).unwrap_or_default();
+        serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(part.trim_end_matches('='))
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default()
+    };
+    assert_eq!(claims["sub"], "system:serviceaccount:kube-system:external-dns", "{claims}");
+    assert_eq!(claims["aud"][0], "sts.amazonaws.com", "{claims}");
+    assert_eq!(
+        claims["iss"],
+        format!(
+            "https://{}.s3.{}.amazonaws.com",
+            kube_aws::irsa::issuer_bucket_name(bed::BED_BUCKET, bed::BED_CLUSTER),
+            bed::BED_REGION
+        )
+        .as_str(),
+        "{claims}"
+    );
+
+    // A Service asking for the name; its load balancer's address as a cloud
+    // controller manager would write it.
+    let svc = bed.dir().join("web.yaml");
+    std::fs::write(
+        &svc,
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\n  annotations:\n    \
+             external-dns.alpha.kubernetes.io/hostname: {RECORD}\nspec:\n  type: LoadBalancer\n  \
+             selector: {{app: web}}\n  ports: [{{port: 80}}]\n"
+        ),
+    )
+    .unwrap();
+    let o = bed.kubectl(&ctl, &["apply", "-f", svc.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    let o = bed.kubectl(
+        &ctl,
+        &[
+            "-n",
+            "default",
+            "patch",
+            "service",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"loadBalancer":{{"ingress":[{{"ip":"{LB_IP}"}}]}}}}}}"#),
+        ],
+    );
+    assert!(o.status.success(), "{}", output_text(&o));
+
+    // The record in moto's zone.
+    let start = Instant::now();
+    let record = loop {
+        let sets = bed.aws(&["route53", "list-resource-record-sets", "--hosted-zone-id", &zone_id]);
+        let a = sets["ResourceRecordSets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["Name"] == format!("{RECORD}.") && r["Type"] == "A")
+            .cloned();
+        if let Some(a) = a {
+            break a;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "no A record {RECORD} in moto's zone: {sets}\n--- external-dns ---\n{}",
+            edns_logs()
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    assert_eq!(record["ResourceRecords"][0]["Value"], LB_IP, "{record}");
+    let t_record = t0.elapsed();
+
+    // moto holds a session of exactly that role (the SDK's exchange).
+    let data = Command::new("curl")
+        .args(["-fsS", &format!("{}/moto-api/data.json", bed.env.moto.url())])
+        .output()
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_slice(&data.stdout).unwrap_or_default();
+    let sessions: Vec<&serde_json::Value> = data["sts"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .flat_map(|v| v.as_array().into_iter().flatten())
+        .filter(|r| r["role_arn"] == role_arn.as_str())
+        .collect();
+    assert!(
+        !sessions.is_empty(),
+        "moto assumed no session of {role_arn}: {}",
+        data["sts"]
+    );
+    // The node's own role (reachable from the pod through IMDS) may not
+    // change the zone: the record could only come from the IRSA role.
+    let node_creds = crate::node_iam_moto::assume(&bed.env, &bed.admin, &bed.admin_arn, "ControllerRole");
+    let batch = format!(
+        r#"{{"Changes":[{{"Action":"UPSERT","ResourceRecordSet":{{"Name":"node.{ZONE}","Type":"A","TTL":60,"ResourceRecords":[{{"Value":"192.0.2.1"}}]}}}}]}}"#
+    );
+    let (ok, out) = crate::common::iam::aws_as(
+        &bed.env,
+        &node_creds,
+        &[
+            "route53",
+            "change-resource-record-sets",
+            "--hosted-zone-id",
+            &zone_id,
+            "--change-batch",
+            &batch,
+        ],
+    );
+    assert!(!ok && out.contains("AccessDenied"), "the node role changed the zone: {out}");
+
+    // The pod's token with the aws CLI: it assumes the role (unsigned, as
+    // STS takes it)...
+    let web_identity = |role: &str, token: &str| {
+        let mut c = Command::new(crate::common::tool("aws"));
+        bed.env.apply(&mut c);
+        c.env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .args([
+                "sts",
+                "assume-role-with-web-identity",
+                "--role-arn",
+                role,
+                "--role-session-name",
+                "irsa-bed-cli",
+                "--web-identity-token",
+                token,
+                "--output",
+                "json",
+            ])
+            .stdin(Stdio::null());
+        c.output().unwrap()
+    };
+    let o = web_identity(&role_arn, &token);
+    assert!(o.status.success(), "the pod's token: {}", output_text(&o));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let creds = crate::common::iam::Creds {
+        key: c["Credentials"]["AccessKeyId"].as_str().unwrap().to_string(),
+        secret: c["Credentials"]["SecretAccessKey"].as_str().unwrap().to_string(),
+        token: c["Credentials"]["SessionToken"].as_str().map(str::to_string),
+    };
+    // ...which may list the zone's records (its policy)...
+    let (ok, out) = crate::common::iam::aws_as(
+        &bed.env,
+        &creds,
+        &["route53", "list-resource-record-sets", "--hosted-zone-id", &zone_id],
+    );
+    assert!(ok && out.contains(RECORD), "the role's own call: {out}");
+    // ...and nothing outside it.
+    for args in [
+        vec!["route53", "create-hosted-zone", "--name", "other.bed.test", "--caller-reference", "x"],
+        vec!["route53", "delete-hosted-zone", "--id", &zone_id],
+        vec!["iam", "list-roles"],
+        vec!["s3api", "list-buckets"],
+    ] {
+        let (ok, out) = crate::common::iam::aws_as(&bed.env, &creds, &args);
+        assert!(
+            !ok && out.contains("AccessDenied"),
+            "the IRSA role was not refused {args:?}: {out}"
+        );
+    }
+    // The token is good for its role only, and only as signed.
+    let controller_role = bed.aws(&["iam", "list-roles"])["Roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["RoleName"].as_str().unwrap_or_default().contains("-ControllerRole-"))
+        .map(|r| r["Arn"].as_str().unwrap().to_string())
+        .unwrap();
+    let o = web_identity(&controller_role, &token);
+    assert!(
+        !o.status.success() && output_text(&o).contains("AccessDenied"),
+        "the pod's token assumed the controller's role: {}",
+        output_text(&o)
+    );
+    let sig = token.rfind('.').unwrap() + 10;
+    let mut forged = token.clone();
+    let flip = if &token[sig..sig + 1] == "A" { "B" } else { "A" };
+    forged.replace_range(sig..sig + 1, flip);
+    let o = web_identity(&role_arn, &forged);
+    assert!(
+        !o.status.success() && output_text(&o).contains("InvalidIdentityToken"),
+        "a forged token: {}",
+        output_text(&o)
+    );
+    eprintln!(
+        "{test}: controller Ready {:.1}s ({}); the reconciler's run done {:.1}s; \
+         the record in moto {:.1}s; test {:.1}s",
+        t_ready.as_secs_f64(),
+        f.times(),
+        t_ran.as_secs_f64(),
+        t_record.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}

@@ -247,7 +247,7 @@ impl MotoBed {
     /// (YAML keys at the top level), with the bed's plugin and the plugins in
     /// `plugins` (name, plugin.yaml); then IAM is enforced.
     pub fn up(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> MotoBed {
-        MotoBed::start(test, image, extra, plugins, false, &|_, _| {}).0
+        MotoBed::start(test, image, extra, plugins, false, &|_, _, _| {}).0
     }
 
     /// As `up`, with `prepare(env, work tree)` run on the written work tree
@@ -259,6 +259,19 @@ impl MotoBed {
         plugins: &[(&str, &str)],
         prepare: &dyn Fn(&MotoEnv, &Path),
     ) -> MotoBed {
+        MotoBed::start(test, image, extra, plugins, false, &|env, dir, _| prepare(env, dir)).0
+    }
+
+    /// As `up_prepared`, with moto's URL as the nodes (and their pods) reach
+    /// it, the relay on the bridge, passed to `prepare` too: for values that
+    /// point a pod at moto.
+    pub fn up_prepared_relayed(
+        test: &'static str,
+        image: &Path,
+        extra: &str,
+        plugins: &[(&str, &str)],
+        prepare: &dyn Fn(&MotoEnv, &Path, &str),
+    ) -> MotoBed {
         MotoBed::start(test, image, extra, plugins, false, prepare).0
     }
 
@@ -267,7 +280,7 @@ impl MotoBed {
     /// left running as the admin: the stack stays CREATE_IN_PROGRESS until
     /// the booted nodes signal. Returns once the stack's resources exist.
     pub fn up_waiting(test: &'static str, image: &Path, extra: &str, plugins: &[(&str, &str)]) -> (MotoBed, WaitingUp) {
-        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, &|_, _| {});
+        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, &|_, _, _| {});
         (bed, up.expect("kube-aws up --wait"))
     }
 
@@ -277,7 +290,7 @@ impl MotoBed {
         extra: &str,
         plugins: &[(&str, &str)],
         waiting: bool,
-        prepare: &dyn Fn(&MotoEnv, &Path),
+        prepare: &dyn Fn(&MotoEnv, &Path, &str),
     ) -> (MotoBed, Option<WaitingUp>) {
         let t0 = Instant::now();
         let bridge = nodebed::bridge();
@@ -317,7 +330,7 @@ impl MotoBed {
             std::fs::create_dir_all(dir.join("plugins").join(name)).unwrap();
             std::fs::write(dir.join("plugins").join(name).join("plugin.yaml"), text).unwrap();
         }
-        prepare(&env, dir);
+        prepare(&env, dir, &relay.url());
         // The admin is made while moto still lets anyone in.
         let (admin, admin_arn) = node_iam_moto::admin(&env);
         let waiting_up = if waiting {
