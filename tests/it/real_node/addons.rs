@@ -647,7 +647,8 @@ logLevel: debug
 /// taints removed as in the Dex test, no workers.
 #[test]
 fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else() {
-    let test = "real_node::addons::irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else";
+    let test =
+        "real_node::addons::irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };
@@ -807,7 +808,11 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
         ))
         .trim()
         .to_string();
-    assert!(token_file.ends_with(volume["projected"]["sources"][0]["serviceAccountToken"]["path"].as_str().unwrap()));
+    assert!(token_file.ends_with(
+        volume["projected"]["sources"][0]["serviceAccountToken"]["path"]
+            .as_str()
+            .unwrap()
+    ));
     let claims: serde_json::Value = {
         use base64::Engine;
         let part = token.split('.').nth(1).unwrap_or_default();
@@ -818,7 +823,10 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
         )
         .unwrap_or_default()
     };
-    assert_eq!(claims["sub"], "system:serviceaccount:kube-system:external-dns", "{claims}");
+    assert_eq!(
+        claims["sub"], "system:serviceaccount:kube-system:external-dns",
+        "{claims}"
+    );
     assert_eq!(claims["aud"][0], "sts.amazonaws.com", "{claims}");
     assert_eq!(
         claims["iss"],
@@ -920,7 +928,10 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
             &batch,
         ],
     );
-    assert!(!ok && out.contains("AccessDenied"), "the node role changed the zone: {out}");
+    assert!(
+        !ok && out.contains("AccessDenied"),
+        "the node role changed the zone: {out}"
+    );
 
     // The pod's token with the aws CLI: it assumes the role (unsigned, as
     // STS takes it)...
@@ -961,7 +972,14 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
     assert!(ok && out.contains(RECORD), "the role's own call: {out}");
     // ...and nothing outside it.
     for args in [
-        vec!["route53", "create-hosted-zone", "--name", "other.bed.test", "--caller-reference", "x"],
+        vec![
+            "route53",
+            "create-hosted-zone",
+            "--name",
+            "other.bed.test",
+            "--caller-reference",
+            "x",
+        ],
         vec!["route53", "delete-hosted-zone", "--id", &zone_id],
         vec!["iam", "list-roles"],
         vec!["s3api", "list-buckets"],
