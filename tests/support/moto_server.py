@@ -134,6 +134,13 @@ Patches (moto 5.2.5):
    OIDC provider object (moto's CloudFormation has no AWS::IAM::OIDCProvider,
    so the trust policy's Federated principal is not resolved) with its client
    IDs and TLS thumbprint.
+
+13. route53 create_route53_zone_id draws 22 characters from A-Z0-9, so a
+   hosted zone's ID starts with any of them (its own comment says "New ID's
+   look like this Z1RWWTK7Y8UDDQ"). AWS's zone IDs start with "Z" (up to 32
+   characters), and the external-dns plugin's `hostedZoneId` parameter
+   takes only those. The patch keeps moto's draw and makes its first
+   character "Z".
 """
 
 import base64
@@ -152,6 +159,7 @@ from moto.core.exceptions import _RESTError
 from moto.core.common_models import CloudFormationModel
 from moto.ec2.models.route_tables import RouteTable
 from moto.elbv2 import models as elbv2_models
+from moto.route53 import models as route53_models
 from moto.iam import access_control
 from moto.iam import models as iam_models
 from moto.utilities.utils import get_partition
@@ -430,6 +438,13 @@ def _web_identity_unsigned(original):
     return authenticate
 
 
+def _zone_id_like_aws(original):
+    def create(*args, **kwargs):
+        return "Z" + original(*args, **kwargs)[1:]
+
+    return create
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -457,6 +472,7 @@ def apply_patches():
     # comes with the first stack: after this).
     models = CloudFormationModel.__subclasses__()
     assert [m for m in models if m.cloudformation_type() == "AWS::CloudWatch::Alarm"] == [_CfnAlarm]
+    route53_models.create_route53_zone_id = _zone_id_like_aws(route53_models.create_route53_zone_id)
     mixin = ActionAuthenticatorMixin
     mixin._authenticate_and_authorize_action = _web_identity_unsigned(mixin._authenticate_and_authorize_action)
 

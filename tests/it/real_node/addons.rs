@@ -672,8 +672,6 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
     );
     let zone_id = std::sync::Mutex::new(String::new());
     let bed = MotoBed::up_prepared_relayed(test, &image, &extra, &[], &|env, dir, moto| {
-        let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
-        crate::common::charts::lock_to_shared_charts(dir, &cache, &crate::common::charts::shared_charts());
         let z = env.aws_json(&[
             "route53",
             "create-hosted-zone",
@@ -691,6 +689,8 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
         std::fs::write(dir.join("cluster.yaml"), cluster.replace("ZONE_ID", &id)).unwrap();
         std::fs::create_dir_all(dir.join("values")).unwrap();
         std::fs::write(dir.join("values/external-dns.yaml"), external_dns_values(moto)).unwrap();
+        let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
+        crate::common::charts::lock_to_shared_charts(dir, &cache, &crate::common::charts::shared_charts());
         *zone_id.lock().unwrap() = id;
     });
     let zone_id = zone_id.into_inner().unwrap();
