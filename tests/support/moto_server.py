@@ -141,6 +141,15 @@ Patches (moto 5.2.5):
    characters), and the external-dns plugin's `hostedZoneId` parameter
    takes only those. The patch keeps moto's draw and makes its first
    character "Z".
+
+14. iam access_control IAMRequestBase._create_aws_request recomputes a
+   request's SigV4 signature over `body or data`; Route 53's responses keep
+   the request's headers as `data`, so a request with an empty body (every
+   GET: ListHostedZones, ListResourceRecordSets) is hashed as if the
+   headers were its payload, and with IAM enforced every such call fails
+   with SignatureDoesNotMatch (HTTP 403, an empty error code as botocore
+   reads it). SigV4 hashes the body: empty for these. The patch signs an
+   empty body as empty when `data` is not the body (a mapping).
 """
 
 import base64
@@ -445,6 +454,20 @@ def _zone_id_like_aws(original):
     return create
 
 
+def _empty_body_signed_empty(original):
+    def create(self):
+        if not self._body and not isinstance(self._data, (str, bytes)):
+            saved = self._data
+            self._data = b""
+            try:
+                return original(self)
+            finally:
+                self._data = saved
+        return original(self)
+
+    return create
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -472,6 +495,7 @@ def apply_patches():
     # comes with the first stack: after this).
     models = CloudFormationModel.__subclasses__()
     assert [m for m in models if m.cloudformation_type() == "AWS::CloudWatch::Alarm"] == [_CfnAlarm]
+    base._create_aws_request = _empty_body_signed_empty(base._create_aws_request)
     route53_models.create_route53_zone_id = _zone_id_like_aws(route53_models.create_route53_zone_id)
     mixin = ActionAuthenticatorMixin
     mixin._authenticate_and_authorize_action = _web_identity_unsigned(mixin._authenticate_and_authorize_action)

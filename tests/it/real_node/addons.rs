@@ -926,6 +926,11 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
             &zone_id,
             "--change-batch",
             &batch,
+            // moto's Route 53 errors are in the query protocol's XML, which
+            // the CLI does not parse for a REST-XML service ("An error
+            // occurred ()"): the response body, as --debug logs it, names
+            // the error.
+            "--debug",
         ],
     );
     assert!(
