@@ -148,8 +148,10 @@ Patches (moto 5.2.5):
    GET: ListHostedZones, ListResourceRecordSets) is hashed as if the
    headers were its payload, and with IAM enforced every such call fails
    with SignatureDoesNotMatch (HTTP 403, an empty error code as botocore
-   reads it). SigV4 hashes the body: empty for these. The patch signs an
-   empty body as empty when `data` is not the body (a mapping).
+   reads it). SigV4 hashes the body: empty for these. The patch signs a GET,
+   HEAD or DELETE with an empty body over an empty payload when `data` is
+   not the body (a mapping); POSTs (the query protocol's form data, which
+   moto keeps as `data`) are signed as they were.
 """
 
 import base64
@@ -456,7 +458,7 @@ def _zone_id_like_aws(original):
 
 def _empty_body_signed_empty(original):
     def create(self):
-        if not self._body and not isinstance(self._data, (str, bytes)):
+        if self._method in ("GET", "HEAD", "DELETE") and not self._body and not isinstance(self._data, (str, bytes)):
             saved = self._data
             self._data = b""
             try:

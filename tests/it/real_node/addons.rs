@@ -984,8 +984,9 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
             "other.bed.test",
             "--caller-reference",
             "x",
+            "--debug",
         ],
-        vec!["route53", "delete-hosted-zone", "--id", &zone_id],
+        vec!["route53", "delete-hosted-zone", "--id", &zone_id, "--debug"],
         vec!["iam", "list-roles"],
         vec!["s3api", "list-buckets"],
     ] {
