@@ -3,6 +3,12 @@
 //! built from source (scripts/install-addon-images.sh), and used the way a
 //! user would use them.
 //!
+//! Two tests, each booting its own controller (about 100 s each; the
+//! plugins they need differ, and each header says what it covers):
+//! Dex's login below, and IRSA end to end with external-dns on moto's
+//! Route 53 (`irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else`,
+//! its header further down).
+//!
 //! # Dex end to end
 //!
 //! `dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group` boots one
