@@ -608,10 +608,13 @@ logLevel: debug
 ///   `AssumeRoleWithWebIdentity` (unsigned) and changes the record set with
 ///   the role's credentials, moto's IAM enforced;
 /// - moto holds an assumed-role session of exactly that role (moto's
-///   `/moto-api/data.json`), and the node's own role (the controller's,
-///   which the pod could otherwise reach through IMDS) is refused
+///   `/moto-api/data.json`), and the node's own role (the controller's: the
+///   other credentials on the node) is refused
 ///   `route53:ChangeResourceRecordSets` on the zone: the record could only be
-///   made under the IRSA role;
+///   made under the IRSA role. (Checked that this can fail: with the role's
+///   `ChangeResourceRecordSets` taken out of plugins/external-dns, moto
+///   refuses external-dns's change batch, 403, and the test fails at the
+///   record);
 /// - the pod's own token, read from the kubelet's projected volume on the
 ///   node, assumes the role with the aws CLI, and those credentials are
 ///   refused what the role's policy does not grant (`CreateHostedZone`,
@@ -647,10 +650,9 @@ logLevel: debug
 /// Federated principal, and IAM would fetch the discovery document over
 /// public HTTPS, which moto's S3 cannot serve); a Service's name from a
 /// real load balancer (no cloud controller manager: the test writes the
-/// status); an Ingress (no ingress controller writes its status); the
-/// regional STS endpoint choice (`AWS_STS_REGIONAL_ENDPOINTS`, which the
-/// webhook sets, is moot with an explicit endpoint). One controller, its
-/// taints removed as in the Dex test, no workers.
+/// status); an Ingress (no ingress controller writes its status); which
+/// STS endpoint the SDK picks on AWS (moot with an explicit endpoint). One
+/// controller, its taints removed as in the Dex test, no workers.
 #[test]
 fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothing_else() {
     let test =
