@@ -303,7 +303,7 @@ pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed:
             .wait_for(
                 "its API server's /readyz answering again",
                 "curl -fsk -m 3 https://127.0.0.1:6443/readyz >/dev/null",
-                Duration::from_secs(240).saturating_sub(back.elapsed()),
+                Duration::from_secs(300).saturating_sub(back.elapsed()),
             )
             .unwrap_or_else(|e| panic!("{e}"));
         ready_after.push(format!("{:.1}s", back.elapsed().as_secs_f64()));
