@@ -13,6 +13,7 @@ mod resolve;
 mod rules;
 mod security;
 mod validate;
+pub use validate::MAX_NODE_POOLS;
 mod versions;
 mod zonal;
 

@@ -26,6 +26,12 @@ pub use summary::{summarize, Summary};
 pub const STUB_LIMIT: usize = 4096;
 /// CloudFormation's limit for a template fetched from S3 (TemplateURL).
 pub const TEMPLATE_URL_LIMIT: usize = 1_000_000;
+/// CloudFormation's quotas on one template's sections ("Understand
+/// CloudFormation quotas", AWS CloudFormation User Guide: 500 resources,
+/// 200 parameters, 200 outputs). The root stack takes one resource and one
+/// parameter per node pool, so these bound the pools a cluster can hold
+/// (config's `MAX_NODE_POOLS` refuses more before anything renders).
+pub const TEMPLATE_QUOTAS: [(&str, usize); 3] = [("Resources", 500), ("Parameters", 200), ("Outputs", 200)];
 /// CloudFormation's limit for an inline template body (reported, not enforced).
 pub const TEMPLATE_BODY_LIMIT: usize = 51_200;
 /// Room left in a stub for what CloudFormation substitutes (stack name, API endpoint).
@@ -84,6 +90,13 @@ pub enum RenderError {
         size: usize,
         limit: usize,
         hint: String,
+    },
+    #[error("{path} declares {count} {section}, over CloudFormation's quota of {limit} per template: split node pools or charts across clusters")]
+    OverQuota {
+        path: String,
+        section: &'static str,
+        count: usize,
+        limit: usize,
     },
     #[error("template {name:?} failed: {message}")]
     Template { name: String, message: String },
@@ -253,6 +266,17 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
     let stacks = cfn::render_stacks(input, &ctx, &plan, &bundle, &nodes)?;
     out.iam = cfn::iam_sizes(input, &ctx, &stacks)?;
     for (name, template) in stacks {
+        for (section, limit) in TEMPLATE_QUOTAS {
+            let count = template.get(section).and_then(|v| v.as_object()).map_or(0, |m| m.len());
+            if count > limit {
+                return Err(RenderError::OverQuota {
+                    path: layout::stack(&name),
+                    section,
+                    count,
+                    limit,
+                });
+            }
+        }
         let mut text = serde_json::to_string_pretty(&template).map_err(|e| RenderError::Template {
             name: name.clone(),
             message: e.to_string(),

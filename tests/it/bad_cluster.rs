@@ -27,6 +27,18 @@ macro_rules! bad {
 }
 
 bad!(malformed_yaml, format!("{BASE}worker: {{nodePools: [\n"));
+// More node pools than the root stack's 200 CloudFormation parameters hold:
+// refused at the list before anything renders (1,500 pools took 85 s and
+// 1.4 GB to be refused by the root template's size before).
+bad!(
+    more_node_pools_than_a_cluster_holds,
+    format!(
+        "{BASE}worker:\n  nodePools:\n{}",
+        (0..=kube_aws::config::MAX_NODE_POOLS)
+            .map(|i| format!("    - {{name: p{i}, count: 1}}\n"))
+            .collect::<String>()
+    )
+);
 bad!(
     helm_binary_with_a_bad_sha256_and_url,
     format!("{BASE}helm:\n  binary: {{url: ftp://mirror/helm.tgz, sha256: F5355C79}}\n")

@@ -778,7 +778,11 @@ fn three_controllers_roll_one_at_a_time_launching_first_over_every_zone() {
     assert_eq!(g["CreationPolicy"]["ResourceSignal"]["Count"], 3);
     let p = &g["Properties"];
     assert_eq!(
-        (p["MinSize"].as_str(), p["MaxSize"].as_str(), p["DesiredCapacity"].as_str()),
+        (
+            p["MinSize"].as_str(),
+            p["MaxSize"].as_str(),
+            p["DesiredCapacity"].as_str()
+        ),
         (Some("3"), Some("4"), Some("3"))
     );
     // MinInstancesInService must stay below MaxSize (CloudFormation's rule).
@@ -788,7 +792,10 @@ fn three_controllers_roll_one_at_a_time_launching_first_over_every_zone() {
     one.cluster.controller.count = 1;
     let cp1 = stack(&rendered(&one), "control-plane");
     let g1 = &cp1["Resources"]["ControllerGroup"];
-    assert_eq!(g1["UpdatePolicy"]["AutoScalingRollingUpdate"]["MinInstancesInService"], "0");
+    assert_eq!(
+        g1["UpdatePolicy"]["AutoScalingRollingUpdate"]["MinInstancesInService"],
+        "0"
+    );
     assert_eq!(g1["Properties"]["MaxSize"], "1");
     // Every subnet (one per zone) is the group's: the group balances over the zones.
     assert_eq!(p["VPCZoneIdentifier"], serde_json::json!({"Ref": "SubnetIds"}));
@@ -1408,5 +1415,56 @@ fn etcd_alarms_watch_the_quota_and_the_backup_age() {
     assert_eq!(
         put["Condition"]["StringEquals"]["cloudwatch:namespace"],
         "kube-aws/etcd"
+    );
+}
+
+/// The most node pools config admits (`MAX_NODE_POOLS`) render within
+/// CloudFormation's per-template quotas (500 resources, 200 parameters, 200
+/// outputs: render::TEMPLATE_QUOTAS), x86 and arm64 pools mixed (each
+/// architecture adds a root parameter); past them the render refuses the
+/// stack, naming the section, the count and the quota. (A render input is
+/// built here without config's check, as a plugin could add parameters.)
+#[test]
+fn the_most_node_pools_render_within_cloudformations_quotas_and_more_are_refused() {
+    let max = kube_aws::config::MAX_NODE_POOLS;
+    let mut input = generated(0, max);
+    input.cluster.worker.node_pools[0].instance_type = "m7g.large".into();
+    let r = rendered(&input);
+    let root = stack(&r, "root");
+    for (section, limit) in render::TEMPLATE_QUOTAS {
+        let n = root[section].as_object().map_or(0, |m| m.len());
+        assert!(n <= limit, "root: {n} {section}, quota {limit}");
+    }
+    let params = root["Parameters"].as_object().unwrap().len();
+    assert!(params >= max, "one parameter per pool: {params}");
+    // Ten pools more than config admits, added past its check.
+    let mut over = input.clone();
+    for i in 0..10 {
+        let mut pool = over.cluster.worker.node_pools[1].clone();
+        let hooks = over.plugins.pools.get(&pool.name).cloned();
+        pool.name = format!("extra-{i}");
+        if let Some(h) = hooks {
+            over.plugins.pools.insert(pool.name.clone(), h);
+        }
+        over.cluster.worker.node_pools.push(pool);
+    }
+    let err = render::render(&over).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RenderError::OverQuota {
+                section: "Parameters",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "stacks/root.json declares {} Parameters, over CloudFormation's quota of 200 per template: \
+             split node pools or charts across clusters",
+            params + 10
+        )
     );
 }

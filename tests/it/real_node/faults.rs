@@ -303,7 +303,7 @@ pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed:
             .wait_for(
                 "its API server's /readyz answering again",
                 "curl -fsk -m 3 https://127.0.0.1:6443/readyz >/dev/null",
-                Duration::from_secs(240).saturating_sub(back.elapsed()),
+                Duration::from_secs(300).saturating_sub(back.elapsed()),
             )
             .unwrap_or_else(|e| panic!("{e}"));
         ready_after.push(format!("{:.1}s", back.elapsed().as_secs_f64()));
@@ -313,7 +313,15 @@ pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed:
     expect_members(via, &ips, Duration::from_secs(60));
     let got = bed.kubectl(
         via,
-        &["get", "configmap", "outage-marker", "-n", "default", "-o", "jsonpath={.data.kept}"],
+        &[
+            "get",
+            "configmap",
+            "outage-marker",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.data.kept}",
+        ],
     );
     assert_eq!(
         String::from_utf8_lossy(&got.stdout),
@@ -341,7 +349,10 @@ pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed:
 
 /// A ConfigMap's `v`, or None when it does not exist.
 fn configmap_value(bed: &MotoBed, via: &BedNode, name: &str) -> Option<String> {
-    let got = bed.kubectl(via, &["get", "configmap", name, "-n", "default", "-o", "jsonpath={.data.v}"]);
+    let got = bed.kubectl(
+        via,
+        &["get", "configmap", name, "-n", "default", "-o", "jsonpath={.data.v}"],
+    );
     got.status
         .success()
         .then(|| String::from_utf8_lossy(&got.stdout).into_owned())
@@ -428,7 +439,11 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
     let said = crate::common::output_text(&out);
     assert!(out.status.success(), "kube-aws restore: {said}");
     for o in olds.iter().filter(|o| known.contains(&o.inst.id)) {
-        assert!(said.contains(&o.inst.id), "restore did not terminate {}: {said}", o.inst.id);
+        assert!(
+            said.contains(&o.inst.id),
+            "restore did not terminate {}: {said}",
+            o.inst.id
+        );
     }
     let old_ips: Vec<String> = olds.iter().map(|o| o.inst.ip.clone()).collect();
     drop(olds);
@@ -506,7 +521,10 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
     if doc["plan"].is_null() {
         assert_eq!(doc["restoredFrom"].as_str(), Some(key.as_str()), "{doc}");
     } else {
-        assert_ne!(doc["plan"], "0123abcd", "the old record's plan survived the restore: {doc}");
+        assert_ne!(
+            doc["plan"], "0123abcd",
+            "the old record's plan survived the restore: {doc}"
+        );
     }
     assert_eq!(doc["releases"][0]["name"], "demo", "{doc}");
     assert_eq!(doc["releases"][0]["waitCondition"], "", "{doc}");
