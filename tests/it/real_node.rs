@@ -822,6 +822,98 @@ fn system_logs(bed: &MotoBed, ctl: &BedNode, selector: &str) -> String {
     output_text(&bed.kubectl(ctl, &["-n", "kube-system", "logs", "-l", selector, "--tail=30"]))
 }
 
+/// The helm client as a user names it in cluster.yaml: the test bed's helm
+/// in a tarball served over HTTP. The server and its directory live as long
+/// as the returned value; `yaml` is the `helm:` section that names it.
+pub(crate) struct ServedHelm {
+    _dir: tempfile::TempDir,
+    _http: crate::common::Server,
+    pub yaml: String,
+    /// The tarball's sha256, as `helm.binary.sha256` gives it.
+    pub sha256: String,
+}
+
+pub(crate) fn served_helm(test: &str) -> ServedHelm {
+    let dir = tempfile::tempdir().unwrap();
+    let helm = crate::common::testbed::bin_dir(test)
+        .expect("the control-plane test bed")
+        .join("helm");
+    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
+    std::fs::write(dir.path().join("helm.tgz"), &tgz).unwrap();
+    let http = crate::common::start_http(dir.path());
+    let sha256 = kube_aws::chart::cache::sha256_hex(&tgz);
+    let yaml = format!(
+        "helm:\n  binary: {{url: \"http://127.0.0.1:{}/helm.tgz\", sha256: {sha256}, version: {}}}\n",
+        http.port,
+        kube_aws::render::HelmBinary::default_v3().version
+    );
+    ServedHelm {
+        _dir: dir,
+        _http: http,
+        yaml,
+        sha256,
+    }
+}
+
+/// The one controller of an addon test, booted from its user-data with
+/// `env` (scripts/nodebed/node.sh start settings): once the node program has
+/// restarted containerd on its config (the step after `containerd`), the
+/// pod identity webhook's image and each of `images` go into its store (a
+/// baked AMI would hold them, as the bed's image holds the control
+/// plane's); then Ready, and the bed's part for the node done: no cloud
+/// controller manager runs here (its image and EC2 API are not here), so
+/// the test removes the taint kubelet's `--cloud-provider=external` puts on
+/// the node, and the control-plane taint (the bed has no workers: the one
+/// controller takes the addons, as a single-node cluster's would).
+pub(crate) fn addon_controller(
+    bed: &MotoBed,
+    env: Vec<(&'static str, String)>,
+    images: &[&std::path::Path],
+) -> (bed::Instance, BedNode, bed::Followed) {
+    let webhook = bed.dir().join("webhook.tar");
+    if !webhook.exists() {
+        webhook_image(&webhook);
+    }
+    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
+    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, env);
+    while !ctl.log().contains("step plugin-units") {
+        assert!(
+            ctl.booted.elapsed() < BOOT_READY_LIMIT,
+            "{}",
+            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut import = Vec::new();
+    for (i, image) in std::iter::once(webhook.as_path())
+        .chain(images.iter().copied())
+        .enumerate()
+    {
+        std::fs::copy(image, ctl.node.rootfs().join(format!("root/image-{i}.tar"))).unwrap();
+        import.push(format!("ctr -n k8s.io images import /root/image-{i}.tar >/dev/null"));
+    }
+    ctl.node
+        .wait_for(
+            "the addon images imported",
+            &import.join(" && "),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = ctl.expect_ready(BOOT_READY_LIMIT);
+    let untaint = bed.kubectl(
+        &ctl,
+        &[
+            "taint",
+            "node",
+            &inst.dns,
+            "node.cloudprovider.kubernetes.io/uninitialized-",
+            "node-role.kubernetes.io/control-plane-",
+        ],
+    );
+    assert!(untaint.status.success(), "{}", output_text(&untaint));
+    (inst, ctl, f)
+}
+
 /// The pod identity webhook's image, as the rendered manifest names it,
 /// written from the test bed's binary (built from source at the pinned
 /// version by scripts/install-testbed.sh): one layer with /webhook.
@@ -881,74 +973,17 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     let t0 = Instant::now();
     let metrics_image = nodebed::addon_image(test, "metrics-server");
     let descheduler_image = nodebed::addon_image(test, "descheduler");
-    // The helm client as a user names it: a tarball served over HTTP.
-    let served = tempfile::tempdir().unwrap();
-    let helm = crate::common::testbed::bin_dir(test)
-        .expect("the control-plane test bed")
-        .join("helm");
-    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
-    std::fs::write(served.path().join("helm.tgz"), &tgz).unwrap();
-    let http = crate::common::start_http(served.path());
-    let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
+    let helm = served_helm(test);
     let extra = format!(
-        "  metrics-server: {{enabled: true}}\n  descheduler: {{enabled: true, schedule: \"* * * * *\"}}\n\
-         helm:\n  binary: {{url: \"http://127.0.0.1:{}/helm.tgz\", sha256: {helm_sha}, version: {}}}\n",
-        http.port,
-        kube_aws::render::HelmBinary::default_v3().version
+        "  metrics-server: {{enabled: true}}\n  descheduler: {{enabled: true, schedule: \"* * * * *\"}}\n{}",
+        helm.yaml
     );
     let bed = MotoBed::up_prepared(test, &image, &extra, &[], &|env, dir| {
         let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
         crate::common::charts::lock_to_shared_charts(dir, &cache, &crate::common::charts::shared_charts());
     });
-    webhook_image(&bed.dir().join("webhook.tar"));
-    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
-    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
-    // Once the node program has restarted containerd on its config (the
-    // step after `containerd`), the image goes into its store: a baked AMI
-    // would hold it, as the bed's image holds the control plane's.
-    let limit = BOOT_READY_LIMIT;
-    while !ctl.log().contains("step plugin-units") {
-        assert!(
-            ctl.booted.elapsed() < limit,
-            "{}",
-            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    std::fs::copy(
-        bed.dir().join("webhook.tar"),
-        ctl.node.rootfs().join("root/webhook.tar"),
-    )
-    .unwrap();
-    std::fs::copy(&metrics_image, ctl.node.rootfs().join("root/metrics-server.tar")).unwrap();
-    std::fs::copy(&descheduler_image, ctl.node.rootfs().join("root/descheduler.tar")).unwrap();
-    ctl.node
-        .wait_for(
-            "the webhook, metrics-server and descheduler images imported",
-            "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
-             ctr -n k8s.io images import /root/metrics-server.tar >/dev/null && \
-             ctr -n k8s.io images import /root/descheduler.tar >/dev/null",
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    let f = ctl.expect_ready(limit);
+    let (inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
     let t_ready = t0.elapsed();
-    // The bed runs no cloud controller manager (its image and EC2 API are
-    // not here): the test does its part for the node, removing the taint
-    // kubelet's `--cloud-provider=external` puts on it, or nothing but the
-    // static pods is ever scheduled. The bed has no workers: the one
-    // controller takes metrics-server, as a single-node cluster's would.
-    let untaint = bed.kubectl(
-        &ctl,
-        &[
-            "taint",
-            "node",
-            &inst.dns,
-            "node.cloudprovider.kubernetes.io/uninitialized-",
-            "node-role.kubernetes.io/control-plane-",
-        ],
-    );
-    assert!(untaint.status.success(), "{}", output_text(&untaint));
     // And the addresses the AWS cloud controller manager gives a node (its
     // private IP and DNS name): metrics-server dials the InternalIP first,
     // and the kubelet asks for a serving certificate naming them (the bed's
@@ -1018,7 +1053,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
         "--bucket",
         bed::BED_BUCKET,
         "--key",
-        &format!("clusters/{}/charts/{helm_sha}.tgz", bed::BED_CLUSTER),
+        &format!("clusters/{}/charts/{}.tgz", bed::BED_CLUSTER, helm.sha256),
     ]);
     // The webhook runs on the real controller, from the image built here.
     let rollout = bed.kubectl(

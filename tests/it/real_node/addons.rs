@@ -62,7 +62,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::bed::{self, BedNode, MotoBed, READY_LIMIT};
+use super::bed::{self, BedNode, MotoBed};
 use crate::common::nodebed;
 use crate::common::output_text;
 
@@ -226,6 +226,29 @@ fn mock_login_code(dir: &Path, ip: &str) -> String {
     panic!("too many redirects:\n{}", hops.join("\n"));
 }
 
+/// Waits for the reconciler's timer run (OnBootSec=2min) to end with every
+/// release of the plan ready; otherwise panics with its journal, what runs
+/// in `namespace` and the logs of the pods whose log directory starts with
+/// `pods`.
+fn reconciler_done(bed: &MotoBed, ctl: &BedNode, namespace: &str, pods: &str) {
+    let ran = ctl.node.wait_for(
+        "the reconciler's run",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -Eq 'done: [0-9]+ ready, 0 failed or skipped'",
+        Duration::from_secs(600),
+    );
+    if let Err(e) = ran {
+        panic!(
+            "{e}\n--- kube-aws-addons ---\n{}\n--- {namespace} ---\n{}\n{}",
+            output_text(
+                &ctl.node
+                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
+            ),
+            output_text(&bed.kubectl(ctl, &["-n", namespace, "get", "all", "-o", "wide"])),
+            pod_logs(ctl, pods)
+        );
+    }
+}
+
 #[test]
 fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
     let test = "real_node::addons::dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group";
@@ -237,23 +260,13 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
     let certs = tempfile::tempdir().unwrap();
     certificates(certs.path());
     let ca = std::fs::read_to_string(certs.path().join("ca.crt")).unwrap();
-    // The helm client as a user names it: a tarball served over HTTP.
-    let served = tempfile::tempdir().unwrap();
-    let helm = crate::common::testbed::bin_dir(test)
-        .expect("the control-plane test bed")
-        .join("helm");
-    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
-    std::fs::write(served.path().join("helm.tgz"), &tgz).unwrap();
-    let http = crate::common::start_http(served.path());
-    let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
+    let helm = super::served_helm(test);
     let extra = format!(
         "  dex: {{enabled: true, issuerURL: \"{issuer}\", exposure: values, connector: local, \
-         staticClientSecret: {CLIENT_SECRET}, staticClientRedirectURIs: [\"{REDIRECT}\"], oidcCA: {ca}}}\n\
-         helm:\n  binary: {{url: \"http://127.0.0.1:{port}/helm.tgz\", sha256: {helm_sha}, version: {v}}}\n",
+         staticClientSecret: {CLIENT_SECRET}, staticClientRedirectURIs: [\"{REDIRECT}\"], oidcCA: {ca}}}\n{helm}",
         issuer = issuer(),
         ca = serde_json::to_string(&ca).unwrap(),
-        port = http.port,
-        v = kube_aws::render::HelmBinary::default_v3().version
+        helm = helm.yaml
     );
     let bed = MotoBed::up_prepared(test, &image, &extra, &[], &|env, dir| {
         let cache = kube_aws::chart::ChartCache::new(env.home.path().join("cache/kube-aws/charts"));
@@ -261,61 +274,18 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
         std::fs::create_dir_all(dir.join("values")).unwrap();
         std::fs::write(dir.join("values/dex.yaml"), dex_values()).unwrap();
     });
-    super::webhook_image(&bed.dir().join("webhook.tar"));
-    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     // EC2's DNS as the bed gives it (bed.rs `boot`), plus Dex's name at the
-    // controller, where the NodePort answers.
+    // controller, where the NodePort answers: the controller's address is
+    // moto's, known before the boot.
+    let at = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let hosts = format!(
         "{ip} {dns};{ip} {api};{ip} {DEX_HOST}",
-        ip = inst.ip,
-        dns = inst.dns,
+        ip = at.ip,
+        dns = at.dns,
         api = bed.api
     );
-    let ctl = bed.boot(
-        "controller",
-        "ControllerRole",
-        &inst,
-        &inst.ip,
-        vec![("NODEBED_HOSTS", hosts)],
-    );
-    while !ctl.log().contains("step plugin-units") {
-        assert!(
-            ctl.booted.elapsed() < READY_LIMIT,
-            "{}",
-            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    std::fs::copy(
-        bed.dir().join("webhook.tar"),
-        ctl.node.rootfs().join("root/webhook.tar"),
-    )
-    .unwrap();
-    std::fs::copy(&dex_image, ctl.node.rootfs().join("root/dex.tar")).unwrap();
-    ctl.node
-        .wait_for(
-            "the webhook and dex images imported",
-            "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
-             ctr -n k8s.io images import /root/dex.tar >/dev/null",
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    let f = ctl.expect_ready(READY_LIMIT);
+    let (inst, ctl, f) = super::addon_controller(&bed, vec![("NODEBED_HOSTS", hosts)], &[&dex_image]);
     let t_ready = t0.elapsed();
-    // The bed's part for the node (see the reconciler test): no cloud
-    // controller manager removes the uninitialized taint, and the one
-    // controller takes Dex.
-    let untaint = bed.kubectl(
-        &ctl,
-        &[
-            "taint",
-            "node",
-            &inst.dns,
-            "node.cloudprovider.kubernetes.io/uninitialized-",
-            "node-role.kubernetes.io/control-plane-",
-        ],
-    );
-    assert!(untaint.status.success(), "{}", output_text(&untaint));
     // The apiserver trusts Dex as the plugin says: its flags, and the CA
     // file the plugin writes.
     let manifest =
@@ -378,22 +348,7 @@ fn dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
 
     // The reconciler's timer run (OnBootSec=2min) installs the plan: the
     // webhook's manifests and the dex release.
-    let ran = ctl.node.wait_for(
-        "the reconciler's run",
-        "journalctl --no-pager -u kube-aws-addons.service | grep -Eq 'done: [0-9]+ ready, 0 failed or skipped'",
-        Duration::from_secs(600),
-    );
-    if let Err(e) = ran {
-        panic!(
-            "{e}\n--- kube-aws-addons ---\n{}\n--- dex ---\n{}\n{}",
-            output_text(
-                &ctl.node
-                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
-            ),
-            output_text(&bed.kubectl(&ctl, &["-n", "dex", "get", "all", "-o", "wide"])),
-            pod_logs(&ctl, "dex_dex-")
-        );
-    }
+    reconciler_done(&bed, &ctl, "dex", "dex_dex-");
     let t_ran = t0.elapsed();
     let dex_logs = || pod_logs(&ctl, "dex_dex-");
 
@@ -662,21 +617,12 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
     };
     let t0 = Instant::now();
     let edns_image = nodebed::addon_image(test, "external-dns");
-    let served = tempfile::tempdir().unwrap();
-    let helm = crate::common::testbed::bin_dir(test)
-        .expect("the control-plane test bed")
-        .join("helm");
-    let tgz = crate::common::charts::helm_tarball(&std::fs::read(&helm).unwrap());
-    std::fs::write(served.path().join("helm.tgz"), &tgz).unwrap();
-    let http = crate::common::start_http(served.path());
-    let helm_sha = kube_aws::chart::cache::sha256_hex(&tgz);
+    let helm = super::served_helm(test);
     // The zone's ID is moto's: the work tree's cluster.yaml takes it in
     // `prepare`, before `up`.
     let extra = format!(
-        "  external-dns: {{enabled: true, hostedZoneId: ZONE_ID, domainFilter: {ZONE}}}\n\
-         helm:\n  binary: {{url: \"http://127.0.0.1:{port}/helm.tgz\", sha256: {helm_sha}, version: {v}}}\n",
-        port = http.port,
-        v = kube_aws::render::HelmBinary::default_v3().version
+        "  external-dns: {{enabled: true, hostedZoneId: ZONE_ID, domainFilter: {ZONE}}}\n{}",
+        helm.yaml
     );
     let zone_id = std::sync::Mutex::new(String::new());
     let bed = MotoBed::up_prepared_relayed(test, &image, &extra, &[], &|env, dir, moto| {
@@ -706,61 +652,10 @@ fn irsa_external_dns_creates_the_record_under_its_role_and_the_role_can_do_nothi
     let role_arn = format!("arn:aws:iam::{account}:role/{EXTERNAL_DNS_ROLE}");
     let role = bed.aws(&["iam", "get-role", "--role-name", EXTERNAL_DNS_ROLE]);
     assert_eq!(role["Role"]["Arn"], role_arn.as_str(), "{role}");
-    super::webhook_image(&bed.dir().join("webhook.tar"));
-    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
-    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
-    while !ctl.log().contains("step plugin-units") {
-        assert!(
-            ctl.booted.elapsed() < READY_LIMIT,
-            "{}",
-            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    std::fs::copy(
-        bed.dir().join("webhook.tar"),
-        ctl.node.rootfs().join("root/webhook.tar"),
-    )
-    .unwrap();
-    std::fs::copy(&edns_image, ctl.node.rootfs().join("root/external-dns.tar")).unwrap();
-    ctl.node
-        .wait_for(
-            "the webhook and external-dns images imported",
-            "ctr -n k8s.io images import /root/webhook.tar >/dev/null && \
-             ctr -n k8s.io images import /root/external-dns.tar >/dev/null",
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    let f = ctl.expect_ready(READY_LIMIT);
+    let (_, ctl, f) = super::addon_controller(&bed, vec![], &[&edns_image]);
     let t_ready = t0.elapsed();
-    let untaint = bed.kubectl(
-        &ctl,
-        &[
-            "taint",
-            "node",
-            &inst.dns,
-            "node.cloudprovider.kubernetes.io/uninitialized-",
-            "node-role.kubernetes.io/control-plane-",
-        ],
-    );
-    assert!(untaint.status.success(), "{}", output_text(&untaint));
     let edns_logs = || pod_logs(&ctl, "kube-system_external-dns-");
-    let ran = ctl.node.wait_for(
-        "the reconciler's run",
-        "journalctl --no-pager -u kube-aws-addons.service | grep -Eq 'done: [0-9]+ ready, 0 failed or skipped'",
-        Duration::from_secs(600),
-    );
-    if let Err(e) = ran {
-        panic!(
-            "{e}\n--- kube-aws-addons ---\n{}\n--- kube-system ---\n{}\n{}",
-            output_text(
-                &ctl.node
-                    .exec(&["journalctl", "--no-pager", "-n", "60", "-u", "kube-aws-addons.service"])
-            ),
-            output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "all", "-o", "wide"])),
-            edns_logs()
-        );
-    }
+    reconciler_done(&bed, &ctl, "kube-system", "kube-system_external-dns-");
     let t_ran = t0.elapsed();
 
     // The webhook mutated external-dns's pod: the role and the token.
