@@ -238,10 +238,32 @@ EOF
 # databases, which are, are copied), bind-mounted at /var/lib/containerd.
 # Copying and deleting a full 1.5 GB copy took 9 s and 30-45 s on the CI
 # machine's disk; this takes well under a second each.
+# Every node's systemd, kubelet (cAdvisor), containerd and pods share the
+# host kernel's inotify limits, which count per user: with a few clusters up
+# at once (make test runs three tests side by side, HA tests hold four to
+# six nodes) the default 128 instances ran out and kubelets exited at start
+# ("Failed to start cAdvisor" err="inotify_init: too many open files"), so
+# static pods, etcd's among them, never started. kind raises the same two
+# limits for the same reason ("Pod errors due to too many open files",
+# https://kind.sigs.k8s.io/docs/user/known-issues/#pod-errors-due-to-too-many-open-files).
+# Raised, never lowered.
+inotify_limits() {
+  local key want have
+  for key in max_user_instances:8192 max_user_watches:1048576; do
+    want=${key#*:}
+    key=fs.inotify.${key%%:*}
+    have=$(sysctl -n "$key" 2>/dev/null || echo 0)
+    if [ "$have" -lt "$want" ]; then
+      sysctl -q -w "$key=$want" >/dev/null || die "cannot raise $key to $want (needs root): kubelets fail with 'too many open files'"
+    fi
+  done
+}
+
 start() {
   local name=$1 ip=$2 work=$3 rootfs=${4:-$ROOT/.testbed/node/current/rootfs} userdata=${5:-} db
   check "$rootfs"
   sweep
+  inotify_limits
   rootfs=$(cd "$rootfs" && pwd -P)
   mkdir -p "$work"
   work=$(cd "$work" && pwd -P)

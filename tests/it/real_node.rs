@@ -243,7 +243,7 @@ fn a_bed_that_cannot_start_names_the_missing_piece() {
 mod addons;
 pub(crate) mod bed;
 pub(crate) mod faults;
-mod upgrade;
+pub(crate) mod upgrade;
 
 use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
 

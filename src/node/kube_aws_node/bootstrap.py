@@ -443,7 +443,11 @@ class Boot(object):
                     self.kubeadm_config("init", "kubeadm-upgrade.yaml"),
                     lambda: self.sh(["kubeadm", "join", "--config", config]))
             except upgrade.UpgradeError as e:
+                self.withdraw_member()
                 raise StepFailed(1, "kubernetes upgrade", str(e))
+            except StepFailed:
+                self.withdraw_member()
+                raise
         finally:
             try:
                 if not locks.release(self.aws, self.rt["bucket"], key, etag):
@@ -475,6 +479,26 @@ class Boot(object):
             self.say("cannot check for stale etcd members (%s): joining anyway" % self.blank(str(error)))
         elif code != 0:
             self.say("the stale etcd member check exited %d: joining anyway" % code)
+
+    def withdraw_member(self):
+        """The join failed: before the join lock is released, the etcd member
+        it may have added is taken back (etcd.py `withdraw`), so that the
+        next joiner and the quorum see the membership as it was before. Its
+        own failure is said and does not hide the join's."""
+        out, code, error = io.StringIO(), 0, None
+        try:
+            with contextlib.redirect_stdout(out):
+                code = etcd.lifecycle_main(["withdraw"], self.aws)
+        except Exception as e:  # noqa: BLE001 - the join's failure is the one reported
+            error = e
+        for line in out.getvalue().splitlines():
+            self.say(self.blank(line))
+        if error is not None:
+            self.say("cannot take back this join's etcd member (%s): the others' lifecycle watch prunes it "
+                     "once this instance is gone" % self.blank(str(error)))
+        elif code != 0:
+            self.say("the failed join's etcd member was not taken back (exit %d): the others' lifecycle watch "
+                     "prunes it once this instance is gone" % code)
 
     def kubeadm(self):
         if self.role != "controller":

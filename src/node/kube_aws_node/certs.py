@@ -231,14 +231,18 @@ def check(run):
                               "kubeadm certs check-expiration"))
 
 
-def renew_if_due(host, cfg, lock, say, manifests=None, held=None):
+def renew_if_due(host, cfg, lock, say, manifests=None, held=None, force=False):
     """One run: (leaves, cas, renewed). `lock` is a context manager factory
-    (the cluster lock), entered only when something is due."""
+    (the cluster lock), entered only when something is due (with `force`,
+    everything is). The check after the renewal uses the configured window
+    either way: a forced renewal whose certificates came out fresh succeeded
+    (with an infinite window they would all still be "due", which failed
+    every `certs --force` on the real-node bed)."""
     manifests = manifests or paths.path(MANIFESTS)
     held = held or paths.path(HELD)
     restore_held(manifests, held, say)
     leaves, cas = check(host.run)
-    names = due(leaves, host.clock(), cfg["renewBeforeSeconds"])
+    names = due(leaves, host.clock(), float("inf") if force else cfg["renewBeforeSeconds"])
     if not names:
         return leaves, cas, []
     say("due for renewal: %s" % ", ".join(names))
@@ -297,10 +301,8 @@ def main(argv, aws, host=None, instance=None, say=None):
     leaves, cas, renewed, error, step = [], [], [], "", ""
     try:
         cfg = settings()
-        if argv == ["--force"]:
-            cfg["renewBeforeSeconds"] = float("inf")
         leaves, cas, renewed = renew_if_due(host, cfg, lambda: S3Lock(aws, rt, instance.get("instanceId", ""),
-                                                                    say), say)
+                                                                    say), say, force=argv == ["--force"])
         # The pod identity webhook's serving certificate, in the cluster (its own module);
         # its expiry joins the leaves `kube-aws status` reports.
         web = webhook_cert.renew(say=say, lock=lambda: S3Lock(aws, rt, instance.get("instanceId", ""), say))

@@ -51,6 +51,9 @@ CA = PKI + "/ca.crt"
 CLIENT_CERT = PKI + "/healthcheck-client.crt"
 CLIENT_KEY = PKI + "/healthcheck-client.key"
 ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+# Where `withdraw` moves the manifest of a member it took back (outside the
+# kubelet's static pod directory).
+WITHDRAWN_MANIFEST = "/etc/kubernetes/etcd.yaml.withdrawn"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 DATA_DIR = "/var/lib/etcd"
 # Written inside the etcd container, whose /var/lib/etcd is the host's.
@@ -64,6 +67,8 @@ PEER_PORT = 2380
 # metadata", EC2 Auto Scaling user guide: poll, act on `Terminated`).
 POLL_SECONDS = 5
 PRUNE_SECONDS = 60
+# How long a failed joiner keeps trying to take its member back.
+WITHDRAW_SECONDS = 60
 # What a snapshot key looks like: etcd/<tier>/<UTC time>-<member>.db (sorts by
 # time). Two tiers, each expired by the bucket's lifecycle rule on its prefix
 # (src/aws/retention.rs; kops's etcd-manager keeps hourly snapshots for a week
@@ -777,6 +782,54 @@ def watch(node, etcd_factory, run, clock, max_ticks=None):
     return 0
 
 
+def withdraw(node, etcd, run, clock, deadline):
+    """After this controller's `kubeadm join --control-plane` failed, under
+    the join lock it holds: takes back the etcd member the join may have
+    added, so that a failed joiner is not a dead vote (a cluster of three
+    with a failed fourth needs three of four for a quorum: one more loss
+    and it has none). kubeadm's own cleanup does the same (`kubeadm reset`
+    removes the local stacked etcd member, its `remove-etcd-member` phase:
+    https://kubernetes.io/docs/reference/setup-tools/kubeadm/kubeadm-reset/),
+    but needs admin.conf, which a join that failed early has not written;
+    here the member list is read through the other controllers' members.
+
+    The removal follows leave's rule (leave_verdict): only while the others
+    keep a quorum among those that answer; otherwise the member stays and
+    the failure report says so. Then the local etcd's static pod manifest is
+    moved aside, so that the kubelet stops a member the cluster no longer
+    knows (it would crash-loop on its removed ID) and nothing restarts it.
+    Returns (ok, message)."""
+    self_ip = node.ip()
+    peers = ["https://%s:%d" % (ip, CLIENT_PORT) for ip in node.controller_ips() if ip != self_ip]
+    if not peers:
+        return True, "no other controller: no member to take back"
+    last = "no attempt"
+    while True:
+        try:
+            members = etcd.member_list(peers)
+            verdict, why = leave_verdict(members, self_ip, healthy_members(etcd, members))
+            if verdict == "none":
+                return True, "no etcd member of this node: %s" % why
+            if verdict == "hold":
+                return False, "the failed join's etcd member stays: %s" % why
+            own = own_member(members, self_ip)
+            via = etcd.member_remove(peer_endpoints(members, self_ip) or peers, own["ID"]) or peers[0]
+            break
+        except Exception as e:
+            last = str(e)
+        if clock.now() >= deadline:
+            return False, "could not take back the failed join's etcd member on %s: %s" % (self_ip, last)
+        clock.sleep(POLL_SECONDS)
+    message = "took back the failed join's etcd member %s (%s) through %s" % (own.get("name", ""), own["ID"], via)
+    if os.path.exists(host(ETCD_MANIFEST)):
+        try:
+            os.replace(host(ETCD_MANIFEST), host(WITHDRAWN_MANIFEST))
+            message += "; its static pod manifest moved to %s" % WITHDRAWN_MANIFEST
+        except OSError as e:
+            message += "; cannot move its static pod manifest aside: %s" % e.strerror
+    return True, message
+
+
 def lifecycle_main(argv, aws, imds=imds_get, etcd_factory=EtcdGateway, run=run_command, clock=None):
     clock = clock or Clock()
     what = argv[0] if argv else "watch"
@@ -816,7 +869,12 @@ def lifecycle_main(argv, aws, imds=imds_get, etcd_factory=EtcdGateway, run=run_c
             print("no stale etcd member left on the second look (%s)" % ", ".join(
                 ip for m in first for ip in member_ips(m)))
         return 0
-    print("usage: kube-aws-node lifecycle [watch|leave|prune]", file=sys.stderr)
+    if what == "withdraw":
+        run(["kubeadm", "init", "phase", "certs", "etcd-healthcheck-client"])
+        ok, message = withdraw(node, LazyEtcd(etcd_factory), run, clock, clock.now() + WITHDRAW_SECONDS)
+        print(message)
+        return 0 if ok else 1
+    print("usage: kube-aws-node lifecycle [watch|leave|prune|withdraw]", file=sys.stderr)
     return 2
 
 

@@ -62,6 +62,16 @@ def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3
                 d["discovery"]["timeout"] = "30m0s"
             if mode == "control-plane":
                 d["controlPlane"] = {}
+                if d["apiVersion"].endswith("/v1beta4"):
+                    # kubeadm adds the member as a learner, then waits
+                    # timeouts.etcdAPICall (2 minutes by default) for it to
+                    # start before promoting it (MemberPromote,
+                    # cmd/kubeadm/app/util/etcd/etcd.go at v1.36.5); a kubelet
+                    # slow to start the new etcd pod failed a join on the
+                    # real-node bed ("the etcd member ... is not started").
+                    # Five minutes, under the join lock; a plugin's kubeadm.d
+                    # value is kept.
+                    d.setdefault("timeouts", {}).setdefault("etcdAPICall", "5m0s")
         out.append(d)
     return out
 

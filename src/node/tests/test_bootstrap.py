@@ -117,3 +117,78 @@ class JoinOrRestore(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FailedJoin(unittest.TestCase):
+    """A controller whose `kubeadm join --control-plane` fails takes back its
+    etcd member (etcd.py withdraw) before it releases the join lock, and the
+    join's failure is the one raised."""
+
+    class Boot(object):
+        rt = {"keyPrefix": "p/demo", "bucket": "b"}
+        node = {"kubernetesVersion": "1.36.5"}
+        aws = None
+
+        def __init__(self, calls, join_fails):
+            self.calls = calls
+            self.join_fails = join_fails
+
+        def step(self, name):
+            self.calls.append(("step", name))
+
+        def say(self, text):
+            self.calls.append(("say", text))
+
+        def unique_id(self):
+            return "i-0abc"
+
+        def prune_stale_members(self):
+            self.calls.append(("prune",))
+
+        def kubeadm_config(self, *a):
+            return "/etc/kube-aws/kubeadm-%s.yaml" % a[0]
+
+        def sh(self, args, **kw):
+            self.calls.append(("sh", args[:2]))
+            if self.join_fails:
+                raise StepFailed(137, "kubeadm join")
+
+        def withdraw_member(self):
+            self.calls.append(("withdraw",))
+
+    def run_join(self, join_fails):
+        from kube_aws_node import locks, upgrade
+        calls = []
+        saved = (locks.acquire, locks.release, upgrade.Upgrader)
+
+        class Upgrader(object):
+            def __init__(self, boot, version):
+                pass
+
+            def join(self, config, do_join):
+                do_join()
+
+        locks.acquire = lambda *a, **k: calls.append(("acquire",)) or "etag"
+        locks.release = lambda *a, **k: calls.append(("release",)) or True
+        upgrade.Upgrader = Upgrader
+        try:
+            b = self.Boot(calls, join_fails)
+            try:
+                bootstrap.Boot.join_control_plane(b)
+                return calls, None
+            except StepFailed as e:
+                return calls, e
+        finally:
+            locks.acquire, locks.release, upgrade.Upgrader = saved
+
+    def test_a_failed_join_withdraws_its_member_under_the_lock(self):
+        calls, e = self.run_join(True)
+        self.assertEqual(e.code, 137)
+        ops = [c[0] for c in calls if c[0] != "say"]
+        self.assertEqual(ops, ["step", "acquire", "prune", "step", "sh", "withdraw", "release"])
+
+    def test_a_join_that_succeeds_withdraws_nothing(self):
+        calls, e = self.run_join(False)
+        self.assertIsNone(e)
+        self.assertNotIn(("withdraw",), calls)
+        self.assertEqual(calls[-1], ("release",))

@@ -203,6 +203,16 @@ class Renewal(unittest.TestCase):
             self.renew(self.host(kubelet))
         self.assertIn("still due", str(e.exception))
 
+    def test_a_forced_renewal_renews_what_is_not_due_and_succeeds(self):
+        # Nothing due within the window; forced, all renewed, and the fresh
+        # certificates pass the check (the window, not an infinite one).
+        kubelet = FakeKubelet(self.manifests, [expiration(200), expiration(300)])
+        _, _, renewed = certs.renew_if_due(self.host(kubelet), {"renewBeforeSeconds": 60 * DAY}, self.lock,
+                                           self.log.append, manifests=self.manifests, held=self.held, force=True)
+        self.assertEqual(renewed, ["apiserver", "etcd-peer"])
+        self.assertIn(["kubeadm", "certs", "renew", "all"], kubelet.calls)
+        self.assertEqual(self.locked, ["in", "out"])
+
     def test_a_manifest_left_out_by_a_dead_run_goes_back(self):
         os.makedirs(self.held)
         os.rename(os.path.join(self.manifests, "etcd.yaml"), os.path.join(self.held, "etcd.yaml"))

@@ -269,6 +269,55 @@ class LeaveVerdict(unittest.TestCase):
         self.assertEqual(etcd.leave_verdict(self.M[:1], "10.0.1.5", set())[0], "none")
 
 
+class Withdrawing(WithFiles):
+    """A controller whose `kubeadm join --control-plane` failed takes back
+    the member the join added (bootstrap.py withdraw_member)."""
+
+    def aws(self):
+        return FakeAws({("ec2", "describe-instances"): controllers("10.0.1.5", "10.0.2.6", "10.0.3.7", "10.0.1.8")})
+
+    def test_the_added_member_is_removed_through_a_peer_and_its_manifest_moved_aside(self):
+        self.etcd_running()
+        fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8"),
+                         member(14, "10.0.1.5", name="", started=False)])
+        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        self.assertTrue(ok, msg)
+        self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [11, 12, 13])
+        remove = [c for c in fake.calls if c[0] == "remove"][0]
+        self.assertNotIn("https://10.0.1.5:2379", remove[1])
+        self.assertFalse(os.path.exists(etcd.host(etcd.ETCD_MANIFEST)))
+        self.assertTrue(os.path.exists(etcd.host(etcd.WITHDRAWN_MANIFEST)))
+        self.assertIn("took back the failed join's etcd member", msg)
+
+    def test_a_join_that_added_no_member_changes_nothing(self):
+        fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8")])
+        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        self.assertTrue(ok, msg)
+        self.assertIn("no etcd member of this node", msg)
+        self.assertFalse([c for c in fake.calls if c[0] == "remove"])
+
+    def test_the_member_stays_when_the_others_have_no_quorum_without_it(self):
+        self.etcd_running()
+        # Two of the three others are down: removing the fourth would leave
+        # one answering of three.
+        fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8"),
+                         member(14, "10.0.1.5")], down={"https://10.0.3.7:2379", "https://10.0.1.8:2379"})
+        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        self.assertFalse(ok)
+        self.assertIn("the failed join's etcd member stays", msg)
+        self.assertEqual(len(fake.members), 4)
+        self.assertTrue(os.path.exists(etcd.host(etcd.ETCD_MANIFEST)), "the manifest stays with its member")
+
+    def test_no_peer_answering_is_retried_until_the_deadline(self):
+        fake = FakeEtcd([member(11, "10.0.2.6")], down={"https://10.0.2.6:2379", "https://10.0.3.7:2379",
+                                                      "https://10.0.1.8:2379"})
+        clock = FakeClock()
+        ok, msg = etcd.withdraw(node(self.aws()), fake, None, clock, START + 12)
+        self.assertFalse(ok)
+        self.assertIn("could not take back", msg)
+        self.assertEqual(clock.slept, [etcd.POLL_SECONDS] * 3)
+
+
 class Leaving(WithFiles):
     def aws(self, **failing):
         return FakeAws({

@@ -42,8 +42,10 @@ class Documents(unittest.TestCase):
         self.assertEqual(cp[0]["controlPlane"], {})
         self.assertEqual(cp[0]["discovery"]["bootstrapToken"]["caCertHashes"], ["sha256:ab"])
         self.assertEqual(cp[0]["timeouts"]["discovery"], "30m0s")
+        self.assertEqual(cp[0]["timeouts"]["etcdAPICall"], "5m0s")
         w = documents(DOCS, RT, "ip-3", "worker", "t.0123", "v1.31.2")
         self.assertNotIn("controlPlane", w[0])
+        self.assertNotIn("etcdAPICall", w[0]["timeouts"])
         self.assertEqual(w[0]["nodeRegistration"]["name"], "ip-3")
         # v1beta3 keeps the discovery timeout inside discovery; the input is not changed.
         old = [dict(DOCS[3], apiVersion="kubeadm.k8s.io/v1beta3")]

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::bed::{self, MotoBed, READY_LIMIT};
-use super::pod_net;
+use super::{etcd_members, member_ips, pod_net};
 use crate::common::{nodebed, output_text};
 
 /// Dex's OIDC flags on kube-apiserver (plugins/dex/plugin.yaml renders the
@@ -1018,4 +1018,342 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
         took.join("; "),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A failed HA upgrade on real nodes (issue 38: "a failure after the first
+/// `kubeadm upgrade apply` never launches old-version controllers"), the
+/// minor path `make test`'s beds build (1.35.8 → 1.36.5). Three controllers
+/// come up at the default patch; `kube-aws update` moves `kubernetesVersion`
+/// to the next minor; the roll is launch-before-terminate (three
+/// controllers: render/cfn/nodes.rs `controller_max`):
+/// 1. the first replacement boots beside the three old ones, joins under the
+///    join lock and runs `kubeadm upgrade apply` (the control plane is now
+///    1.36.5); its old controller then goes (killed, its member pruned as a
+///    lost one's);
+/// 2. the second replacement's `kubeadm join` is killed (SIGKILL, as the
+///    OOM killer would) once its etcd member is in the cluster: a join that
+///    fails halfway. Its bootstrap reports the step, signals FAILURE, marks
+///    itself Unhealthy in its group, and, before releasing the join lock,
+///    takes back the member its join added (etcd.py `withdraw`): etcd is
+///    back to its three healthy members, not four with a dead vote. The API
+///    keeps answering on every survivor, the ConfigMap written before is
+///    there, kubeadm-config still says 1.36.5 (nothing went back), and
+///    `kube-aws status` names the node and the step;
+///    then a second controller is lost mid-roll (an old one, killed without
+///    its lifecycle hook): two of three members answer, the API keeps
+///    serving and the data is there;
+/// 3. the group replaces the Unhealthy instance from its launch template,
+///    which is the 1.36.5 one (no old-version controller is launched); that
+///    retry prunes the lost member, joins and is Ready: etcd has three
+///    healthy members, two of them at 1.36.5.
+///
+/// What the bed does in AWS's place, and what this does not cover: the
+/// rolling update's order and its signals are the test's (moto completes a
+/// stack update at once and never fails one, so the stack's UPDATE_FAILED,
+/// its rollback disabled and `update` resuming it are shown against recorded
+/// events: src/aws/recovery/tests.rs, tests/it/upgrade_moto.rs); the old
+/// controllers are put back into EC2's view (`keep_in_view`); the group's
+/// health replacement is the test's terminate call; the rest of the roll
+/// (the last two old controllers) is `upgrade_an_ha_control_plane_one_controller_at_a_time`'s
+/// path; no load balancer (a controller's address is the API's name).
+pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'static str) {
+    let Some(from_image) = nodebed::image_dir(test) else {
+        return;
+    };
+    let from = image_version(&from_image);
+    let (to_image, to) = nodebed::upgrade_image_dir(test, "upgrade-to-minor");
+    let (from_v, to_v) = (from.trim_start_matches('v'), to.trim_start_matches('v'));
+    let t0 = Instant::now();
+    let mut bed = MotoBed::up(
+        test,
+        &from_image,
+        &format!("controller: {{count: 3}}\nkubernetesVersion: \"{from_v}\"\n"),
+        &[],
+    );
+    let group = format!("{}-controller", bed::BED_CLUSTER);
+    let insts = bed.instances(&group);
+    assert_eq!(insts.len(), 3, "{insts:?}");
+    let api_ip = insts[0].ip.clone();
+    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    c1.wait_step("kubeadm-init", READY_LIMIT);
+    let c2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[1],
+        &api_ip,
+        pod_net(1, &[(&c1, 0)]),
+    );
+    let c3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[2],
+        &api_ip,
+        pod_net(2, &[(&c1, 0), (&c2, 1)]),
+    );
+    bed::expect_all_ready(&[&c1, &c2, &c3], READY_LIMIT);
+    let t_up = t0.elapsed();
+    for i in &insts {
+        untaint(&bed, &c1, &i.dns.to_lowercase());
+    }
+    write_marker(&bed, &c1, &from);
+
+    let said = move_version(&bed, from_v, to_v);
+    assert!(
+        said.contains(&format!(
+            "control plane {from_v} → {to_v} (3 controllers, one at a time"
+        )),
+        "the preview: {said}"
+    );
+    let old_stub = cloud_config(&bed.stubs["controller"]);
+    bed.refresh_stubs();
+    let new_stub = cloud_config(&bed.stubs["controller"]);
+    assert_ne!(new_stub, old_stub, "the controllers' user data did not change");
+    bed.image = to_image.clone();
+    let (mut c1, mut c2, mut c3) = (c1, c2, c3);
+    for c in [&mut c1, &mut c2, &mut c3] {
+        bed.recredential(c, "ControllerRole");
+    }
+    let mut known: Vec<String> = insts.iter().map(|i| i.id.clone()).collect();
+    let stand_ins = keep_in_view(&bed, &group, &[&c1, &c2, &c3]);
+    known.extend(stand_ins.iter().map(|(_, id)| id.clone()));
+
+    // 1. The first replacement, beside the three old ones, upgrades the
+    // control plane.
+    let t_r1 = Instant::now();
+    let i1 = replacement(&bed, &group, &insts[2], &mut known);
+    let r1 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &i1,
+        &api_ip,
+        pod_net(3, &[(&c1, 0), (&c2, 1), (&c3, 2)]),
+    );
+    let f1 = untainting(&bed, &r1, &c1, READY_LIMIT + Duration::from_secs(300));
+    if let Err(e) = &f1.outcome {
+        panic!("the first replacement: {}", r1.explain(&f1, e));
+    }
+    assert!(
+        f1.steps.iter().any(|(s, _)| s == "kubeadm-upgrade-apply"),
+        "the first replacement did not upgrade the control plane: {}\n{}",
+        f1.times(),
+        r1.log()
+    );
+    let t_r1 = t_r1.elapsed();
+    // Its old controller goes (the roll terminates it once the replacement
+    // signalled): killed here, its member left for the next join's prune.
+    let gone = c3.inst.clone();
+    drop(c3);
+    if let Some((_, id)) = stand_ins.iter().find(|(ip, _)| *ip == gone.ip) {
+        bed.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
+    }
+    let del = bed.kubectl(&c1, &["delete", "node", &gone.dns.to_lowercase(), "--wait=false"]);
+    assert!(del.status.success(), "{}", output_text(&del));
+
+    // 2. The second replacement's join is killed once its member is in.
+    let t_r2 = Instant::now();
+    let i2 = replacement(&bed, &group, &insts[1], &mut known);
+    let r2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &i2,
+        &api_ip,
+        pod_net(4, &[(&c1, 0), (&c2, 1), (&r1, 3)]),
+    );
+    let killed = AtomicBool::new(false);
+    let f2 = std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            while start.elapsed() < READY_LIMIT + Duration::from_secs(300) && !killed.load(Ordering::Relaxed) {
+                let joining = r2.log().contains("step kubeadm-join");
+                if joining && member_ips(&etcd_members(&c1)).contains(&i2.ip) {
+                    r2.node.sh("pkill -9 -x kubeadm || true");
+                    std::thread::sleep(Duration::from_millis(200));
+                    if !r2.node.sh("pgrep -x kubeadm || true").trim().is_empty() {
+                        continue;
+                    }
+                    killed.store(true, Ordering::Relaxed);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        let f = r2.follow(READY_LIMIT + Duration::from_secs(300));
+        killed.store(true, Ordering::Relaxed);
+        f
+    });
+    let failed_at = f2.outcome.as_ref().err().cloned().unwrap_or_default();
+    assert!(
+        failed_at.contains("step kubeadm-join failed"),
+        "{}",
+        r2.explain(&f2, "expected the second replacement's join to fail")
+    );
+    let t_r2 = t_r2.elapsed();
+    // Its report, FAILURE signal and Unhealthy mark follow the failure line.
+    let start = Instant::now();
+    let log2 = loop {
+        let log = r2.log();
+        if log.contains("marked this controller Unhealthy") || start.elapsed() > Duration::from_secs(120) {
+            break log;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(
+        log2.contains("took back the failed join's etcd member") && log2.contains("marked this controller Unhealthy"),
+        "the failed joiner's log:\n{log2}"
+    );
+    // etcd has its three healthy members again (no dead fourth vote).
+    super::expect_members(&c1, &[&c1.inst.ip, &c2.inst.ip, &r1.inst.ip], Duration::from_secs(120));
+    // The join lock was released.
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
+    assert!(
+        !keys.to_string().contains("/bootstrap/join-lock"),
+        "the join lock was left: {keys}"
+    );
+    // The API answers on every survivor, the data is there, and nothing
+    // went back to the old version.
+    for n in [&c1, &c2, &r1] {
+        let ready = n.node.sh("curl -sk -m 5 https://127.0.0.1:6443/readyz || true");
+        assert_eq!(ready.trim(), "ok", "{}'s /readyz", n.inst.dns);
+    }
+    expect_marker(&bed, &r1, &from);
+    let cc = bed.kubectl(
+        &r1,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "kubeadm-config",
+            "-o",
+            "jsonpath={.data.ClusterConfiguration}",
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&cc.stdout).contains(&format!("kubernetesVersion: {to}")),
+        "{}",
+        output_text(&cc)
+    );
+    // The group has it Unhealthy; `kube-aws status` names it and the step.
+    let health = bed.aws(&[
+        "autoscaling",
+        "describe-auto-scaling-instances",
+        "--instance-ids",
+        &i2.id,
+    ]);
+    assert!(
+        health
+            .to_string()
+            .to_lowercase()
+            .contains("\"healthstatus\":\"unhealthy\""),
+        "{health}"
+    );
+    let status = output_text(&bed.kube_aws(&["status"]));
+    assert!(
+        status.contains(&i2.id) && status.contains("kubeadm-join"),
+        "kube-aws status does not name the failed node and step: {status}"
+    );
+
+    // And a second controller is lost mid-roll (an old one, killed without
+    // its lifecycle hook): two of the three members answer, a quorum; the
+    // API keeps serving and the data is there.
+    let lost = c2.inst.clone();
+    drop(c2);
+    if let Some((_, id)) = stand_ins.iter().find(|(ip, _)| *ip == lost.ip) {
+        bed.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
+    }
+    for n in [&c1, &r1] {
+        n.node
+            .wait_for(
+                "its API server's /readyz with a member lost",
+                "curl -fsk -m 3 https://127.0.0.1:6443/readyz >/dev/null",
+                Duration::from_secs(120),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    expect_marker(&bed, &c1, &from);
+
+    // 3. The group replaces the failed one from its launch template, the
+    // new one (what the retry's log says of its version below); its join
+    // prunes the lost member first.
+    let t_r3 = Instant::now();
+    drop(r2);
+    bed.aws(&[
+        "autoscaling",
+        "terminate-instance-in-auto-scaling-group",
+        "--instance-id",
+        &i2.id,
+        "--no-should-decrement-desired-capacity",
+    ]);
+    let i3 = replacement(&bed, &group, &i2, &mut known);
+    bed.refresh_stubs();
+    assert_eq!(
+        cloud_config(&bed.stubs["controller"]),
+        new_stub,
+        "the launch template changed"
+    );
+    let r3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &i3,
+        &api_ip,
+        pod_net(5, &[(&c1, 0), (&r1, 3)]),
+    );
+    let f3 = untainting(&bed, &r3, &c1, READY_LIMIT + Duration::from_secs(300));
+    if let Err(e) = &f3.outcome {
+        panic!("the retry: {}", r3.explain(&f3, e));
+    }
+    super::expect_members(&c1, &[&c1.inst.ip, &r1.inst.ip, &r3.inst.ip], Duration::from_secs(120));
+    assert!(
+        r3.log().contains(&format!(
+            "the control plane runs Kubernetes {to_v}; this node is {to_v}: join"
+        )),
+        "the retry:\n{}",
+        r3.log()
+    );
+    expect_marker(&bed, &r3, &from);
+    let kubelet = kubelet_versions(&bed, &r3);
+    assert!(
+        kubelet.iter().any(|(n, v)| *n == i3.dns.to_lowercase() && *v == to),
+        "{kubelet:?}"
+    );
+    eprintln!(
+        "{test}: up {:.1}s; three {from} controllers Ready {:.1}s after the test began; the first {to} replacement \
+         Ready {:.1}s after its start ({}); the second's join killed and its failure handled {:.1}s after its start \
+         ({}); the retry Ready {:.1}s after its start ({}); test {:.1}s",
+        bed.up.as_secs_f64(),
+        t_up.as_secs_f64(),
+        t_r1.as_secs_f64(),
+        f1.times(),
+        t_r2.as_secs_f64(),
+        f2.times(),
+        t_r3.elapsed().as_secs_f64(),
+        f3.times(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Follows `n`'s boot while removing, through `via`, the taint of kubelet's
+/// `--cloud-provider=external` from its Node once it registers (the bed runs
+/// no cloud controller manager; `kubeadm upgrade apply`'s health check Job
+/// needs a schedulable node).
+fn untainting(bed: &MotoBed, n: &bed::BedNode, via: &bed::BedNode, limit: Duration) -> bed::Followed {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let name = n.inst.dns.to_lowercase();
+            while !done.load(Ordering::Relaxed) && !untaint(bed, via, &name) {
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        });
+        let f = n.follow(limit);
+        done.store(true, Ordering::Relaxed);
+        f
+    })
 }
