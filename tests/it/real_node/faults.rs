@@ -348,14 +348,29 @@ pub(crate) fn a_whole_cluster_readyz_outage_costs_no_controller_and_no_data(bed:
 }
 
 /// A ConfigMap's `v`, or None when it does not exist.
+/// None when the API says it is not found; an API that does not answer yet
+/// (a restored controller's API server still settling, seen under load) is
+/// asked again for up to two minutes.
 fn configmap_value(bed: &MotoBed, via: &BedNode, name: &str) -> Option<String> {
-    let got = bed.kubectl(
-        via,
-        &["get", "configmap", name, "-n", "default", "-o", "jsonpath={.data.v}"],
-    );
-    got.status
-        .success()
-        .then(|| String::from_utf8_lossy(&got.stdout).into_owned())
+    let start = Instant::now();
+    loop {
+        let got = bed.kubectl(
+            via,
+            &["get", "configmap", name, "-n", "default", "-o", "jsonpath={.data.v}"],
+        );
+        if got.status.success() {
+            return Some(String::from_utf8_lossy(&got.stdout).into_owned());
+        }
+        let said = crate::common::output_text(&got);
+        if said.contains("NotFound") || said.contains("not found") {
+            return None;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the API did not answer for ConfigMap {name}: {said}"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
 }
 
 /// `an_ha_restore_on_three_new_controllers_brings_the_snapshot_back` (issue
