@@ -989,28 +989,7 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &lock_shared_charts);
     let (inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
     let t_ready = t0.elapsed();
-    // And the addresses the AWS cloud controller manager gives a node (its
-    // private IP and DNS name): metrics-server dials the InternalIP first,
-    // and the kubelet asks for a serving certificate naming them (the bed's
-    // DNS has no ec2.internal names, as the VPC's resolver would).
-    let addresses = format!(
-        r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{ip}"}},{{"type":"InternalDNS","address":"{dns}"}},{{"type":"Hostname","address":"{dns}"}}]}}}}"#,
-        ip = inst.ip,
-        dns = inst.dns
-    );
-    let patched = bed.kubectl(
-        &ctl,
-        &[
-            "patch",
-            "node",
-            &inst.dns,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &addresses,
-        ],
-    );
-    assert!(patched.status.success(), "{}", output_text(&patched));
+    cloud_node_addresses(&bed, &ctl, &inst);
 
     // The timer's run (OnBootSec=2min, then a minute after each run) ends
     // with the plan done.
@@ -1222,6 +1201,31 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     );
 }
 
+/// The addresses the AWS cloud controller manager gives a node (its
+/// private IP and DNS name), which no CCM sets here: metrics-server and
+/// the apiserver (`kubectl logs`) dial the InternalIP first, and the
+/// kubelet asks for a serving certificate naming them.
+fn cloud_node_addresses(bed: &MotoBed, ctl: &BedNode, inst: &bed::Instance) {
+    let addresses = format!(
+        r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{ip}"}},{{"type":"InternalDNS","address":"{dns}"}},{{"type":"Hostname","address":"{dns}"}}]}}}}"#,
+        ip = inst.ip,
+        dns = inst.dns
+    );
+    let patched = bed.kubectl(
+        ctl,
+        &[
+            "patch",
+            "node",
+            &inst.dns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &addresses,
+        ],
+    );
+    assert!(patched.status.success(), "{}", output_text(&patched));
+}
+
 /// Locks the work tree's charts (its plugins' and cluster.yaml's) to the
 /// real upstream charts of `shared/data/charts`, in the cache `up` reads.
 fn lock_shared_charts(env: &crate::common::MotoEnv, dir: &std::path::Path) {
@@ -1269,7 +1273,10 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
         helm.yaml
     );
     let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &lock_shared_charts);
-    let (_inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
+    let (inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
+    // The addresses a CCM would give the node: the apiserver reaches the
+    // kubelet for the crashed container's log by them.
+    cloud_node_addresses(&bed, &ctl, &inst);
     let t_ready = t0.elapsed();
     // The cluster's own view while helm waits: the container crash-loops on
     // the unknown flag (its pods are gone once --atomic has uninstalled it).

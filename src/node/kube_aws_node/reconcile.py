@@ -245,8 +245,16 @@ def stuck_container(pods):
 
 def last_words(log, lines=LOG_LINES, chars=LOG_CHARS):
     """The last `lines` non-empty lines of a log, joined with " | ", cut to
-    their last `chars` characters ("..." marks the cut). A pure function."""
-    text = " | ".join([line.strip() for line in (log or "").splitlines() if line.strip()][-lines:])
+    their last `chars` characters ("..." marks the cut); a Go program's
+    panic ends its log with the goroutines' stacks after its `panic: <why>`
+    line (metrics-server panics on a flag it does not know), so a log whose
+    last `panic: ` line is followed by a `goroutine ` line ends at that
+    line. A pure function."""
+    kept = [line.strip() for line in (log or "").splitlines() if line.strip()]
+    panics = [i for i, line in enumerate(kept) if line.startswith("panic: ")]
+    if panics and any(line.startswith("goroutine ") for line in kept[panics[-1] + 1:]):
+        kept = kept[:panics[-1] + 1]
+    text = " | ".join(kept[-lines:])
     return text if len(text) <= chars else "..." + text[-(chars - 3):]
 
 

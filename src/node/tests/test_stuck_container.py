@@ -1,8 +1,10 @@
 """reconcile.stuck_container, last_words and container_problem: a failed
 release's crashing container named from its pods' JSON
 (recorded/pods-crashloop.json: `kubectl get pods -o json` of metrics-server
-given a flag it does not know), and Reconciler.diagnose, the thin call that
-reads the pods and the crashed container's previous log with kubectl."""
+given a flag it does not know, as tests/it/real_node.rs
+`..._names_a_broken_addon_and_up_wait_exits_3` printed it on the real-node
+bed), and Reconciler.diagnose, the thin call that reads the pods and the
+crashed container's previous log with kubectl."""
 import copy
 import json
 import os
@@ -22,15 +24,21 @@ def recorded():
         return json.load(f)
 
 
-# The end of metrics-server's output for an unknown flag: the usage text,
-# then the error (k8s.io/component-base/cli prints the usage first).
-LOG = """Usage:
+# The end of metrics-server's output for an unknown flag: cobra's error and
+# usage, then main's panic with the goroutine's stack (its last three lines
+# as the real-node test's run showed them).
+LOG = """Error: unknown flag: --no-such-flag
+Usage:
   metrics-server [flags]
 
       --tls-min-version string    Minimum TLS version supported.
       --tls-private-key-file string    File containing the default x509 private key.
 
-Error: unknown flag: --no-such-flag
+panic: unknown flag: --no-such-flag
+
+goroutine 1 [running]:
+main.main()
+	sigs.k8s.io/metrics-server@v0.8.0/cmd/metrics-server/metrics-server.go:37 +0x88
 """
 
 
@@ -38,26 +46,26 @@ class StuckContainer(unittest.TestCase):
     def test_a_crash_looping_container_is_named_and_its_log_is_asked_for(self):
         s = stuck_container(recorded())
         self.assertEqual(s["namespace"], "kube-system")
-        self.assertEqual(s["pod"], "metrics-server-6b9c7d9f8d-x2k4q")
+        self.assertEqual(s["pod"], "metrics-server-644fbbc657-6k9tr")
         self.assertEqual(s["container"], "metrics-server")
         self.assertEqual(s["reason"], "CrashLoopBackOff")
         # No termination message (terminationMessagePolicy File, nothing
         # written): the last exit, and the log says more.
-        self.assertEqual(s["message"], "exit code 1 (Error)")
+        self.assertEqual(s["message"], "exit code 2 (Error)")
         self.assertTrue(s["needsLog"])
-        self.assertEqual(s["restarts"], 2)
+        self.assertEqual(s["restarts"], 1)
 
     def test_the_line_carries_the_logs_last_words(self):
         line = container_problem(stuck_container(recorded()), LOG)
         self.assertTrue(line.startswith(
-            "pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container metrics-server: CrashLoopBackOff: "), line)
-        self.assertTrue(line.endswith("Error: unknown flag: --no-such-flag"), line)
+            "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: CrashLoopBackOff: "), line)
+        self.assertTrue(line.endswith("panic: unknown flag: --no-such-flag"), line)
         self.assertEqual(line.count(" | "), 2, line)
 
     def test_without_a_log_the_last_exit_is_said(self):
         line = container_problem(stuck_container(recorded()), "")
-        self.assertEqual(line, "pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container metrics-server: "
-                               "CrashLoopBackOff: exit code 1 (Error)")
+        self.assertEqual(line, "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: "
+                               "CrashLoopBackOff: exit code 2 (Error)")
 
     def test_a_termination_message_is_the_containers_own_word(self):
         pods = recorded()
@@ -75,7 +83,7 @@ class StuckContainer(unittest.TestCase):
         c["state"] = {"waiting": {"reason": "ImagePullBackOff",
                                   "message": 'Back-off pulling image "example.invalid/x:1"'}}
         self.assertEqual(container_problem(stuck_container(pods)),
-                         'pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container metrics-server: '
+                         'pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: '
                          'ImagePullBackOff: Back-off pulling image "example.invalid/x:1"')
 
     def test_starting_and_running_containers_are_not_stuck(self):
@@ -92,19 +100,24 @@ class StuckContainer(unittest.TestCase):
     def test_an_init_container_comes_first_and_pods_keep_their_order(self):
         pods = recorded()
         second = copy.deepcopy(pods["items"][0])
-        second["metadata"]["name"] = "metrics-server-6b9c7d9f8d-zzzzz"
+        second["metadata"]["name"] = "metrics-server-644fbbc657-zzzzz"
         pods["items"].append(second)
-        self.assertEqual(stuck_container(pods)["pod"], "metrics-server-6b9c7d9f8d-x2k4q")
+        self.assertEqual(stuck_container(pods)["pod"], "metrics-server-644fbbc657-6k9tr")
         st = pods["items"][0]["status"]
         st["initContainerStatuses"] = [{"name": "init", "restartCount": 0, "lastState": {},
                                         "state": {"waiting": {"reason": "CreateContainerConfigError",
                                                               "message": 'secret "creds" not found'}}}]
         self.assertEqual(container_problem(stuck_container(pods)),
-                         'pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container init: '
+                         'pod kube-system/metrics-server-644fbbc657-6k9tr container init: '
                          'CreateContainerConfigError: secret "creds" not found')
 
 
 class LastWords(unittest.TestCase):
+    def test_a_go_panic_ends_at_its_message(self):
+        self.assertEqual(last_words(LOG, lines=1), "panic: unknown flag: --no-such-flag")
+        # A panic line the program only logged, with no stack after it, is just a line.
+        self.assertEqual(last_words("panic: quoted\nstill running\n"), "panic: quoted | still running")
+
     def test_bounded_in_lines_and_characters(self):
         self.assertEqual(last_words("a\n\n b \nc\nd\n"), "b | c | d")
         self.assertEqual(last_words("a\nb", lines=1), "b")
@@ -133,23 +146,23 @@ class Diagnose(unittest.TestCase):
         f = self.Fake(recorded(), LOG)
         seen = {}
         line = f.diagnose(self.R, seen)
-        self.assertEqual(line, "pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container metrics-server: "
+        self.assertEqual(line, "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: "
                                "CrashLoopBackOff: --tls-min-version string    Minimum TLS version supported. | "
                                "--tls-private-key-file string    File containing the default x509 private key. | "
-                               "Error: unknown flag: --no-such-flag")
+                               "panic: unknown flag: --no-such-flag")
         self.assertEqual(f.calls[0], ["kubectl", "-n", "kube-system", "get", "pods", "-l",
                                       "app.kubernetes.io/instance=metrics-server", "-o", "json"])
-        self.assertEqual(f.calls[1], ["kubectl", "-n", "kube-system", "logs", "metrics-server-6b9c7d9f8d-x2k4q",
+        self.assertEqual(f.calls[1], ["kubectl", "-n", "kube-system", "logs", "metrics-server-644fbbc657-6k9tr",
                                       "-c", "metrics-server", "--previous", "--tail=30"])
         self.assertEqual(f.diagnose(self.R, seen), line)
         self.assertEqual(len(f.calls), 3)  # the same restart: its log is not read again
-        f.pods["items"][0]["status"]["containerStatuses"][0]["restartCount"] = 3
+        f.pods["items"][0]["status"]["containerStatuses"][0]["restartCount"] = 2
         f.diagnose(self.R, seen)
         self.assertEqual(len(f.calls), 5)
 
     def test_a_log_that_cannot_be_read_leaves_the_last_exit(self):
         f = self.Fake(recorded(), "Error from server (BadRequest): previous terminated container not found", 1)
-        self.assertTrue(f.diagnose(self.R, {}).endswith("CrashLoopBackOff: exit code 1 (Error)"))
+        self.assertTrue(f.diagnose(self.R, {}).endswith("CrashLoopBackOff: exit code 2 (Error)"))
 
     def test_no_pods_or_no_answer_is_none(self):
         self.assertIsNone(self.Fake({"items": []}, "").diagnose(self.R, {}))
@@ -214,10 +227,10 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
             phase, message = self.Install(d).install(r)
         self.assertEqual(phase, "failed")
         first, second = message.splitlines()[:2]
-        self.assertEqual(first, "pod kube-system/metrics-server-6b9c7d9f8d-x2k4q container metrics-server: "
+        self.assertEqual(first, "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: "
                                 "CrashLoopBackOff: --tls-min-version string    Minimum TLS version supported. | "
                                 "--tls-private-key-file string    File containing the default x509 private key. | "
-                                "Error: unknown flag: --no-such-flag")
+                                "panic: unknown flag: --no-such-flag")
         self.assertEqual(second, "helm failed for metrics-server:")
         self.assertIn("uninstalled due to atomic being set", message)
 
