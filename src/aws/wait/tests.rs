@@ -419,9 +419,10 @@ fn an_addon_status_failure_fails_the_wait_before_the_stack_notices() {
 }
 
 /// A broken addon is named (issue 41): the status object the reconciler
-/// writes for metrics-server crash-looping on a flag it does not know (the
-/// shape tests/it/real_node.rs `..._names_a_broken_addon_and_up_wait_exits_3`
-/// showed on the real-node bed: its pod, helm's output, the namespace's)
+/// wrote for metrics-server crash-looping on a flag it does not know, as
+/// tests/it/real_node.rs `..._names_a_broken_addon_and_up_wait_exits_3`
+/// printed it on the real-node bed (its pod, helm's output, the namespace's
+/// events)
 /// fails the wait while the stack still waits, and the failure's first line
 /// names the release, the pod, the container and its last words; the
 /// descheduler, ready, is not named. `up --wait` exits 3 for it
@@ -453,9 +454,10 @@ fn a_crash_looping_addon_is_named_with_its_pod_container_and_last_words() {
     let text = f.to_string();
     assert_eq!(
         text.lines().next().unwrap(),
-        "addon \"metrics-server\" failed: pod kube-system/metrics-server-644fbbc657-h7zmp container metrics-server: \
-         CrashLoopBackOff: --tls-private-key-file string    File containing the default x509 private key. | \
-         panic: unknown flag: --no-such-flag"
+        "addon \"metrics-server\" failed: pod kube-system/metrics-server-644fbbc657-r82pc container metrics-server: \
+         CrashLoopBackOff: -v, --v Level                              number for the log level verbosity | \
+         --vmodule pattern=N,...                comma-separated list of pattern=N settings for file-filtered \
+         logging (only works for text log format) | panic: unknown flag: --no-such-flag"
     );
     assert!(!text.contains("descheduler"), "{text}");
 }
