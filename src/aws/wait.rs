@@ -635,7 +635,7 @@ fn stack_name_of(state: &StackState, events: &[&StackEvent], logical: Option<&st
 /// `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID` → NAME; a bare name
 /// (moto gives nested stacks' physical ids as names) stays as it is.
 /// What a finished operation can honestly say of the addons: those whose
-/// status object says ready, and the others by name. A completed stack means
+/// status object says ready, and the others, by name. A completed stack means
 /// every wait condition was signalled, but only a status object shows the
 /// installer's own word (and moto completes wait conditions unsignalled).
 pub fn addons_summary(expected: &[ExpectedAddon], reports: &[AddonReport]) -> String {
@@ -652,7 +652,8 @@ pub fn addons_summary(expected: &[ExpectedAddon], reports: &[AddonReport]) -> St
     let (ready, other): (Vec<&ExpectedAddon>, Vec<&ExpectedAddon>) =
         expected.iter().partition(|a| phase(&a.release) == AddonPhase::Ready);
     if other.is_empty() {
-        return format!("every addon is ready ({})", ready.len());
+        let names: Vec<&str> = ready.iter().map(|a| a.release.as_str()).collect();
+        return format!("every addon is ready ({}): {}", ready.len(), names.join(", "));
     }
     let others: Vec<String> = other
         .iter()

@@ -29,30 +29,70 @@ only while their stack is being created:
   status (moto's says CREATE_COMPLETE for every resource, always), so a
   watcher keeps reading a nested stack's events until it has settled.
 
+- The same for an AWS::CloudFormation::WaitCondition with a
+  CreationPolicy.ResourceSignal (the addons' wait conditions, signalled by
+  the node's addon reconciler), which moto otherwise does not create at all
+  (parsing.NULL_MODELS): it waits for `Count` SUCCESS signals; a FAILURE
+  signal fails it ("WaitCondition received failed message: ...") and its
+  stack rolls back. DescribeStackResource says its own status (the
+  reconciler signals only while it is CREATE_IN_PROGRESS).
+
 Not modelled: the policy's Timeout, MinSuccessfulInstancesPercent other than
-100, OnFailure DELETE or DO_NOTHING, WaitConditions (moto creates them at
-once: parsing.NULL_MODELS), UpdatePolicy's WaitOnResourceSignals (moto's
-updates complete at once), and the rollback's deletes (moto keeps the
-resources; only the statuses and events say rolled back).
+100, OnFailure DELETE or DO_NOTHING, a wait condition's DependsOn (it waits,
+and takes signals, from its stack's creation on, where CloudFormation
+creates it only after what it depends on), wait condition handles,
+UpdatePolicy's WaitOnResourceSignals (moto's updates complete at once), and
+the rollback's deletes (moto keeps the resources; only the statuses and
+events say rolled back).
 """
 
 from moto.autoscaling.models import FakeAutoScalingGroup
 from moto.cloudformation import models as cfn_models
 from moto.cloudformation.exceptions import ValidationError
 from moto.cloudformation.parsing import ResourceMap
-from moto.cloudformation.responses import CloudFormationResponse
-from moto.core.responses import EmptyResult
+from moto.cloudformation.responses import CloudFormationResponse, StackResourceDTO
+from moto.core.responses import ActionResult, EmptyResult
 
 STACK = "AWS::CloudFormation::Stack"
 GROUP = "AWS::AutoScaling::AutoScalingGroup"
+WAIT_CONDITION = "AWS::CloudFormation::WaitCondition"
+
+
+class _WaitCondition(object):
+    """An AWS::CloudFormation::WaitCondition with a CreationPolicy (moto
+    models none: parsing.NULL_MODELS), so that it can wait for its signal."""
+    cf_resource_type = WAIT_CONDITION
+
+    def __init__(self, stack_id, logical):
+        self.logical_resource_id = logical
+        self.physical_resource_id = "%s/%s" % (stack_id, logical)
+
+    def is_created(self):
+        return _group_is_created(self)
+
+    def delete(self, account_id, region_name):
+        pass
 
 
 def _getitem(original):
-    """ResourceMap.__getitem__: a group with a ResourceSignal policy, created
-    while its stack is CREATE_IN_PROGRESS, waits for its signals."""
+    """ResourceMap.__getitem__: a group or a wait condition with a
+    ResourceSignal policy, created while its stack is CREATE_IN_PROGRESS,
+    waits for its signals."""
 
     def getitem(self, key):
         instance = original(self, key)
+        spec = (getattr(self, "_resource_json_map", None) or {}).get(key) or {}
+        if instance is None and isinstance(spec, dict) and spec.get("Type") == WAIT_CONDITION \
+                and (spec.get("CreationPolicy") or {}).get("ResourceSignal"):
+            stack = _backend(self._account_id, self._region_name).stacks.get(original(self, "AWS::StackId"))
+            if stack is None or stack.status != "CREATE_IN_PROGRESS":
+                return instance
+            policy = spec["CreationPolicy"]["ResourceSignal"]
+            instance = _WaitCondition(stack.stack_id, key)
+            instance._kube_aws_signal = {"count": int(policy.get("Count", 1)), "ids": set(),
+                                         "state": "waiting", "logical": key}
+            self._parsed_resources[key] = instance
+            return instance
         if not isinstance(instance, FakeAutoScalingGroup) or hasattr(instance, "_kube_aws_signal"):
             return instance
         spec = (getattr(self, "_resource_json_map", None) or {}).get(key) or {}
@@ -133,19 +173,22 @@ def _signal_resource(self):
         raise ValidationError(message="Resource %s in stack %s is not waiting for a signal" % (logical, stack.stack_id))
     if status not in ("SUCCESS", "FAILURE"):
         raise ValidationError(message="Status %r is not SUCCESS or FAILURE" % status)
-    _event(stack, logical, group.physical_resource_id, GROUP, "CREATE_IN_PROGRESS",
+    rtype = WAIT_CONDITION if isinstance(group, _WaitCondition) else GROUP
+    _event(stack, logical, group.physical_resource_id, rtype, "CREATE_IN_PROGRESS",
            "Received %s signal with UniqueId %s" % (status, unique))
     if status == "FAILURE":
         s["state"] = "failed"
-        _event(stack, logical, group.physical_resource_id, GROUP, "CREATE_FAILED",
-               "Received 1 FAILURE signal(s) out of %d. Unable to satisfy 100%% MinSuccessfulInstancesPercent "
-               "requirement" % s["count"])
+        reason = "WaitCondition received failed message: 'FAILURE' for uniqueId: %s" % unique \
+            if rtype == WAIT_CONDITION else \
+            "Received 1 FAILURE signal(s) out of %d. Unable to satisfy 100%% MinSuccessfulInstancesPercent " \
+            "requirement" % s["count"]
+        _event(stack, logical, group.physical_resource_id, rtype, "CREATE_FAILED", reason)
         _fail(backend, stack, logical)
         return EmptyResult()
     s["ids"].add(unique)
     if len(s["ids"]) >= s["count"]:
         s["state"] = "complete"
-        _event(stack, logical, group.physical_resource_id, GROUP, "CREATE_COMPLETE")
+        _event(stack, logical, group.physical_resource_id, rtype, "CREATE_COMPLETE")
         _complete(backend, stack)
     return EmptyResult()
 
@@ -176,6 +219,22 @@ def _list_stack_resources(original):
     return list_stack_resources
 
 
+def _describe_stack_resource(original):
+    """DescribeStackResource says a waiting resource's own status (moto's
+    says the stack's): the reconciler signals a wait condition only while
+    it is CREATE_IN_PROGRESS."""
+    def describe_stack_resource(self):
+        stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+        resource = getattr(stack.resource_map, "_parsed_resources", {}).get(self._get_param("LogicalResourceId"))
+        if getattr(resource, "_kube_aws_signal", None) is None:
+            return original(self)
+        detail = StackResourceDTO(stack, resource)
+        detail.resource_status = _resource_status(resource)
+        return ActionResult({"StackResourceDetail": detail})
+
+    return describe_stack_resource
+
+
 def apply():
     ResourceMap.__getitem__ = _getitem(ResourceMap.__getitem__)
     FakeAutoScalingGroup.is_created = _group_is_created
@@ -183,3 +242,5 @@ def apply():
     assert not hasattr(CloudFormationResponse, "signal_resource")
     CloudFormationResponse.signal_resource = _signal_resource
     CloudFormationResponse.list_stack_resources = _list_stack_resources(CloudFormationResponse.list_stack_resources)
+    CloudFormationResponse.describe_stack_resource = _describe_stack_resource(
+        CloudFormationResponse.describe_stack_resource)

@@ -418,6 +418,50 @@ fn an_addon_status_failure_fails_the_wait_before_the_stack_notices() {
     assert!(f.to_string().contains("CRDs not Established after 5m"));
 }
 
+/// A broken addon is named (issue 41): the status object the reconciler
+/// wrote for metrics-server crash-looping on a flag it does not know, as
+/// tests/it/real_node.rs `..._names_a_broken_addon_and_up_wait_exits_3`
+/// printed it on the real-node bed (its pod, helm's output, the namespace's
+/// events)
+/// fails the wait while the stack still waits, and the failure's first line
+/// names the release, the pod, the container and its last words; the
+/// descheduler, ready, is not named. `up --wait` exits 3 for it
+/// (src/cli/exit.rs, AwsError::Failed).
+#[test]
+fn a_crash_looping_addon_is_named_with_its_pod_container_and_last_words() {
+    let events: Vec<StackEvent> = success_events().into_iter().take(11).collect();
+    let mut o = obs(
+        Operation::Create,
+        "CREATE_IN_PROGRESS",
+        &[("ControlPlane", "CREATE_COMPLETE")],
+        events,
+    );
+    let recorded: AddonReport =
+        serde_json::from_str(include_str!("tests/recorded/metrics-server-failed.json")).unwrap();
+    o.addons = ["descheduler", "metrics-server"]
+        .iter()
+        .map(|r| ExpectedAddon {
+            release: r.to_string(),
+            wait_condition: None,
+            wait_timeout_secs: None,
+        })
+        .collect();
+    o.reports = vec![report("descheduler", AddonPhase::Ready, ""), recorded];
+    let Outcome::Failed(f) = assess(&o).outcome else {
+        panic!("expected a failure")
+    };
+    assert_eq!(f.addon.as_deref(), Some("metrics-server"));
+    let text = f.to_string();
+    assert_eq!(
+        text.lines().next().unwrap(),
+        "addon \"metrics-server\" failed: pod kube-system/metrics-server-644fbbc657-r82pc container metrics-server: \
+         CrashLoopBackOff: -v, --v Level                              number for the log level verbosity | \
+         --vmodule pattern=N,...                comma-separated list of pattern=N settings for file-filtered \
+         logging (only works for text log format) | panic: unknown flag: --no-such-flag"
+    );
+    assert!(!text.contains("descheduler"), "{text}");
+}
+
 #[test]
 fn timeout_names_what_is_still_pending() {
     let events: Vec<StackEvent> = success_events().into_iter().take(11).collect();
@@ -693,7 +737,10 @@ fn the_closing_line_claims_only_what_status_objects_show() {
         report("dex", AddonPhase::Ready),
         report("metrics-server", AddonPhase::Ready),
     ];
-    assert_eq!(addons_summary(&two, &both), "every addon is ready (2)");
+    assert_eq!(
+        addons_summary(&two, &both),
+        "every addon is ready (2): dex, metrics-server"
+    );
     let one = [report("dex", AddonPhase::Ready)];
     assert_eq!(
         addons_summary(&two, &one),

@@ -192,6 +192,82 @@ def repause_command(release):
             "%s=%s" % (RELEASE_LABEL, release["name"]), "--replicas=0"]
 
 
+# The reasons a waiting container gives on its way to running; any other
+# reason (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
+# CreateContainerConfigError, CreateContainerError, InvalidImageName...)
+# names a container that does not run as it is.
+STARTING = ("ContainerCreating", "PodInitializing")
+# The bounds of a crashed container's last words taken from its log.
+LOG_LINES, LOG_CHARS = 3, 300
+
+
+def stuck_container(pods):
+    """The first container of a release's pods (`pods`: the parsed `kubectl
+    get pods -o json`, in its order; a pod's init containers before its
+    others, as they run) that waits with a reason other than starting, as
+    {"namespace", "pod", "container", "reason", "message", "needsLog",
+    "restarts"}, or
+    None. `message` is its last termination message
+    (lastState.terminated.message) when it has one; else, for a container
+    that ran, its last exit ("exit code 1 (Error)"), with `needsLog` set:
+    the default terminationMessagePolicy (File) writes no message unless the
+    program does, so its previous log's last lines say more; else (it never
+    ran: an image pull, a missing Secret) the waiting reason's own message.
+    A pure function."""
+    items = pods.get("items") if isinstance(pods, dict) else None
+    for pod in items if isinstance(items, list) else []:
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        status = pod.get("status") if isinstance(pod, dict) else None
+        if not isinstance(meta, dict) or not isinstance(status, dict) or not meta.get("name"):
+            continue
+        for c in list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or []):
+            if not isinstance(c, dict) or not c.get("name"):
+                continue
+            waiting = (c.get("state") or {}).get("waiting")
+            reason = waiting.get("reason") if isinstance(waiting, dict) else None
+            if not reason or reason in STARTING:
+                continue
+            last = (c.get("lastState") or {}).get("terminated")
+            last = last if isinstance(last, dict) else {}
+            own = str(last.get("message") or "").strip()
+            if own:
+                message, needs_log = own, False
+            elif last:
+                message, needs_log = "exit code %s (%s)" % (last.get("exitCode"), last.get("reason") or
+                                                            "Terminated"), True
+            else:
+                message, needs_log = str(waiting.get("message") or "").strip(), False
+            return {"namespace": str(meta.get("namespace") or ""), "pod": str(meta["name"]),
+                    "container": str(c["name"]), "reason": str(reason), "message": message,
+                    "needsLog": needs_log, "restarts": c.get("restartCount")}
+    return None
+
+
+def last_words(log, lines=LOG_LINES, chars=LOG_CHARS):
+    """The last `lines` non-empty lines of a log, joined with " | ", cut to
+    their last `chars` characters ("..." marks the cut); a Go program's
+    panic ends its log with the goroutines' stacks after its `panic: <why>`
+    line (metrics-server panics on a flag it does not know), so a log whose
+    last `panic: ` line is followed by a `goroutine ` line ends at that
+    line. A pure function."""
+    kept = [line.strip() for line in (log or "").splitlines() if line.strip()]
+    panics = [i for i, line in enumerate(kept) if line.startswith("panic: ")]
+    if panics and any(line.startswith("goroutine ") for line in kept[panics[-1] + 1:]):
+        kept = kept[:panics[-1] + 1]
+    text = " | ".join(kept[-lines:])
+    return text if len(text) <= chars else "..." + text[-(chars - 3):]
+
+
+def container_problem(stuck, log=""):
+    """The line naming a stuck container (stuck_container's answer): `pod
+    <ns>/<pod> container <c>: <reason>: <its last words>`, its last words
+    being its previous log's last lines (last_words) when it has no
+    termination message of its own and the log has any. A pure function."""
+    words = last_words(log) if stuck.get("needsLog") else ""
+    return "pod %s/%s container %s: %s: %s" % (stuck["namespace"], stuck["pod"], stuck["container"],
+                                              stuck["reason"], words or stuck["message"])
+
+
 def manifest_objects(texts):
     """[apiVersion, kind, namespace, name] of every object in the plugin
     manifests' texts (YAML streams), sorted, without duplicates."""
@@ -294,18 +370,40 @@ class Reconciler(object):
                 f.write(text)
         return code, text
 
-    def must(self, args, out=None):
-        code, text = self.run(args, out)
+    def run_watching(self, args, out, watch):
+        """As run, with the output to the file `out`; `watch()` is called
+        every poll interval while the command runs (it looks at the cluster
+        while helm waits: what helm's --atomic undoes is gone once it exits)."""
+        try:
+            with open(out, "w", encoding="utf-8") as f:
+                p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                     env=self.env)
+                while True:
+                    try:
+                        code = p.wait(timeout=max(1, self.poll))
+                        break
+                    except subprocess.TimeoutExpired:
+                        watch()
+        except OSError as e:
+            with open(out, "w", encoding="utf-8") as f:
+                f.write("%s: %s\n" % (args[0], e.strerror))
+            code = 127
+        with open(out, encoding="utf-8", errors="replace") as f:
+            return code, f.read()
+
+    def must(self, args, out=None, watch=None):
+        code, text = self.run(args, out) if watch is None else self.run_watching(args, out, watch)
         if code != 0:
             raise RuntimeError(tail(text, 20) or "%s exited %d" % (args[0], code))
         return text
 
-    def retried(self, args, out=None, name="", after_failure=None):
+    def retried(self, args, out=None, name="", after_failure=None, watch=None):
         """`args` run until it succeeds, at most `attempts` times;
-        `after_failure()` runs after each failed attempt, the last included."""
+        `after_failure()` runs after each failed attempt, the last included;
+        `watch` as run_watching's (with `out`)."""
         def once():
             try:
-                return self.must(args, out)
+                return self.must(args, out, watch)
             except RuntimeError:
                 if after_failure is not None:
                     after_failure()
@@ -568,9 +666,43 @@ class Reconciler(object):
             self.log(str(e))
             raise Fatal("cannot install the helm client from %s" % b.get("object"))
 
-    def describe_failure(self, name, ns, helm_log):
+    def diagnose(self, r, seen):
+        """The line naming the first stuck container of release `r`'s pods
+        (stuck_container, container_problem), or None; `seen` keeps the log
+        fetched per container restart, so a watch that looks every few
+        seconds reads each crash's log once. The pods are those labelled
+        app.kubernetes.io/instance=<release> (RELEASE_LABEL, as the paused
+        Deployments are found): the label Helm's chart conventions give
+        every object of a release, which the built-in charts set; a chart
+        without it is not diagnosed (its failure keeps helm's output and the
+        namespace's pods that do not run)."""
+        code, text = self.run(["kubectl", "-n", r["namespace"], "get", "pods", "-l",
+                               "%s=%s" % (RELEASE_LABEL, r["name"]), "-o", "json"])
+        if code != 0:
+            return None
+        try:
+            stuck = stuck_container(jsonio.parse(text, "the pods of %s" % r["name"]))
+        except jsonio.JsonError:
+            return None
+        if stuck is None:
+            return None
+        log = ""
+        if stuck["needsLog"]:
+            key = (stuck["pod"], stuck["container"], stuck["restarts"])
+            if key not in seen:
+                code, text = self.run(["kubectl", "-n", stuck["namespace"], "logs", stuck["pod"], "-c",
+                                       stuck["container"], "--previous", "--tail=%d" % (LOG_LINES * 10)])
+                seen.clear()
+                seen[key] = text if code == 0 else ""
+            log = seen[key]
+        return container_problem(stuck, log)
+
+    def describe_failure(self, name, ns, helm_log, problem=None):
+        """The failed release's status message: the stuck container's line
+        first when one was seen (diagnose), then helm's output and the
+        namespace's pods and events."""
         with open(helm_log, errors="replace") as f:
-            out = ["helm failed for %s:" % name, tail(f.read(), 40)]
+            out = ([problem] if problem else []) + ["helm failed for %s:" % name, tail(f.read(), 40)]
         out.append("--- pods not running in namespace %s ---" % ns)
         out.append(tail(self.run(["kubectl", "-n", ns, "get", "pods",
                                   "--field-selector=status.phase!=Running,status.phase!=Succeeded"])[1], 20))
@@ -677,11 +809,26 @@ class Reconciler(object):
             if why is not None:
                 return "failed", why + "\n"
         self.unstick(name, r["namespace"], timeout)
+        # While helm waits, the release's pods are looked at every poll
+        # interval: a container that will not run (CrashLoopBackOff,
+        # ImagePullBackOff...) is named in the failure. It must be seen
+        # before helm exits: --atomic uninstalls a failed first install and
+        # rolls a failed upgrade back, and its pods go with it.
+        seen, problem = {}, []
+
+        def watch():
+            line = self.diagnose(r, seen)
+            if line:
+                problem[:] = [line]
         try:
-            self.retried(args, out=helm_log, name=name,
+            self.retried(args, out=helm_log, name=name, watch=watch,
                          after_failure=(lambda: self.keep_paused(r)) if overrides else None)
         except RuntimeError:
-            return "failed", self.describe_failure(name, r["namespace"], helm_log)
+            if not problem:
+                watch()  # a failure faster than one poll interval: what is left
+            if problem:
+                self.log(problem[0], name)
+            return "failed", self.describe_failure(name, r["namespace"], helm_log, problem[0] if problem else None)
         if r.get("crds"):
             why = self.wait_crds(r, found)
             if why is not None:

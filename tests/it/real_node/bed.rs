@@ -284,6 +284,19 @@ impl MotoBed {
         (bed, up.expect("kube-aws up --wait"))
     }
 
+    /// As `up_waiting`, with `prepare(env, work tree)` run on the written
+    /// work tree first (as `up_prepared`'s).
+    pub fn up_waiting_prepared(
+        test: &'static str,
+        image: &Path,
+        extra: &str,
+        plugins: &[(&str, &str)],
+        prepare: &dyn Fn(&MotoEnv, &Path),
+    ) -> (MotoBed, WaitingUp) {
+        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, &|env, dir, _| prepare(env, dir));
+        (bed, up.expect("kube-aws up --wait"))
+    }
+
     fn start(
         test: &'static str,
         image: &Path,
