@@ -964,9 +964,14 @@ fn irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_rol
     let token = edns.token.clone();
 
     // aws-node-termination-handler: a spot interruption warning for the
-    // controller's instance, as EventBridge delivers it to the queue.
+    // controller's instance, as EventBridge delivers it to the queue. The
+    // aws CLI does not take AWS_ENDPOINT_URL for SQS: moto named here (as
+    // tests/it/workers_moto.rs does).
+    let moto = bed.env.moto.url();
     let queue = bed.aws(&[
         "sqs",
+        "--endpoint-url",
+        &moto,
         "get-queue-url",
         "--queue-name",
         &format!("{}-nth", bed::BED_CLUSTER),
