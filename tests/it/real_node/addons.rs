@@ -855,7 +855,13 @@ fn moto_sessions(bed: &MotoBed, role_arn: &str) -> usize {
 /// (cloudprovider/aws/README.md "Using cloud config with helm"), here a
 /// ConfigMap from the chart's `extraObjects`. STS is the web identity
 /// provider's, from `config.LoadDefaultConfig` (aws_sdk_provider.go), as
-/// for external-dns: AWS_ENDPOINT_URL_STS. Not covered: a scale-up or
+/// for external-dns: AWS_ENDPOINT_URL_STS. Its start-up EC2
+/// DescribeInstanceTypes uses a client without that resolver and goes to
+/// the real EC2 endpoint (no DNS for it here): the autoscaler logs the
+/// failure and falls back to its static instance-type list, as upstream
+/// intends. moto returned an empty `MixedInstancesPolicy` for every group
+/// made by CloudFormation, on which the autoscaler panicked:
+/// tests/support/moto_server.py patch 15. Not covered: a scale-up or
 /// scale-down (no worker boots here: a launched moto instance would never
 /// join), the `aws:ResourceTag` condition on the writes (moto's IAM does not
 /// evaluate conditions), EKS managed node groups (moto has no EKS here).
