@@ -10,6 +10,12 @@
 //! Auto Scaling (`irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only`,
 //! its header further down).
 //!
+//! Not run here yet: the AWS cloud controller manager (k8s.io/cloud-provider-aws
+//! against moto's EC2: no image is built for it yet) and the EBS CSI
+//! controller (no image yet); the EBS CSI node plugin (it needs block
+//! devices) and the VPC CNI (it needs EC2 network interfaces) cannot run on
+//! the bed.
+//!
 //! # Dex end to end
 //!
 //! `dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group` boots one
@@ -815,7 +821,10 @@ fn moto_sessions(bed: &MotoBed, role_arn: &str) -> usize {
 /// WebIdentityCredentials" in its log; moto holds a session of its role),
 /// and the node's role is refused `sqs:ReceiveMessage` on the queue. With
 /// the pod's token the role describes instances and is refused
-/// `sqs:SendMessage`, `autoscaling:SetDesiredCapacity` and IAM.
+/// `sqs:SendMessage`, `autoscaling:SetDesiredCapacity` and IAM. (Checked
+/// that this can fail: with `sqs:DeleteMessage` taken out of the plugin's
+/// statement, moto refuses the handler's delete and the test fails at the
+/// queue, the message still in flight.)
 /// Its endpoint: the handler uses aws-sdk-go v1 (go.mod v1.55.4), which
 /// reads no AWS_ENDPOINT_URL; its `aws-endpoint` setting (pkg/config
 /// config.go, env AWS_ENDPOINT, "[testing] If specified, use the AWS
@@ -1146,7 +1155,10 @@ fn irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_rol
 
     // aws-node-termination-handler consumed the warning under its role:
     // received, the instance described, found unmanaged, the message
-    // deleted (the queue empty), with the web identity's credentials.
+    // deleted (the queue empty), with the web identity's credentials. The
+    // handler logs "SQS Deleted Message" after its DeleteMessage call
+    // whatever its outcome (sqs-monitor.go deleteMessages): the queue's
+    // counts are what show the delete.
     let nth_arn = arn(NTH_ROLE);
     let nth_log = "/var/log/pods/kube-system_aws-node-termination-handler-*/*/*.log";
     let consumed = ctl.node.wait_for(
