@@ -41,7 +41,8 @@
 #     github.com/aws/aws-node-termination-handler v1.25.6 (./cmd), the
 #     program at /node-termination-handler and the entrypoint upstream's
 #     Dockerfile gives it. The same module the test bed builds for the host
-#     (scripts/install-testbed.sh), so a warm Go build cache makes it quick.
+#     (scripts/install-testbed.sh), so a warm Go build cache makes it quick
+#     (3 s; 165 s with empty Go caches).
 #   cluster-autoscaler: chart cluster-autoscaler 9.59.0
 #     (plugins/cluster-autoscaler) pulls
 #     registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0 (the plugin's
