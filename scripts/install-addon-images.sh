@@ -34,7 +34,29 @@
 #     address in brackets since CVE-2025-47912's fix), and Dex then exits
 #     with "invalid IP-literal". `-X main.version=v2.44.0` as upstream's
 #     release-binary target.
-#
+#   aws-node-termination-handler: chart aws-node-termination-handler 0.27.6
+#     (plugins/aws-node-termination-handler) pulls
+#     public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6 (the
+#     chart's `v{{ .Chart.AppVersion }}`); built from
+#     github.com/aws/aws-node-termination-handler v1.25.6 (./cmd), the
+#     program at /node-termination-handler and the entrypoint upstream's
+#     Dockerfile gives it. The same module the test bed builds for the host
+#     (scripts/install-testbed.sh), so a warm Go build cache makes it quick
+#     (3 s; 165 s with empty Go caches).
+#   cluster-autoscaler: chart cluster-autoscaler 9.59.0
+#     (plugins/cluster-autoscaler) pulls
+#     registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0 (the plugin's
+#     values name the tag from src/config/versions.rs, for Kubernetes 1.35).
+#     The proxy does not serve cluster-autoscaler 1.35.0: built from the
+#     tagged source tarball in $KUBE_AWS_SHARED_DATA/src, whose module is
+#     its cluster-autoscaler/ directory, with the AWS provider only: `-tags
+#     aws`, as upstream's Makefile does for BUILD_TAGS=aws
+#     (cloudprovider/builder/builder_aws.go is `//go:build aws`; without a
+#     tag builder_all.go links every provider). Upstream's Dockerfile
+#     copies the program to /cluster-autoscaler (distroless, CMD, no
+#     entrypoint); the chart runs `command: [./cluster-autoscaler, …]` from
+#     its working directory, and with no WorkingDir in the image config the
+#     runtime starts it in /, where upstream's WORKDIR puts it.
 #
 # The archives land outside the clone, in a cache every clone on the machine
 # shares: $CACHE/addon-images/<name>-<key>.tar, where CACHE is
@@ -65,19 +87,22 @@ command -v go >/dev/null 2>&1 || die "go not found on PATH: the addon images are
 DATA=${KUBE_AWS_SHARED_DATA:-$ROOT/../shared/data}
 
 # --- pins -------------------------------------------------------------------
-# name|module@version or src:<tarball in $DATA/src>|package|image|path in the
+# name|module@version or src:<tarball in $DATA/src>[:<directory of its
+# go.mod in the tarball's top directory>]|package|image|path in the
 # image|entrypoint|plugin|chart version|extra files (a directory of the
 # source tree=its path in the image)|Go toolchain (GOTOOLCHAIN; empty: the
-# local go)|-X flags for the linker
+# local go)|-X flags for the linker|Go build tags
 ADDONS=(
   "metrics-server|sigs.k8s.io/metrics-server@v0.8.0|cmd/metrics-server|registry.k8s.io/metrics-server/metrics-server:v0.8.1|/metrics-server|/metrics-server|metrics-server|3.13.1"
   "descheduler|sigs.k8s.io/descheduler@v0.36.0|cmd/descheduler|registry.k8s.io/descheduler/descheduler:v0.36.0|/bin/descheduler||descheduler|0.36.0"
   "dex|src:dex-v2.44.0.tar.gz|cmd/dex|ghcr.io/dexidp/dex:v2.44.0|/usr/local/bin/dex||dex|0.24.0|web=/srv/dex/web|go1.25.0|main.version=v2.44.0"
   "external-dns|sigs.k8s.io/external-dns@v0.21.0||registry.k8s.io/external-dns/external-dns:v0.21.0|/ko-app/external-dns|/ko-app/external-dns|external-dns|1.21.1|||sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=v0.21.0"
+  "aws-node-termination-handler|github.com/aws/aws-node-termination-handler@v1.25.6|cmd|public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6|/node-termination-handler|/node-termination-handler|aws-node-termination-handler|0.27.6"
+  "cluster-autoscaler|src:autoscaler-cluster-autoscaler-1.35.0.tar.gz:cluster-autoscaler||registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0|/cluster-autoscaler||cluster-autoscaler|9.59.0||||aws"
 )
 # Each plugin's chart must still be the one whose image is built here.
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name _ _ image _ _ plugin chart _ _ _ <<<"$a"
+  IFS='|' read -r name _ _ image _ _ plugin chart _ _ _ _ <<<"$a"
   grep -q "^ *version: $chart$" "plugins/$plugin/plugin.yaml" ||
     die "plugins/$plugin/plugin.yaml no longer pins chart $chart: check its image ($image) and update ADDONS"
 done
@@ -107,18 +132,22 @@ run() {
 # build. From a source tarball: the tarball's own module, built in place.
 # Then an image archive.
 build_addon() {
-  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8 toolchain=$9 xflags=${10}
+  local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8 toolchain=$9 xflags=${10} tags=${11}
   local ldflags="-s -w${xflags:+ -X $xflags}"
+  local tagflags=()
+  [ -n "$tags" ] && tagflags=(-tags "$tags")
   export GOTOOLCHAIN=${toolchain:-local}
   local w=$DIR/src/$name-$key tmp=$DIR/tmp-$name-$key
   rm -rf "$w" "$tmp"
   mkdir -p "$w" "$tmp"
   if [ "${modver#src:}" != "$modver" ]; then
-    tar -xzf "$DATA/src/${modver#src:}" -C "$w"
-    local top
-    top=$(find "$w" -mindepth 1 -maxdepth 1 -type d)
-    [ -f "$top/go.mod" ] || die "$name: ${modver#src:} holds no Go module at its top"
-    (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
+    local spec=${modver#src:} top
+    local tarball=${spec%%:*} moddir=
+    [ "$tarball" != "$spec" ] && moddir=${spec#*:}
+    tar -xzf "$DATA/src/$tarball" -C "$w"
+    top=$(find "$w" -mindepth 1 -maxdepth 1 -type d)${moddir:+/$moddir}
+    [ -f "$top/go.mod" ] || die "$name: $tarball holds no Go module at ${moddir:-its top}"
+    (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath "${tagflags[@]}" -ldflags "$ldflags" \
       -o "$tmp/$name" "./$pkg")
     w=$top
   else
@@ -131,7 +160,7 @@ build_addon() {
     gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
     [ -f "$gomod" ] || die "cannot download $modver's go.mod from the Go module proxy"
     sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" >>"$w/go.mod"
-    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath -ldflags "$ldflags" \
+    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath "${tagflags[@]}" -ldflags "$ldflags" \
       -o "$tmp/$name" "${modver%@*}${pkg:+/$pkg}")
   fi
   local files=(--file "$tmp/$name=$dest:0755")
@@ -150,15 +179,17 @@ build_addon() {
 }
 
 for a in "${ADDONS[@]}"; do
-  IFS='|' read -r name modver pkg image dest entry _ _ extra toolchain xflags <<<"$a"
+  IFS='|' read -r name modver pkg image dest entry _ _ extra toolchain xflags tags <<<"$a"
   # Names given as arguments: only those.
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then
     continue
   fi
   src=
   if [ "${modver#src:}" != "$modver" ]; then
-    [ -f "$DATA/src/${modver#src:}" ] || die "$name: no source tarball $DATA/src/${modver#src:} (set KUBE_AWS_SHARED_DATA)"
-    src=$(sha256sum "$DATA/src/${modver#src:}" | cut -c1-12)
+    tarball=${modver#src:}
+    tarball=${tarball%%:*}
+    [ -f "$DATA/src/$tarball" ] || die "$name: no source tarball $DATA/src/$tarball (set KUBE_AWS_SHARED_DATA)"
+    src=$(sha256sum "$DATA/src/$tarball" | cut -c1-12)
   fi
   key=$(printf '%s src=%s %s' "$a" "$src" "$common" | sha256sum | cut -c1-12)
   out=$DIR/$name-$key.tar
@@ -166,7 +197,7 @@ for a in "${ADDONS[@]}"; do
   if [ -s "$out" ]; then
     say "$name up to date ($out)"
   else
-    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry" "$extra" "$out" "$toolchain" "$xflags"
+    build_addon "$name" "$modver" "$pkg" "$image" "$dest" "$entry" "$extra" "$out" "$toolchain" "$xflags" "$tags"
     say "$name built in $(($(date +%s) - start))s ($out)"
   fi
   ln -sfn "$out" "$ROOT/.testbed/addon-images/$name.tar"

@@ -152,6 +152,17 @@ Patches (moto 5.2.5):
    HEAD or DELETE with an empty body over an empty payload when `data` is
    not the body (a mapping); POSTs (the query protocol's form data, which
    moto keeps as `data`) are signed as they were.
+
+15. autoscaling FakeAutoScalingGroup.create_from_cloudformation_json (and
+   update, which calls it) passes `MixedInstancesPolicy` as `{}` when the
+   template has none, where the API path (CreateAutoScalingGroup) passes
+   None; DescribeAutoScalingGroups then returns an empty
+   `<MixedInstancesPolicy/>` for every group made by CloudFormation. AWS
+   returns no MixedInstancesPolicy for a group without one, and the
+   cluster-autoscaler (1.35, cloudprovider/aws/auto_scaling_groups.go
+   buildAsgFromAWS) dereferences the policy's LaunchTemplate whenever the
+   element is present: it panicked at start on the bed's worker group. The
+   patch keeps None for a template without the property, as the API does.
 """
 
 import base64
@@ -162,6 +173,7 @@ import time
 from urllib.parse import urlparse
 
 import moto
+from moto.autoscaling import models as autoscaling_models
 from moto.cloudformation import models as cloudformation_models
 from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
 from moto.cloudwatch import models as cloudwatch_models
@@ -470,6 +482,16 @@ def _empty_body_signed_empty(original):
     return create
 
 
+def _asg_no_empty_mixed_policy(original):
+    def create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        group = original.__func__(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        if "MixedInstancesPolicy" not in cloudformation_json.get("Properties", {}):
+            group.mixed_instances_policy = None
+        return group
+
+    return classmethod(create)
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -499,6 +521,8 @@ def apply_patches():
     assert [m for m in models if m.cloudformation_type() == "AWS::CloudWatch::Alarm"] == [_CfnAlarm]
     base._create_aws_request = _empty_body_signed_empty(base._create_aws_request)
     route53_models.create_route53_zone_id = _zone_id_like_aws(route53_models.create_route53_zone_id)
+    group = autoscaling_models.FakeAutoScalingGroup
+    group.create_from_cloudformation_json = _asg_no_empty_mixed_policy(group.create_from_cloudformation_json)
     mixin = ActionAuthenticatorMixin
     mixin._authenticate_and_authorize_action = _web_identity_unsigned(mixin._authenticate_and_authorize_action)
 
