@@ -632,8 +632,6 @@ fn stack_name_of(state: &StackState, events: &[&StackEvent], logical: Option<&st
     }
 }
 
-/// `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID` → NAME; a bare name
-/// (moto gives nested stacks' physical ids as names) stays as it is.
 /// What a finished operation can honestly say of the addons: those whose
 /// status object says ready, and the others, by name. A completed stack means
 /// every wait condition was signalled, but only a status object shows the
@@ -667,6 +665,8 @@ pub fn addons_summary(expected: &[ExpectedAddon], reports: &[AddonReport]) -> St
     )
 }
 
+/// `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID` → NAME; a bare name
+/// (moto gives nested stacks' physical ids as names) stays as it is.
 pub fn stack_name_from_arn(arn: &str) -> Option<String> {
     if arn.is_empty() {
         return None;
