@@ -34,32 +34,12 @@ fn three_controllers_join_keep_quorum_through_faults_and_restore_when_all_are_lo
     let t0 = Instant::now();
     let bed = MotoBed::up(test, &image, "controller: {count: 3}\n", &[]);
     let group = format!("{}-controller", bed::BED_CLUSTER);
-    let insts = bed.instances(&group);
-    assert_eq!(insts.len(), 3, "{insts:?}");
+    // The first initialises, the other two join it under the join lock (on
+    // EC2 the load balancer routes to whichever controller won the init
+    // lock: in CI the second won once, and the first, joining, found no API
+    // server at its own address; the bed's API name is the first's address).
+    let (insts, [c1, c2, c3], f) = crate::real_node::boot_three_controllers(&bed, BOOT_READY_LIMIT);
     let api_ip = insts[0].ip.clone();
-    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
-    // The bed has no load balancer: the API's name is the first controller's
-    // address, so it must be the one that initialises. On EC2 the network
-    // load balancer routes to whichever controller won the init lock (in CI
-    // the second won once, and the first, joining, found no API server at
-    // its own address). The other two start once it holds the lock, at the
-    // same time, and race for the join lock.
-    c1.wait_step("kubeadm-init", BOOT_READY_LIMIT);
-    let c2 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[1],
-        &api_ip,
-        pod_net(1, &[(&c1, 0)]),
-    );
-    let c3 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[2],
-        &api_ip,
-        pod_net(2, &[(&c1, 0), (&c2, 1)]),
-    );
-    let f = bed::expect_all_ready(&[&c1, &c2, &c3], BOOT_READY_LIMIT);
     let t_three = t0.elapsed();
     let has = |f: &bed::Followed, s: &str| f.steps.iter().any(|(n, _)| n == s);
     assert!(
@@ -88,18 +68,7 @@ fn three_controllers_join_keep_quorum_through_faults_and_restore_when_all_are_lo
         Duration::from_secs(120),
     );
     // The join lock is released after each join.
-    let keys = bed.aws(&[
-        "s3api",
-        "list-objects-v2",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--query",
-        "Contents[].Key",
-    ]);
-    assert!(
-        !keys.to_string().contains("/bootstrap/join-lock"),
-        "the join lock was left in S3: {keys}"
-    );
+    crate::real_node::expect_join_lock_released(&bed);
 
     // The third is lost: its container killed, its instance replaced.
     let lost = insts[2].clone();

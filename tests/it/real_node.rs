@@ -247,6 +247,56 @@ pub(crate) mod upgrade;
 
 use bed::{BedNode, MotoBed, READY_LIMIT as BOOT_READY_LIMIT};
 
+/// The three controllers of `bed`'s controller group booted as a cluster
+/// comes up: the first takes the init lock and `kubeadm init`s (the bed has
+/// no load balancer: the API's name is its address, so it must be the one
+/// that initialises); the second and third start together once it holds
+/// the init lock and race for the join lock. Returns the group's
+/// instances, the nodes and their followed boots, once all three are Ready.
+pub(crate) fn boot_three_controllers(
+    bed: &MotoBed,
+    limit: Duration,
+) -> (Vec<bed::Instance>, [BedNode; 3], Vec<bed::Followed>) {
+    let insts = bed.instances(&format!("{}-controller", bed::BED_CLUSTER));
+    assert_eq!(insts.len(), 3, "{insts:?}");
+    let api_ip = insts[0].ip.clone();
+    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
+    c1.wait_step("kubeadm-init", limit);
+    let c2 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[1],
+        &api_ip,
+        pod_net(1, &[(&c1, 0)]),
+    );
+    let c3 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &insts[2],
+        &api_ip,
+        pod_net(2, &[(&c1, 0), (&c2, 1)]),
+    );
+    let f = bed::expect_all_ready(&[&c1, &c2, &c3], limit);
+    (insts, [c1, c2, c3], f)
+}
+
+/// The S3 join lock is not left behind (each join, upgrade, renewal and
+/// reconfiguration releases it).
+pub(crate) fn expect_join_lock_released(bed: &MotoBed) {
+    let keys = bed.aws(&[
+        "s3api",
+        "list-objects-v2",
+        "--bucket",
+        bed::BED_BUCKET,
+        "--query",
+        "Contents[].Key",
+    ]);
+    assert!(
+        !keys.to_string().contains("/bootstrap/join-lock"),
+        "the join lock was left in S3: {keys}"
+    );
+}
+
 /// The checks every controller booted from its user-data passes: cloud-init
 /// finishes clean, containerd runs on the node program's config.
 fn check_booted_controller(ctl: &BedNode) {

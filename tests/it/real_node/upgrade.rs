@@ -774,26 +774,8 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
         &[],
     );
     let group = format!("{}-controller", bed::BED_CLUSTER);
-    let insts = bed.instances(&group);
-    assert_eq!(insts.len(), 3, "{insts:?}");
+    let (insts, [c1, c2, c3], _) = super::boot_three_controllers(&bed, READY_LIMIT);
     let api_ip = insts[0].ip.clone();
-    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
-    c1.wait_step("kubeadm-init", READY_LIMIT);
-    let c2 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[1],
-        &api_ip,
-        pod_net(1, &[(&c1, 0)]),
-    );
-    let c3 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[2],
-        &api_ip,
-        pod_net(2, &[(&c1, 0), (&c2, 1)]),
-    );
-    bed::expect_all_ready(&[&c1, &c2, &c3], READY_LIMIT);
     let t_up = t0.elapsed();
     for i in &insts {
         untaint(&bed, &c1, &i.dns.to_lowercase());
@@ -1071,26 +1053,8 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'stat
         &[],
     );
     let group = format!("{}-controller", bed::BED_CLUSTER);
-    let insts = bed.instances(&group);
-    assert_eq!(insts.len(), 3, "{insts:?}");
+    let (insts, [c1, c2, c3], _) = super::boot_three_controllers(&bed, READY_LIMIT);
     let api_ip = insts[0].ip.clone();
-    let c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
-    c1.wait_step("kubeadm-init", READY_LIMIT);
-    let c2 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[1],
-        &api_ip,
-        pod_net(1, &[(&c1, 0)]),
-    );
-    let c3 = bed.boot(
-        "controller",
-        "ControllerRole",
-        &insts[2],
-        &api_ip,
-        pod_net(2, &[(&c1, 0), (&c2, 1)]),
-    );
-    bed::expect_all_ready(&[&c1, &c2, &c3], READY_LIMIT);
     let t_up = t0.elapsed();
     for i in &insts {
         untaint(&bed, &c1, &i.dns.to_lowercase());
@@ -1204,18 +1168,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'stat
     // etcd has its three healthy members again (no dead fourth vote).
     super::expect_members(&c1, &[&c1.inst.ip, &c2.inst.ip, &r1.inst.ip], Duration::from_secs(120));
     // The join lock was released.
-    let keys = bed.aws(&[
-        "s3api",
-        "list-objects-v2",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--query",
-        "Contents[].Key",
-    ]);
-    assert!(
-        !keys.to_string().contains("/bootstrap/join-lock"),
-        "the join lock was left: {keys}"
-    );
+    super::expect_join_lock_released(&bed);
     // The API answers on every survivor, the data is there, and nothing
     // went back to the old version.
     for n in [&c1, &c2, &r1] {
