@@ -152,11 +152,32 @@ class Libtest(object):
                 if ev.get("message"):
                     text = (text + "\n" if text else "") + "note: " + ev["message"]
                 self.failures.append((name, text))
-            self.tests.append({"name": name, "event": what, "start": self.started.pop(name, None), "end": now,
-                               "exec_time": secs})
+            rec = {"name": name, "event": what, "start": self.started.pop(name, None), "end": now,
+                   "exec_time": secs}
+            if what == "failed":
+                rec["why"] = why_tail(ev)
+            self.tests.append(rec)
         elif kind == "bench":
             self.write("test %s ... bench: %s ns/iter (+/- %s)\n" % (
                 ev.get("name", ""), ev.get("median", "?"), ev.get("deviation", "?")))
+
+
+# How much of a failed test's output the summary repeats at its end: CI shows
+# the tail of `make test`, and libtest's own "failures:" section sits above the
+# summary, where a long run's output is cut.
+WHY_LINES = 30
+WHY_LINE_CHARS = 400
+
+
+def why_tail(ev):
+    """What a failed test printed from its (last) panic on, or its last lines, each line cut short."""
+    text = ev.get("stdout", "") or ""
+    if ev.get("message"):
+        text = (text + "\n" if text else "") + "note: " + ev["message"]
+    lines = text.rstrip("\n").split("\n")
+    panics = [i for i, l in enumerate(lines) if "panicked at" in l]
+    lines = lines[panics[-1]:panics[-1] + WHY_LINES] if panics else lines[-WHY_LINES:]
+    return [l if len(l) <= WHY_LINE_CHARS else l[:WHY_LINE_CHARS] + " [...]" for l in lines]
 
 
 def run(argv):
@@ -292,6 +313,14 @@ def summarize(d):
         lines.append("the slowest %s:" % ("test" if n == 1 else "%d tests" % n))
         for took, full, what in sorted(tests, key=lambda t: -t[0])[:10]:
             lines.append("  %10s  %s%s" % (secs(took), full, "" if what == "ok" else "  (%s)" % what))
+    failed = [(r["label"], t) for r in sorted(runs, key=lambda r: r["start"]) for t in r["tests"] if t.get("why")]
+    if failed:
+        lines.append("")
+        lines.append("why the failed tests failed (up to %d lines from each one's panic on; libtest's "
+                     "\"failures:\" above has all of it):" % WHY_LINES)
+        for label, t in failed:
+            lines.append("---- %s::%s ----" % (label, t["name"]))
+            lines.extend("  " + l for l in t["why"])
     if not phases and not runs:
         lines.append("(nothing recorded in %s)" % d)
     lines.append("")
