@@ -63,8 +63,10 @@ fn role_and_pool(role: &str) -> (String, Option<String>) {
 fn bootstrap_status(report: Option<&NodeReport>) -> String {
     match report {
         None => NO_FAILURE.into(),
-        Some(r) if r.exit_code != 0 => format!("failed at {} (exit {})", r.step, r.exit_code),
-        Some(r) => format!("failed at {}", r.step),
+        Some(r) => match r.how_it_ended() {
+            Some(how) => format!("failed at {} ({how})", r.step),
+            None => format!("failed at {}", r.step),
+        },
     }
 }
 

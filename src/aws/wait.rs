@@ -128,13 +128,36 @@ impl NodeReport {
             "failed at step"
         };
         let mut s = format!("node {name} ({}, {}) {verb} {}", self.instance_id, self.role, self.step);
-        if self.exit_code != 0 {
-            s.push_str(&format!(" (exit {})", self.exit_code));
+        if let Some(how) = self.how_it_ended() {
+            s.push_str(&format!(" ({how})"));
         }
         if !self.command.is_empty() {
             s.push_str(&format!(": {}", self.command));
         }
         s
+    }
+
+    /// How the failed step's command ended, for people: `exit 1`, or
+    /// `killed by signal 9 (SIGKILL)` for the negative code Python's
+    /// `subprocess` gives a command a signal ended (bootstrap.py reports
+    /// `returncode` as it is); None for a hold (code 0).
+    pub fn how_it_ended(&self) -> Option<String> {
+        match self.exit_code {
+            0 => None,
+            c if c < 0 => {
+                let name = match -c {
+                    1 => " (SIGHUP)",
+                    2 => " (SIGINT)",
+                    6 => " (SIGABRT)",
+                    9 => " (SIGKILL)",
+                    11 => " (SIGSEGV)",
+                    15 => " (SIGTERM)",
+                    _ => "",
+                };
+                Some(format!("killed by signal {}{name}", -c))
+            }
+            c => Some(format!("exit {c}")),
+        }
     }
 
     /// The last `n` lines of its log.

@@ -32,6 +32,7 @@ import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -55,6 +56,18 @@ PACKAGE_COMMANDS = {
     "cri-tools": ["crictl", "--version"],  # crictl version v1.34.0
 }
 VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)\b")
+
+
+def how_it_ended(code):
+    """`exit 1`, or `killed by signal 9 (SIGKILL)` for the negative code
+    subprocess gives a command a signal ended (kube-aws status says the same:
+    src/aws/wait.rs NodeReport::how_it_ended)."""
+    if code >= 0:
+        return "exit %d" % code
+    try:
+        return "killed by signal %d (%s)" % (-code, signal.Signals(-code).name)
+    except ValueError:
+        return "killed by signal %d" % -code
 
 
 def version_matches(spec_version, found, name):
@@ -248,7 +261,7 @@ class Boot(object):
             self.say("cannot publish the failure report: %s" % e)
 
     def fail(self, code, command):
-        self.say("step %s failed (exit %d): %s" % (self.step_name, code, self.blank(command)))
+        self.say("step %s failed (%s): %s" % (self.step_name, how_it_ended(code), self.blank(command)))
         try:
             self.report(code, command)
         except Exception as e:  # noqa: BLE001 - the FAILURE signal matters more than the report

@@ -13,6 +13,8 @@ Subcommands (wired into `kube-aws-node`):
   lifecycle leave     what `watch` does on Terminated, once, by hand
   lifecycle prune     remove stale members once (before a controller joins)
   etcd-backup         one snapshot when one is due and this member leads
+  etcd-backup --now   one snapshot now, from this member (an operator's
+                      snapshot before a risky change, and the tests')
   etcd-restore        the restore decision and steps, before kubeadm
 
 Where the settings come from: /etc/kube-aws/etcd.json names the SSM parameter
@@ -908,23 +910,32 @@ def upload_snapshot(aws, path, bucket, key, kms, clock, attempts=UPLOAD_ATTEMPTS
     return last
 
 
-def backup_once(node, run, clock, host_snapshot=None, force=False):
-    """One timer tick (or, `force`, a snapshot whether one is due or not).
-    Returns (exit code, status object or None)."""
+# The key a follower's `etcd-backup --now` reads linearizably before its
+# snapshot (any key does; none needs to exist).
+SNAPSHOT_BARRIER = "/kube-aws/snapshot-barrier"
+
+
+def backup_once(node, run, clock, host_snapshot=None, force=False, anywhere=False):
+    """One timer tick: a snapshot when one is due and this member leads
+    (`force`: due or not; `anywhere`: on a follower too, after a
+    linearizable read through it). Returns (exit code, status object or None)."""
     s = node.settings()
     status = json.loads(etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
     cluster = node.runtime.get("cluster", "")
-    if not is_leader(status):
+    leads = is_leader(status)
+    if not leads:
         # Every controller records the raft term it saw (metrics.py).
         metrics.tick(node.aws, cluster, status_of(status), False, None, clock.now(), host(metrics.TERM_STATE))
-        return 0, None
+        if not anywhere:
+            return 0, None
     bucket, prefix = s["bucket"], s["backupPrefix"]
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
     hourly = snapshots(listing, prefix, (HOURLY, ""))
     daily = snapshots(listing, prefix, (DAILY,))
     now = clock.now()
-    metrics.tick(node.aws, cluster, status_of(status), True, hourly[-1]["time"] if hourly else None, now,
-                 host(metrics.TERM_STATE))
+    if leads:
+        metrics.tick(node.aws, cluster, status_of(status), True, hourly[-1]["time"] if hourly else None, now,
+                     host(metrics.TERM_STATE))
     if not force and not backup_due(hourly, now, int(s["intervalSeconds"])):
         return 0, None
     instance = node.instance()
@@ -933,6 +944,14 @@ def backup_once(node, run, clock, host_snapshot=None, force=False):
               "startedAt": int(now)}
     local = host_snapshot or host(SNAPSHOT_PATH)
     try:
+        if not leads:
+            # A follower may not yet have applied the newest committed writes.
+            # A linearizable read through it first (etcd's ReadIndex: the
+            # member waits until it has applied up to the leader's commit
+            # index; etcd server/etcdserver/v3_server.go,
+            # linearizableReadNotify) puts every write acknowledged before
+            # this call into the snapshot.
+            etcdctl_in_container(run, ["get", "--consistency=l", "--keys-only", "--limit=1", SNAPSHOT_BARRIER])
         etcdctl_in_container(run, ["snapshot", "save", SNAPSHOT_PATH])
         size = os.path.getsize(local)
         err = upload_snapshot(node.aws, local, bucket, key, s.get("kmsKeyARN", ""), clock)
@@ -959,10 +978,14 @@ BACKUP_STATUS = "status/etcd/backup.json"
 
 
 def etcd_backup_main(argv, aws, imds=imds_get, run=run_command, clock=None):
+    if argv not in ([], ["--now"]):
+        print("usage: kube-aws-node etcd-backup [--now]", file=sys.stderr)
+        return 2
+    now = argv == ["--now"]
     clock = clock or Clock()
     node = Node(aws, imds)
     try:
-        code, report = backup_once(node, run, clock)
+        code, report = backup_once(node, run, clock, force=now, anywhere=now)
     except Exception as e:
         code, report = 1, {"phase": "failed", "message": str(e), "updatedAt": int(clock.now())}
     if report is not None:

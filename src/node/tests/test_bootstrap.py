@@ -24,6 +24,13 @@ class NodeReady(unittest.TestCase):
         self.assertFalse(MAC.fullmatch("0e:49:61:0f:c3"))
 
 
+class HowItEnded(unittest.TestCase):
+    def test_a_signal_is_named_not_a_negative_exit(self):
+        self.assertEqual(bootstrap.how_it_ended(1), "exit 1")
+        self.assertEqual(bootstrap.how_it_ended(-9), "killed by signal 9 (SIGKILL)")
+        self.assertEqual(bootstrap.how_it_ended(-200), "killed by signal 200")
+
+
 class Dispatch(unittest.TestCase):
     def test_every_command_names_a_function(self):
         import importlib

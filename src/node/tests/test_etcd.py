@@ -611,7 +611,7 @@ class Backup(WithFiles):
         aws2.failing = {("s3", "cp"): 3}
         saved = etcd.backup_once
         try:
-            etcd.backup_once = lambda n, r, c: saved(n, r, c, self.snap)
+            etcd.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
             with Quiet():
                 code = etcd.etcd_backup_main([], aws2, imds=imds(), run=run, clock=FakeClock())
         finally:
@@ -620,6 +620,43 @@ class Backup(WithFiles):
         put = aws2.ops("s3api", "put-object")
         self.assertEqual(len(put), 1)
         self.assertIn("p/demo/status/etcd/backup.json", put[0])
+
+    def test_now_snapshots_on_a_follower_when_none_is_due_and_says_the_key(self):
+        # `kube-aws-node etcd-backup --now`: the operator's snapshot before a
+        # risky change. The timer's tick on the same follower, at the same
+        # time, writes nothing (test_only_the_leader_writes, test_not_due_writes_nothing).
+        run, calls = self.runner(leader=False)
+        aws = self.aws(self.OLD)
+        clock = FakeClock(etcd.parse_time("2026-11-03T00:30:00Z"))
+        saved = etcd.backup_once
+        out = io.StringIO()
+        try:
+            etcd.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
+            with redirect_stdout(out):
+                code = etcd.etcd_backup_main(["--now"], aws, imds=imds(), run=run, clock=clock)
+        finally:
+            etcd.backup_once = saved
+        self.assertEqual(code, 0)
+        self.assertEqual(len([c for c in calls if "save" in c]), 1)
+        # The follower first reads linearizably (it then has every committed write).
+        barrier = [i for i, c in enumerate(calls) if "--consistency=l" in c]
+        save = [i for i, c in enumerate(calls) if "save" in c]
+        self.assertTrue(barrier and barrier[0] < save[0], calls)
+        cps = aws.ops("s3", "cp")
+        self.assertTrue(cps and cps[0][4].startswith("s3://b/p/demo/etcd/hourly/"), cps)
+        self.assertIn("etcd backup ok: " + cps[0][4][len("s3://b/"):], out.getvalue())
+        # A follower publishes no leader metric, --now or not.
+        self.assertFalse(aws.ops("cloudwatch", "put-metric-data"))
+
+    def test_a_bad_argument_is_refused_before_anything_runs(self):
+        run, calls = self.runner()
+        aws = self.aws(self.OLD)
+        err = io.StringIO()
+        with redirect_stderr(err):
+            code = etcd.etcd_backup_main(["--force"], aws, imds=imds(), run=run, clock=FakeClock())
+        self.assertEqual(code, 2)
+        self.assertIn("usage: kube-aws-node etcd-backup [--now]", err.getvalue())
+        self.assertEqual((calls, aws.calls), ([], []))
 
     def test_a_retry_that_succeeds_is_not_a_failure(self):
         run, _ = self.runner()

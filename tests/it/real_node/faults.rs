@@ -414,21 +414,25 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         assert!(o.status.success(), "{}", crate::common::output_text(&o));
     };
     cm("before-snapshot");
+    // A snapshot now, from `via`'s member, and the key it was written to. Not
+    // the backup timer's service: it writes only on the etcd leader and only
+    // when a snapshot is due, and succeeds without writing otherwise (after
+    // the renewal fault's etcd restarts the leader may be another member:
+    // stop 45's CI run restored an older snapshot and lost this ConfigMap).
+    // (As a login would run it: /etc/environment has the bed's AWS
+    // endpoint, moto, as every unit has it; node.sh.)
     let backup = via.node.sh(
-        "systemctl start kube-aws-etcd-backup.service; systemctl show -p Result --value kube-aws-etcd-backup.service; \
-         journalctl -u kube-aws-etcd-backup.service --no-pager -o cat | tail -5",
+        "set -a; . /etc/environment; set +a; /opt/kube-aws/bin/kube-aws-node etcd-backup --now 2>&1; echo \"exit $?\"",
     );
-    assert!(backup.starts_with("success"), "the etcd backup: {backup}");
-    let prefix = format!("clusters/{BED_CLUSTER}/etcd/");
-    let listed = bed.aws(&["s3api", "list-objects-v2", "--bucket", BED_BUCKET, "--prefix", &prefix]);
-    let key = listed["Contents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .max_by_key(|o| o["LastModified"].as_str().unwrap_or_default().to_string())
-        .and_then(|o| o["Key"].as_str())
-        .unwrap_or_else(|| panic!("no snapshot under {prefix}: {listed}"))
+    let key = backup
+        .lines()
+        .find_map(|l| l.strip_prefix("kube-aws: etcd backup ok: "))
+        .unwrap_or_else(|| panic!("the etcd backup --now: {backup}"))
+        .trim()
         .to_string();
+    assert!(backup.trim_end().ends_with("exit 0"), "the etcd backup --now: {backup}");
+    let prefix = format!("clusters/{BED_CLUSTER}/etcd/");
+    assert!(key.starts_with(&prefix), "the snapshot {key} is not under {prefix}");
     cm("after-snapshot");
     let record_key = format!("clusters/{BED_CLUSTER}/status/addons/installed.json");
     let record = serde_json::json!({

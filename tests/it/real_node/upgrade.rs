@@ -1209,8 +1209,8 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'stat
     );
     let status = output_text(&bed.kube_aws(&["status"]));
     assert!(
-        status.contains(&i2.id) && status.contains("kubeadm-join"),
-        "kube-aws status does not name the failed node and step: {status}"
+        status.contains(&i2.id) && status.contains("kubeadm-join (killed by signal 9 (SIGKILL))"),
+        "kube-aws status does not name the failed node, its step and the signal that ended it: {status}"
     );
 
     // And a second controller is lost mid-roll (an old one, killed without

@@ -230,3 +230,25 @@ fn a_controller_failure_carries_the_failed_upgrade_record() {
     };
     assert_eq!(f.upgrade, None);
 }
+
+/// A step a signal ended (Python's subprocess reports -9 for SIGKILL) reads
+/// as the signal, not as `exit -9`; a hold (code 0) says nothing of an exit.
+#[test]
+fn a_step_killed_by_a_signal_says_the_signal() {
+    let mut r = node_report("i-0abc", "np", "WorkerGroup", "controller", "kubeadm-join", 1);
+    assert_eq!(r.how_it_ended().as_deref(), Some("exit 1"));
+    r.exit_code = -9;
+    assert_eq!(r.how_it_ended().as_deref(), Some("killed by signal 9 (SIGKILL)"));
+    assert!(
+        r.headline()
+            .contains("failed at step kubeadm-join (killed by signal 9 (SIGKILL)): kubeadm join"),
+        "{}",
+        r.headline()
+    );
+    r.exit_code = -64;
+    assert_eq!(r.how_it_ended().as_deref(), Some("killed by signal 64"));
+    r.exit_code = 0;
+    r.step = "etcd-quorum-hold".into();
+    assert_eq!(r.how_it_ended(), None);
+    assert!(!r.headline().contains("exit"), "{}", r.headline());
+}
