@@ -167,7 +167,18 @@ impl Server {
     }
 
     /// Starts `cmd` (which must listen on `host`:`port`) and waits until it answers.
-    pub fn start_on(mut cmd: Command, host: &str, port: u16) -> Server {
+    pub fn start_on(cmd: Command, host: &str, port: u16) -> Server {
+        let mut server = Server::spawn(cmd, host, port);
+        // moto's server imports every service before it listens: seconds
+        // alone, but over 30 s once in a full run (deploy_moto, 2026-12-02)
+        // with two real-node tests on the other thread of a 2-core machine.
+        server
+            .wait_ready(Duration::from_secs(90))
+            .unwrap_or_else(|e| panic!("{e}"));
+        server
+    }
+
+    fn spawn(mut cmd: Command, host: &str, port: u16) -> Server {
         // KUBE_AWS_TEST_SERVER_LOG=FILE keeps the servers' output, for debugging.
         let log = std::env::var_os("KUBE_AWS_TEST_SERVER_LOG")
             .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
@@ -176,29 +187,43 @@ impl Server {
             None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
         };
         let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let mut server = Server {
+        Server {
             child,
             port,
             host: host.to_string(),
-        };
-        // moto's server imports every service before it listens: seconds
-        // alone, but over 30 s once in a full run (deploy_moto, 2026-12-02)
-        // with two real-node tests on the other thread of a 2-core machine.
-        server.wait_ready(Duration::from_secs(90));
-        server
+        }
     }
 
-    fn wait_ready(&mut self, limit: Duration) {
+    /// Starts the server `cmd_for(port)` builds on a free port of `host`,
+    /// and on another one when it exits before it answers: a port free when
+    /// [`free_port`] probed it (on 127.0.0.1) can be taken on `host` before
+    /// the server binds it. In a run on 2026-12-04, with two real-node tests
+    /// and a release build beside them, a node's IMDS emulator exited with
+    /// status 1 before it answered, and the test with it.
+    pub fn start_on_free_port(host: &str, cmd_for: impl Fn(u16) -> Command) -> Server {
+        let mut tried = Vec::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = Server::spawn(cmd_for(port), host, port);
+            match server.wait_ready(Duration::from_secs(90)) {
+                Ok(()) => return server,
+                Err(e) => tried.push(e),
+            }
+        }
+        panic!("no server started on five free ports: {}", tried.join("; "))
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < limit {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("server on port {} exited early: {status}", self.port);
+                return Err(format!("server on port {} exited early: {status}", self.port));
             }
             if http_answers(&self.host, self.port) {
                 // Only our own server counts; another one on the port is a
                 // collision, which the wait turns into our server's exit.
                 if listens_on(self.child.id(), self.port) {
-                    return;
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -245,30 +270,32 @@ pub fn start_moto_on(host: &str) -> Server {
 /// moto server as `start_moto_on`; with `signals`, its groups' CreationPolicy
 /// waits for SignalResource (tests/support/moto_signals.py).
 fn start_moto_with(host: &str, signals: bool) -> Server {
-    let port = free_port();
-    let mut cmd = Command::new(tool("python"));
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_server.py"))
-        .args(["-H", host, "-p", &port.to_string()]);
-    if signals {
-        cmd.env("KUBE_AWS_MOTO_SIGNALS", "1");
-    }
-    Server::start_on(cmd, host, port)
+    Server::start_on_free_port(host, |port| {
+        let mut cmd = Command::new(tool("python"));
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/moto_server.py"))
+            .args(["-H", host, "-p", &port.to_string()]);
+        if signals {
+            cmd.env("KUBE_AWS_MOTO_SIGNALS", "1");
+        }
+        cmd
+    })
 }
 
 /// A static HTTP server over `dir` (a chart repository), on a free port.
 pub fn start_http(dir: &Path) -> Server {
-    let port = free_port();
-    let mut cmd = Command::new("python3");
-    cmd.args([
-        "-m",
-        "http.server",
-        "--bind",
-        "127.0.0.1",
-        &port.to_string(),
-        "--directory",
-    ])
-    .arg(dir);
-    Server::start(cmd, port)
+    Server::start_on_free_port("127.0.0.1", |port| {
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(dir);
+        cmd
+    })
 }
 
 /// Writes every `write_files` entry of a cloud-config under `root`, with its
@@ -566,4 +593,28 @@ fn a_server_that_lost_its_port_is_not_taken_for_ready() {
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), ports.len(), "a port handed out twice");
+}
+
+/// A server that exits before it answers (its port taken between the probe
+/// and its bind) is started again on another free port.
+#[test]
+fn a_server_whose_port_was_taken_starts_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_http(dir.path());
+    let calls = std::cell::Cell::new(0);
+    let server = Server::start_on_free_port("127.0.0.1", |port| {
+        calls.set(calls.get() + 1);
+        // The first try binds the port the first server holds, as a port
+        // taken after the probe would be.
+        let bind = if calls.get() == 1 { first.port } else { port };
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "http.server", "--bind", "127.0.0.1", &bind.to_string()]);
+        cmd
+    });
+    assert_eq!(calls.get(), 2, "one retry");
+    assert_ne!(server.port, first.port);
+    assert!(
+        listens_on(server.child.id(), server.port),
+        "the second try's server answers on its port"
+    );
 }

@@ -22,6 +22,17 @@ pub const BED_BUCKET: &str = "kube-aws-nodebed";
 pub const BED_CLUSTER: &str = "bed";
 pub const BED_REGION: &str = "us-west-2";
 
+/// A line of the node program's log saying a step failed: `kube-aws: step
+/// NAME failed (exit 1): COMMAND`, or `(killed by signal 9 (SIGKILL))` when
+/// a signal ended it (bootstrap.py `fail`, `how_it_ended`).
+pub(crate) fn is_step_failure(line: &str) -> bool {
+    line.strip_prefix("kube-aws: step ")
+        .and_then(|rest| rest.split_once(" failed ("))
+        .is_some_and(|(name, how)| {
+            !name.contains(' ') && (how.starts_with("exit ") || how.starts_with("killed by signal "))
+        })
+}
+
 /// How long a node may take from its start to Ready on a loaded 2-core
 /// machine (measured 13-20 s alone; six sessions share the cores).
 pub const READY_LIMIT: Duration = Duration::from_secs(420);
@@ -314,17 +325,18 @@ impl MotoBed {
         };
         // The nodes reach moto through a relay on the bridge address (see
         // tests/support/tcp_relay.py for why moto itself stays on 127.0.0.1).
-        let relay_port = crate::common::free_port();
-        let mut relay = Command::new("python3");
-        relay
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
-            .args([
-                nodebed::HOST_IP,
-                &relay_port.to_string(),
-                "127.0.0.1",
-                &env.moto.port.to_string(),
-            ]);
-        let relay = Server::start_on(relay, nodebed::HOST_IP, relay_port);
+        let relay = Server::start_on_free_port(nodebed::HOST_IP, |relay_port| {
+            let mut relay = Command::new("python3");
+            relay
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tcp_relay.py"))
+                .args([
+                    nodebed::HOST_IP,
+                    &relay_port.to_string(),
+                    "127.0.0.1",
+                    &env.moto.port.to_string(),
+                ]);
+            relay
+        });
         env.aws(&["s3", "mb", &format!("s3://{BED_BUCKET}")]);
         let kms = env.create_kms_key();
         let tree = tempfile::tempdir().unwrap();
@@ -493,8 +505,8 @@ impl MotoBed {
             .to_string(),
         )
         .unwrap();
-        let port = crate::common::free_port();
-        let imds = imds_server(&conf, port);
+        let imds = imds_server_on_a_free_port(&conf);
+        let port = imds.port;
         let mut env = vec![
             ("NODEBED_AWS_ENDPOINT", self.relay.url()),
             ("NODEBED_IMDS", format!("{}:{port}", nodebed::HOST_IP)),
@@ -604,11 +616,20 @@ pub struct BedNode {
 
 /// The IMDS emulator of a node (tests/support/imds.py) on `port`, serving `conf`.
 fn imds_server(conf: &Path, port: u16) -> Server {
+    Server::start_on(imds_command(conf, port), nodebed::HOST_IP, port)
+}
+
+/// The same on a port found free (a node's first boot: its restarts keep it).
+fn imds_server_on_a_free_port(conf: &Path) -> Server {
+    Server::start_on_free_port(nodebed::HOST_IP, |port| imds_command(conf, port))
+}
+
+fn imds_command(conf: &Path, port: u16) -> Command {
     let mut cmd = Command::new("python3");
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/imds.py"))
         .args(["--bind", nodebed::HOST_IP, "--port", &port.to_string(), "--config"])
         .arg(conf);
-    Server::start_on(cmd, nodebed::HOST_IP, port)
+    cmd
 }
 
 /// What a node's boot log said: each step's time from the node's start, and
@@ -646,7 +667,7 @@ impl BedNode {
             if text.lines().any(|l| l == line) {
                 return;
             }
-            let failed = text.lines().find(|l| l.contains(" failed (exit ")).map(str::to_string);
+            let failed = text.lines().find(|l| is_step_failure(l)).map(str::to_string);
             if failed.is_some() || self.booted.elapsed() > limit {
                 let f = Followed {
                     steps: vec![],
@@ -668,7 +689,7 @@ impl BedNode {
             let text = self.log();
             for l in text.lines() {
                 if let Some(s) = l.strip_prefix("kube-aws: step ") {
-                    if !s.contains(" failed (exit ") && !steps.iter().any(|(n, _)| n == s) {
+                    if !is_step_failure(l) && !steps.iter().any(|(n, _)| n == s) {
                         steps.push((s.to_string(), self.booted.elapsed()));
                     }
                 }
@@ -679,7 +700,7 @@ impl BedNode {
             if last.is_some_and(|t| t.contains(&ready_line)) {
                 break Ok(self.booted.elapsed());
             }
-            if let Some(l) = text.lines().find(|l| l.contains(" failed (exit ")) {
+            if let Some(l) = text.lines().find(|l| is_step_failure(l)) {
                 break Err(format!("the node program failed: {l}"));
             }
             // cloud-init's final stage ran the stub (which execs the node
