@@ -1298,9 +1298,9 @@ fn lock_shared_charts(env: &crate::common::MotoEnv, dir: &std::path::Path) {
 /// metrics-server is listed in cluster.yaml as the user's own chart (the
 /// same upstream chart and version the plugin pins), with `set: {args:
 /// [--no-such-flag]}` and `timeout: 40s`: the plugin's own timeout (5m, by
-/// its plugin.yaml, three attempts) cannot be shortened from cluster.yaml,
-/// and the reconciler's three attempts of 40 s keep the test within its
-/// budget. Not covered: a failed upgrade's rollback (the first install
+/// its plugin.yaml) cannot be shortened from cluster.yaml; the reconciler
+/// makes one attempt of a release whose container crash-loops (the plan
+/// allows three: reconcile.py NOT_RETRIED), and the test checks that. Not covered: a failed upgrade's rollback (the first install
 /// here is uninstalled; the upgrade path is src/node/tests and
 /// tests/it/installer.rs); CloudFormation's rollback of the stack after the
 /// FAILURE signal (moto's model of it, tests/support/moto_signals.py, keeps
@@ -1391,6 +1391,19 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
         Duration::from_secs(120),
     );
     assert!(ran.is_ok(), "{ran:?}");
+    // One attempt: the crash loop is the release's own fault, so the
+    // reconciler does not wait two more timeouts before naming it
+    // (reconcile.py NOT_RETRIED; the plan's retryAfter tries it again).
+    let journal = output_text(&ctl.node.exec(&[
+        "journalctl",
+        "--no-pager",
+        "-u",
+        "kube-aws-addons.service",
+    ]));
+    assert!(
+        journal.contains("not tried again in this run: CrashLoopBackOff") && !journal.contains("attempt 1 of"),
+        "the reconciler tried the crash-looping release again:\n{journal}"
+    );
     let cron = bed.kubectl(
         &ctl,
         &["-n", "kube-system", "get", "cronjob", "descheduler", "-o", "name"],

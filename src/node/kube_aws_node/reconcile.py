@@ -197,6 +197,18 @@ def repause_command(release):
 # CreateContainerConfigError, CreateContainerError, InvalidImageName...)
 # names a container that does not run as it is.
 STARTING = ("ContainerCreating", "PodInitializing")
+# The reasons that put the fault in the release itself, its chart, image or
+# values: the container ran and keeps crashing, or its image name cannot be
+# parsed. A new attempt of the same `helm upgrade --install` in this run would
+# fail the same way after another full timeout (three attempts of a 5-minute
+# release made `up --wait` wait 15 minutes to name a bad flag), so the
+# release fails after the attempt that saw it, and the plan's `retryAfter`
+# tries it again later, as Flux's helm-controller does by default (its
+# install and upgrade remediation retries default to 0: a failed release
+# waits for the next reconciliation; fluxcd/flux2 discussion 102,
+# helm-controller's HelmRelease API). A pull error (a registry that may come
+# back) or a failure nothing was seen for is tried again as before.
+NOT_RETRIED = ("CrashLoopBackOff", "InvalidImageName")
 # The bounds of a crashed container's last words taken from its log.
 LOG_LINES, LOG_CHARS = 3, 300
 
@@ -256,6 +268,16 @@ def last_words(log, lines=LOG_LINES, chars=LOG_CHARS):
         kept = kept[:panics[-1] + 1]
     text = " | ".join(kept[-lines:])
     return text if len(text) <= chars else "..." + text[-(chars - 3):]
+
+
+Problem = collections.namedtuple("Problem", "reason line")
+
+
+def retry_cannot_help(problem):
+    """Whether a failed attempt during which the release's container was seen
+    stuck as `problem` (a Problem, or None) is the last of this run
+    (NOT_RETRIED). A pure function."""
+    return problem is not None and problem.reason in NOT_RETRIED
 
 
 def container_problem(stuck, log=""):
@@ -397,8 +419,9 @@ class Reconciler(object):
             raise RuntimeError(tail(text, 20) or "%s exited %d" % (args[0], code))
         return text
 
-    def retried(self, args, out=None, name="", after_failure=None, watch=None):
-        """`args` run until it succeeds, at most `attempts` times;
+    def retried(self, args, out=None, name="", after_failure=None, watch=None, final=None):
+        """`args` run until it succeeds, at most `attempts` times, fewer when
+        `final(error)` says a failed attempt is the last (retry's `final`);
         `after_failure()` runs after each failed attempt, the last included;
         `watch` as run_watching's (with `out`)."""
         def once():
@@ -408,7 +431,7 @@ class Reconciler(object):
                 if after_failure is not None:
                     after_failure()
                 raise
-        return retry(once, self.attempts, self.delay,
+        return retry(once, self.attempts, self.delay, final=final,
                      on_retry=(lambda i, e: self.log("attempt %d of %d failed" % (i, self.attempts), name))
                      if name else None)
 
@@ -667,8 +690,9 @@ class Reconciler(object):
             raise Fatal("cannot install the helm client from %s" % b.get("object"))
 
     def diagnose(self, r, seen):
-        """The line naming the first stuck container of release `r`'s pods
-        (stuck_container, container_problem), or None; `seen` keeps the log
+        """The first stuck container of release `r`'s pods as a Problem: its
+        waiting reason and the line naming it (stuck_container,
+        container_problem), or None; `seen` keeps the log
         fetched per container restart, so a watch that looks every few
         seconds reads each crash's log once. The pods are those labelled
         app.kubernetes.io/instance=<release> (RELEASE_LABEL, as the paused
@@ -695,7 +719,7 @@ class Reconciler(object):
                 seen.clear()
                 seen[key] = text if code == 0 else ""
             log = seen[key]
-        return container_problem(stuck, log)
+        return Problem(stuck["reason"], container_problem(stuck, log))
 
     def describe_failure(self, name, ns, helm_log, problem=None):
         """The failed release's status message: the stuck container's line
@@ -817,18 +841,28 @@ class Reconciler(object):
         seen, problem = {}, []
 
         def watch():
-            line = self.diagnose(r, seen)
-            if line:
-                problem[:] = [line]
+            found = self.diagnose(r, seen)
+            if found:
+                problem[:] = [found]
+
+        def last_attempt(_e):
+            if not problem:
+                watch()  # a failure faster than one poll interval: what is left
+            if retry_cannot_help(problem[0] if problem else None):
+                self.log("not tried again in this run: %s is the release's own (the plan is tried again after "
+                         "its retryAfter)" % problem[0].reason, name)
+                return True
+            return False
         try:
-            self.retried(args, out=helm_log, name=name, watch=watch,
+            self.retried(args, out=helm_log, name=name, watch=watch, final=last_attempt,
                          after_failure=(lambda: self.keep_paused(r)) if overrides else None)
         except RuntimeError:
             if not problem:
                 watch()  # a failure faster than one poll interval: what is left
             if problem:
-                self.log(problem[0], name)
-            return "failed", self.describe_failure(name, r["namespace"], helm_log, problem[0] if problem else None)
+                self.log(problem[0].line, name)
+            return "failed", self.describe_failure(name, r["namespace"], helm_log,
+                                                   problem[0].line if problem else None)
         if r.get("crds"):
             why = self.wait_crds(r, found)
             if why is not None:

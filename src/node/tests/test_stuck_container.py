@@ -145,7 +145,9 @@ class Diagnose(unittest.TestCase):
     def test_reads_the_releases_pods_and_the_crashed_containers_previous_log_once_per_restart(self):
         f = self.Fake(recorded(), LOG)
         seen = {}
-        line = f.diagnose(self.R, seen)
+        found = f.diagnose(self.R, seen)
+        self.assertEqual(found.reason, "CrashLoopBackOff")
+        line = found.line
         self.assertEqual(line, "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: "
                                "CrashLoopBackOff: --tls-min-version string    Minimum TLS version supported. | "
                                "--tls-private-key-file string    File containing the default x509 private key. | "
@@ -154,7 +156,7 @@ class Diagnose(unittest.TestCase):
                                       "app.kubernetes.io/instance=metrics-server", "-o", "json"])
         self.assertEqual(f.calls[1], ["kubectl", "-n", "kube-system", "logs", "metrics-server-644fbbc657-6k9tr",
                                       "-c", "metrics-server", "--previous", "--tail=30"])
-        self.assertEqual(f.diagnose(self.R, seen), line)
+        self.assertEqual(f.diagnose(self.R, seen).line, line)
         self.assertEqual(len(f.calls), 3)  # the same restart: its log is not read again
         f.pods["items"][0]["status"]["containerStatuses"][0]["restartCount"] = 2
         f.diagnose(self.R, seen)
@@ -162,7 +164,7 @@ class Diagnose(unittest.TestCase):
 
     def test_a_log_that_cannot_be_read_leaves_the_last_exit(self):
         f = self.Fake(recorded(), "Error from server (BadRequest): previous terminated container not found", 1)
-        self.assertTrue(f.diagnose(self.R, {}).endswith("CrashLoopBackOff: exit code 2 (Error)"))
+        self.assertTrue(f.diagnose(self.R, {}).line.endswith("CrashLoopBackOff: exit code 2 (Error)"))
 
     def test_no_pods_or_no_answer_is_none(self):
         self.assertIsNone(self.Fake({"items": []}, "").diagnose(self.R, {}))
@@ -193,8 +195,11 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
         def __init__(self, tmp):
             self.log = lambda *a: None
             self.scratch = self.addons = tmp
-            self.helm, self.helm_major, self.attempts, self.delay = "helm", 3, 1, 0
+            self.helm, self.helm_major, self.attempts, self.delay = "helm", 3, 3, 0
             self.pods = recorded()
+            self.helm_runs = 0
+            self.logged = []
+            self.log = lambda line, name=None: self.logged.append(line)
 
         def status(self, name, phase, message=""):
             pass
@@ -210,6 +215,7 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
             return (1, "Error: release: not found\n") if args[1:2] == ["history"] else (0, "")
 
         def run_watching(self, args, out, watch):
+            self.helm_runs += 1
             watch()  # helm waits: the pods crash-loop
             self.pods = {"items": []}  # --atomic uninstalled the release
             with open(out, "w") as f:
@@ -217,14 +223,23 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
                         "context deadline exceeded\n")
             return 1, ""
 
-    def test_the_failure_message_starts_with_the_container(self):
+    def install(self, pods=None):
+        """(phase, message, the Install) of metrics-server, three attempts
+        allowed, its pods as `pods` (the recorded crash loop by default)."""
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "chart.tgz"), "wb") as f:
                 f.write(b"chart")
             r = dict(name="metrics-server", namespace="kube-system", locked=True, chartObject="s3://b/c.tgz",
                      sha256=bundle.sha256_file(os.path.join(d, "chart.tgz")), timeoutSeconds=60,
                      valuesFile="values/metrics-server.yaml")
-            phase, message = self.Install(d).install(r)
+            inst = self.Install(d)
+            if pods is not None:
+                inst.pods = pods
+            phase, message = inst.install(r)
+        return phase, message, inst
+
+    def test_the_failure_message_starts_with_the_container(self):
+        phase, message, _ = self.install()
         self.assertEqual(phase, "failed")
         first, second = message.splitlines()[:2]
         self.assertEqual(first, "pod kube-system/metrics-server-644fbbc657-6k9tr container metrics-server: "
@@ -233,6 +248,32 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
                                 "panic: unknown flag: --no-such-flag")
         self.assertEqual(second, "helm failed for metrics-server:")
         self.assertIn("uninstalled due to atomic being set", message)
+
+    def test_a_crash_loop_is_not_tried_again_in_the_same_run(self):
+        # Three attempts allowed; the first saw the container crash-loop:
+        # helm ran once, and the log says why no second attempt came.
+        phase, _, inst = self.install()
+        self.assertEqual((phase, inst.helm_runs), ("failed", 1))
+        self.assertTrue(any(line.startswith("not tried again in this run: CrashLoopBackOff")
+                            for line in inst.logged), inst.logged)
+
+    def test_an_image_pull_error_is_tried_again(self):
+        # A registry that did not answer may answer the next attempt.
+        pods = recorded()
+        c = pods["items"][0]["status"]["containerStatuses"][0]
+        c["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+        c["lastState"] = {}
+        phase, message, inst = self.install(pods)
+        self.assertEqual((phase, inst.helm_runs), ("failed", 3))
+        self.assertIn("ImagePullBackOff: Back-off pulling image", message)
+
+    def test_only_the_releases_own_faults_end_the_attempts(self):
+        cannot = reconcile.retry_cannot_help
+        self.assertTrue(cannot(reconcile.Problem("CrashLoopBackOff", "x")))
+        self.assertTrue(cannot(reconcile.Problem("InvalidImageName", "x")))
+        for reason in ("ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", ""):
+            self.assertFalse(cannot(reconcile.Problem(reason, "x")), reason)
+        self.assertFalse(cannot(None))
 
 
 if __name__ == "__main__":
