@@ -643,7 +643,8 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         .sh("sed -n 's/^ *image: *//p' /etc/kubernetes/manifests/etcd.yaml");
     wk.node.sh(&format!(
         "cat >/etc/kubernetes/manifests/podnet.yaml <<'EOF'\n\
-         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet, namespace: kube-system}}\nspec:\n  containers:\n  \
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet, namespace: kube-system, labels: {{app: podnet}}}}\n\
+         spec:\n  containers:\n  \
          - name: etcd\n    image: {}\n    command: [etcd, --data-dir=/tmp/etcd, \
          --listen-client-urls=http://0.0.0.0:2379, --advertise-client-urls=http://127.0.0.1:2379, \
          --listen-peer-urls=http://127.0.0.1:2380]\nEOF",
@@ -671,9 +672,64 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
             Duration::from_secs(90),
         )
         .unwrap_or_else(|e| panic!("{e}"));
+    // Pod to Service to pod, across the nodes (issue 41): a pod on the
+    // controller's network (a static pod from the same image, running
+    // etcdctl) writes a key through the Service `podnet`, by its DNS name:
+    // CoreDNS answers its ClusterIP, kube-proxy's rules on the controller
+    // send the connection to the worker's pod (the Service's one endpoint:
+    // the mirror pod carries the manifest's label), across the routes. The
+    // worker's pod then holds the key. Not covered: the VPC CNI, which gives
+    // pods VPC addresses on the nodes' network interfaces (it needs EC2).
+    let svc = bed.kubectl(
+        &ctl,
+        &["-n", "kube-system", "create", "service", "clusterip", "podnet", "--tcp=2379:2379"],
+    );
+    assert!(svc.status.success(), "{}", output_text(&svc));
+    ctl.node.sh(&format!(
+        "cat >/etc/kubernetes/manifests/podnet-client.yaml <<'EOF'\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-client, namespace: kube-system}}\nspec:\n  \
+         containers:\n  - name: etcdctl\n    image: {}\n    command: [etcdctl, \
+         --endpoints=http://podnet.kube-system.svc.cluster.local:2379, --dial-timeout=5s, put, written-by, \
+         controller-pod]\nEOF",
+        image.trim()
+    ));
+    let t_svc = Instant::now();
+    // base64 of "written-by" and of "controller-pod" (etcd's JSON gateway).
+    let through_service = ctl.node.wait_for(
+        "the key the controller's pod wrote through the Service",
+        &format!(
+            "curl -fsS --max-time 5 -X POST -d '{{\"key\":\"d3JpdHRlbi1ieQ==\"}}' \
+             http://{pod_ip}:2379/v3/kv/range | grep -q Y29udHJvbGxlci1wb2Q="
+        ),
+        Duration::from_secs(150),
+    );
+    if let Err(e) = through_service {
+        panic!(
+            "{e}\n--- the client pod ---\n{}\n--- the Service's endpoints ---\n{}",
+            ctl.node.sh(
+                "crictl ps -a --name etcdctl -q | head -1 | xargs -r crictl logs 2>&1 | tail -20; \
+                 crictl pods --name podnet-client"
+            ),
+            output_text(&bed.kubectl(
+                &ctl,
+                &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]
+            ))
+        );
+    }
+    let client_ip = ctl.node.sh(
+        "crictl pods --name podnet-client -q | head -1 | \
+         xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'",
+    );
+    assert!(
+        client_ip.trim().starts_with("10.244.0."),
+        "the client pod has {client_ip:?}, not an address of the controller's pod range"
+    );
     eprintln!(
-        "{test}: the controller reached the worker's pod {pod_ip} {:.1}s after it had an address",
-        across.as_secs_f64()
+        "{test}: the controller reached the worker's pod {pod_ip} {:.1}s after it had an address; \
+         the controller's pod {} wrote through the Service in {:.1}s",
+        across.as_secs_f64(),
+        client_ip.trim(),
+        t_svc.elapsed().as_secs_f64()
     );
     // Each node signalled SUCCESS to its group's CreationPolicy under its own
     // role once Ready (moto holds the stack until then: moto_signals.py), and
