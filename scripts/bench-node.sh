@@ -7,6 +7,11 @@
 # node program (kubeadm-init / kubeadm-join is kubeadm's own time), Ready, and
 # the slowest step. For comparison: an EKS-optimized AMI node on EC2 is Ready
 # in about a minute from launch (docs/testing.md, "The real-node bed").
+# Then the addon reconciler's test (tests/it/real_node.rs
+# `the_addon_reconciler_timer_on_the_real_controller_installs_the_plan`, the
+# same RUNS): the controller's timeline and each release's install, from its
+# status object, with the first and the last addon Ready and the slowest
+# release.
 #
 #   scripts/bench-node.sh [RUNS]     (make bench-node; needs root and the bed:
 #                                     make testbed)
@@ -14,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-1}
 TEST=real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready
+ADDONS=real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan
 cargo test --quiet --test it --no-run
 for i in $(seq "$RUNS"); do
   echo "== run $i of $RUNS ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -24,4 +30,11 @@ for i in $(seq "$RUNS"); do
   }
   printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
   printf '%s\n' "$out" | grep -o "up [0-9.]*s; controller Ready.*" | sed 's/ (metadata[^)]*)//g'
+  echo "== addons, run $i of $RUNS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  out=$(cargo test --quiet --test it "$ADDONS" -- --exact --nocapture 2>&1) || {
+    printf '%s\n' "$out" | tail -n 60 >&2
+    echo "bench-node: the addons' run failed (above)" >&2
+    exit 1
+  }
+  printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
 done

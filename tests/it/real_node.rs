@@ -1294,6 +1294,12 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
             }),
         "kube-aws up --wait (exit {code:?}):\n{up_text}"
     );
+    // The boot and the addons' bring-up (scripts/bench-node.sh prints them).
+    eprintln!(
+        "--- boot timeline ---\n{}{}--- end ---",
+        bed::timeline(&ctl, &f),
+        bed::addon_timeline(&bed, &ctl, &["metrics-server", "descheduler"])
+    );
     eprintln!(
         "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; \
          node metrics served {:.1}s; a descheduler run done {:.1}s; up --wait returned 0; test {:.1}s",

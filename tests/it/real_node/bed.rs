@@ -806,3 +806,58 @@ pub fn timeline(n: &BedNode, f: &Followed) -> String {
     out.push_str(&format!("  slowest: {} ({:.1}s)\n", slowest.0, slowest.1));
     out
 }
+
+/// The addons' bring-up on a controller, from its container's start: each
+/// release's install started and ready (its status object's `startedAt`
+/// and `updatedAt`, which the reconciler writes at "installing" and at its
+/// last phase, to the second), the first and the last addon Ready, and the
+/// slowest release. What scripts/bench-node.sh prints after the boot
+/// timelines (issue 41, "Timing").
+pub fn addon_timeline(bed: &MotoBed, n: &BedNode, releases: &[&str]) -> String {
+    let t0 = n
+        .booted_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let at = |v: &serde_json::Value, k: &str| -> f64 {
+        let s = v[k].as_str().unwrap_or_default();
+        let t = humantime::parse_rfc3339(s).unwrap_or_else(|e| panic!("{k} {s:?} in {v}: {e}"));
+        t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() - t0
+    };
+    let mut rows = Vec::new();
+    for r in releases {
+        let path = bed.dir().join(format!("status-{r}.json"));
+        bed.aws(&[
+            "s3api",
+            "get-object",
+            "--bucket",
+            BED_BUCKET,
+            "--key",
+            &format!("clusters/{BED_CLUSTER}/status/addons/{r}.json"),
+            path.to_str().unwrap(),
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["phase"], "ready", "{r}: {v}");
+        rows.push((r.to_string(), at(&v, "startedAt"), at(&v, "updatedAt")));
+    }
+    rows.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let mut out = format!(
+        "{} addons: seconds from the container's start (started, ready, took)\n",
+        n.node.name
+    );
+    for (r, s, e) in &rows {
+        out.push_str(&format!("  {s:7.1}  {e:7.1}  {:6.1}  {r}\n", e - s));
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        let slowest = rows.iter().max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1))).unwrap();
+        out.push_str(&format!(
+            "  first addon Ready {:.1}s ({}); all addons Ready {:.1}s; slowest release: {} ({:.1}s)\n",
+            first.2,
+            first.0,
+            last.2,
+            slowest.0,
+            slowest.2 - slowest.1
+        ));
+    }
+    out
+}
