@@ -682,7 +682,15 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
     // pods VPC addresses on the nodes' network interfaces (it needs EC2).
     let svc = bed.kubectl(
         &ctl,
-        &["-n", "kube-system", "create", "service", "clusterip", "podnet", "--tcp=2379:2379"],
+        &[
+            "-n",
+            "kube-system",
+            "create",
+            "service",
+            "clusterip",
+            "podnet",
+            "--tcp=2379:2379",
+        ],
     );
     assert!(svc.status.success(), "{}", output_text(&svc));
     ctl.node.sh(&format!(
@@ -710,16 +718,11 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
                 "crictl ps -a --name etcdctl -q | head -1 | xargs -r crictl logs 2>&1 | tail -20; \
                  crictl pods --name podnet-client"
             ),
-            output_text(&bed.kubectl(
-                &ctl,
-                &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]
-            ))
+            output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]))
         );
     }
-    let client_ip = ctl.node.sh(
-        "crictl pods --name podnet-client -q | head -1 | \
-         xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'",
-    );
+    let client_ip = ctl.node.sh("crictl pods --name podnet-client -q | head -1 | \
+         xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'");
     assert!(
         client_ip.trim().starts_with("10.244.0."),
         "the client pod has {client_ip:?}, not an address of the controller's pod range"
@@ -1456,12 +1459,10 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
     // One attempt: the crash loop is the release's own fault, so the
     // reconciler does not wait two more timeouts before naming it
     // (reconcile.py NOT_RETRIED; the plan's retryAfter tries it again).
-    let journal = output_text(&ctl.node.exec(&[
-        "journalctl",
-        "--no-pager",
-        "-u",
-        "kube-aws-addons.service",
-    ]));
+    let journal = output_text(
+        &ctl.node
+            .exec(&["journalctl", "--no-pager", "-u", "kube-aws-addons.service"]),
+    );
     assert!(
         journal.contains("not tried again in this run: CrashLoopBackOff") && !journal.contains("attempt 1 of"),
         "the reconciler tried the crash-looping release again:\n{journal}"

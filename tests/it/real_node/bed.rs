@@ -822,7 +822,10 @@ pub fn addon_timeline(bed: &MotoBed, n: &BedNode, releases: &[&str]) -> String {
     let at = |v: &serde_json::Value, k: &str| -> f64 {
         let s = v[k].as_str().unwrap_or_default();
         let t = humantime::parse_rfc3339(s).unwrap_or_else(|e| panic!("{k} {s:?} in {v}: {e}"));
-        t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() - t0
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+            - t0
     };
     let mut rows = Vec::new();
     for r in releases {
