@@ -21,20 +21,19 @@ RUNS=${1:-1}
 TEST=real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready
 ADDONS=real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan
 cargo test --quiet --test it --no-run
+# bench WHAT TEST: runs TEST alone and prints its timelines; `out` keeps its
+# output for the caller.
+bench() {
+  echo "== $1 ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  out=$(cargo test --quiet --test it "$2" -- --exact --nocapture 2>&1) || {
+    printf '%s\n' "$out" | tail -n 60 >&2
+    echo "bench-node: $2 failed (above)" >&2
+    exit 1
+  }
+  printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
+}
 for i in $(seq "$RUNS"); do
-  echo "== run $i of $RUNS ($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  out=$(cargo test --quiet --test it "$TEST" -- --exact --nocapture 2>&1) || {
-    printf '%s\n' "$out" | tail -n 60 >&2
-    echo "bench-node: the boot failed (above)" >&2
-    exit 1
-  }
-  printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
+  bench "run $i of $RUNS" "$TEST"
   printf '%s\n' "$out" | grep -o "up [0-9.]*s; controller Ready.*" | sed 's/ (metadata[^)]*)//g'
-  echo "== addons, run $i of $RUNS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  out=$(cargo test --quiet --test it "$ADDONS" -- --exact --nocapture 2>&1) || {
-    printf '%s\n' "$out" | tail -n 60 >&2
-    echo "bench-node: the addons' run failed (above)" >&2
-    exit 1
-  }
-  printf '%s\n' "$out" | sed -n '/^--- boot timeline ---$/,/^--- end ---$/p' | sed '1d;$d'
+  bench "addons, run $i of $RUNS" "$ADDONS"
 done
