@@ -650,16 +650,21 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
          --listen-peer-urls=http://127.0.0.1:2380]\nEOF",
         image.trim()
     ));
-    let ip_of = "crictl pods --name podnet --state ready -q | head -1 | \
-                 xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'";
+    // The address of a node's ready pod sandbox whose name starts with `name`.
+    let ip_of = |name: &str| {
+        format!(
+            "crictl pods --name '^{name}' --state ready -q | head -1 | \
+             xargs -r crictl inspectp -o go-template --template '{{{{.status.network.ip}}}}'"
+        )
+    };
     wk.node
         .wait_for(
             "the podnet pod's address",
-            &format!("[ -n \"$({ip_of})\" ]"),
+            &format!("[ -n \"$({})\" ]", ip_of("podnet-")),
             Duration::from_secs(120),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    let pod_ip = wk.node.sh(ip_of).trim().to_string();
+    let pod_ip = wk.node.sh(&ip_of("podnet-")).trim().to_string();
     assert!(
         pod_ip.starts_with("10.244.1."),
         "the worker's pod has {pod_ip:?}, not an address of its range"
@@ -743,8 +748,7 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
             output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]))
         );
     }
-    let client_ip = ctl.node.sh("crictl pods --name podnet-client -q | head -1 | \
-         xargs -r crictl inspectp -o go-template --template '{{.status.network.ip}}'");
+    let client_ip = ctl.node.sh(&ip_of("podnet-client-"));
     assert!(
         client_ip.trim().starts_with("10.244.0."),
         "the client pod has {client_ip:?}, not an address of the controller's pod range"
