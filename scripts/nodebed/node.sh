@@ -303,6 +303,12 @@ EOF
       "DefaultEnvironment=AWS_ENDPOINT_URL=$NODEBED_AWS_ENDPOINT" >"$work/rootfs/etc/systemd/system.conf.d/50-nodebed-aws.conf"
     echo "AWS_ENDPOINT_URL=$NODEBED_AWS_ENDPOINT" >>"$work/rootfs/etc/environment"
   fi
+  # The node program makes the secrets step's calls in its own process when
+  # its python3 can import botocore (src/node/kube_aws_node/sdkcall.py): here
+  # the image's aws CLI directory (awscli 1.46 vendors botocore and aliases
+  # it once `awscli` is imported) is on the system python's path, as a
+  # distribution's packaged CLI or python3-botocore would be.
+  echo /usr/local/lib/kube-aws-awscli >"$work/rootfs/usr/lib/python3/dist-packages/kube-aws-awscli.pth"
   if [ -n "$userdata" ]; then
     # cloud-init's NoCloud datasource stands in for EC2's instance metadata:
     # the same user-data, from a seed directory instead of 169.254.169.254.

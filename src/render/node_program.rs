@@ -1,5 +1,6 @@
 //! The node program `kube-aws-node` (src/node/kube_aws_node, Python 3.9
-//! standard library), shipped as files in every node's cloud-config: the
+//! standard library; botocore when the node has it, for the calls of
+//! sdkcall.py), shipped as files in every node's cloud-config: the
 //! package under [`LIB_DIR`] and its launcher at [`LAUNCHER`]. Its
 //! subcommands (`bootstrap`, `secrets`, `reconcile`, …) are dispatched by
 //! src/node/kube_aws_node/cli.py.
@@ -37,6 +38,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("reconfigure.py", include_str!("../node/kube_aws_node/reconfigure.py")),
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
+    ("sdkcall.py", include_str!("../node/kube_aws_node/sdkcall.py")),
     ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
     ("testrestore.py", include_str!("../node/kube_aws_node/testrestore.py")),
     ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),

@@ -476,6 +476,8 @@ impl Bed {
             // A pyenv shim puts its version's bin directory, where an `aws`
             // may be, before the fakes on PATH: the system python has none.
             .env("PYENV_VERSION", "system")
+            // Every AWS call through the fake CLI (src/node/kube_aws_node/sdkcall.py).
+            .env("KUBE_AWS_AWS_CALLS", "cli")
             .env("KUBE_AWS_ROOT", &node)
             .env("FAKE_SECRET_FILE", secrets.join(SECRET_REF))
             .env("KUBE_AWS_RETRY_DELAY", "0")

@@ -405,6 +405,9 @@ impl Cluster {
             .args(args)
             .env("PATH", path)
             .env("REAL_AWS", common::tool("aws"))
+            // Every AWS call through the recording CLI, the in-process ones too
+            // (src/node/kube_aws_node/sdkcall.py): the tests read its log.
+            .env("KUBE_AWS_AWS_CALLS", "cli")
             .env("KUBE_AWS_ROOT", root)
             .env("KUBE_AWS_RETRY_DELAY", "0")
             .env("KUBE_AWS_POLL_INTERVAL", "0")

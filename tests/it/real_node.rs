@@ -340,25 +340,27 @@ pub(crate) fn node_ready_status(bed: &MotoBed, ctl: &BedNode, name: &str) -> Out
     )
 }
 
-/// `kube-aws up` of a one-controller work tree against moto (listening on
-/// the bed's bridge), then a node boots from the controller launch
-/// template's user-data as EC2 would run it: cloud-init runs the stub, which
-/// fetches the cloud-config from moto's S3 and runs the node program, whose
-/// steps (IMDS, secrets from SSM, S3 and KMS, packages, kubeadm init under
-/// the S3 init lock) bring the node to Ready.
-#[test]
-fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
+/// A controller booted from its rendered user-data (`kube-aws up` of a
+/// one-controller work tree against moto, listening on the bed's bridge,
+/// then the node boots from the controller launch template's user-data as
+/// EC2 would run it: cloud-init runs the stub, which fetches the
+/// cloud-config from moto's S3 and runs the node program, whose steps
+/// (IMDS, secrets from SSM, S3 and KMS, packages, kubeadm init under the S3
+/// init lock) bring the node to Ready), checked: cloud-init's end, the API
+/// name pin, the Node Ready, the init lock, `kube-aws kubeconfig`, Secrets
+/// encrypted at rest and audited. Run inside
+/// real_node/upgrade.rs's Dex flag test, on its controller before the
+/// update (one boot for both: issue 37).
+pub(crate) fn check_rendered_controller(
+    test: &str,
+    bed: &MotoBed,
+    inst: &bed::Instance,
+    ctl: &BedNode,
+    f: &bed::Followed,
+) {
     use std::process::Command;
-    let test = "real_node::a_controller_boots_from_its_rendered_user_data_to_a_ready_node";
-    let Some(image) = nodebed::image_dir(test) else {
-        return;
-    };
-    let bed = MotoBed::up(test, &image, "", &[]);
-    let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
-    let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, vec![]);
-    let f = ctl.expect_ready(BOOT_READY_LIMIT);
     let ready = f.outcome.clone().unwrap();
-    check_booted_controller(&ctl);
+    check_booted_controller(ctl);
     // kubeadm init reached its own API server by the cluster's name (an NLB
     // fails open to controllers that do not answer yet: apihost.py), and the
     // pin is gone once the boot ended.
@@ -371,7 +373,7 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
     let hosts = ctl.node.sh("cat /etc/hosts");
     assert!(!hosts.contains("# kube-aws:"), "the pin outlived the boot:\n{hosts}");
     // The node as the cluster sees it, through admin.conf from the host.
-    let get = node_ready_status(&bed, &ctl, &inst.dns);
+    let get = node_ready_status(bed, ctl, &inst.dns);
     assert_eq!(
         String::from_utf8_lossy(&get.stdout).trim(),
         "True",
@@ -425,7 +427,7 @@ fn a_controller_boots_from_its_rendered_user_data_to_a_ready_node() {
         "kubectl get nodes with kube-aws kubeconfig's credentials: {}",
         output_text(&nodes)
     );
-    check_secrets_encrypted_and_audited(&bed, &ctl);
+    check_secrets_encrypted_and_audited(bed, ctl);
     eprintln!(
         "{test}: up against moto {:.1}s; node boot to Ready {:.1}s; steps (from node start): {}",
         bed.up.as_secs_f64(),

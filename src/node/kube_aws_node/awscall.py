@@ -1,5 +1,6 @@
 """The one AWS call helper: the aws CLI (AL2023 ships awscli v2) with an
-argument list, one retry policy, JSON out.
+argument list, one retry policy, JSON out; the calls sdkcall.py handles run
+in this process when botocore is here (the same argument list and answer).
 
 Invariant: `Aws(region)(args)` returns the parsed JSON answer, or None when
 the CLI printed nothing; it raises AwsError whose message is the CLI's last
@@ -61,6 +62,14 @@ def cli_env():
     return env
 
 
+def in_process_wanted(runner):
+    """Whether calls that sdkcall.py handles run in this process: yes,
+    unless a runner was injected (the unit tests' recorded CLI) or
+    KUBE_AWS_AWS_CALLS=cli (a harness whose fake aws CLI must see every
+    call, or an operator's choice)."""
+    return runner is subprocess.run and os.environ.get("KUBE_AWS_AWS_CALLS", "") != "cli"
+
+
 class Aws(object):
     def __init__(self, region, attempts=5, delay=None, scrub=None, runner=subprocess.run, sleep=time.sleep):
         self.region = region
@@ -69,8 +78,28 @@ class Aws(object):
         self.scrub = scrub
         self.runner = runner
         self.sleep = sleep
+        self._sdk = None if in_process_wanted(runner) else False
+
+    def sdk(self):
+        """sdkcall.InProcess, loaded at the first call it could answer; False
+        when there is no botocore here (or in-process calls are off)."""
+        if self._sdk is None:
+            from . import sdkcall
+            session = sdkcall.load()
+            self._sdk = sdkcall.InProcess(session, self.region, self.scrub) if session is not None else False
+        return self._sdk
+
+    def backend(self):
+        """What runs the calls sdkcall.py handles, for the node's log."""
+        sdk = self.sdk()
+        return ("this process (botocore %s)" % sdk.version) if sdk else "the aws CLI"
 
     def once(self, args):
+        sdk = self.sdk()
+        if sdk:
+            handled, out = sdk.answer(args)
+            if handled:
+                return out
         p = self.runner(
             ["aws", "--region", self.region, "--output", "json"] + list(args),
             stdin=subprocess.DEVNULL,

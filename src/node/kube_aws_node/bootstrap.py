@@ -317,6 +317,7 @@ class Boot(object):
 
     def host(self):
         self.step("secrets")
+        self.say("secrets: AWS calls in %s" % self.aws.backend())
         try:
             secrets.decrypt_all(self.aws, self.rt, self.node)
         except secrets.SecretsError as e:

@@ -383,6 +383,8 @@ impl Bed {
             // A pyenv shim puts its version's bin directory (with an `aws`)
             // before the wrapper on PATH: the system python has none.
             .env("PYENV_VERSION", "system")
+            // Every AWS call through the fake CLI (src/node/kube_aws_node/sdkcall.py).
+            .env("KUBE_AWS_AWS_CALLS", "cli")
             .env("REAL_AWS", super::tool("aws"))
             .env("FAKE_LOG", &log)
             .env("FAKE_STATE", self.path("state"))

@@ -851,6 +851,28 @@ pub fn addon_timeline(bed: &MotoBed, n: &BedNode, releases: &[&str]) -> String {
     for (r, s, e) in &rows {
         out.push_str(&format!("  {s:7.1}  {e:7.1}  {:6.1}  {r}\n", e - s));
     }
+    // The reconciler's own gates before the first release (issue 37's
+    // fixed gates), from its journal: when its service started (the timer),
+    // asked /readyz (after the plan, the lease and the plugin secrets), and
+    // began the first install (after /readyz, the manifests, the helm client).
+    let journal = n
+        .node
+        .sh("journalctl --no-pager -o short-unix -u kube-aws-addons.service | head -200");
+    let mark = |needle: &str| -> Option<f64> {
+        journal
+            .lines()
+            .find(|l| l.contains(needle))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|t| t.parse::<f64>().ok())
+            .map(|t| t - t0)
+    };
+    let show = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.1}s"));
+    out.push_str(&format!(
+        "  reconciler: service started {}, asked /readyz {}, first install {}\n",
+        show(mark("Starting kube-aws-addons.service")),
+        show(mark("waiting for the apiserver's /readyz")),
+        show(mark(": installing"))
+    ));
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         let slowest = rows.iter().max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1))).unwrap();
         out.push_str(&format!(

@@ -3,7 +3,9 @@
 //! kubeadm's own path. Each test's name contains `upgrade`.
 //!
 //! `upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver`:
-//! a one-controller cluster is up and Ready; then a plugin bringing Dex's
+//! a one-controller cluster is up and Ready (its boot from the rendered
+//! user-data checked first by real_node.rs `check_rendered_controller`, on
+//! the same controller: one boot for both, issue 37); then a plugin bringing Dex's
 //! OIDC apiserver flags (those plugins/dex renders, with an issuer of the
 //! test's: Dex itself is a chart from the internet, out of reach here) is
 //! added to the work tree and `kube-aws update` runs against moto. The
@@ -98,7 +100,9 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
     let insts = bed.instances(&group);
     let api_ip = insts[0].ip.clone();
     let mut c1 = bed.boot("controller", "ControllerRole", &insts[0], &api_ip, pod_net(0, &[]));
-    c1.expect_ready(READY_LIMIT);
+    let f = c1.expect_ready(READY_LIMIT);
+    // The boot from the rendered user-data, checked on the same controller.
+    super::check_rendered_controller(test, &bed, &insts[0], &c1, &f);
     let apiserver_args = |n: &bed::BedNode| {
         n.node
             .sh("crictl ps --state running --name kube-apiserver -q | head -1 | xargs -r crictl inspect")
