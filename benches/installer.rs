@@ -111,15 +111,26 @@ fn critical_path(plan: &Value, status: &BTreeMap<String, Value>) -> i64 {
 
 struct Row {
     plan: &'static str,
+    /// How the reconciler made the calls sdkcall.py answers: "in process"
+    /// (botocore, as on a node that has it) or "aws CLI" (one process each).
+    calls: &'static str,
     releases: usize,
     concurrency: u32,
     wall: f64,
     critical: i64,
 }
 
-fn run(bin: &std::path::Path, stages: &std::path::Path, name: &'static str, plugins: &str, concurrency: u32) -> Row {
+fn run(
+    bin: &std::path::Path,
+    stages: &std::path::Path,
+    name: &'static str,
+    plugins: &str,
+    concurrency: u32,
+    in_process: bool,
+) -> Row {
     let cp = std::sync::Arc::new(ControlPlane::start_with_stages(bin, testbed::rendered_nodes(), stages));
     let mut bed = Bed::new(cp);
+    bed.in_process_calls = in_process;
     bed.publish_with(plugins, Some(concurrency));
     let t = Instant::now();
     let r = bed.reconcile();
@@ -137,6 +148,7 @@ fn run(bin: &std::path::Path, stages: &std::path::Path, name: &'static str, plug
         .collect();
     Row {
         plan: name,
+        calls: if in_process { "in process" } else { "aws CLI" },
         releases: bed.releases.len(),
         concurrency,
         wall,
@@ -157,26 +169,34 @@ fn main() {
     let default = kube_aws::render::plan::CONCURRENCY;
     let synth = synthetic();
     let mut rows = Vec::new();
-    for (name, plugins) in [("built-in", BUILT_INS), ("synthetic-30", synth.as_str())] {
-        for c in [1, default] {
-            let row = run(&bin, &stages, name, plugins, c);
-            eprintln!(
-                "{name}: concurrency {c}: {:.1} s wall, critical path {} s",
-                row.wall, row.critical
-            );
-            rows.push(row);
-        }
+    // The built-in plan at the default concurrency once more with every
+    // call on the aws CLI: the figure before sdkcall.py (issue 37).
+    let runs = [
+        ("built-in", BUILT_INS, 1, true),
+        ("built-in", BUILT_INS, default, true),
+        ("built-in", BUILT_INS, default, false),
+        ("synthetic-30", synth.as_str(), 1, true),
+        ("synthetic-30", synth.as_str(), default, true),
+    ];
+    for (name, plugins, c, in_process) in runs {
+        let row = run(&bin, &stages, name, plugins, c, in_process);
+        eprintln!(
+            "{name}: concurrency {c}, calls {}: {:.1} s wall, critical path {} s",
+            row.calls, row.wall, row.critical
+        );
+        rows.push(row);
     }
     println!(
         "\naddon reconciler on the test bed (pods Ready {} s after scheduling; times in s)\n",
         READY_DELAY_MS / 1000
     );
-    println!("| plan | releases | concurrency | wall | critical path | wall / critical path |");
-    println!("|---|---|---|---|---|---|");
+    println!("| plan | AWS calls | releases | concurrency | wall | critical path | wall / critical path |");
+    println!("|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {} | {:.1} | {} | {:.2} |",
+            "| {} | {} | {} | {} | {:.1} | {} | {:.2} |",
             r.plan,
+            r.calls,
             r.releases,
             r.concurrency,
             r.wall,
@@ -185,8 +205,20 @@ fn main() {
         );
     }
     for name in ["built-in", "synthetic-30"] {
-        let seq = rows.iter().find(|r| r.plan == name && r.concurrency == 1).unwrap();
-        let par = rows.iter().find(|r| r.plan == name && r.concurrency != 1).unwrap();
+        let ours = |r: &&Row| r.plan == name && r.calls == "in process";
+        let seq = rows.iter().filter(ours).find(|r| r.concurrency == 1).unwrap();
+        let par = rows.iter().filter(ours).find(|r| r.concurrency != 1).unwrap();
         println!("{name}: parallel is {:.2}x faster than sequential", seq.wall / par.wall);
     }
+    let cli = rows.iter().find(|r| r.calls == "aws CLI").unwrap();
+    let sdk = rows
+        .iter()
+        .find(|r| r.plan == cli.plan && r.concurrency == cli.concurrency && r.calls == "in process")
+        .unwrap();
+    println!(
+        "built-in, concurrency {}: wall / critical path {:.2} with the aws CLI, {:.2} in process",
+        cli.concurrency,
+        cli.wall / cli.critical.max(1) as f64,
+        sdk.wall / sdk.critical.max(1) as f64
+    );
 }

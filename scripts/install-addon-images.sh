@@ -57,6 +57,19 @@
 #     entrypoint); the chart runs `command: [./cluster-autoscaler, …]` from
 #     its working directory, and with no WorkingDir in the image config the
 #     runtime starts it in /, where upstream's WORKDIR puts it.
+#   aws-cloud-controller-manager: chart aws-cloud-controller-manager 0.0.11
+#     (plugins/aws-cloud-controller-manager) pulls
+#     registry.k8s.io/provider-aws/cloud-controller-manager at the tag
+#     src/config/versions.rs names for the minor (v1.35.3 for 1.35; the
+#     chart's own appVersion is v1.35.0); built from k8s.io/cloud-provider-aws
+#     v1.35.3 (cmd/aws-cloud-controller-manager), the program at
+#     /bin/aws-cloud-controller-manager, its entrypoint as upstream's
+#     Dockerfile has it (the chart passes only args), `-X
+#     k8s.io/component-base/version.gitVersion=v1.35.3` as upstream's
+#     Makefile sets it. Its go.mod replaces github.com/google/cel-go with
+#     github.com/cel-expr/cel-go v0.31.0 (the project's new path), which the
+#     proxy refuses (403): that replace is not copied (SKIP_REPLACES), and the
+#     required github.com/google/cel-go v0.31.0 comes from the proxy instead.
 #
 # The archives land outside the clone, in a cache every clone on the machine
 # shares: $CACHE/addon-images/<name>-<key>.tar, where CACHE is
@@ -99,7 +112,12 @@ ADDONS=(
   "external-dns|sigs.k8s.io/external-dns@v0.21.0||registry.k8s.io/external-dns/external-dns:v0.21.0|/ko-app/external-dns|/ko-app/external-dns|external-dns|1.21.1|||sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=v0.21.0"
   "aws-node-termination-handler|github.com/aws/aws-node-termination-handler@v1.25.6|cmd|public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6|/node-termination-handler|/node-termination-handler|aws-node-termination-handler|0.27.6"
   "cluster-autoscaler|src:autoscaler-cluster-autoscaler-1.35.0.tar.gz:cluster-autoscaler||registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0|/cluster-autoscaler||cluster-autoscaler|9.59.0||||aws"
+  "aws-cloud-controller-manager|k8s.io/cloud-provider-aws@v1.35.3|cmd/aws-cloud-controller-manager|registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.3|/bin/aws-cloud-controller-manager|/bin/aws-cloud-controller-manager|aws-cloud-controller-manager|0.0.11|||k8s.io/component-base/version.gitVersion=v1.35.3"
 )
+# A module's replace directives that are not copied into the wrapper module
+# (the header says why, per module): a regular expression on the replaced path.
+SKIP_REPLACES='^replace github\.com/google/cel-go '
+
 # Each plugin's chart must still be the one whose image is built here.
 for a in "${ADDONS[@]}"; do
   IFS='|' read -r name _ _ image _ _ plugin chart _ _ _ _ <<<"$a"
@@ -159,7 +177,8 @@ build_addon() {
     local gomod
     gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
     [ -f "$gomod" ] || die "cannot download $modver's go.mod from the Go module proxy"
-    sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" >>"$w/go.mod"
+    sed -n 's#^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$#replace \1 => \2 \3#p' "$gomod" |
+      { grep -Ev "$SKIP_REPLACES" || true; } >>"$w/go.mod"
     (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath "${tagflags[@]}" -ldflags "$ldflags" \
       -o "$tmp/$name" "${modver%@*}${pkg:+/$pkg}")
   fi

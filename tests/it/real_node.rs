@@ -1007,6 +1007,19 @@ pub(crate) fn addon_controller(
     env: Vec<(&'static str, String)>,
     images: &[&std::path::Path],
 ) -> (bed::Instance, BedNode, bed::Followed) {
+    addon_controller_with(bed, env, images, false)
+}
+
+/// As `addon_controller`; with `cloud_controller`, the node's
+/// `node.cloudprovider.kubernetes.io/uninitialized` taint is left for the
+/// cloud controller manager the plan runs (only the control-plane taint is
+/// removed by the test).
+pub(crate) fn addon_controller_with(
+    bed: &MotoBed,
+    env: Vec<(&'static str, String)>,
+    images: &[&std::path::Path],
+    cloud_controller: bool,
+) -> (bed::Instance, BedNode, bed::Followed) {
     let webhook = bed.dir().join("webhook.tar");
     if !webhook.exists() {
         webhook_image(&webhook);
@@ -1037,16 +1050,11 @@ pub(crate) fn addon_controller(
         )
         .unwrap_or_else(|e| panic!("{e}"));
     let f = ctl.expect_ready(BOOT_READY_LIMIT);
-    let untaint = bed.kubectl(
-        &ctl,
-        &[
-            "taint",
-            "node",
-            &inst.dns,
-            "node.cloudprovider.kubernetes.io/uninitialized-",
-            "node-role.kubernetes.io/control-plane-",
-        ],
-    );
+    let mut taints = vec!["taint", "node", &inst.dns, "node-role.kubernetes.io/control-plane-"];
+    if !cloud_controller {
+        taints.push("node.cloudprovider.kubernetes.io/uninitialized-");
+    }
+    let untaint = bed.kubectl(&ctl, &taints);
     assert!(untaint.status.success(), "{}", output_text(&untaint));
     (inst, ctl, f)
 }
@@ -1074,9 +1082,25 @@ fn webhook_image(out: &std::path::Path) {
 /// (kube-aws-addons.timer, enabled by the bootstrap's `installer` step)
 /// under the controller role with IAM enforced: it reads the plan pointer
 /// from SSM, the bundle from S3, and installs the plan of the bed's cluster —
-/// the pod identity webhook's manifests and the metrics-server plugin's helm
-/// release (the VPC CNI and the cloud controller manager are off) — then
-/// writes the installed record.
+/// the pod identity webhook's manifests and the helm releases of the AWS
+/// cloud controller manager, metrics-server and the descheduler (the VPC
+/// CNI is off) — then writes the installed record.
+///
+/// The cloud controller manager (cloud-provider-aws v1.35.3, built from the
+/// Go module proxy by scripts/install-addon-images.sh under the tag the
+/// plugin pulls) is the plan's bootstrap release, installed first, on the
+/// controller's host network with the controller role's IMDS credentials,
+/// against moto's EC2 (`AWS_ENDPOINT_URL` in the test's values: its
+/// aws-sdk-go-v2 clients read it; IAM enforced). The test leaves the
+/// kubelet's `node.cloudprovider.kubernetes.io/uninitialized` taint to it
+/// and checks that it initializes the node as on EC2: the taint gone, the
+/// providerID `aws:///<zone>/<instance id>`, the zone label and the node's
+/// addresses from the instance (moto's DescribeInstances by private DNS
+/// name; moto has no DescribeInstanceTopology, which tests/support/
+/// moto_server.py patch 16 answers empty, as AWS does for instance types
+/// without topology). Its service (load balancer) controller runs but has
+/// no Service of type LoadBalancer to serve; the node lifecycle controller's
+/// deletion of a terminated instance's Node is not exercised here.
 ///
 /// The helm release runs for real (issue 41): `kube-aws up` downloads the
 /// helm client as a user's `helm.binary` names it (a tarball of the test
@@ -1118,21 +1142,66 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     let t0 = Instant::now();
     let metrics_image = nodebed::addon_image(test, "metrics-server");
     let descheduler_image = nodebed::addon_image(test, "descheduler");
+    let ccm_image = nodebed::addon_image(test, "aws-cloud-controller-manager");
     let helm = served_helm(test);
     let extra = format!(
-        "  metrics-server: {{enabled: true}}\n  descheduler: {{enabled: true, schedule: \"* * * * *\"}}\n{}",
+        "  metrics-server: {{enabled: true}}\n  descheduler: {{enabled: true, schedule: \"* * * * *\"}}\n  \
+         aws-cloud-controller-manager: {{enabled: true}}\n{}",
         helm.yaml
     );
-    let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &lock_shared_charts);
-    let (inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
+    let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &|env, dir, moto| {
+        lock_shared_charts(env, dir);
+        // The cloud controller manager's endpoint: moto as the node reaches
+        // it (the pod is on the host network). cloud-provider-aws 1.35 builds
+        // every client with aws-sdk-go-v2's LoadDefaultConfig, which reads
+        // AWS_ENDPOINT_URL; data in the test's values, not a plugin setting.
+        std::fs::create_dir_all(dir.join("values")).unwrap();
+        std::fs::write(
+            dir.join("values/aws-cloud-controller-manager.yaml"),
+            format!(
+                "env:\n  - name: AWS_ENDPOINT_URL\n    value: {}\n",
+                serde_json::to_string(moto).unwrap()
+            ),
+        )
+        .unwrap();
+    });
+    let (inst, ctl, f) = addon_controller_with(&bed, vec![], &[&metrics_image, &descheduler_image, &ccm_image], true);
     let t_ready = t0.elapsed();
-    cloud_node_addresses(&bed, &ctl, &inst);
+    let zone = cloud_node_initialized(&bed, &ctl, &inst);
+    let t_initialized = t0.elapsed();
+    // With the node initialized, CoreDNS (no toleration for the
+    // uninitialized taint) schedules and serves the cluster's names through
+    // its Service: the kubernetes Service's address, asked of kube-dns's.
+    let svc = |ns: &str, name: &str| {
+        let o = bed.kubectl(
+            &ctl,
+            &["-n", ns, "get", "service", name, "-o", "jsonpath={.spec.clusterIP}"],
+        );
+        assert!(o.status.success(), "{}", output_text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (dns, api) = (svc("kube-system", "kube-dns"), svc("default", "kubernetes"));
+    let start = Instant::now();
+    let answer = loop {
+        let a = dns_a(&ctl, &dns, "kubernetes.default.svc.cluster.local");
+        if !a.is_empty() || start.elapsed() > Duration::from_secs(180) {
+            break a;
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    assert_eq!(
+        answer,
+        vec![api.clone()],
+        "kube-dns ({dns}) on kubernetes.default.svc.cluster.local:\n{}",
+        output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "pods", "-o", "wide"]))
+    );
+    let t_dns = t0.elapsed();
 
     // The timer's run (OnBootSec=2min, then a minute after each run) ends
     // with the plan done.
     let ran = ctl.node.wait_for(
         "the reconciler's run",
-        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 2 ready, 0 failed or skipped, 0 dropped'",
+        "journalctl --no-pager -u kube-aws-addons.service | grep -q 'done: 3 ready, 0 failed or skipped, 0 dropped'",
         Duration::from_secs(420),
     );
     if let Err(e) = ran {
@@ -1319,7 +1388,8 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     assert!(
         code == Some(0)
             && up_text.lines().any(|l| {
-                l.contains("is CREATE_COMPLETE; every addon is ready (2): ")
+                l.contains("is CREATE_COMPLETE; every addon is ready (3): ")
+                    && l.contains("aws-cloud-controller-manager")
                     && l.contains("metrics-server")
                     && l.contains("descheduler")
             }),
@@ -1329,19 +1399,117 @@ fn the_addon_reconciler_timer_on_the_real_controller_installs_the_plan() {
     eprintln!(
         "--- boot timeline ---\n{}{}--- end ---",
         bed::timeline(&ctl, &f),
-        bed::addon_timeline(&bed, &ctl, &["metrics-server", "descheduler"])
+        bed::addon_timeline(
+            &bed,
+            &ctl,
+            &["aws-cloud-controller-manager", "metrics-server", "descheduler"]
+        )
     );
     eprintln!(
-        "{test}: controller Ready {:.1}s ({}); the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; \
+        "{test}: controller Ready {:.1}s ({}); initialized by the cloud controller manager {:.1}s (zone {zone}); \
+         cluster DNS answering {:.1}s; the reconciler's timer run done {:.1}s; webhook rolled out {:.1}s; \
          node metrics served {:.1}s; a descheduler run done {:.1}s; up --wait returned 0; test {:.1}s",
         t_ready.as_secs_f64(),
         f.times(),
+        t_initialized.as_secs_f64(),
+        t_dns.as_secs_f64(),
         t_ran.as_secs_f64(),
         t_rolled.as_secs_f64(),
         t_metrics.as_secs_f64(),
         t_descheduled.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// Waits for the AWS cloud controller manager (the plan's bootstrap
+/// release, against moto's EC2) to initialize the node: its
+/// `node.cloudprovider.kubernetes.io/uninitialized` taint gone, its
+/// providerID `aws:///<zone>/<instance>`, its zone label and its addresses
+/// from the instance (moto's private IP and DNS name). Returns the zone.
+fn cloud_node_initialized(bed: &MotoBed, ctl: &BedNode, inst: &bed::Instance) -> String {
+    let start = Instant::now();
+    let node = loop {
+        let o = bed.kubectl(ctl, &["get", "node", &inst.dns, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let tainted = v["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["key"] == "node.cloudprovider.kubernetes.io/uninitialized");
+        if (!tainted && v["spec"]["providerID"].is_string()) || start.elapsed() > Duration::from_secs(240) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let zone = node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let why = || {
+        format!(
+            "the cloud controller manager did not initialize {}: {node}\n{}\n{}",
+            inst.dns,
+            output_text(&bed.kubectl(ctl, &["-n", "kube-system", "get", "pods", "-o", "wide"])),
+            system_logs(bed, ctl, "k8s-app=aws-cloud-controller-manager")
+        )
+    };
+    assert!(zone.starts_with(bed::BED_REGION), "{}", why());
+    assert_eq!(
+        node["spec"]["providerID"].as_str(),
+        Some(format!("aws:///{zone}/{}", inst.id).as_str()),
+        "{}",
+        why()
+    );
+    let has = |kind: &str, value: &str| {
+        node["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["type"] == kind && a["address"] == value)
+    };
+    assert!(
+        has("InternalIP", &inst.ip) && has("InternalDNS", &inst.dns),
+        "{}",
+        why()
+    );
+    zone
+}
+
+/// The A records `server` (a DNS server's address, port 53) gives for
+/// `name`, asked over UDP from inside the node (its host network, so a
+/// Service address goes through kube-proxy's rules) by the node's python3:
+/// the bed's image has no dig or nslookup. Empty when nothing answers.
+fn dns_a(ctl: &BedNode, server: &str, name: &str) -> Vec<String> {
+    const ASK: &str = r#"
+import random, socket, struct, sys
+server, name = sys.argv[1], sys.argv[2]
+qid = random.randrange(65536)
+q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(q, (server, 53))
+r = s.recv(4096)
+if struct.unpack(">H", r[:2])[0] != qid:
+    sys.exit("another query's answer")
+count = struct.unpack(">H", r[6:8])[0]
+i = len(q)
+for _ in range(count):
+    while r[i] not in (0,) and r[i] < 0xC0:
+        i += r[i] + 1
+    i += 2 if r[i] >= 0xC0 else 1
+    kind, _, _, size = struct.unpack(">HHIH", r[i:i + 10])
+    i += 10
+    if kind == 1 and size == 4:
+        print(socket.inet_ntoa(r[i:i + 4]))
+    i += size
+"#;
+    let o = ctl.node.exec(&["python3", "-c", ASK, server, name]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 /// The addresses the AWS cloud controller manager gives a node (its
@@ -1415,7 +1583,8 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
          version: 3.13.1\n    namespace: kube-system\n    timeout: 40s\n    set: {{args: [\"--no-such-flag\"]}}\n",
         helm.yaml
     );
-    let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &lock_shared_charts);
+    let (bed, up) =
+        MotoBed::up_waiting_prepared(test, &image, &extra, &[], &|env, dir, _| lock_shared_charts(env, dir));
     let (inst, ctl, f) = addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
     // The addresses a CCM would give the node: the apiserver reaches the
     // kubelet for the crashed container's log by them.

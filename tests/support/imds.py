@@ -11,7 +11,7 @@ Expiration: an STS assume-role answer of the node's rendered role), and
 optionally targetLifecycleState (`autoscaling/target-lifecycle-state`).
 
 As EC2's: `PUT /latest/api/token` with X-aws-ec2-metadata-token-ttl-seconds
-gives a token; every other request needs it (X-aws-ec2-metadata-token), or
+gives a token (and the TTL back in the same header); every other request needs it (X-aws-ec2-metadata-token), or
 is refused 401; a path that does not exist is 404. What it answers is what
 the node program (bootstrap.py metadata), cloud-init and the aws CLI's
 credential provider read. Each request is logged to stderr.
@@ -80,9 +80,11 @@ def main(argv):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def answer(self, code, body=""):
+        def answer(self, code, body="", headers=()):
             data = body.encode("utf-8")
             self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -94,11 +96,16 @@ def main(argv):
                 self.rfile.read(n)
             if self.path != "/latest/api/token":
                 return self.answer(404)
-            if not (self.headers.get("X-aws-ec2-metadata-token-ttl-seconds") or "").isdigit():
+            ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds") or ""
+            if not ttl.isdigit():
                 return self.answer(400)
             t = secrets.token_urlsafe(32)
             tokens.add(t)
-            self.answer(200, t)
+            # EC2 answers the token's TTL in the same header; aws-sdk-go-v2's
+            # IMDS client (feature/ec2/imds, token_provider.go) refuses a token
+            # without it and then asks without one (401 here, as on EC2 with
+            # IMDSv2 required): the cloud controller manager's GetRegion did.
+            self.answer(200, t, [("X-aws-ec2-metadata-token-ttl-seconds", ttl)])
 
         def do_GET(self):  # noqa: N802
             if self.headers.get("X-aws-ec2-metadata-token") not in tokens:

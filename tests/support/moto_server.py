@@ -163,6 +163,26 @@ Patches (moto 5.2.5):
    buildAsgFromAWS) dereferences the policy's LaunchTemplate whenever the
    element is present: it panicked at start on the bed's worker group. The
    patch keeps None for a template without the property, as the API does.
+
+16. Not a bug but a missing operation: moto has no ec2
+   DescribeInstanceTopology (HTTP 500, NotImplementedError). The AWS cloud
+   controller manager (cloud-provider-aws 1.35, pkg/providers/v1/topology.go)
+   asks it for every node it initializes and on each status update, and
+   retries the 500. AWS returns no entry for an instance whose type has no
+   topology information (EC2 API reference, DescribeInstanceTopology: only
+   some instance families are listed); the bed's instances are of such
+   types. The patch answers an empty `instanceSet`.
+
+17. cloudformation parsing.clean_json answers `Fn::GetAZs ""` with
+   us-east-1's zones (its DEFAULT_REGION) whatever the stack's region, so a
+   subnet `Fn::Select [0, Fn::GetAZs ""]` of a us-west-2 stack is in
+   "us-east-1a", and so is every instance launched into it. AWS documents
+   the empty string as the stack's own region (CloudFormation user guide,
+   Fn::GetAZs: "Specifying an empty string is equivalent to specifying
+   AWS::Region"). The cloud controller manager looks the instance's zone up
+   in the region's DescribeAvailabilityZones and refused to initialize the
+   node ("Could not get zone ID from zone name us-east-1a"). The patch
+   gives the empty string the stack's region.
 """
 
 import base64
@@ -492,6 +512,26 @@ def _asg_no_empty_mixed_policy(original):
     return classmethod(create)
 
 
+def _describe_instance_topology(self):
+    """Patch 16: no topology for any instance, as AWS answers for types without it."""
+    return (
+        '<DescribeInstanceTopologyResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+        "<requestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</requestId><instanceSet/>"
+        "</DescribeInstanceTopologyResponse>"
+    )
+
+
+def _get_azs_of_the_stack_region(original):
+    """Patch 17: `Fn::GetAZs ""` is the stack's region's zones."""
+
+    def clean(resource_json, resources_map):
+        if isinstance(resource_json, dict) and resource_json.get("Fn::GetAZs", None) == "":
+            resource_json = {"Fn::GetAZs": resources_map._region_name}
+        return original(resource_json, resources_map)
+
+    return clean
+
+
 def apply_patches():
     if moto.__version__ != PATCHED_FOR:
         sys.exit(
@@ -523,6 +563,13 @@ def apply_patches():
     route53_models.create_route53_zone_id = _zone_id_like_aws(route53_models.create_route53_zone_id)
     group = autoscaling_models.FakeAutoScalingGroup
     group.create_from_cloudformation_json = _asg_no_empty_mixed_policy(group.create_from_cloudformation_json)
+    from moto.cloudformation import parsing
+    from moto.ec2.responses import EC2Response
+
+    parsing.clean_json = _get_azs_of_the_stack_region(parsing.clean_json)
+
+    assert not hasattr(EC2Response, "describe_instance_topology")
+    EC2Response.describe_instance_topology = _describe_instance_topology
     mixin = ActionAuthenticatorMixin
     mixin._authenticate_and_authorize_action = _web_identity_unsigned(mixin._authenticate_and_authorize_action)
 

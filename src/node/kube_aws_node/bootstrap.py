@@ -574,6 +574,12 @@ class Boot(object):
             # kubeadm's preflight refuses a non-empty /var/lib/etcd: it now
             # holds the restored snapshot on purpose.
             self.init(["--ignore-preflight-errors=DirAvailable--var-lib-etcd"])
+            # The snapshot's old controllers out of the API before the
+            # others join (etcd.finish_restore says why).
+            try:
+                etcd.finish_restore(etcd.Node(self.aws, etcd.imds_get), plan, self.node_name, say=self.say)
+            except Exception as e:  # noqa: BLE001 - the joiners then wait out their limit and join
+                self.say("cannot finish the restore's cleanup: %s" % self.blank(str(e)))
             # A snapshot of an older control plane: upgraded as an HA
             # cluster's first new controller upgrades it (upgrade.py).
             self.after_init(recorded, restored=True)

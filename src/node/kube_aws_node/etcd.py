@@ -291,20 +291,106 @@ def read_restore_request(node):
         os.unlink(path)
 
 
-def restore_served(node, rid):
-    """Whether request `rid` was served: the restorer's status object names
-    it. Unreadable (none yet, a refusal, a network error) is not served: the
-    controller then joins the restore, as before the status existed."""
+def restore_status(node):
+    """The restorer's status object, or {} when it cannot be read (none yet,
+    a refusal, a network error)."""
     fd, path = tempfile.mkstemp(prefix="kube-aws-restore-status-")
     os.close(fd)
     try:
         node.aws(["s3api", "get-object", "--bucket", node.runtime["bucket"],
                   "--key", "%s/%s" % (node.runtime["keyPrefix"], RESTORE_STATUS), path], attempts=1)
-        return bool(rid) and str((read_json(path, {}) or {}).get("request", "")) == rid
+        doc = read_json(path, {}) or {}
+        return doc if isinstance(doc, dict) else {}
     except (AwsError, OSError, ValueError, AttributeError):
-        return False
+        return {}
     finally:
         os.unlink(path)
+
+
+def restore_served(node, rid):
+    """Whether request `rid` was served: the restorer's status object names
+    it. Unreadable is not served: the controller then joins the restore, as
+    before the status existed."""
+    return bool(rid) and str(restore_status(node).get("request", "")) == rid
+
+
+# How long a controller joining a restore waits for the restorer's cleanup
+# (finish_restore) before it joins anyway: the restore, `kubeadm init` on it
+# and the cleanup take minutes on a busy instance.
+RESTORE_CLEAN_WAIT = 1200
+RESTORE_CLEAN_POLL = 5
+
+
+def wait_restore_clean(node, rid, clock, say, limit=None):
+    """A controller that joins restore `rid` waits until the restorer says
+    the snapshot's old controllers are gone from the API (`clean` in its
+    status object, finish_restore): until then the API lists their etcd
+    static pods, and `kubeadm join` takes its etcd endpoints from those pods
+    (kubeadm's etcdutil NewFromCluster, then Sync), none of which answers
+    (the restored etcd has one member, the restorer's), and fails its
+    check-etcd phase after etcdAPICall. Returns whether it was clean; after
+    `limit` seconds it joins anyway, as before the cleanup existed."""
+    limit = RESTORE_CLEAN_WAIT if limit is None else limit
+    end = clock.now() + limit
+    said = False
+    while True:
+        status = restore_status(node)
+        if str(status.get("request", "")) == rid and status.get("clean"):
+            return True
+        if clock.now() >= end:
+            say(json.dumps({"action": "warning", "reason": "kube-aws restore %s: the restorer did not say the old "
+                            "controllers are gone from the API within %ds; joining anyway" % (rid, limit)}))
+            return False
+        if not said:
+            say(json.dumps({"action": "wait", "reason": "kube-aws restore %s: waiting for the restorer to remove "
+                            "the snapshot's old controllers from the API before joining" % rid}))
+            said = True
+        clock.sleep(RESTORE_CLEAN_POLL)
+
+
+def stale_controllers(nodes_json, self_name):
+    """The control-plane Nodes of `kubectl get nodes -o json` other than this
+    one: after a restore, the snapshot's old controllers (a restore replaces
+    every controller)."""
+    out = []
+    for n in (nodes_json or {}).get("items") or []:
+        meta = n.get("metadata") or {}
+        name = meta.get("name", "")
+        if name and name != self_name and "node-role.kubernetes.io/control-plane" in (meta.get("labels") or {}):
+            out.append(name)
+    return sorted(out)
+
+
+def finish_restore(node, plan, self_name, run=run_command, clock=None, say=print):
+    """The restorer, once `kubeadm init` on the restored data answers:
+    deletes the snapshot's old controllers from the API (each one's pods in
+    kube-system, its etcd static pod among them, then its Node; kubelets of
+    live nodes would post theirs again), then says `clean` in the restore
+    status, which the joining controllers wait for (wait_restore_clean).
+    A failure is said and the status still written: the joiners would
+    otherwise wait out RESTORE_CLEAN_WAIT."""
+    clock = clock or Clock()
+    kubectl = ["kubectl", "--kubeconfig", ADMIN_CONF]
+    gone, problem = [], ""
+    try:
+        stale = stale_controllers(json.loads(run(kubectl + ["get", "nodes", "-o", "json"]) or "{}"), self_name)
+        for name in stale:
+            run(kubectl + ["delete", "pods", "-n", "kube-system", "--field-selector", "spec.nodeName=" + name,
+                           "--wait=false", "--ignore-not-found"])
+            run(kubectl + ["delete", "node", name, "--wait=false", "--ignore-not-found"])
+            gone.append(name)
+    except (RuntimeError, OSError, ValueError) as e:
+        problem = str(e)
+        say(json.dumps({"action": "warning", "reason": "the snapshot's old controllers could not all be removed "
+                        "from the API: %s" % problem}))
+    status = restore_status(node)
+    status.update({"key": plan.get("key", ""), "request": plan.get("request", status.get("request", "")),
+                   "clean": True, "removedControllers": gone, "cleanedAt": int(clock.now())})
+    if problem:
+        status["cleanProblem"] = problem
+    node.put_json(RESTORE_STATUS, status)
+    say(json.dumps({"action": "cleaned", "removedControllers": gone}))
+    return gone
 
 
 def restore_decision(took_init_lock, api_answers, controller_count, snaps):
@@ -1042,8 +1128,13 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
     took = request and locks.take(node.aws, node.runtime["bucket"],
                                   "%s/%s" % (node.runtime["keyPrefix"], RESTORE_LOCK),
                                   node.instance().get("instanceId", ""))
-    if request and not took and restore_served(node, str(request.get("id", ""))):
-        request = None
+    if request and not took:
+        # Joining a restore: not before the restorer has removed the
+        # snapshot's old controllers from the API (wait_restore_clean).
+        rid = str(request.get("id", ""))
+        wait_restore_clean(node, rid, clock, say)
+        if restore_served(node, rid):
+            request = None
     if request:
         plan = requested_restore_decision(request, took, prefix)
         say(json.dumps(plan))

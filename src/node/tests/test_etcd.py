@@ -767,10 +767,12 @@ class Restore(WithFiles):
         # A key outside the cluster's snapshots is refused on the node too.
         self.assertEqual(d(dict(req, key="p/prod/etcd/hourly/x.db"), True, "p/demo/etcd/")["action"], "fail")
 
-    def requested(self, lock_held, served=False):
+    def requested(self, lock_held, served=False, clean_after=0):
         """Three controllers, the API still answering, a request pending
-        (served: the restorer's status object names it). No addon was
-        installed yet (no installed record)."""
+        (served: the restorer's status object names it; from `clean_after`
+        seconds on, or never when None, it says the old controllers are gone
+        from the API). No addon was installed yet (no installed record)."""
+        clock = FakeClock()
         self.write(etcd.NODE_JSON, json.dumps({"kubernetesVersion": "1.35.4"}))
         self.write(etcd.RECONCILER_JSON, json.dumps({"installedURI": "s3://b/p/demo/addons/installed.json"}))
         os.makedirs(etcd.host("/var/lib/kube-aws"))
@@ -784,8 +786,9 @@ class Restore(WithFiles):
             if args[args.index("--key") + 1].endswith(etcd.RESTORE_STATUS):
                 if not served:
                     raise etcd.AwsError("An error occurred (NoSuchKey) when calling the GetObject operation")
+                clean = clean_after is not None and clock.now() >= START + clean_after
                 with open(args[-1], "w") as f:
-                    json.dump({"key": key, "request": "r1", "restoredAt": 1}, f)
+                    json.dump({"key": key, "request": "r1", "restoredAt": 1, "clean": clean}, f)
                 return
             with open(args[-1], "w") as f:
                 json.dump({"id": "r1", "key": key}, f)
@@ -802,7 +805,8 @@ class Restore(WithFiles):
                        ("s3api", "put-object"): put, ("s3", "cp"): cp})
         run = lambda a: "registry.k8s.io/etcd:3.6.5-0\n" if a[:3] == ["kubeadm", "config", "images"] else ""  # noqa
         with Quiet() as q:
-            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=FakeClock(), answers=lambda e: True)
+            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=clock, answers=lambda e: True)
+        self.slept = sum(clock.slept)
         return code, [json.loads(l) for l in q.out.getvalue().splitlines()], aws, key
 
     def test_the_controller_that_takes_the_restore_lock_restores_the_requested_key(self):
@@ -814,11 +818,72 @@ class Restore(WithFiles):
         self.assertEqual(lock[lock.index("--key") + 1], "p/demo/" + etcd.RESTORE_LOCK)
         self.assertIn("s3://b/" + key, aws.ops("s3", "cp")[0])
 
-    def test_the_others_join_the_restored_one(self):
-        code, lines, aws, _ = self.requested(lock_held=True)
+    def test_the_others_join_the_restored_one_once_its_old_controllers_are_gone(self):
+        # The restorer serves the request and, 30 s later, says the
+        # snapshot's old controllers are out of the API: the others wait for
+        # that, then join.
+        code, lines, aws, _ = self.requested(lock_held=True, served=True, clean_after=30)
         self.assertEqual(code, 0)
-        self.assertEqual([l["action"] for l in lines], ["join"])
+        self.assertEqual([l["action"] for l in lines], ["wait", "join"])
+        self.assertEqual(self.slept, 30)
         self.assertFalse(aws.ops("s3", "cp"))
+
+    def test_a_restorer_that_never_says_clean_is_waited_for_then_joined(self):
+        code, lines, _, _ = self.requested(lock_held=True, served=False, clean_after=None)
+        self.assertEqual(code, 0)
+        self.assertEqual([l["action"] for l in lines], ["wait", "warning", "join"])
+        self.assertEqual(self.slept, etcd.RESTORE_CLEAN_WAIT)
+        self.assertIn("did not say the old controllers are gone", lines[1]["reason"])
+
+    def test_the_restorer_removes_the_old_controllers_then_says_clean(self):
+        nodes = {"items": [
+            {"metadata": {"name": "ip-10-0-1-5", "labels": {"node-role.kubernetes.io/control-plane": ""}}},
+            {"metadata": {"name": "ip-10-0-1-9", "labels": {"node-role.kubernetes.io/control-plane": ""}}},
+            {"metadata": {"name": "ip-10-0-2-7", "labels": {}}},
+        ]}
+        ran, written = [], []
+
+        def run(argv):
+            ran.append(argv)
+            return json.dumps(nodes) if argv[3:5] == ["get", "nodes"] else ""
+
+        def get(args):
+            with open(args[-1], "w") as f:
+                json.dump({"key": "k", "request": "r1", "restoredAt": 1}, f)
+
+        def put(args):
+            with open(args[args.index("--body") + 1]) as f:
+                written.append(json.load(f))
+        aws = FakeAws({("s3api", "get-object"): get, ("s3api", "put-object"): put})
+        node = etcd.Node(aws, imds(), runtime=RUNTIME, etcd_json={})
+        with Quiet():
+            gone = etcd.finish_restore(node, {"action": "restored", "key": "k"}, "ip-10-0-1-5", run=run,
+                                       clock=FakeClock())
+        # Only the other controller (not this one, not the worker), its pods first.
+        self.assertEqual(gone, ["ip-10-0-1-9"])
+        self.assertEqual([a[3:6] for a in ran[1:]], [["delete", "pods", "-n"], ["delete", "node", "ip-10-0-1-9"]])
+        self.assertIn("spec.nodeName=ip-10-0-1-9", ran[1])
+        self.assertEqual(written[-1]["request"], "r1")
+        self.assertTrue(written[-1]["clean"])
+        self.assertEqual(written[-1]["removedControllers"], ["ip-10-0-1-9"])
+
+    def test_a_failed_cleanup_still_says_clean_so_no_joiner_waits_it_out(self):
+        written = []
+
+        def run(argv):
+            raise RuntimeError("kubectl exited 1: the connection was refused")
+
+        def put(args):
+            with open(args[args.index("--body") + 1]) as f:
+                written.append(json.load(f))
+        aws = FakeAws({("s3api", "get-object"): None, ("s3api", "put-object"): put})
+        node = etcd.Node(aws, imds(), runtime=RUNTIME, etcd_json={})
+        with Quiet() as q:
+            self.assertEqual(etcd.finish_restore(node, {"action": "restored", "key": "k", "request": "r1"},
+                                                 "ip-10-0-1-5", run=run, clock=FakeClock()), [])
+        self.assertTrue(written[-1]["clean"])
+        self.assertIn("connection was refused", written[-1]["cleanProblem"])
+        self.assertIn("warning", q.out.getvalue())
 
     def test_a_served_request_is_over(self):
         # A controller booting after the restore (a rolling update) decides as
@@ -829,8 +894,9 @@ class Restore(WithFiles):
         self.assertEqual([l["action"] for l in lines], ["join"])
         self.assertNotIn("request", lines[0])
         self.assertFalse(aws.ops("s3", "cp"))
+        # Read twice: clean (nothing to wait for), then served.
         status = [c for c in aws.ops("s3api", "get-object") if c[c.index("--key") + 1].endswith(etcd.RESTORE_STATUS)]
-        self.assertEqual(len(status), 1)
+        self.assertEqual(len(status), 2)
 
     def test_no_snapshot_fails_the_boot_with_the_reason(self):
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1)),

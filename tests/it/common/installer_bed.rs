@@ -128,6 +128,10 @@ pub struct Bed {
     /// The controller role's session, once [`Bed::under_controller_role`]
     /// switched IAM enforcement on: the reconciler then runs as it.
     role: Option<super::iam::Creds>,
+    /// The reconciler makes the calls sdkcall.py answers in its own process
+    /// (the tools venv's python, which has botocore) instead of through the
+    /// wrapper's aws CLI; off by default: the tests read the wrapper's log.
+    pub in_process_calls: bool,
 }
 
 impl Bed {
@@ -168,6 +172,7 @@ impl Bed {
             kms_key,
             stack: Value::Null,
             role: None,
+            in_process_calls: false,
         }
     }
 
@@ -364,7 +369,13 @@ impl Bed {
         self.publish_secret_bundle(&node);
         let log = self.path("calls.log");
         std::fs::write(&log, "").unwrap();
-        let mut cmd = Command::new("python3");
+        // The tools venv's python (not a pyenv shim: see PYENV_VERSION below)
+        // has botocore; the system python has none.
+        let mut cmd = Command::new(if self.in_process_calls {
+            super::tool("python3")
+        } else {
+            PathBuf::from("python3")
+        });
         cmd.arg(node.join("opt/kube-aws/bin/kube-aws-node")).arg("reconcile");
         self.env.apply(&mut cmd);
         let path = format!(
@@ -383,8 +394,9 @@ impl Bed {
             // A pyenv shim puts its version's bin directory (with an `aws`)
             // before the wrapper on PATH: the system python has none.
             .env("PYENV_VERSION", "system")
-            // Every AWS call through the fake CLI (src/node/kube_aws_node/sdkcall.py).
-            .env("KUBE_AWS_AWS_CALLS", "cli")
+            // Every AWS call through the wrapper (src/node/kube_aws_node/sdkcall.py),
+            // unless the caller asked for the node's in-process calls.
+            .env("KUBE_AWS_AWS_CALLS", if self.in_process_calls { "" } else { "cli" })
             .env("REAL_AWS", super::tool("aws"))
             .env("FAKE_LOG", &log)
             .env("FAKE_STATE", self.path("state"))

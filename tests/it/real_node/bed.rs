@@ -295,16 +295,17 @@ impl MotoBed {
         (bed, up.expect("kube-aws up --wait"))
     }
 
-    /// As `up_waiting`, with `prepare(env, work tree)` run on the written
-    /// work tree first (as `up_prepared`'s).
+    /// As `up_waiting`, with `prepare(env, work tree, moto's URL as the
+    /// nodes reach it)` run on the written work tree first (as
+    /// `up_prepared_relayed`'s).
     pub fn up_waiting_prepared(
         test: &'static str,
         image: &Path,
         extra: &str,
         plugins: &[(&str, &str)],
-        prepare: &dyn Fn(&MotoEnv, &Path),
+        prepare: &dyn Fn(&MotoEnv, &Path, &str),
     ) -> (MotoBed, WaitingUp) {
-        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, &|env, dir, _| prepare(env, dir));
+        let (bed, up) = MotoBed::start(test, image, extra, plugins, true, prepare);
         (bed, up.expect("kube-aws up --wait"))
     }
 
@@ -346,8 +347,15 @@ impl MotoBed {
             format!(
                 "clusterName: {BED_CLUSTER}\nregion: {BED_REGION}\ns3URI: s3://{BED_BUCKET}/clusters\nkmsKeyARN: {kms}\n\
                  network: {{vpcCIDR: {vpc}}}\n\
-                 plugins:\n  aws-vpc-cni: {{enabled: false}}\n  aws-cloud-controller-manager: {{enabled: false}}\n{extra}",
-                vpc = vpc_cidr()
+                 plugins:\n  aws-vpc-cni: {{enabled: false}}\n{ccm}{extra}",
+                vpc = vpc_cidr(),
+                // Off unless the test turns it on (in `extra`) and gives it
+                // moto's endpoint (the reconciler's real-node test).
+                ccm = if extra.contains("  aws-cloud-controller-manager:") {
+                    ""
+                } else {
+                    "  aws-cloud-controller-manager: {enabled: false}\n"
+                }
             ),
         )
         .unwrap();

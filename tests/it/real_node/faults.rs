@@ -403,7 +403,7 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
     named: &str,
     olds: Vec<BedNode>,
     first_pod_range: u32,
-) {
+) -> [BedNode; 3] {
     let t0 = Instant::now();
     let via = &olds[0];
     let cm = |name: &str| {
@@ -557,6 +557,7 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         f[2].times(),
         t0.elapsed().as_secs_f64()
     );
+    [n1, n2, n3]
 }
 
 /// `a_renewal_restart_on_every_controller_at_once_costs_no_controller`
@@ -575,26 +576,112 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
 /// three members, and all three renewed.
 ///
 /// Not covered: the load balancer itself (the bed has none; "any ready" is
-/// the test's reading of the three), and a reconfiguration on every
-/// controller at once (it restarts the same static pods under the same lock
-/// after a published change: real_node/upgrade.rs runs it on one
-/// controller; a second `kube-aws update` here would recreate this bed's
-/// nested stacks, which moto does whole).
+/// the test's reading of the three). The reconfiguration's restarts on
+/// every controller at once are the next fault, run last on the cluster.
 pub(crate) fn a_renewal_restart_on_every_controller_at_once_costs_no_controller(bed: &MotoBed, ctls: [&BedNode; 3]) {
+    let group = group_of(bed, &ctls[0].inst.id);
+    let said = restarts_on_every_controller_at_once(
+        bed,
+        &group,
+        ctls,
+        "systemctl reset-failed kube-aws-forced-renewal.service 2>/dev/null; \
+         systemd-run --unit kube-aws-forced-renewal --no-block /opt/kube-aws/bin/kube-aws-node certs --force",
+        "kube-aws-forced-renewal.service",
+        "renewed ",
+    );
+    eprintln!("renewal restarts on every controller at once: {said}");
+}
+
+/// `a_reconfiguration_on_every_controller_at_once_costs_no_controller`
+/// (issue 38, "planned restarts never cost a controller"): three
+/// controllers up; a plugin bringing Dex's OIDC flags on kube-apiserver is
+/// added to the work tree and `kube-aws update` publishes it (`rolls:
+/// nothing`: the ClusterConfiguration travels in the addon bundle, not the
+/// user data); then `kube-aws-reconfigure.service` starts on all three at
+/// the same moment (as their timers could). Each takes the join lock,
+/// uploads the ClusterConfiguration and writes its static pod manifests
+/// again (reconfigure.py), so the API servers restart one at a time; sampled
+/// as the renewal fault is. Checked: every sample had a ready API server,
+/// each one's unready time bounded, the group unchanged while they ran, etcd
+/// the same three members, and every running kube-apiserver has the flag.
+///
+/// Run last on its cluster: moto answers the update by recreating the
+/// nested stacks whole (new roles, whose credentials each node gets again:
+/// MotoBed::recredential; a group of the same name whose instances are
+/// moto's new ones), so the faults that need the group to hold these
+/// nodes come before it. Not covered: the load balancer (as above).
+pub(crate) fn a_reconfiguration_on_every_controller_at_once_costs_no_controller(
+    bed: &mut MotoBed,
+    mut ctls: [BedNode; 3],
+) {
     let t0 = Instant::now();
-    let group = &group_of(bed, &ctls[0].inst.id);
+    let dir = bed.dir().join("plugins/oidcflags");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plugin.yaml"), super::upgrade::OIDC_PLUGIN).unwrap();
+    let upd = bed.kube_aws(&["update", "--yes"]);
+    let said = crate::common::output_text(&upd);
+    assert!(upd.status.success(), "kube-aws update: {said}");
+    assert!(
+        said.contains("rolls: nothing: no instance is replaced, launched or terminated"),
+        "{said}"
+    );
+    let t_update = t0.elapsed();
+    for n in ctls.iter_mut() {
+        bed.recredential(n, "ControllerRole");
+    }
+    // The group as moto recreated it (its instances moto's new ones).
+    let now = bed.instances(&format!("{BED_CLUSTER}-controller"));
+    let group = group_of(bed, &now.first().expect("no controller instance after the update").id);
+    let said = restarts_on_every_controller_at_once(
+        bed,
+        &group,
+        [&ctls[0], &ctls[1], &ctls[2]],
+        "systemctl reset-failed kube-aws-reconfigure.service 2>/dev/null; \
+         systemctl start --no-block kube-aws-reconfigure.service",
+        "kube-aws-reconfigure.service",
+        "kube-apiserver: manifest written again",
+    );
+    for n in &ctls {
+        let running = n
+            .node
+            .sh("crictl ps --state running --name kube-apiserver -q | head -1 | xargs -r crictl inspect");
+        assert!(
+            running.contains(super::upgrade::ISSUER_FLAG),
+            "{}'s running kube-apiserver has no {}",
+            n.inst.dns,
+            super::upgrade::ISSUER_FLAG
+        );
+    }
+    eprintln!(
+        "reconfiguration on every controller at once: the update {:.1}s; {said}",
+        t_update.as_secs_f64()
+    );
+}
+
+/// Runs `start` on the three controllers at the same moment and samples
+/// each one's `/readyz` every 2 s while `unit` runs on any of them. Asserts
+/// that every sample had a ready controller (what the network load
+/// balancer, which routes to the ready ones, would serve), that each
+/// controller's longest unready stretch is under 5 minutes, that the
+/// group and etcd's members did not change, and that `unit` succeeded on
+/// each with `done` in its journal. Returns what it measured.
+fn restarts_on_every_controller_at_once(
+    bed: &MotoBed,
+    group: &str,
+    ctls: [&BedNode; 3],
+    start: &str,
+    unit: &str,
+    done: &str,
+) -> String {
+    let t0 = Instant::now();
     let before = group_health(bed, group);
     let ips: Vec<&str> = ctls.iter().map(|c| c.inst.ip.as_str()).collect();
     expect_members(ctls[0], &ips, Duration::from_secs(60));
     for n in ctls {
-        n.node
-            .sh("systemctl reset-failed kube-aws-forced-renewal.service 2>/dev/null; \
-             systemd-run --unit kube-aws-forced-renewal --no-block /opt/kube-aws/bin/kube-aws-node certs --force");
+        n.node.sh(start);
     }
     let running = |n: &BedNode| {
-        let s = n
-            .node
-            .sh("systemctl show -p ActiveState --value kube-aws-forced-renewal.service");
+        let s = n.node.sh(&format!("systemctl show -p ActiveState --value {unit}"));
         matches!(s.trim(), "active" | "activating")
     };
     let mut samples = 0usize;
@@ -606,7 +693,7 @@ pub(crate) fn a_renewal_restart_on_every_controller_at_once_costs_no_controller(
     while ctls.iter().any(|n| running(n)) {
         assert!(
             t0.elapsed() < Duration::from_secs(1200),
-            "the renewals did not end in 20 minutes"
+            "{unit} did not end in 20 minutes"
         );
         let ready: Vec<bool> = ctls.iter().map(|n| api_code(n, "/readyz") == "200").collect();
         samples += 1;
@@ -634,32 +721,25 @@ pub(crate) fn a_renewal_restart_on_every_controller_at_once_costs_no_controller(
         if let Some(s) = since[k].take() {
             longest[k] = longest[k].max(s.elapsed());
         }
-        let result = n
-            .node
-            .sh("systemctl show -p Result --value kube-aws-forced-renewal.service");
-        let journal = n
-            .node
-            .sh("journalctl --no-pager -o cat -u kube-aws-forced-renewal.service | tail -15");
+        let result = n.node.sh(&format!("systemctl show -p Result --value {unit}"));
+        let journal = n.node.sh(&format!("journalctl --no-pager -o cat -u {unit} | tail -15"));
         assert!(
-            result.trim() == "success" && journal.contains("renewed "),
-            "{}'s renewal ({}): {journal}",
+            result.trim() == "success" && journal.contains(done),
+            "{}'s {unit} ({}): {journal}",
             n.inst.dns,
             result.trim()
         );
     }
-    assert_eq!(
-        changed, None,
-        "the group changed during the renewals (before: {before:?})"
-    );
-    assert_eq!(group_health(bed, group), before, "the group after the renewals");
+    assert_eq!(changed, None, "the group changed during {unit} (before: {before:?})");
+    assert_eq!(group_health(bed, group), before, "the group after {unit}");
     expect_members(ctls[0], &ips, Duration::from_secs(60));
     assert_eq!(
         none_ready, 0,
         "{none_ready} of {samples} samples had no controller ready: the restarts overlapped"
     );
     // Each controller's own API server is unready only while its restarts
-    // run (four restarts, each up to the kubelet's 20 s look at the
-    // manifests, then the start and the health check): bounded at 5 minutes.
+    // run (up to four, each up to the kubelet's 20 s look at the manifests,
+    // then the start and the health check): bounded at 5 minutes.
     for (k, n) in ctls.iter().enumerate() {
         assert!(
             longest[k] < Duration::from_secs(300),
@@ -668,11 +748,11 @@ pub(crate) fn a_renewal_restart_on_every_controller_at_once_costs_no_controller(
             longest[k].as_secs_f64()
         );
     }
-    eprintln!(
-        "renewal restarts on every controller at once: all done {:.1}s after they started; {samples} samples, \
-         none without a ready controller; each controller's longest unready stretch {:?}s ({:?} unready samples)",
+    format!(
+        "all done {:.1}s after they started; {samples} samples, none without a ready controller; each \
+         controller's longest unready stretch {:?}s ({:?} unready samples)",
         took.as_secs_f64(),
         longest.map(|d| d.as_secs()),
         unready
-    );
+    )
 }

@@ -60,7 +60,7 @@ use crate::common::{nodebed, output_text};
 
 /// Dex's OIDC flags on kube-apiserver (plugins/dex/plugin.yaml renders the
 /// same names), added after `up`.
-const OIDC_PLUGIN: &str = r#"apiVersion: kube-aws/v1
+pub(crate) const OIDC_PLUGIN: &str = r#"apiVersion: kube-aws/v1
 kind: Plugin
 metadata:
   name: oidcflags
@@ -76,7 +76,7 @@ spec:
         oidc-username-claim: "email"
 "#;
 
-const ISSUER_FLAG: &str = "--oidc-issuer-url=https://dex.bed.example.com";
+pub(crate) const ISSUER_FLAG: &str = "--oidc-issuer-url=https://dex.bed.example.com";
 
 /// The digest of the cloud-config a stub names (moto recreates a modified
 /// nested stack whole, so the stub's stack name moves; its data does not).
