@@ -10,11 +10,11 @@
 //! Auto Scaling (`irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only`,
 //! its header further down).
 //!
-//! Not run here yet: the AWS cloud controller manager (k8s.io/cloud-provider-aws
-//! against moto's EC2: no image is built for it yet) and the EBS CSI
-//! controller (no image yet); the EBS CSI node plugin (it needs block
-//! devices) and the VPC CNI (it needs EC2 network interfaces) cannot run on
-//! the bed.
+//! The AWS cloud controller manager runs in real_node.rs's reconciler test
+//! (the plan's bootstrap release, initializing the controller against
+//! moto's EC2). Not run here yet: the EBS CSI controller (no image yet);
+//! the EBS CSI node plugin (it needs block devices) and the VPC CNI (it
+//! needs EC2 network interfaces) cannot run on the bed.
 //!
 //! # Dex end to end
 //!
