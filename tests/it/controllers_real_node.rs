@@ -29,8 +29,8 @@ use crate::real_node::{expect_members, faults, node_ready_status, pod_net};
 /// update`) restarting every controller's API server at once costs no
 /// controller and leaves a ready API server at every moment.
 #[test]
-fn three_controllers_join_keep_quorum_through_faults_and_restore_when_all_are_lost() {
-    let test = "controllers_real_node::three_controllers_join_keep_quorum_through_faults_and_restore_when_all_are_lost";
+fn three_controllers_join_keep_quorum_through_faults_and_restarts_and_restore_when_all_are_lost() {
+    let test = "controllers_real_node::three_controllers_join_keep_quorum_through_faults_and_restarts_and_restore_when_all_are_lost";
     let Some(image) = nodebed::image_dir(test) else {
         return;
     };

@@ -330,7 +330,8 @@ class Upgrader(object):
                 self.boot.wait_node_ready()
                 self.report(step="kubeadm-upgrade-apply")
                 self.boot.step("kubeadm-upgrade-apply")
-                code = self.boot_sh(apply_args(self.version, self.boot.upgrade_config(self.version)))
+                code = apply_with_retries(self.boot_sh, apply_args(self.version, self.boot.upgrade_config(self.version)),
+                                          self.boot.say)
                 if code != 0:
                     raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)"
                                        % (self.version, code))
@@ -552,7 +553,7 @@ def after_init(boot, version, recorded, restored):
         wait_schedulable(boot)
         up.report(step="kubeadm-upgrade-apply")
         boot.step("kubeadm-upgrade-apply")
-        code = up.boot_sh(apply_args(up.version, boot.upgrade_config(up.version)))
+        code = apply_with_retries(up.boot_sh, apply_args(up.version, boot.upgrade_config(up.version)), boot.say)
         if code != 0:
             raise UpgradeError("kubeadm upgrade apply v%s exited %d (see the boot log)" % (up.version, code))
     except Exception as e:
@@ -561,6 +562,33 @@ def after_init(boot, version, recorded, restored):
         raise UpgradeError(str(getattr(e, "message", "") or e))
     up.report(phase="upgraded", step="done", message="")
     return "upgrade"
+
+
+# `kubeadm upgrade apply` is run again when it fails: kubeadm documents it as
+# idempotent ("Upgrading kubeadm clusters", "Recovering from a failure state":
+# "you can run kubeadm upgrade again. This command is idempotent and
+# eventually makes sure that the actual state is the desired state you
+# declare"). Its preflight runs a Job and gives it a fixed 60 s
+# (cmd/kubeadm/app/phases/upgrade/health.go createJob @v1.36.5), which a
+# busy control plane (the kubelet starting the pod, the scheduler) missed on
+# the real-node bed: a failed preflight has changed nothing.
+APPLY_ATTEMPTS = 3
+APPLY_PAUSE = 10
+
+
+def apply_with_retries(sh, args, say, attempts=None, sleep=time.sleep):
+    """Runs `args` (kubeadm upgrade apply) through `sh` (exit code back) up to
+    `attempts` times while it fails; the last exit code."""
+    attempts = attempts or APPLY_ATTEMPTS
+    code = 1
+    for i in range(attempts):
+        code = sh(args)
+        if code == 0 or i + 1 == attempts:
+            return code
+        say("kubeadm upgrade apply exited %d; running it again (attempt %d of %d): kubeadm documents it as "
+            "idempotent" % (code, i + 2, attempts))
+        sleep(paths.knob("RETRY_DELAY", APPLY_PAUSE))
+    return code
 
 
 def apply_args(version, config):

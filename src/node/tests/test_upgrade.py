@@ -173,6 +173,18 @@ class FakeUpgrader(upgrade.Upgrader):
         return self.cms["kubelet-config"]["data"]["kubelet"]
 
 
+_PAUSE = upgrade.APPLY_PAUSE
+
+
+def setUpModule():
+    # No real pause between `kubeadm upgrade apply` runs in these tests.
+    upgrade.APPLY_PAUSE = 0
+
+
+def tearDownModule():
+    upgrade.APPLY_PAUSE = _PAUSE
+
+
 class Join(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()
@@ -214,6 +226,26 @@ class Join(unittest.TestCase):
         self.assertIn("kubeadm-config and kubelet-config are back as they were (1.35.4)", msg)
         self.assertIn("maxPods: 110", u.kubelet_now())
         self.assertEqual(self.boot.uploads[-1][1]["version"], "1.35.4")
+
+    def test_a_failed_upgrade_apply_is_run_again_and_its_second_run_upgrades(self):
+        # kubeadm's preflight Job missed its fixed 60 s once (a busy control
+        # plane): the command is idempotent, the second run goes through.
+        self.boot.fail_on = ["kubeadm", "upgrade", "apply"]
+        sh = self.boot.sh
+
+        def once_then_fine(args, capture=False):
+            if args[:3] == ["kubeadm", "upgrade", "apply"] and self.boot.fail_on:
+                self.boot.fail_on = None
+                self.boot.sh_calls.append(list(args))
+                raise upgrade.UpgradeError("exit 1")
+            return sh(args, capture)
+        self.boot.sh = once_then_fine
+        u = FakeUpgrader(self.boot, "1.36.3")
+        self.assertEqual(u.join("/cfg", self.join), "upgrade")
+        applies = [c for c in self.boot.sh_calls if c[:3] == ["kubeadm", "upgrade", "apply"]]
+        self.assertEqual(len(applies), 2)
+        self.assertTrue(any("running it again (attempt 2 of 3)" in t for t in self.boot.said), self.boot.said)
+        self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
 
     def test_a_failed_join_changes_nothing_else(self):
         self.boot.fail_on = ["kubeadm", "join", "--config"]
