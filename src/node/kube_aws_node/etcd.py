@@ -1132,8 +1132,7 @@ def restore_if_needed(aws, took_init_lock=False, imds=imds_get, run=run_command,
         # Joining a restore: not before the restorer has removed the
         # snapshot's old controllers from the API (wait_restore_clean).
         rid = str(request.get("id", ""))
-        wait_restore_clean(node, rid, clock, say)
-        if restore_served(node, rid):
+        if wait_restore_clean(node, rid, clock, say) or restore_served(node, rid):
             request = None
     if request:
         plan = requested_restore_decision(request, took, prefix)

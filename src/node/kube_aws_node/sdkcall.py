@@ -26,6 +26,7 @@ target and renamed, so a failed copy leaves no partial file.
 """
 import base64
 import datetime
+import json
 import os
 
 from .awscall import AwsError, IMDS_ENV
@@ -103,15 +104,8 @@ class InProcess(object):
         self.region = region
         self.scrub = scrub
         self.clients = {}
-        self.version = getattr(session_module, "__version__", "") or self._version()
-
-    @staticmethod
-    def _version():
-        try:
-            import botocore
-            return botocore.__version__
-        except (ImportError, AttributeError):
-            return "?"
+        import botocore  # imported by `load` already: its version, for the node's log
+        self.version = getattr(botocore, "__version__", "?")
 
     def client(self, service):
         c = self.clients.get(service)
@@ -188,7 +182,6 @@ class InProcess(object):
         with open(blob[len("fileb://"):], "rb") as f:
             kwargs = {"CiphertextBlob": f.read()}
         if "--encryption-context" in opts:
-            import json
             try:
                 kwargs["EncryptionContext"] = json.loads(opts["--encryption-context"])
             except ValueError:
