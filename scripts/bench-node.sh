@@ -7,11 +7,10 @@
 # node program (kubeadm-init / kubeadm-join is kubeadm's own time), Ready, and
 # the slowest step. For comparison: an EKS-optimized AMI node on EC2 is Ready
 # in about a minute from launch (docs/testing.md, "The real-node bed").
-# Then the addon reconciler's test (tests/it/real_node.rs
-# `the_addon_reconciler_timer_on_the_real_controller_installs_the_plan`, the
-# same RUNS): the controller's timeline and each release's install, from its
-# status object, with the first and the last addon Ready and the slowest
-# release.
+# Then the addon test (tests/it/real_node/addons.rs, every built-in addon that
+# runs here on one controller, the same RUNS): the controller's timeline and
+# each release's install, from its status object, with the first and the last
+# addon Ready and the slowest release.
 #
 #   scripts/bench-node.sh [RUNS]     (make bench-node; needs root and the bed:
 #                                     make testbed)
@@ -19,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-1}
 TEST=real_node::a_worker_joins_with_the_bootstrap_token_and_becomes_ready
-ADDONS=real_node::the_addon_reconciler_timer_on_the_real_controller_installs_the_plan
+ADDONS=real_node::addons::addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_descheduler_webhook_run_on_one_controller
 cargo test --quiet --test it --no-run
 # bench WHAT TEST: runs TEST alone and prints its timelines; `out` keeps its
 # output for the caller.

@@ -112,6 +112,13 @@ pub struct NodeReport {
 }
 
 impl NodeReport {
+    /// Whether the node is holding on purpose rather than failed: a step named
+    /// `…-hold` (a controller whose leaving would cost etcd its quorum:
+    /// etcd.py remove_when_safe).
+    pub fn holds(&self) -> bool {
+        self.step.ends_with("-hold")
+    }
+
     /// `node ip-10-0-1-23.… (i-0123, worker-general) failed at step kubeadm-join (exit 1): kubeadm join …`,
     /// or `… is holding at step etcd-quorum-hold: …` for a hold.
     pub fn headline(&self) -> String {
@@ -120,9 +127,7 @@ impl NodeReport {
         } else {
             &self.node_name
         };
-        // A step named `…-hold` is a node holding on purpose (a controller
-        // whose leaving would cost etcd its quorum: etcd.py remove_when_safe).
-        let verb = if self.step.ends_with("-hold") {
+        let verb = if self.holds() {
             "is holding at step"
         } else {
             "failed at step"

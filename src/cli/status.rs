@@ -80,7 +80,12 @@ fn print_report(format: OutputFormat, r: &StatusReport) -> anyhow::Result<()> {
         }
     }
     if !r.nodes.is_empty() {
-        println!("failed nodes:");
+        // A controller holding its termination (etcd's quorum) is not a failure.
+        if r.nodes.iter().any(|n| n.holds()) {
+            println!("nodes that failed or hold:");
+        } else {
+            println!("failed nodes:");
+        }
         for n in &r.nodes {
             println!("  {}", n.headline());
             for l in n.log_tail(crate::aws::wait::NODE_LOG_LINES) {

@@ -149,8 +149,19 @@ fn parse_manifest(file: &Path, text: &str, dir_name: &str) -> Result<(PluginMani
     Ok((m, map))
 }
 
-/// The built-in plugins, parsed. An error here is a bug in this build.
+/// The built-in plugins, parsed once per process (a render asks for them
+/// three times: the hooks before and after it, and the resolution). An error
+/// here is a bug in this build.
 pub fn built_in() -> Result<Vec<PluginDef>, PluginError> {
+    static PARSED: std::sync::OnceLock<Vec<PluginDef>> = std::sync::OnceLock::new();
+    if let Some(all) = PARSED.get() {
+        return Ok(all.clone());
+    }
+    let all = parse_built_in()?;
+    Ok(PARSED.get_or_init(|| all).clone())
+}
+
+fn parse_built_in() -> Result<Vec<PluginDef>, PluginError> {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let mut dirs: Vec<&'static Dir<'static>> = BUILT_IN.dirs().collect();

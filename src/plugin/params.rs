@@ -2,7 +2,8 @@
 //! values cluster.yaml gives them, layered per scope (cluster, then the
 //! controller's or a pool's overrides). Secret values are never quoted.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 
 use indexmap::IndexMap;
 use regex::Regex;
@@ -70,7 +71,7 @@ pub fn check_value(spec: &ParamSpec, v: &Value) -> Result<(), String> {
     }
     if let (Some(pattern), Some(s)) = (&spec.pattern, v.as_str()) {
         // The pattern was checked when the plugin was loaded.
-        if let Ok(re) = Regex::new(pattern) {
+        if let Ok(re) = compiled(pattern) {
             if !re.is_match(s) {
                 return Err(format!("{shown} does not match the pattern {pattern:?}"));
             }
@@ -89,6 +90,21 @@ pub fn check_value(spec: &ParamSpec, v: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `pattern` compiled, once per process: a plugin's patterns are checked for
+/// every value of every scope (the controllers, each pool) and again with the
+/// specs, and compiling dominated the check (docs/testing.md, "The render's
+/// speed").
+fn compiled(pattern: &str) -> Result<Regex, regex::Error> {
+    static SEEN: LazyLock<Mutex<HashMap<String, Regex>>> = LazyLock::new(Default::default);
+    let mut seen = SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(re) = seen.get(pattern) {
+        return Ok(re.clone());
+    }
+    let re = Regex::new(pattern)?;
+    seen.insert(pattern.to_string(), re.clone());
+    Ok(re)
 }
 
 /// Checks a plugin's parameter declarations: names, constraints that fit the
@@ -112,7 +128,7 @@ pub fn check_specs(def: &PluginDef) -> Vec<Located> {
                     &join_key(&base, "pattern"),
                     format!("pattern only applies to strings, not to a {}", spec.kind.as_str()),
                 ));
-            } else if let Err(e) = Regex::new(p) {
+            } else if let Err(e) = compiled(p) {
                 errors.push(def.err(
                     &join_key(&base, "pattern"),
                     format!("{p:?} is not a regular expression: {e}"),

@@ -123,13 +123,30 @@ fn tera() -> Result<&'static tera::Tera, RenderError> {
 }
 
 /// A `write_files` entry, every field already YAML.
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
 struct FileEntry {
     path: String,
     permissions: String,
     owner: String,
     b64: bool,
     content: String,
+}
+
+/// The node program's files as `write_files` entries, with their paths: the
+/// same on every node, so built once per process (about 340 KB of text to
+/// quote, otherwise once per node role: docs/testing.md, "The render's
+/// speed").
+fn program_entries() -> &'static [(String, FileEntry)] {
+    static ENTRIES: OnceLock<Vec<(String, FileEntry)>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        super::node_program::files()
+            .into_iter()
+            .map(|(path, mode, content)| {
+                let e = entry(&path, mode, "root:root", content);
+                (path, e)
+            })
+            .collect()
+    })
 }
 
 fn entry(path: &str, permissions: &str, owner: &str, content: &str) -> FileEntry {
@@ -462,14 +479,13 @@ fn render_node(
             RECONFIGURE_TIMER.into(),
         ),
     ];
-    let program = super::node_program::files();
-    let ours = ours
-        .iter()
-        .map(|(p, m, c)| (*p, *m, c.as_str()))
-        .chain(program.iter().map(|(p, m, c)| (p.as_str(), *m, *c)));
-    for (path, mode, content) in ours {
+    for (path, mode, content) in &ours {
         claim(path, "kube-aws")?;
         files.push(entry(path, mode, "root:root", content));
+    }
+    for (path, program_entry) in program_entries() {
+        claim(path, "kube-aws")?;
+        files.push(program_entry.clone());
     }
     for (path, mode, content) in addons {
         claim(path, "kube-aws")?;

@@ -261,31 +261,6 @@ impl MotoBed {
         MotoBed::start(test, image, extra, plugins, false, &|_, _, _| {}).0
     }
 
-    /// As `up`, with `prepare(env, work tree)` run on the written work tree
-    /// before `kube-aws up` (to lock its charts into the cache `up` reads).
-    pub fn up_prepared(
-        test: &'static str,
-        image: &Path,
-        extra: &str,
-        plugins: &[(&str, &str)],
-        prepare: &dyn Fn(&MotoEnv, &Path),
-    ) -> MotoBed {
-        MotoBed::start(test, image, extra, plugins, false, &|env, dir, _| prepare(env, dir)).0
-    }
-
-    /// As `up_prepared`, with moto's URL as the nodes (and their pods) reach
-    /// it, the relay on the bridge, passed to `prepare` too: for values that
-    /// point a pod at moto.
-    pub fn up_prepared_relayed(
-        test: &'static str,
-        image: &Path,
-        extra: &str,
-        plugins: &[(&str, &str)],
-        prepare: &dyn Fn(&MotoEnv, &Path, &str),
-    ) -> MotoBed {
-        MotoBed::start(test, image, extra, plugins, false, prepare).0
-    }
-
     /// As `up`, but moto honours the groups' CreationPolicy and takes their
     /// signals (tests/support/moto_signals.py), and `kube-aws up --wait` is
     /// left running as the admin: the stack stays CREATE_IN_PROGRESS until
@@ -296,8 +271,9 @@ impl MotoBed {
     }
 
     /// As `up_waiting`, with `prepare(env, work tree, moto's URL as the
-    /// nodes reach it)` run on the written work tree first (as
-    /// `up_prepared_relayed`'s).
+    /// nodes and their pods reach it: the relay on the bridge)` run on the
+    /// written work tree before `kube-aws up` (to lock its charts into the
+    /// cache `up` reads, to write values that point a pod at moto).
     pub fn up_waiting_prepared(
         test: &'static str,
         image: &Path,

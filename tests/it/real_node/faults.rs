@@ -101,6 +101,16 @@ pub(crate) fn a_leaving_controller_holds_while_its_removal_would_lose_quorum(
     };
     assert!(report.contains("do not") && report.contains("quorum"), "{report}");
     let t_hold = t0.elapsed();
+    // `kube-aws status` says so: the node, holding, and why.
+    let status = crate::common::output_text(&bed.kube_aws(&["status"]));
+    assert!(
+        status.contains("nodes that failed or hold:")
+            && status.contains(&format!(
+                "({}, controller) is holding at step etcd-quorum-hold",
+                leaving.inst.id
+            )),
+        "kube-aws status does not name the holding controller: {status}"
+    );
     let members = etcd_members(watcher);
     assert_eq!(
         member_ips(&members).len(),
