@@ -29,6 +29,7 @@ s3://<bucket>/<prefix>/status/nodes/<instance-id>.json, which
 reaches the boot log.
 """
 import contextlib
+import ipaddress
 import io
 import os
 import re
@@ -152,6 +153,15 @@ def containerd_config(default, pause_image, can_lower_oom):
         text = text.replace("restrict_oom_score_adj = false", "restrict_oom_score_adj = true")
     return text
 
+
+
+def node_ip(address):
+    """IMDS local-ipv4 when it is an IPv4 address, else "" (no --node-ip: the
+    kubelet waits for the cloud controller manager, as before)."""
+    try:
+        return str(ipaddress.IPv4Address(address.strip()))
+    except (ipaddress.AddressValueError, AttributeError):
+        return ""
 
 class StepFailed(Exception):
     def __init__(self, code, command, message=""):
@@ -413,7 +423,8 @@ class Boot(object):
             except reconfigure.ReconfigureError as e:
                 raise StepFailed(1, "read the kubeadm configuration", e.message)
         path = os.path.join(self.work, name)
-        documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version, ttl)
+        documents = kubeadmcfg.documents(docs, self.rt, self.node_name, mode, token, version, ttl,
+                                         node_ip=node_ip(getattr(self, "local_ipv4", "")))
         fsutil.write_atomic(path, kubeadmcfg.text(
             kubeadmcfg.patch(documents, self.kubeadm_patches(), mode)).encode("utf-8"))
         return path

@@ -27,7 +27,18 @@ import json
 MODES = ("init", "control-plane", "worker")
 
 
-def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3600):
+def kubelet_arg(registration, name, value, v1beta4):
+    """Sets the kubelet flag `name` in a nodeRegistration (v1beta4's list of
+    {name, value}, v1beta3's map), unless the render or a plugin set it."""
+    args = registration.setdefault("kubeletExtraArgs", [] if v1beta4 else {})
+    if isinstance(args, list):
+        if not any(a.get("name") == name for a in args):
+            args.append({"name": name, "value": value})
+    elif isinstance(args, dict):
+        args.setdefault(name, value)
+
+
+def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3600, node_ip=""):
     # A load balancer's DNS name as AWS gives it keeps the capitals of its
     # name (CloudFormation's generated names have some); kubeadm refuses an
     # endpoint that is not a lowercase RFC 1123 name, and DNS ignores case.
@@ -40,6 +51,19 @@ def documents(docs, runtime, node_name, mode, token, version, ttl_seconds=24 * 3
             # The EC2 private DNS name: the cloud controller manager finds the
             # instance by it, and gives the node its providerID and zone labels.
             d.setdefault("nodeRegistration", {})["name"] = node_name
+        if kind in ("InitConfiguration", "JoinConfiguration") and node_ip:
+            # The instance's private address as the kubelet's node IP (as
+            # eksctl's nodes take IMDS local-ipv4). With an external cloud
+            # provider and no --node-ip the kubelet posts no InternalIP until
+            # the cloud controller manager sets it (kubelet 1.35
+            # pkg/kubelet/nodestatus/setters.go NodeAddress), kube-proxy waits
+            # 30 s for one before it writes the Services' rules (pkg/proxy/node.go
+            # newNodeManager), and the cloud controller manager, on the host
+            # network, cannot reach the API through the kubernetes Service
+            # until then: every addon waited those 30 s on the real-node bed.
+            # The cloud controller manager still checks the address against
+            # the instance's (the kubelet's provided-node-ip annotation).
+            kubelet_arg(d.setdefault("nodeRegistration", {}), "node-ip", node_ip, d["apiVersion"].endswith("/v1beta4"))
         if kind == "InitConfiguration" and token is not None:
             d["bootstrapTokens"] = [{"token": token, "ttl": "%ds" % int(ttl_seconds), "usages": ["signing", "authentication"],
                                      "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]

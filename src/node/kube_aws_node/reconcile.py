@@ -338,6 +338,15 @@ def tail(text, n):
     return "\n".join(text.splitlines()[-n:])
 
 
+def reaches(host, port, timeout):
+    """Whether a TCP connection to host:port opens within `timeout` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 class Reconciler(object):
     def __init__(self, log, aws, runtime, reconciler, node=None):
         self.log = log
@@ -554,6 +563,37 @@ class Reconciler(object):
 
     def readyz(self):
         return self.run(["kubectl", "get", "--raw=/readyz"])[1].strip() == "ok"
+
+    # How this host's connections to the kubernetes Service are tried
+    # (replaced in tests).
+    connect = staticmethod(reaches)
+
+    def service_route_gate(self):
+        """Waits, bounded, until this host reaches the API server through the
+        kubernetes Service's ClusterIP, when kube-proxy is the cluster's. A
+        host-network addon started before kube-proxy has written the
+        Service's rules (the cloud controller manager, the first release on
+        a new cluster) dials an address nothing routes: client-go's dial
+        hangs 30 s, the controller manager exits ("unable to load configmap
+        based request-header-client-ca-file: ... i/o timeout") and the
+        kubelet starts it again after its back-off, which held every other
+        release about 31 s on the real-node bed (docs/testing.md, "One
+        cluster for the addons"). Never fatal: without a kube-proxy
+        DaemonSet (a CNI that replaces it), or past the bound, the installs
+        go on as before. Returns what it saw, for the log."""
+        code, name = self.run(["kubectl", "-n", "kube-system", "get", "daemonset", "kube-proxy", "-o", "name",
+                               "--ignore-not-found"])
+        if code != 0 or not name.strip():
+            return "no kube-proxy DaemonSet"
+        code, ip = self.run(["kubectl", "-n", "default", "get", "service", "kubernetes", "-o",
+                             "jsonpath={.spec.clusterIP}"])
+        ip = ip.strip()
+        if code != 0 or not ip:
+            return "no kubernetes Service address"
+        limit = paths.knob("SERVICE_ROUTE_TIMEOUT", 120)
+        if poll(lambda: self.connect(ip, 443, 2), limit, 1):
+            return "the kubernetes Service (%s:443) answers" % ip
+        return "the kubernetes Service (%s:443) did not answer within %ss; going on" % (ip, limit)
 
     def ready_node_gate(self):
         """Any Ready node; first, when a pool starts with a node and the root
@@ -1175,6 +1215,8 @@ class Reconciler(object):
                 self.install_tiller()
             if self.releases or dropped:
                 self.install_helm()
+            if self.releases:
+                self.log("plan %s: %s" % (self.plan_sha, self.service_route_gate()))
         except Fatal as e:
             self.log(str(e))
             for r in self.releases:

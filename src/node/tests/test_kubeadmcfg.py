@@ -52,6 +52,30 @@ class Documents(unittest.TestCase):
         self.assertEqual(documents(old, RT, "", "worker", "t", "v")[0]["discovery"]["timeout"], "30m0s")
         self.assertNotIn("discovery", DOCS[3])
 
+    def test_the_node_ip_goes_to_the_kubelet_unless_set(self):
+        d = documents(DOCS, RT, "ip-1", "init", "t", "v1.35.8", node_ip="10.0.1.23")
+        self.assertEqual(d[0]["nodeRegistration"]["kubeletExtraArgs"], [{"name": "node-ip", "value": "10.0.1.23"}])
+        rendered = [dict(DOCS[3], nodeRegistration={"kubeletExtraArgs": [{"name": "cloud-provider", "value": "external"}]})]
+        w = documents(rendered, RT, "ip-3", "worker", "t", "v1.35.8", node_ip="10.0.1.24")
+        self.assertEqual(w[0]["nodeRegistration"]["kubeletExtraArgs"],
+                         [{"name": "cloud-provider", "value": "external"}, {"name": "node-ip", "value": "10.0.1.24"}])
+        # A plugin's (or the render's) node-ip is kept; v1beta3 takes a map.
+        mine = [dict(DOCS[3], nodeRegistration={"kubeletExtraArgs": [{"name": "node-ip", "value": "10.9.9.9"}]})]
+        self.assertEqual(documents(mine, RT, "", "worker", "t", "v", node_ip="10.0.1.24")[0]["nodeRegistration"]
+                         ["kubeletExtraArgs"], [{"name": "node-ip", "value": "10.9.9.9"}])
+        old = [dict(DOCS[3], apiVersion="kubeadm.k8s.io/v1beta3", nodeRegistration={})]
+        self.assertEqual(documents(old, RT, "", "worker", "t", "v", node_ip="10.0.1.24")[0]["nodeRegistration"]
+                         ["kubeletExtraArgs"], {"node-ip": "10.0.1.24"})
+        # Without an address nothing is added, and the input is not changed.
+        self.assertNotIn("kubeletExtraArgs", documents(DOCS, RT, "ip-1", "init", "t", "v")[0]["nodeRegistration"])
+        self.assertEqual(DOCS[0]["nodeRegistration"], {})
+
+    def test_only_an_ipv4_address_from_imds_becomes_the_node_ip(self):
+        from kube_aws_node.bootstrap import node_ip
+        self.assertEqual(node_ip("10.0.1.23\n"), "10.0.1.23")
+        for bad in ("", "10.0.1", "10.0.1.23; rm -rf /", "fe80::1", None):
+            self.assertEqual(node_ip(bad), "")
+
     def test_the_upgrade_configuration_takes_its_kind_of_patch_only(self):
         from kube_aws_node.kubeadmcfg import upgrade_documents
         bare = upgrade_documents("1.35.8", [])

@@ -184,3 +184,57 @@ class AfterRestore(unittest.TestCase):
         self.assertEqual(rec["gone"]["namespace"], "kube-system", "a dropped release is still uninstalled")
         self.assertNotIn("retryAfter", after)
         self.assertEqual(doc["releases"][0]["waitCondition"], "wc-dex-2", "the input is not changed")
+
+
+class Gate(Reconciler):
+    """service_route_gate alone: kubectl's answers and the connections given."""
+
+    def __init__(self, proxy="daemonset.apps/kube-proxy\n", ip="10.96.0.1", opens_after=0):
+        self.calls = []
+        self.proxy, self.ip, self.opens_after = proxy, ip, opens_after
+
+    def run(self, args, out=None):
+        self.calls.append(" ".join(args))
+        if "daemonset" in args:
+            return 0, self.proxy
+        if "service" in args:
+            return 0, self.ip
+        return 1, "unexpected\n"
+
+    def connect(self, host, port, timeout):
+        self.calls.append("connect %s:%d" % (host, port))
+        self.opens_after -= 1
+        return self.opens_after < 0
+
+
+class ServiceRouteGate(unittest.TestCase):
+    def setUp(self):
+        self.sleep = time.sleep
+        time.sleep = lambda s: None
+
+    def tearDown(self):
+        time.sleep = self.sleep
+
+    def test_waits_until_the_service_address_opens(self):
+        g = Gate(opens_after=3)
+        self.assertEqual(g.service_route_gate(), "the kubernetes Service (10.96.0.1:443) answers")
+        self.assertEqual([c for c in g.calls if c.startswith("connect")], ["connect 10.96.0.1:443"] * 4)
+
+    def test_without_kube_proxy_it_does_not_wait(self):
+        g = Gate(proxy="")
+        self.assertEqual(g.service_route_gate(), "no kube-proxy DaemonSet")
+        self.assertFalse([c for c in g.calls if c.startswith("connect")])
+
+    def test_without_the_service_address_it_does_not_wait(self):
+        g = Gate(ip="")
+        self.assertEqual(g.service_route_gate(), "no kubernetes Service address")
+
+    def test_past_the_bound_it_goes_on(self):
+        import os
+        os.environ["KUBE_AWS_SERVICE_ROUTE_TIMEOUT"] = "0"
+        try:
+            g = Gate(opens_after=10 ** 6)
+            said = g.service_route_gate()
+        finally:
+            del os.environ["KUBE_AWS_SERVICE_ROUTE_TIMEOUT"]
+        self.assertIn("did not answer within 0s; going on", said)
