@@ -29,7 +29,9 @@ TEST_RUNNER := --config "target.'cfg(all())'.runner = ['python3', '$(CURDIR)/scr
 # the fault tests on a two-minute outage, every boot on kubelet and systemd
 # timers), not on the CPU. Measured on the same tree (docs/testing.md,
 # "Figures of 2026-12-04"): 29m17.7s with two threads, 21m57.8s with three.
-export RUST_TEST_THREADS ?= 3
+# Four since 2026-12-05 (docs/testing.md, "Figures of 2026-12-05"): on
+# f86e97d, 27m18.1s with three (an earlier run), 25m41.1s with four.
+export RUST_TEST_THREADS ?= 4
 
 #
 # The beds (Go builds, the node images) and the crate build (lint, build) do

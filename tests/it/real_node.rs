@@ -1340,17 +1340,7 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
         "metrics-server's failed install is still there: {}",
         output_text(&gone)
     );
-    let path = bed.dir().join("installed.json");
-    bed.aws(&[
-        "s3api",
-        "get-object",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--key",
-        &format!("clusters/{}/status/addons/installed.json", bed::BED_CLUSTER),
-        path.to_str().unwrap(),
-    ]);
-    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&bed.status_object("addons/installed.json")).unwrap();
     let names: Vec<&str> = record["releases"]
         .as_array()
         .into_iter()
@@ -1359,17 +1349,7 @@ fn the_reconciler_on_the_real_controller_names_a_broken_addon_and_up_wait_exits_
         .collect();
     assert_eq!(names, vec!["descheduler"], "the installed record: {record}");
     // The status object `up --wait` read (src/aws/wait/tests.rs records one).
-    let status = bed.dir().join("status.json");
-    bed.aws(&[
-        "s3api",
-        "get-object",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--key",
-        &format!("clusters/{}/status/addons/metrics-server.json", bed::BED_CLUSTER),
-        status.to_str().unwrap(),
-    ]);
-    let status = std::fs::read_to_string(&status).unwrap();
+    let status = bed.status_object("addons/metrics-server.json");
     assert!(status.contains("CrashLoopBackOff"), "{status}");
     eprintln!("{test}: --- metrics-server's status object ---\n{status}\n--- end ---");
     eprintln!(

@@ -738,17 +738,7 @@ fn the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_eve
     let timer = ctl.node.sh("systemctl show -p ActiveState kube-aws-addons.timer");
     assert_eq!(timer.trim(), "ActiveState=active", "{timer}");
     // The installed record, in S3.
-    let path = bed.dir().join("installed.json");
-    bed.aws(&[
-        "s3api",
-        "get-object",
-        "--bucket",
-        bed::BED_BUCKET,
-        "--key",
-        &format!("clusters/{}/status/addons/installed.json", bed::BED_CLUSTER),
-        path.to_str().unwrap(),
-    ]);
-    let record = std::fs::read_to_string(&path).unwrap();
+    let record = bed.status_object("addons/installed.json");
     assert!(
         record.contains("\"plan\"")
             && record.contains("pod-identity-webhook")

@@ -401,6 +401,15 @@ impl MotoBed {
         ok.then_some(out)
     }
 
+    /// The status object `name` under the cluster's `status/` in the bucket
+    /// (`addons/installed.json`, `addons/<release>.json`), as the admin reads
+    /// it; panics when it is not there.
+    pub fn status_object(&self, name: &str) -> String {
+        let uri = format!("s3://{BED_BUCKET}/clusters/{BED_CLUSTER}/status/{name}");
+        self.aws_text(&["s3", "cp", &uri, "-"])
+            .unwrap_or_else(|| panic!("no status object {uri}"))
+    }
+
     /// `kube-aws` in the work tree, as the admin.
     pub fn kube_aws(&self, args: &[&str]) -> Output {
         let mut c = Command::new(env!("CARGO_BIN_EXE_kube-aws"));
