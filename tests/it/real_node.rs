@@ -1027,29 +1027,10 @@ pub(crate) fn addon_controller_with(
     }
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, env);
-    while !ctl.log().contains("step plugin-units") {
-        assert!(
-            ctl.booted.elapsed() < BOOT_READY_LIMIT,
-            "{}",
-            ctl.explain(&ctl.follow(Duration::ZERO), "no plugin-units step")
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let mut import = Vec::new();
-    for (i, image) in std::iter::once(webhook.as_path())
+    let all: Vec<&std::path::Path> = std::iter::once(webhook.as_path())
         .chain(images.iter().copied())
-        .enumerate()
-    {
-        std::fs::copy(image, ctl.node.rootfs().join(format!("root/image-{i}.tar"))).unwrap();
-        import.push(format!("ctr -n k8s.io images import /root/image-{i}.tar >/dev/null"));
-    }
-    ctl.node
-        .wait_for(
-            "the addon images imported",
-            &import.join(" && "),
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .collect();
+    import_images(&ctl, &all);
     let f = ctl.expect_ready(BOOT_READY_LIMIT);
     let mut taints = vec!["taint", "node", &inst.dns, "node-role.kubernetes.io/control-plane-"];
     if !cloud_controller {
@@ -1058,6 +1039,33 @@ pub(crate) fn addon_controller_with(
     let untaint = bed.kubectl(&ctl, &taints);
     assert!(untaint.status.success(), "{}", output_text(&untaint));
     (inst, ctl, f)
+}
+
+/// Once the node program of `node` (booting) has restarted containerd on its
+/// config (the step after `containerd`), puts each of `images` into its
+/// store (a baked AMI would hold them, as the bed's image holds the control
+/// plane's).
+pub(crate) fn import_images(node: &BedNode, images: &[&std::path::Path]) {
+    while !node.log().contains("step plugin-units") {
+        assert!(
+            node.booted.elapsed() < BOOT_READY_LIMIT,
+            "{}",
+            node.explain(&node.follow(Duration::ZERO), "no plugin-units step")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut import = Vec::new();
+    for (i, image) in images.iter().enumerate() {
+        std::fs::copy(image, node.node.rootfs().join(format!("root/image-{i}.tar"))).unwrap();
+        import.push(format!("ctr -n k8s.io images import /root/image-{i}.tar >/dev/null"));
+    }
+    node.node
+        .wait_for(
+            "the addon images imported",
+            &import.join(" && "),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The pod identity webhook's image, as the rendered manifest names it,

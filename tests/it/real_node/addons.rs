@@ -9,7 +9,7 @@
 //! roles; the AWS cloud controller manager, metrics-server and the
 //! descheduler; the pod identity webhook, always on), `kube-aws up --wait`
 //! running from before the boot. The addon test boots it once and runs
-//! three checks side by side on it, each below with its own header:
+//! three checks side by side on it, then a worker's, each below with its own header:
 //! Dex's login (`dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group`),
 //! IRSA (`irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only`)
 //! and the plan (`the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_every_addon`).
@@ -316,6 +316,8 @@ struct Cluster {
     zone_id: String,
     /// `kube-aws up --wait`'s exit code and output.
     up: (Option<i32>, String),
+    /// The addons' images (the worker imports them too).
+    images: Vec<std::path::PathBuf>,
     /// The helm tarball's sha256 (`up` publishes the chart's helm under it).
     helm_sha256: String,
     _helm: super::ServedHelm,
@@ -477,6 +479,7 @@ fn boot(test: &'static str, image: &Path) -> Cluster {
         certs,
         zone_id,
         up,
+        images,
         helm_sha256: helm.sha256.clone(),
         _helm: helm,
     }
@@ -526,6 +529,8 @@ fn addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_des
         failed.is_empty(),
         "the checks that failed (their panics above): {failed:?}"
     );
+    // Then a worker, whose joining the checks above do not expect.
+    let worker = a_worker_joins_and_metrics_server_answers_for_every_node(&c);
     // The boot and the addons' bring-up (scripts/bench-node.sh prints them).
     eprintln!(
         "--- boot timeline ---\n{}{}--- end ---",
@@ -533,7 +538,7 @@ fn addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_des
         bed::addon_timeline(&c.bed, &c.ctl, &ADDONS)
     );
     eprintln!(
-        "{test}: up, the boot and every addon ready {:.1}s ({}); the checks {:.1}s; test {:.1}s",
+        "{test}: up, the boot and every addon ready {:.1}s ({}); the checks and the worker {:.1}s ({worker}); test {:.1}s",
         t_ready.as_secs_f64(),
         c.followed.times(),
         (t0.elapsed() - t_ready).as_secs_f64(),
@@ -824,22 +829,7 @@ fn the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_eve
     );
     // metrics-server: the node's metrics through its APIService, scraped
     // from the kubelet over TLS (no --kubelet-insecure-tls).
-    let start = Instant::now();
-    let node_metrics = format!("/apis/metrics.k8s.io/v1beta1/nodes/{}", inst.dns);
-    let metrics = loop {
-        let o = bed.kubectl(ctl, &["get", "--raw", &node_metrics]);
-        if o.status.success() || start.elapsed() > Duration::from_secs(180) {
-            break o;
-        }
-        std::thread::sleep(Duration::from_secs(3));
-    };
-    assert!(
-        metrics.status.success() && String::from_utf8_lossy(&metrics.stdout).contains("\"cpu\""),
-        "no node metrics from metrics-server: {}\n{}\n{}",
-        output_text(&metrics),
-        output_text(&bed.kubectl(ctl, &["-n", "kube-system", "get", "pods,apiservices", "-o", "wide"])),
-        super::system_logs(bed, ctl, "app.kubernetes.io/name=metrics-server")
-    );
+    node_metrics(bed, ctl, &inst.dns, Duration::from_secs(180));
     let t_metrics = t0.elapsed();
     let top = bed.kubectl(ctl, &["top", "node", &inst.dns]);
     assert!(
@@ -848,21 +838,7 @@ fn the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_eve
         output_text(&top)
     );
     // The kubelet's serving certificate is the approver's work.
-    let csrs = bed.kubectl(ctl, &["get", "csr", "-o", "json"]);
-    let csrs: serde_json::Value = serde_json::from_slice(&csrs.stdout).unwrap_or_default();
-    let approved = csrs["items"].as_array().into_iter().flatten().any(|c| {
-        c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
-            && c["spec"]["username"] == format!("system:node:{}", inst.dns).as_str()
-            && c["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|k| k["type"] == "Approved")
-    });
-    assert!(
-        approved,
-        "no approved kubelet-serving request of the controller: {csrs}"
-    );
+    serving_certificate_approved(bed, ctl, &inst.dns);
     // The descheduler's CronJob (every minute here) runs its container to
     // completion: a Job of the release succeeds.
     let start = Instant::now();
@@ -915,6 +891,114 @@ fn the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_eve
         t_metrics.as_secs_f64(),
         t_descheduled.as_secs_f64(),
     );
+}
+
+/// Asserts that the approver (kube-aws-csr-approver on the controllers)
+/// approved a kubelet-serving request of node `dns`.
+fn serving_certificate_approved(bed: &MotoBed, ctl: &BedNode, dns: &str) {
+    let csrs = bed.kubectl(ctl, &["get", "csr", "-o", "json"]);
+    let csrs: serde_json::Value = serde_json::from_slice(&csrs.stdout).unwrap_or_default();
+    let approved = csrs["items"].as_array().into_iter().flatten().any(|c| {
+        c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+            && c["spec"]["username"] == format!("system:node:{dns}").as_str()
+            && c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["type"] == "Approved")
+    });
+    assert!(approved, "no approved kubelet-serving request of {dns}: {csrs}");
+}
+
+/// The node's metrics through metrics-server's APIService, asked for up to
+/// `limit`: the answer, or a panic with what ran and metrics-server's log.
+fn node_metrics(bed: &MotoBed, ctl: &BedNode, dns: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    let path = format!("/apis/metrics.k8s.io/v1beta1/nodes/{dns}");
+    let metrics = loop {
+        let o = bed.kubectl(ctl, &["get", "--raw", &path]);
+        if o.status.success() || start.elapsed() > limit {
+            break o;
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    assert!(
+        metrics.status.success() && String::from_utf8_lossy(&metrics.stdout).contains("\"cpu\""),
+        "no metrics of {dns} from metrics-server: {}\n{}\n{}",
+        output_text(&metrics),
+        output_text(&bed.kubectl(ctl, &["get", "nodes,csr", "-o", "wide"])),
+        super::system_logs(bed, ctl, "app.kubernetes.io/name=metrics-server")
+    );
+    String::from_utf8_lossy(&metrics.stdout).into_owned()
+}
+
+/// A worker joins the shared cluster after the other checks (a scale-up by
+/// hand, as the cluster-autoscaler would ask for one: the pool's group's
+/// desired capacity raised to one, moto launching the instance), booted
+/// from the worker launch template's user-data with the addon images
+/// imported as on the controller (a pod may land on it). The cloud
+/// controller manager initializes it as it did the controller, the
+/// approver approves its kubelet's serving certificate, and metrics-server,
+/// a pod on the controller, scrapes the worker's kubelet over TLS verified
+/// with the cluster CA: a pod reaching another node, its answer routed back
+/// to the controller's pod subnet (the bed's routes between nodes, in the
+/// VPC CNI's place). `metrics.k8s.io` answers for every node and `kubectl
+/// top nodes` lists both. Not covered: a pod scheduled to the worker
+/// serving another pod (no image with a client here), the VPC CNI itself.
+fn a_worker_joins_and_metrics_server_answers_for_every_node(c: &Cluster) -> String {
+    let (bed, ctl) = (&c.bed, &c.ctl);
+    let t0 = Instant::now();
+    let groups = bed.aws(&[
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--filters",
+        &format!("Name=tag-key,Values=k8s.io/cluster-autoscaler/{}", bed::BED_CLUSTER),
+    ]);
+    let group = groups["AutoScalingGroups"][0]["AutoScalingGroupName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no worker group: {groups}"))
+        .to_string();
+    bed.aws(&[
+        "autoscaling",
+        "set-desired-capacity",
+        "--auto-scaling-group-name",
+        &group,
+        "--desired-capacity",
+        "1",
+    ]);
+    let inst = bed.instances(&format!("{}-worker-general", bed::BED_CLUSTER)).remove(0);
+    let wk = bed.boot(
+        "worker-general",
+        "WorkerRole",
+        &inst,
+        &c.inst.ip,
+        super::pod_net(1, &[(ctl, 0)]),
+    );
+    let webhook = bed.dir().join("webhook.tar");
+    let images: Vec<&Path> = std::iter::once(webhook.as_path())
+        .chain(c.images.iter().map(|p| p.as_path()))
+        .collect();
+    super::import_images(&wk, &images);
+    let f = wk.expect_ready(bed::READY_LIMIT);
+    let t_ready = t0.elapsed();
+    let zone = super::cloud_node_initialized(bed, ctl, &inst);
+    let metrics = node_metrics(bed, ctl, &inst.dns, Duration::from_secs(240));
+    let t_metrics = t0.elapsed();
+    serving_certificate_approved(bed, ctl, &inst.dns);
+    let top = bed.kubectl(ctl, &["top", "nodes"]);
+    let listed = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success() && listed.contains(&inst.dns) && listed.contains(&c.inst.dns),
+        "kubectl top nodes: {}",
+        output_text(&top)
+    );
+    assert!(metrics.contains(&inst.dns), "{metrics}");
+    format!(
+        "worker: Ready {:.1}s after the scale-up ({}), initialized in {zone}; its metrics served {:.1}s",
+        t_ready.as_secs_f64(),
+        f.times(),
+        t_metrics.as_secs_f64()
+    )
 }
 
 /// The Route 53 zone external-dns may change, created in moto before `up`
