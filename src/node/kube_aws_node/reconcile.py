@@ -575,12 +575,15 @@ class Reconciler(object):
         Service's rules (the cloud controller manager, the first release on
         a new cluster) dials an address nothing routes: client-go's dial
         hangs 30 s, the controller manager exits ("unable to load configmap
-        based request-header-client-ca-file: ... i/o timeout") and the
-        kubelet starts it again after its back-off, which held every other
-        release about 31 s on the real-node bed (docs/testing.md, "One
-        cluster for the addons"). Never fatal: without a kube-proxy
-        DaemonSet (a CNI that replaces it), or past the bound, the installs
-        go on as before. Returns what it saw, for the log."""
+        based request-header-client-ca-file: ... i/o timeout") and starts
+        again after the kubelet's back-off. On the real-node bed that held
+        every other release about 31 s, because kube-proxy itself waited 30
+        s for the Node's address; the kubelet's --node-ip (kubeadmcfg.py)
+        removed that wait, and this gate stays for a kube-proxy that is
+        slow for another reason (an image pull). docs/testing.md, "One
+        cluster for the addons". Never fatal: without a kube-proxy DaemonSet
+        (a CNI that replaces it), or past the bound, the installs go on as
+        before. Returns what it saw, for the log."""
         code, name = self.run(["kubectl", "-n", "kube-system", "get", "daemonset", "kube-proxy", "-o", "name",
                                "--ignore-not-found"])
         if code != 0 or not name.strip():
