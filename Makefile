@@ -106,9 +106,10 @@ fuzz:
 example:
 	cargo run --quiet -- init --example example --force && cargo run --quiet -- --dir example render
 
+# The render first: bench.sh needs the tools and the shared indexes.
 bench:
-	bash scripts/bench.sh
 	bash scripts/bench-render.sh
+	bash scripts/bench.sh
 
 # The addon reconciler on the control-plane test bed: sequential against
 # parallel, against the critical path (benches/installer.rs). The dev profile:

@@ -63,7 +63,10 @@ fn main() {
         return;
     }
     let me = std::env::current_exe().expect("current exe");
-    for name in ["minimal", "full", "50x12", "100x25", "200x50", "400x100"] {
+    // The largest case the render accepts: at 400x75 the root template is
+    // over CloudFormation's 1 MB and at 400x100 over its 500 resources, which
+    // the render refuses (render::TEMPLATE_QUOTAS).
+    for name in ["minimal", "full", "50x12", "100x25", "200x50", "400x70"] {
         let st = std::process::Command::new(&me).arg(name).status().expect("run case");
         assert!(st.success(), "case {name} failed");
     }
