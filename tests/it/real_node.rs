@@ -1021,16 +1021,9 @@ pub(crate) fn addon_controller_with(
     images: &[&std::path::Path],
     cloud_controller: bool,
 ) -> (bed::Instance, BedNode, bed::Followed) {
-    let webhook = bed.dir().join("webhook.tar");
-    if !webhook.exists() {
-        webhook_image(&webhook);
-    }
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, env);
-    let all: Vec<&std::path::Path> = std::iter::once(webhook.as_path())
-        .chain(images.iter().copied())
-        .collect();
-    import_images(&ctl, &all);
+    import_images(bed, &ctl, images);
     let f = ctl.expect_ready(BOOT_READY_LIMIT);
     let mut taints = vec!["taint", "node", &inst.dns, "node-role.kubernetes.io/control-plane-"];
     if !cloud_controller {
@@ -1042,10 +1035,18 @@ pub(crate) fn addon_controller_with(
 }
 
 /// Once the node program of `node` (booting) has restarted containerd on its
-/// config (the step after `containerd`), puts each of `images` into its
-/// store (a baked AMI would hold them, as the bed's image holds the control
-/// plane's).
-pub(crate) fn import_images(node: &BedNode, images: &[&std::path::Path]) {
+/// config (the step after `containerd`), puts the pod identity webhook's
+/// image (`webhook_image`, written once per bed) and each of `images` into
+/// its store (a baked AMI would hold them, as the bed's image holds the
+/// control plane's).
+pub(crate) fn import_images(bed: &MotoBed, node: &BedNode, images: &[&std::path::Path]) {
+    let webhook = bed.dir().join("webhook.tar");
+    if !webhook.exists() {
+        webhook_image(&webhook);
+    }
+    let images: Vec<&std::path::Path> = std::iter::once(webhook.as_path())
+        .chain(images.iter().copied())
+        .collect();
     while !node.log().contains("step plugin-units") {
         assert!(
             node.booted.elapsed() < BOOT_READY_LIMIT,

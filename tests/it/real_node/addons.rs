@@ -974,11 +974,8 @@ fn a_worker_joins_and_metrics_server_answers_for_every_node(c: &Cluster) -> Stri
         &c.inst.ip,
         super::pod_net(1, &[(ctl, 0)]),
     );
-    let webhook = bed.dir().join("webhook.tar");
-    let images: Vec<&Path> = std::iter::once(webhook.as_path())
-        .chain(c.images.iter().map(|p| p.as_path()))
-        .collect();
-    super::import_images(&wk, &images);
+    let images: Vec<&Path> = c.images.iter().map(|p| p.as_path()).collect();
+    super::import_images(bed, &wk, &images);
     let f = wk.expect_ready(bed::READY_LIMIT);
     let t_ready = t0.elapsed();
     let zone = super::cloud_node_initialized(bed, ctl, &inst);
