@@ -759,9 +759,14 @@ class Reconciler(object):
             if key not in seen:
                 code, text = self.run(["kubectl", "-n", stuck["namespace"], "logs", stuck["pod"], "-c",
                                        stuck["container"], "--previous", "--tail=%d" % (LOG_LINES * 10)])
-                seen.clear()
-                seen[key] = text if code == 0 else ""
-            log = seen[key]
+                # A log that could not be read is asked for again at the next
+                # look: the kubelet serves logs only once its serving
+                # certificate is approved, which a container crashing soon
+                # after the node's boot can beat (seen on the real-node bed).
+                if code == 0:
+                    seen.clear()
+                    seen[key] = text
+            log = seen.get(key, "")
         return Problem(stuck["reason"], container_problem(stuck, log))
 
     def describe_failure(self, name, ns, helm_log, problem=None):

@@ -162,9 +162,14 @@ class Diagnose(unittest.TestCase):
         f.diagnose(self.R, seen)
         self.assertEqual(len(f.calls), 5)
 
-    def test_a_log_that_cannot_be_read_leaves_the_last_exit(self):
-        f = self.Fake(recorded(), "Error from server (BadRequest): previous terminated container not found", 1)
-        self.assertTrue(f.diagnose(self.R, {}).line.endswith("CrashLoopBackOff: exit code 2 (Error)"))
+    def test_a_log_that_cannot_be_read_leaves_the_last_exit_and_is_asked_for_again(self):
+        f = self.Fake(recorded(), "Error from server: remote error: tls: internal error", 1)
+        seen = {}
+        self.assertTrue(f.diagnose(self.R, seen).line.endswith("CrashLoopBackOff: exit code 2 (Error)"))
+        # The kubelet's serving certificate approved: the same restart's log is read at the next look.
+        f.logtext, f.log_code = LOG, 0
+        self.assertTrue(f.diagnose(self.R, seen).line.endswith("panic: unknown flag: --no-such-flag"))
+        self.assertEqual(sum(1 for c in f.calls if "logs" in c), 2)
 
     def test_no_pods_or_no_answer_is_none(self):
         self.assertIsNone(self.Fake({"items": []}, "").diagnose(self.R, {}))
