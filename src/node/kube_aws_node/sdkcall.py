@@ -4,11 +4,22 @@ botocore the node already has, instead of one aws CLI process per call.
 The secrets step reads a parameter, copies the bundle from S3 and makes one
 KMS Decrypt per secret; the aws CLI costs a Python start and a load of its
 models each time (about half a second, several seconds under load: issue
-37). Here the three argument lists the node program uses for those calls
-(`ssm get-parameter`, `s3 cp` of one object either way, `kms decrypt`) are
-answered by one botocore session per process. The call sites stay the aws
-CLI's argument lists (src/node/iam-calls.json lists them; the IAM grants are
-the same operations), and awscall.Aws runs the CLI for everything else.
+37). Here the argument lists the node program uses for those calls
+(`ssm get-parameter`, `s3 cp` of one object either way, `kms decrypt`) and
+for its S3 objects (`s3api get-object`, `put-object` with or without a
+condition, `delete-object`, `list-objects-v2`: the locks, the installer's
+lease and record, the etcd backups and the status objects) are answered by
+one botocore session per process. The call sites stay the aws CLI's
+argument lists (src/node/iam-calls.json lists them; the IAM grants are the
+same operations), and awscall.Aws runs the CLI for everything else.
+
+A conditional write or delete (`--if-none-match`, `--if-match`) is answered
+here only when this botocore's S3 model has the parameter (PutObject's
+IfNoneMatch came in 2024; an older botocore would refuse it as an unknown
+parameter, which is not S3's answer): otherwise the CLI gets the call, as
+before. `list-objects-v2` pages as the CLI does: every page, merged, unless
+`--max-keys` is given (the CLI then turns its own paging off: a limit key
+given by the user disables it).
 
 Where botocore comes from: a standalone `botocore` package, or the one the
 aws CLI carries (awscli 1.44+ and v2 vendor botocore and s3transfer as
@@ -28,6 +39,7 @@ import base64
 import datetime
 import json
 import os
+import threading
 
 from .awscall import AwsError, IMDS_ENV
 
@@ -35,6 +47,12 @@ from .awscall import AwsError, IMDS_ENV
 _CP_VALUES = {"--sse": "ServerSideEncryption", "--content-type": "ContentType"}
 _CP_FLAGS = ("--only-show-errors",)
 _CHUNK = 1 << 20
+# `aws s3api` options this module handles, by call: the botocore parameter each names.
+_OBJECT = {"--bucket": "Bucket", "--key": "Key"}
+_PUT = dict(_OBJECT, **{"--body": "", "--content-type": "ContentType", "--server-side-encryption":
+                         "ServerSideEncryption", "--if-none-match": "IfNoneMatch", "--if-match": "IfMatch"})
+_DELETE = dict(_OBJECT, **{"--if-match": "IfMatch"})
+_LIST = {"--bucket": "Bucket", "--prefix": "Prefix", "--max-keys": "MaxKeys"}
 
 
 def load():
@@ -97,6 +115,9 @@ def s3_url(s):
 
 
 class InProcess(object):
+    # Keys per listing page (None: S3's own, 1,000); tests set it smaller.
+    page_size = None
+
     def __init__(self, session_module, region, scrub=None):
         for k, v in IMDS_ENV.items():
             os.environ.setdefault(k, v)
@@ -104,19 +125,26 @@ class InProcess(object):
         self.region = region
         self.scrub = scrub
         self.clients = {}
+        self.lock = threading.Lock()
         import botocore  # imported by `load` already: its version, for the node's log
         self.version = getattr(botocore, "__version__", "?")
 
     def client(self, service):
-        c = self.clients.get(service)
-        if c is None:
-            # The endpoint variables the CLI honours, passed on explicitly:
-            # botocore reads them itself only from 1.31 on.
-            endpoint = (os.environ.get("AWS_ENDPOINT_URL_" + service.upper())
-                        or os.environ.get("AWS_ENDPOINT_URL") or None)
-            c = self.session.create_client(service, region_name=self.region, endpoint_url=endpoint)
-            self.clients[service] = c
-        return c
+        # A client is safe to share between threads once made; making one is
+        # not (a Session is not thread safe: boto3's guide, "Multithreading or
+        # multiprocessing with clients"; boto/boto3#1592, errors from
+        # clients made at once), and the reconciler's releases call from
+        # several threads at once: one at a time here.
+        with self.lock:
+            c = self.clients.get(service)
+            if c is None:
+                # The endpoint variables the CLI honours, passed on explicitly:
+                # botocore reads them itself only from 1.31 on.
+                endpoint = (os.environ.get("AWS_ENDPOINT_URL_" + service.upper())
+                            or os.environ.get("AWS_ENDPOINT_URL") or None)
+                c = self.session.create_client(service, region_name=self.region, endpoint_url=endpoint)
+                self.clients[service] = c
+            return c
 
     def answer(self, args):
         args = list(args)
@@ -124,6 +152,10 @@ class InProcess(object):
             ("ssm", "get-parameter"): self.get_parameter,
             ("s3", "cp"): self.cp,
             ("kms", "decrypt"): self.decrypt,
+            ("s3api", "get-object"): self.get_object,
+            ("s3api", "put-object"): self.put_object,
+            ("s3api", "delete-object"): self.delete_object,
+            ("s3api", "list-objects-v2"): self.list_objects,
         }.get(tuple(args[:2]))
         if handler is None:
             return False, None
@@ -209,7 +241,78 @@ class InProcess(object):
     def download(self, url, dst):
         if os.path.isdir(dst) or dst.endswith("/"):
             dst = os.path.join(dst, os.path.basename(url[1]))
-        body = self.client("s3").get_object(Bucket=url[0], Key=url[1])["Body"]
+        self.write_body(self.client("s3").get_object(Bucket=url[0], Key=url[1])["Body"], dst)
+
+    # --- S3 objects (s3api) ------------------------------------------------
+    def has_params(self, operation, names):
+        """True when this botocore's S3 model takes every one of `names`."""
+        members = self.client("s3").meta.service_model.operation_model(operation).input_shape.members
+        return all(n in members for n in names)
+
+    def get_object(self, rest):
+        parsed = options(rest, _OBJECT, ())
+        if parsed is None or len(parsed[1]) != 1 or not {"--bucket", "--key"} <= set(parsed[0]):
+            return False, None
+        opts, (dst,) = parsed
+        out = self.client("s3").get_object(Bucket=opts["--bucket"], Key=opts["--key"])
+        self.write_body(out.pop("Body"), dst)
+        return True, jsonable(out)
+
+    def put_object(self, rest):
+        parsed = options(rest, _PUT, ())
+        if parsed is None or parsed[1] or not {"--bucket", "--key"} <= set(parsed[0]):
+            return False, None
+        opts = parsed[0]
+        kwargs = dict((_PUT[k], v) for k, v in opts.items() if k != "--body")
+        conditions = [_PUT[k] for k in ("--if-none-match", "--if-match") if k in opts]
+        if conditions and not self.has_params("PutObject", conditions):
+            return False, None
+        if "--body" in opts:
+            with open(opts["--body"], "rb") as f:
+                out = self.client("s3").put_object(Body=f, **kwargs)
+        else:
+            out = self.client("s3").put_object(**kwargs)
+        return True, jsonable(out)
+
+    def delete_object(self, rest):
+        parsed = options(rest, _DELETE, ())
+        if parsed is None or parsed[1] or not {"--bucket", "--key"} <= set(parsed[0]):
+            return False, None
+        kwargs = dict((_DELETE[k], v) for k, v in parsed[0].items())
+        if "--if-match" in parsed[0] and not self.has_params("DeleteObject", ["IfMatch"]):
+            return False, None
+        out = jsonable(self.client("s3").delete_object(**kwargs))
+        return True, out or None
+
+    def list_objects(self, rest):
+        parsed = options(rest, _LIST, ())
+        if parsed is None or parsed[1] or "--bucket" not in parsed[0]:
+            return False, None
+        opts = parsed[0]
+        kwargs = dict((_LIST[k], v) for k, v in opts.items() if k != "--max-keys")
+        s3 = self.client("s3")
+        if "--max-keys" in opts:
+            try:
+                kwargs["MaxKeys"] = int(opts["--max-keys"])
+            except ValueError:
+                return False, None
+            out = jsonable(s3.list_objects_v2(**kwargs))
+            out.pop("ContinuationToken", None)
+            return True, out
+        merged = {}
+        paging = {"PageSize": self.page_size} if self.page_size else {}
+        for page in s3.get_paginator("list_objects_v2").paginate(PaginationConfig=paging, **kwargs):
+            page = jsonable(page)
+            for k in ("Contents", "CommonPrefixes"):
+                if page.get(k):
+                    merged.setdefault(k, []).extend(page[k])
+            for k in ("Name", "Prefix", "Delimiter"):
+                if k in page:
+                    merged[k] = page[k]
+        return True, merged
+
+    def write_body(self, body, dst):
+        """Writes a streamed body to `dst` by a temporary file beside it."""
         tmp = "%s.kube-aws-%d.tmp" % (dst, os.getpid())
         try:
             with open(tmp, "wb") as f:

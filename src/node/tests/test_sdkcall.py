@@ -1,5 +1,7 @@
-"""sdkcall: the three argument lists the node answers in its own process
-(`ssm get-parameter`, `s3 cp`, `kms decrypt`), against moto's in-memory AWS
+"""sdkcall: the argument lists the node answers in its own process
+(`ssm get-parameter`, `s3 cp`, `kms decrypt`, and `s3api` get-object,
+put-object with its conditions, delete-object, list-objects-v2, as the
+locks, the lease and the installed record call them), against moto's in-memory AWS
 (the tools venv's moto, `mock_aws`), through awscall.Aws as the node program
 calls it; what it does not handle goes to the CLI.
 
@@ -96,10 +98,77 @@ class InProcess(unittest.TestCase):
         self.assertEqual(os.listdir(self.dir), ["ct"])
 
     def test_what_it_does_not_handle_goes_to_the_cli(self):
-        self.runner.answers = [(0, '{"Contents": []}', ""), (0, "", "")]
-        self.aws(["s3api", "list-objects-v2", "--bucket", "bed-bucket", "--prefix", "c/"])
+        self.runner.answers = [(0, '{"ETag": "x"}', ""), (0, "", ""), (0, "{}", "")]
+        self.aws(["s3api", "head-object", "--bucket", "bed-bucket", "--key", "c/secrets/bundle.json"])
         self.aws(["s3", "cp", "--recursive", "s3://bed-bucket/c/", self.dir])
-        self.assertEqual([c[5:7] for c in self.runner.calls], [["s3api", "list-objects-v2"], ["s3", "cp"]])
+        self.aws(["s3api", "list-objects-v2", "--bucket", "bed-bucket", "--delimiter", "/"])
+        self.assertEqual([c[5:7] for c in self.runner.calls],
+                         [["s3api", "head-object"], ["s3", "cp"], ["s3api", "list-objects-v2"]])
+
+    def test_a_lock_is_taken_once_and_released_only_at_its_etag(self):
+        from kube_aws_node import locks
+        etag = locks.put_lock(self.aws, "bed-bucket", "c/bootstrap/join-lock", holder="i-1")
+        self.assertTrue(etag.startswith('"'), etag)  # as S3 and the CLI print it
+        self.assertIsNone(locks.put_lock(self.aws, "bed-bucket", "c/bootstrap/join-lock", holder="i-2"))
+        self.assertFalse(locks.delete_if(self.aws, "bed-bucket", "c/bootstrap/join-lock", '"not-its-etag"'))
+        self.assertTrue(locks.delete_if(self.aws, "bed-bucket", "c/bootstrap/join-lock", etag))
+        self.assertIsNone(awscall.listed_object(self.aws, "bed-bucket", "c/bootstrap/join-lock"))
+        self.assertEqual(self.runner.calls, [])
+
+    def test_a_conditional_write_reads_back_and_loses_to_a_newer_one(self):
+        body = os.path.join(self.dir, "record.json")
+        with open(body, "w") as f:
+            f.write('{"releases": []}')
+        put = ["s3api", "put-object", "--bucket", "bed-bucket", "--key", "c/addons/installed.json",
+               "--body", body, "--content-type", "application/json"]
+        first = self.aws(put + ["--if-none-match", "*"])["ETag"]
+        dst = os.path.join(self.dir, "read.json")
+        meta = self.aws(["s3api", "get-object", "--bucket", "bed-bucket", "--key", "c/addons/installed.json", dst])
+        self.assertEqual(meta["ETag"], first)
+        self.assertNotIn("Body", meta)
+        self.assertIsInstance(meta["LastModified"], str)
+        with open(dst) as f:
+            self.assertEqual(f.read(), '{"releases": []}')
+        with open(body, "w") as f:
+            f.write('{"releases": [{"name": "dex"}]}')
+        second = self.aws(put + ["--if-match", first])["ETag"]
+        self.assertNotEqual(second, first)
+        with self.assertRaises(AwsError) as e:
+            self.aws(put + ["--if-match", first])
+        self.assertIn("PreconditionFailed", e.exception.message)
+        self.assertIn("when calling the PutObject operation", e.exception.message)
+        head = self.s3.head_object(Bucket="bed-bucket", Key="c/addons/installed.json")
+        self.assertEqual((head["ETag"], head["ContentType"]), (second, "application/json"))
+        with self.assertRaises(AwsError) as e:
+            self.aws(["s3api", "get-object", "--bucket", "bed-bucket", "--key", "c/addons/none.json",
+                      os.path.join(self.dir, "none.json")])
+        self.assertIn("NoSuchKey", e.exception.message)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "none.json")))
+        self.assertEqual(self.runner.calls, [])
+
+    def test_a_listing_pages_as_the_cli_does(self):
+        for i in range(5):
+            self.s3.put_object(Bucket="bed-bucket", Key="c/backups/%04d.db" % i, Body=b"")
+        # Pages of two keys: five keys back means every page was asked for.
+        with mock.patch.object(sdkcall.InProcess, "page_size", 2):
+            out = self.aws(["s3api", "list-objects-v2", "--bucket", "bed-bucket", "--prefix", "c/backups/"])
+        self.assertEqual([o["Key"] for o in out["Contents"]], ["c/backups/%04d.db" % i for i in range(5)])
+        self.assertNotIn("NextContinuationToken", out)
+        one = self.aws(["s3api", "list-objects-v2", "--bucket", "bed-bucket", "--prefix", "c/backups/",
+                        "--max-keys", "1"])
+        self.assertEqual([o["Key"] for o in one["Contents"]], ["c/backups/0000.db"])
+        none = self.aws(["s3api", "list-objects-v2", "--bucket", "bed-bucket", "--prefix", "c/nothing/"])
+        self.assertNotIn("Contents", none)
+        self.assertEqual(self.runner.calls, [])
+
+    def test_a_botocore_without_the_condition_leaves_the_call_to_the_cli(self):
+        sdk = self.aws.sdk()
+        self.runner.answers = [(0, '{"ETag": "\\"e\\""}', "")]
+        with mock.patch.object(sdk, "has_params", return_value=False):
+            out = self.aws(["s3api", "put-object", "--bucket", "bed-bucket", "--key", "c/l", "--body", self.blob,
+                            "--if-none-match", "*"])
+        self.assertEqual(out, {"ETag": '"e"'})
+        self.assertEqual([c[5:7] for c in self.runner.calls], [["s3api", "put-object"]])
 
 
 class Choice(unittest.TestCase):
