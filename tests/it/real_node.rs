@@ -327,6 +327,144 @@ fn check_booted_controller(ctl: &BedNode) {
     );
 }
 
+/// Pod traffic between nodes (the worker on `pod_net(1, …)`, the controller
+/// on `pod_net(0, …)`): a pod on the worker, reached from the controller
+/// across the routes, and a pod on the controller writing to it through a
+/// Service, by its ClusterIP or, with `by_name`, by its DNS name (which needs
+/// CoreDNS running: a cloud controller manager must have initialized a
+/// node). What it said, for the test's summary. Not covered: the VPC CNI,
+/// which gives pods VPC addresses on the nodes' network interfaces (it
+/// needs EC2).
+pub(crate) fn pod_to_service_to_pod(bed: &MotoBed, ctl: &BedNode, wk: &BedNode, by_name: bool) -> String {
+    // Pod traffic between nodes: a pod on the worker's pod network (a static
+    // pod from the etcd image already on the node, listening on 2379: no
+    // scheduler or taint in the way) answers the controller across the
+    // routes, as a Service's backend on another node would.
+    let image = ctl
+        .node
+        .sh("sed -n 's/^ *image: *//p' /etc/kubernetes/manifests/etcd.yaml");
+    wk.node.sh(&format!(
+        "cat >/etc/kubernetes/manifests/podnet.yaml <<'EOF'\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet, namespace: kube-system, labels: {{app: podnet}}}}\n\
+         spec:\n  containers:\n  \
+         - name: etcd\n    image: {}\n    command: [etcd, --data-dir=/tmp/etcd, \
+         --listen-client-urls=http://0.0.0.0:2379, --advertise-client-urls=http://127.0.0.1:2379, \
+         --listen-peer-urls=http://127.0.0.1:2380]\nEOF",
+        image.trim()
+    ));
+    // The address of a node's ready pod sandbox whose name starts with `name`.
+    let ip_of = |name: &str| {
+        format!(
+            "crictl pods --name '^{name}' --state ready -q | head -1 | \
+             xargs -r crictl inspectp -o go-template --template '{{{{.status.network.ip}}}}'"
+        )
+    };
+    wk.node
+        .wait_for(
+            "the podnet pod's address",
+            &format!("[ -n \"$({})\" ]", ip_of("podnet-")),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod_ip = wk.node.sh(&ip_of("podnet-")).trim().to_string();
+    assert!(
+        pod_ip.starts_with("10.244.1."),
+        "the worker's pod has {pod_ip:?}, not an address of its range"
+    );
+    let across = ctl
+        .node
+        .wait_for(
+            "the worker's pod from the controller",
+            &format!("curl -fsS --max-time 5 http://{pod_ip}:2379/health | grep -q true"),
+            Duration::from_secs(90),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Pod to Service to pod, across the nodes (issue 41): a pod on the
+    // controller's network (a static pod from the same image, running
+    // etcdctl) writes a key through the Service `podnet`: kube-proxy's rules
+    // on the controller send the connection to the worker's pod (the
+    // Service's one endpoint: the mirror pod carries the manifest's label),
+    // across the routes. The worker's pod then holds the key.
+    let svc = bed.kubectl(
+        ctl,
+        &[
+            "-n",
+            "kube-system",
+            "create",
+            "service",
+            "clusterip",
+            "podnet",
+            "--tcp=2379:2379",
+        ],
+    );
+    assert!(svc.status.success(), "{}", output_text(&svc));
+    let cluster_ip = bed.kubectl(
+        ctl,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "service",
+            "podnet",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    );
+    let cluster_ip = String::from_utf8_lossy(&cluster_ip.stdout).trim().to_string();
+    assert!(
+        cluster_ip
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.octets()[0] == 10 && (96..112).contains(&ip.octets()[1])),
+        "the Service's ClusterIP {cluster_ip:?} is not of kubeadm's default service range 10.96.0.0/12"
+    );
+    // By the Service's name, the client asks the cluster's DNS (CoreDNS,
+    // through kube-dns's Service) first.
+    let target = if by_name {
+        "podnet.kube-system.svc.cluster.local".to_string()
+    } else {
+        cluster_ip.clone()
+    };
+    ctl.node.sh(&format!(
+        "cat >/etc/kubernetes/manifests/podnet-client.yaml <<'EOF'\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-client, namespace: kube-system}}\nspec:\n  \
+         containers:\n  - name: etcdctl\n    image: {}\n    command: [etcdctl, \
+         --endpoints=http://{target}:2379, --dial-timeout=5s, put, written-by, controller-pod]\nEOF",
+        image.trim()
+    ));
+    let t_svc = Instant::now();
+    // base64 of "written-by" and of "controller-pod" (etcd's JSON gateway).
+    let through_service = ctl.node.wait_for(
+        "the key the controller's pod wrote through the Service",
+        &format!(
+            "curl -fsS --max-time 5 -X POST -d '{{\"key\":\"d3JpdHRlbi1ieQ==\"}}' \
+             http://{pod_ip}:2379/v3/kv/range | grep -q Y29udHJvbGxlci1wb2Q="
+        ),
+        Duration::from_secs(150),
+    );
+    if let Err(e) = through_service {
+        panic!(
+            "{e}\n--- the client pod ---\n{}\n--- the Service's endpoints ---\n{}",
+            ctl.node.sh(
+                "crictl ps -a --name etcdctl -q | head -1 | xargs -r crictl logs 2>&1 | tail -20; \
+                 crictl pods --name podnet-client"
+            ),
+            output_text(&bed.kubectl(ctl, &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]))
+        );
+    }
+    let client_ip = ctl.node.sh(&ip_of("podnet-client-"));
+    assert!(
+        client_ip.trim().starts_with("10.244.0."),
+        "the client pod has {client_ip:?}, not an address of the controller's pod range"
+    );
+    format!(
+        "the controller reached the worker's pod {pod_ip} {:.1}s after it had an address; \
+         the controller's pod {} wrote through the Service ({target}) in {:.1}s",
+        across.as_secs_f64(),
+        client_ip.trim(),
+        t_svc.elapsed().as_secs_f64()
+    )
+}
+
 /// The Ready condition of `name` as the API of `ctl` says it.
 pub(crate) fn node_ready_status(bed: &MotoBed, ctl: &BedNode, name: &str) -> Output {
     bed.kubectl(
@@ -637,132 +775,10 @@ fn a_worker_joins_with_the_bootstrap_token_and_becomes_ready() {
         route.contains(&format!("via {}", wk.node.ip)),
         "the controller's route to the worker's pods: {route}"
     );
-    // Pod traffic between nodes: a pod on the worker's pod network (a static
-    // pod from the etcd image already on the node, listening on 2379: no
-    // scheduler or taint in the way) answers the controller across the
-    // routes, as a Service's backend on another node would.
-    let image = ctl
-        .node
-        .sh("sed -n 's/^ *image: *//p' /etc/kubernetes/manifests/etcd.yaml");
-    wk.node.sh(&format!(
-        "cat >/etc/kubernetes/manifests/podnet.yaml <<'EOF'\n\
-         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet, namespace: kube-system, labels: {{app: podnet}}}}\n\
-         spec:\n  containers:\n  \
-         - name: etcd\n    image: {}\n    command: [etcd, --data-dir=/tmp/etcd, \
-         --listen-client-urls=http://0.0.0.0:2379, --advertise-client-urls=http://127.0.0.1:2379, \
-         --listen-peer-urls=http://127.0.0.1:2380]\nEOF",
-        image.trim()
-    ));
-    // The address of a node's ready pod sandbox whose name starts with `name`.
-    let ip_of = |name: &str| {
-        format!(
-            "crictl pods --name '^{name}' --state ready -q | head -1 | \
-             xargs -r crictl inspectp -o go-template --template '{{{{.status.network.ip}}}}'"
-        )
-    };
-    wk.node
-        .wait_for(
-            "the podnet pod's address",
-            &format!("[ -n \"$({})\" ]", ip_of("podnet-")),
-            Duration::from_secs(120),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    let pod_ip = wk.node.sh(&ip_of("podnet-")).trim().to_string();
-    assert!(
-        pod_ip.starts_with("10.244.1."),
-        "the worker's pod has {pod_ip:?}, not an address of its range"
-    );
-    let across = ctl
-        .node
-        .wait_for(
-            "the worker's pod from the controller",
-            &format!("curl -fsS --max-time 5 http://{pod_ip}:2379/health | grep -q true"),
-            Duration::from_secs(90),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    // Pod to Service to pod, across the nodes (issue 41): a pod on the
-    // controller's network (a static pod from the same image, running
-    // etcdctl) writes a key through the Service `podnet`'s ClusterIP:
-    // kube-proxy's rules on the controller send the connection to the
-    // worker's pod (the Service's one endpoint: the mirror pod carries the
-    // manifest's label), across the routes. The worker's pod then holds the
-    // key. Not covered: the Service's DNS name (the bed runs no cloud
-    // controller manager, so the nodes keep the
-    // node.cloudprovider.kubernetes.io/uninitialized taint and CoreDNS stays
-    // Pending; a first run by name failed on exactly that), and the VPC CNI,
-    // which gives pods VPC addresses on the nodes' network interfaces (it
-    // needs EC2).
-    let svc = bed.kubectl(
-        &ctl,
-        &[
-            "-n",
-            "kube-system",
-            "create",
-            "service",
-            "clusterip",
-            "podnet",
-            "--tcp=2379:2379",
-        ],
-    );
-    assert!(svc.status.success(), "{}", output_text(&svc));
-    let cluster_ip = bed.kubectl(
-        &ctl,
-        &[
-            "-n",
-            "kube-system",
-            "get",
-            "service",
-            "podnet",
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ],
-    );
-    let cluster_ip = String::from_utf8_lossy(&cluster_ip.stdout).trim().to_string();
-    assert!(
-        cluster_ip
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.octets()[0] == 10 && (96..112).contains(&ip.octets()[1])),
-        "the Service's ClusterIP {cluster_ip:?} is not of kubeadm's default service range 10.96.0.0/12"
-    );
-    ctl.node.sh(&format!(
-        "cat >/etc/kubernetes/manifests/podnet-client.yaml <<'EOF'\n\
-         apiVersion: v1\nkind: Pod\nmetadata: {{name: podnet-client, namespace: kube-system}}\nspec:\n  \
-         containers:\n  - name: etcdctl\n    image: {}\n    command: [etcdctl, \
-         --endpoints=http://{cluster_ip}:2379, --dial-timeout=5s, put, written-by, controller-pod]\nEOF",
-        image.trim()
-    ));
-    let t_svc = Instant::now();
-    // base64 of "written-by" and of "controller-pod" (etcd's JSON gateway).
-    let through_service = ctl.node.wait_for(
-        "the key the controller's pod wrote through the Service",
-        &format!(
-            "curl -fsS --max-time 5 -X POST -d '{{\"key\":\"d3JpdHRlbi1ieQ==\"}}' \
-             http://{pod_ip}:2379/v3/kv/range | grep -q Y29udHJvbGxlci1wb2Q="
-        ),
-        Duration::from_secs(150),
-    );
-    if let Err(e) = through_service {
-        panic!(
-            "{e}\n--- the client pod ---\n{}\n--- the Service's endpoints ---\n{}",
-            ctl.node.sh(
-                "crictl ps -a --name etcdctl -q | head -1 | xargs -r crictl logs 2>&1 | tail -20; \
-                 crictl pods --name podnet-client"
-            ),
-            output_text(&bed.kubectl(&ctl, &["-n", "kube-system", "get", "endpointslices,pods", "-o", "wide"]))
-        );
-    }
-    let client_ip = ctl.node.sh(&ip_of("podnet-client-"));
-    assert!(
-        client_ip.trim().starts_with("10.244.0."),
-        "the client pod has {client_ip:?}, not an address of the controller's pod range"
-    );
-    eprintln!(
-        "{test}: the controller reached the worker's pod {pod_ip} {:.1}s after it had an address; \
-         the controller's pod {} wrote through the Service's {cluster_ip} in {:.1}s",
-        across.as_secs_f64(),
-        client_ip.trim(),
-        t_svc.elapsed().as_secs_f64()
-    );
+    // Pod traffic between nodes, and pod to Service to pod (by its
+    // ClusterIP: no cloud controller manager here, so CoreDNS stays Pending).
+    let net = pod_to_service_to_pod(&bed, &ctl, &wk, false);
+    eprintln!("{test}: {net}");
     // Each node signalled SUCCESS to its group's CreationPolicy under its own
     // role once Ready (moto holds the stack until then: moto_signals.py), and
     // `kube-aws up --wait`, running since before the boot, ends with the

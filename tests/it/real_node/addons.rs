@@ -70,9 +70,7 @@
 //! and their source is not in `shared/data/src`: the pod could not become
 //! Ready with its chart's probes); the EBS CSI node plugin (it needs block
 //! devices) and the VPC CNI (it needs EC2 network interfaces) cannot run on
-//! the bed. Workers: none (metrics-server runs on the one controller; pod
-//! traffic across nodes is real_node.rs's worker test's). Pulls from a
-//! registry: none (the images are imported).
+//! the bed. Pulls from a registry: none (the images are imported).
 //!
 //! # Dex end to end
 //!
@@ -943,8 +941,12 @@ fn node_metrics(bed: &MotoBed, ctl: &BedNode, dns: &str, limit: Duration) -> Str
 /// with the cluster CA: a pod reaching another node, its answer routed back
 /// to the controller's pod subnet (the bed's routes between nodes, in the
 /// VPC CNI's place). `metrics.k8s.io` answers for every node and `kubectl
-/// top nodes` lists both. Not covered: a pod scheduled to the worker
-/// serving another pod (no image with a client here), the VPC CNI itself.
+/// top nodes` lists both. Then pods across the nodes
+/// (real_node.rs `pod_to_service_to_pod`): a pod on the worker answers the
+/// controller, and a pod on the controller writes to it through a Service by
+/// its DNS name, resolved by CoreDNS through kube-dns's Service, routed by
+/// kube-proxy. Not covered: the VPC CNI itself; the pods there are static
+/// pods from the etcd image (the bed has no image with a general client).
 fn a_worker_joins_and_metrics_server_answers_for_every_node(c: &Cluster) -> String {
     let (bed, ctl) = (&c.bed, &c.ctl);
     let t0 = Instant::now();
@@ -990,8 +992,11 @@ fn a_worker_joins_and_metrics_server_answers_for_every_node(c: &Cluster) -> Stri
         output_text(&top)
     );
     assert!(metrics.contains(&inst.dns), "{metrics}");
+    // Pods across the two nodes, and a Service by its DNS name: CoreDNS
+    // runs here (the cloud controller manager initialized the controller).
+    let net = super::pod_to_service_to_pod(bed, ctl, &wk, true);
     format!(
-        "worker: Ready {:.1}s after the scale-up ({}), initialized in {zone}; its metrics served {:.1}s",
+        "worker: Ready {:.1}s after the scale-up ({}), initialized in {zone}; its metrics served {:.1}s; {net}",
         t_ready.as_secs_f64(),
         f.times(),
         t_metrics.as_secs_f64()

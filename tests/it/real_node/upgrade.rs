@@ -1031,7 +1031,13 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
 /// 3. the group replaces the Unhealthy instance from its launch template,
 ///    which is the 1.36.5 one (no old-version controller is launched); that
 ///    retry prunes the lost member, joins and is Ready: etcd has three
-///    healthy members, two of them at 1.36.5.
+///    healthy members, two of them at 1.36.5;
+/// 4. a second `kube-aws update` changes nothing (moto's stack is at the
+///    new template; on AWS it resumes the stopped rolling update), and the
+///    last old controller's replacement prunes its member, joins and runs
+///    `kubeadm upgrade node`: three controllers at 1.36.5 (kubelets and API
+///    servers), kube-proxy and CoreDNS at 1.36.5's images, the ConfigMap
+///    written at 1.35.8 there, the join lock released.
 ///
 /// What the bed does in AWS's place, and what this does not cover: the
 /// rolling update's order and its signals are the test's (moto completes a
@@ -1040,9 +1046,10 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
 /// events: src/aws/recovery/tests.rs, tests/it/upgrade_moto.rs); the old
 /// controllers are put back into EC2's view (`keep_in_view`); the group's
 /// health replacement is the test's terminate call; the rest of the roll
-/// (the last two old controllers) is `upgrade_an_ha_control_plane_one_controller_at_a_time`'s
-/// path; no load balancer (a controller's address is the API's name).
-pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'static str) {
+/// is the test's, in CloudFormation's order; no load balancer (a
+/// controller's address is the API's name; the last replacement is given a
+/// new controller's).
+pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(test: &'static str) {
     let Some(from_image) = nodebed::image_dir(test) else {
         return;
     };
@@ -1280,18 +1287,128 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_its_retry_joins(test: &'stat
         kubelet.iter().any(|(n, v)| *n == i3.dns.to_lowercase() && *v == to),
         "{kubelet:?}"
     );
+    let t_r3 = t_r3.elapsed();
+
+    // 4. The second `kube-aws update` finishes the upgrade. On AWS the
+    // stack stopped UPDATE_FAILED with its rollback disabled, and `update`
+    // resumes the rolling update (src/aws/recovery/tests.rs, against
+    // recorded events). moto completed the stack's update at once, so here
+    // `update` finds the stack at the template it asks for and changes
+    // nothing (nothing goes back to the old version), and the rest of the
+    // roll is the test's, in the order CloudFormation's resumed rolling
+    // update takes: the last old controller goes (killed: its member is
+    // left for the next join's prune, as a lost one's), and its replacement,
+    // from the new launch template, prunes it, joins at the new version and,
+    // being the last, runs `kubeadm upgrade node` (kube-proxy and CoreDNS).
+    let again = bed.kube_aws(&["update", "--yes"]);
+    let said = output_text(&again);
+    assert!(again.status.success(), "the second kube-aws update: {said}");
+    assert!(
+        said.contains("no changes") && !said.contains(&format!("→ {from_v}")),
+        "the second kube-aws update: {said}"
+    );
+    let t_r4 = Instant::now();
+    let last = c1.inst.clone();
+    drop(c1);
+    if let Some((_, id)) = stand_ins.iter().find(|(ip, _)| *ip == last.ip) {
+        bed.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
+    }
+    // Its Node goes, and so do those of the controller lost mid-roll and of
+    // the failed joiner (its kubelet registered before the kill): on AWS
+    // the cloud controller manager's node lifecycle controller deletes the
+    // Node of a terminated instance. Else their mirror pods' old
+    // kube-apiserver image would keep `kubeadm upgrade node` from upgrading
+    // kube-proxy and CoreDNS (shouldUpgradeAddons), rightly.
+    for gone in [&last.dns, &lost.dns, &i2.dns] {
+        let del = bed.kubectl(
+            &r1,
+            &[
+                "delete",
+                "node",
+                &gone.to_lowercase(),
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+        );
+        assert!(del.status.success(), "{}", output_text(&del));
+    }
+    let i4 = replacement(&bed, &group, &last, &mut known);
+    // The API's name was the first old controller's address (the bed has no
+    // load balancer); a new controller's stands for it now. The others'
+    // kubelets talk to their own API server (ControlPlaneKubeletLocalMode).
+    let r4 = bed.boot(
+        "controller",
+        "ControllerRole",
+        &i4,
+        &r1.inst.ip,
+        pod_net(6, &[(&r1, 3), (&r3, 5)]),
+    );
+    let f4 = untainting(&bed, &r4, &r1, READY_LIMIT + Duration::from_secs(300));
+    if let Err(e) = &f4.outcome {
+        panic!("the last replacement: {}", r4.explain(&f4, e));
+    }
+    assert!(
+        f4.steps.iter().any(|(s, _)| s == "kubeadm-upgrade-node"),
+        "the last replacement did not upgrade kube-proxy and CoreDNS: {}\n{}",
+        f4.times(),
+        r4.log()
+    );
+    super::expect_members(&r1, &[&r1.inst.ip, &r3.inst.ip, &r4.inst.ip], Duration::from_secs(120));
+    expect_marker(&bed, &r4, &from);
+    // The three controllers run the new version (the lost and the failed
+    // instances' Nodes, which the cloud controller manager would delete on
+    // AWS, are not asked).
+    let names: Vec<String> = [&r1, &r3, &r4].iter().map(|n| n.inst.dns.to_lowercase()).collect();
+    for (what, by_node) in [
+        ("kubelet", kubelet_versions(&bed, &r4)),
+        ("kube-apiserver", apiserver_versions(&bed, &r4)),
+    ] {
+        let ours: Vec<&(String, String)> = by_node.iter().filter(|(n, _)| names.contains(n)).collect();
+        assert!(
+            ours.len() == 3 && ours.iter().all(|(_, v)| *v == to),
+            "the {what}s of {names:?}: {by_node:?}"
+        );
+    }
+    for (kind, name) in [("daemonset", "kube-proxy"), ("deployment", "coredns")] {
+        let o = bed.kubectl(
+            &r4,
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image}",
+            ],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            image_named(&to_image, name),
+            "{name}: {}",
+            output_text(&o)
+        );
+    }
+    super::expect_join_lock_released(&bed);
+    let status = bed.kube_aws(&["status"]);
+    eprintln!(
+        "{test}: kube-aws status after the upgrade finished:\n{}",
+        output_text(&status)
+    );
     eprintln!(
         "{test}: up {:.1}s; three {from} controllers Ready {:.1}s after the test began; the first {to} replacement \
          Ready {:.1}s after its start ({}); the second's join killed and its failure handled {:.1}s after its start \
-         ({}); the retry Ready {:.1}s after its start ({}); test {:.1}s",
+         ({}); the retry Ready {:.1}s after its start ({}); the last Ready {:.1}s after its start ({}); test {:.1}s",
         bed.up.as_secs_f64(),
         t_up.as_secs_f64(),
         t_r1.as_secs_f64(),
         f1.times(),
         t_r2.as_secs_f64(),
         f2.times(),
-        t_r3.elapsed().as_secs_f64(),
+        t_r3.as_secs_f64(),
         f3.times(),
+        t_r4.elapsed().as_secs_f64(),
+        f4.times(),
         t0.elapsed().as_secs_f64()
     );
 }
