@@ -270,6 +270,31 @@ fn image_named(image: &std::path::Path, name: &str) -> String {
         .to_string()
 }
 
+/// kube-proxy and CoreDNS run the images of `image`'s version (the node
+/// image's list), as `kubeadm upgrade` leaves them once every controller runs it.
+fn expect_addon_images(bed: &MotoBed, via: &bed::BedNode, image: &std::path::Path) {
+    for (kind, name) in [("daemonset", "kube-proxy"), ("deployment", "coredns")] {
+        let o = bed.kubectl(
+            via,
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image}",
+            ],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            image_named(image, name),
+            "{name}: {}",
+            output_text(&o)
+        );
+    }
+}
+
 /// The Kubernetes version a node image holds (scripts/install-nodebed.sh writes it).
 fn image_version(image: &std::path::Path) -> String {
     std::fs::read_to_string(image.join("kubernetes-version"))
@@ -953,29 +978,7 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
             );
         }
     }
-    for (kind, name, image) in [
-        ("daemonset", "kube-proxy", "kube-proxy"),
-        ("deployment", "coredns", "coredns"),
-    ] {
-        let o = bed.kubectl(
-            via,
-            &[
-                "-n",
-                "kube-system",
-                "get",
-                kind,
-                name,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            want(image),
-            "{name}: {}",
-            output_text(&o)
-        );
-    }
+    expect_addon_images(&bed, via, &to_image);
     let cc = bed.kubectl(
         via,
         &[
@@ -1369,26 +1372,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
             "the {what}s of {names:?}: {by_node:?}"
         );
     }
-    for (kind, name) in [("daemonset", "kube-proxy"), ("deployment", "coredns")] {
-        let o = bed.kubectl(
-            &r4,
-            &[
-                "-n",
-                "kube-system",
-                "get",
-                kind,
-                name,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            image_named(&to_image, name),
-            "{name}: {}",
-            output_text(&o)
-        );
-    }
+    expect_addon_images(&bed, &r4, &to_image);
     super::expect_join_lock_released(&bed);
     let status = bed.kube_aws(&["status"]);
     eprintln!(
