@@ -312,8 +312,9 @@ class InProcess(object):
         return True, merged
 
     def write_body(self, body, dst):
-        """Writes a streamed body to `dst` by a temporary file beside it."""
-        tmp = "%s.kube-aws-%d.tmp" % (dst, os.getpid())
+        """Writes a streamed body to `dst` by a temporary file beside it, named
+        for this process and thread (the reconciler's releases download at once)."""
+        tmp = "%s.kube-aws-%d-%d.tmp" % (dst, os.getpid(), threading.get_ident())
         try:
             with open(tmp, "wb") as f:
                 for chunk in iter(lambda: body.read(_CHUNK), b""):
