@@ -1106,16 +1106,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         &api_ip,
         pod_net(3, &[(&c1, 0), (&c2, 1), (&c3, 2)]),
     );
-    let f1 = untainting(&bed, &r1, &c1, READY_LIMIT + Duration::from_secs(300));
-    if let Err(e) = &f1.outcome {
-        panic!("the first replacement: {}", r1.explain(&f1, e));
-    }
-    assert!(
-        f1.steps.iter().any(|(s, _)| s == "kubeadm-upgrade-apply"),
-        "the first replacement did not upgrade the control plane: {}\n{}",
-        f1.times(),
-        r1.log()
-    );
+    let f1 = replaced(&bed, &r1, &c1, "the first replacement", Some("kubeadm-upgrade-apply"));
     let t_r1 = t_r1.elapsed();
     // Its old controller goes (the roll terminates it once the replacement
     // signalled): killed here, its member left for the next join's prune.
@@ -1272,10 +1263,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         &api_ip,
         pod_net(5, &[(&c1, 0), (&r1, 3)]),
     );
-    let f3 = untainting(&bed, &r3, &c1, READY_LIMIT + Duration::from_secs(300));
-    if let Err(e) = &f3.outcome {
-        panic!("the retry: {}", r3.explain(&f3, e));
-    }
+    let f3 = replaced(&bed, &r3, &c1, "the retry", None);
     super::expect_members(&c1, &[&c1.inst.ip, &r1.inst.ip, &r3.inst.ip], Duration::from_secs(120));
     assert!(
         r3.log().contains(&format!(
@@ -1346,16 +1334,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         &r1.inst.ip,
         pod_net(6, &[(&r1, 3), (&r3, 5)]),
     );
-    let f4 = untainting(&bed, &r4, &r1, READY_LIMIT + Duration::from_secs(300));
-    if let Err(e) = &f4.outcome {
-        panic!("the last replacement: {}", r4.explain(&f4, e));
-    }
-    assert!(
-        f4.steps.iter().any(|(s, _)| s == "kubeadm-upgrade-node"),
-        "the last replacement did not upgrade kube-proxy and CoreDNS: {}\n{}",
-        f4.times(),
-        r4.log()
-    );
+    let f4 = replaced(&bed, &r4, &r1, "the last replacement", Some("kubeadm-upgrade-node"));
     super::expect_members(&r1, &[&r1.inst.ip, &r3.inst.ip, &r4.inst.ip], Duration::from_secs(120));
     expect_marker(&bed, &r4, &from);
     // The three controllers run the new version (the lost and the failed
@@ -1395,6 +1374,25 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         f4.times(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A replacement controller `n` of the failed HA upgrade, followed to Ready
+/// (`untainting`, through `via`); `what` names it in a failure, and `step`,
+/// when given, is a step its boot must have run.
+fn replaced(bed: &MotoBed, n: &bed::BedNode, via: &bed::BedNode, what: &str, step: Option<&str>) -> bed::Followed {
+    let f = untainting(bed, n, via, READY_LIMIT + Duration::from_secs(300));
+    if let Err(e) = &f.outcome {
+        panic!("{what}: {}", n.explain(&f, e));
+    }
+    if let Some(step) = step {
+        assert!(
+            f.steps.iter().any(|(s, _)| s == step),
+            "{what} did not run {step}: {}\n{}",
+            f.times(),
+            n.log()
+        );
+    }
+    f
 }
 
 /// Follows `n`'s boot while removing, through `via`, the taint of kubelet's
