@@ -97,12 +97,34 @@ spec:
     )
 }
 
-/// notAfter of the PEM certificate at `path`, as seconds since the epoch.
-fn not_after(path: &Path) -> i64 {
+/// notAfter of the PEM certificate at `path`, as seconds since the epoch;
+/// `None` while the file is being rewritten. `kubeadm certs renew` writes a
+/// certificate in place (client-go util/cert `WriteCert` is `os.WriteFile`:
+/// truncate, then write), so a reader polling it during a renewal can find
+/// it empty or cut short (stop 49's CI run: "MissingHeader").
+fn try_not_after(path: &Path) -> Option<i64> {
     let pem = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let (_, p) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
-    let cert = p.parse_x509().unwrap();
-    cert.validity().not_after.timestamp()
+    let (_, p) = x509_parser::pem::parse_x509_pem(&pem).ok()?;
+    let cert = p.parse_x509().ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+/// notAfter of the certificate at `path`, read again while it is being
+/// rewritten (for up to a minute: a write takes microseconds).
+fn not_after(path: &Path) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(t) = try_not_after(path) {
+            return t;
+        }
+        let pem = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "{}: not a PEM certificate for a minute:\n{pem}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The renewal service's journal on the node, for a failure message.
