@@ -129,8 +129,7 @@ fn run(
     in_process: bool,
 ) -> Row {
     let cp = std::sync::Arc::new(ControlPlane::start_with_stages(bin, testbed::rendered_nodes(), stages));
-    let mut bed = Bed::new(cp);
-    bed.in_process_calls = in_process;
+    let mut bed = Bed::with_calls(cp, in_process);
     bed.publish_with(plugins, Some(concurrency));
     let t = Instant::now();
     let r = bed.reconcile();
@@ -140,6 +139,13 @@ fn run(
             "{name} (concurrency {concurrency}): the reconciler failed:\n{}",
             r.stderr
         );
+    }
+    if in_process {
+        // Every wait condition signalled, through moto (not the wrapper).
+        let st = bed.stack_status();
+        if st != "CREATE_COMPLETE" {
+            eprintln!("{name} (concurrency {concurrency}): the wait conditions' stack is {st}, not CREATE_COMPLETE");
+        }
     }
     let status: BTreeMap<String, Value> = bed
         .releases

@@ -8,8 +8,10 @@ models each time (about half a second, several seconds under load: issue
 (`ssm get-parameter`, `s3 cp` of one object either way, `kms decrypt`) and
 for its S3 objects (`s3api get-object`, `put-object` with or without a
 condition, `delete-object`, `list-objects-v2`: the locks, the installer's
-lease and record, the etcd backups and the status objects) are answered by
-one botocore session per process. The call sites stay the aws CLI's
+lease and record, the etcd backups and the status objects) and for the
+CloudFormation signals (cfn.py: `describe-stacks`, `describe-stack-resource`
+and `signal-resource`, three per addon wait condition) are answered by one
+botocore session per process. The call sites stay the aws CLI's
 argument lists (src/node/iam-calls.json lists them; the IAM grants are the
 same operations), and awscall.Aws runs the CLI for everything else.
 
@@ -53,6 +55,10 @@ _PUT = dict(_OBJECT, **{"--body": "", "--content-type": "ContentType", "--server
                          "ServerSideEncryption", "--if-none-match": "IfNoneMatch", "--if-match": "IfMatch"})
 _DELETE = dict(_OBJECT, **{"--if-match": "IfMatch"})
 _LIST = {"--bucket": "Bucket", "--prefix": "Prefix", "--max-keys": "MaxKeys"}
+# `aws cloudformation` options this module handles, by call (cfn.py's).
+_STACK = {"--stack-name": "StackName"}
+_RESOURCE = dict(_STACK, **{"--logical-resource-id": "LogicalResourceId"})
+_SIGNAL = dict(_RESOURCE, **{"--unique-id": "UniqueId", "--status": "Status"})
 
 
 def load():
@@ -156,6 +162,9 @@ class InProcess(object):
             ("s3api", "put-object"): self.put_object,
             ("s3api", "delete-object"): self.delete_object,
             ("s3api", "list-objects-v2"): self.list_objects,
+            ("cloudformation", "describe-stacks"): self.describe_stacks,
+            ("cloudformation", "describe-stack-resource"): self.describe_stack_resource,
+            ("cloudformation", "signal-resource"): self.signal_resource,
         }.get(tuple(args[:2]))
         if handler is None:
             return False, None
@@ -310,6 +319,27 @@ class InProcess(object):
                 if k in page:
                     merged[k] = page[k]
         return True, merged
+
+    # --- CloudFormation (cfn.py) ----------------------------------------------
+    def stack_call(self, rest, names, required, operation):
+        """One CloudFormation call whose options are all in `names` and
+        include every one of `required`; (False, None) otherwise."""
+        parsed = options(rest, names, ())
+        if parsed is None or parsed[1] or not set(required) <= set(parsed[0]):
+            return False, None
+        kwargs = dict((names[k], v) for k, v in parsed[0].items())
+        return True, jsonable(getattr(self.client("cloudformation"), operation)(**kwargs))
+
+    def describe_stacks(self, rest):
+        # One stack by name: a single page (the CLI pages only a listing of all stacks).
+        return self.stack_call(rest, _STACK, _STACK, "describe_stacks")
+
+    def describe_stack_resource(self, rest):
+        return self.stack_call(rest, _RESOURCE, _RESOURCE, "describe_stack_resource")
+
+    def signal_resource(self, rest):
+        handled, out = self.stack_call(rest, _SIGNAL, _SIGNAL, "signal_resource")
+        return handled, out or None  # the CLI prints nothing for an empty answer
 
     def write_body(self, body, dst):
         """Writes a streamed body to `dst` by a temporary file beside it, named

@@ -1,7 +1,9 @@
 """sdkcall: the argument lists the node answers in its own process
 (`ssm get-parameter`, `s3 cp`, `kms decrypt`, and `s3api` get-object,
 put-object with its conditions, delete-object, list-objects-v2, as the
-locks, the lease and the installed record call them), against moto's in-memory AWS
+locks, the lease and the installed record call them; CloudFormation's
+describe-stacks, describe-stack-resource and signal-resource, as cfn.py
+calls them for a wait condition), against moto's in-memory AWS
 (the tools venv's moto, `mock_aws`), through awscall.Aws as the node program
 calls it; what it does not handle goes to the CLI.
 
@@ -28,17 +30,23 @@ REGION = "us-west-2"
 CONTEXT = {"kube-aws:cluster": "bed", "kube-aws:secret": "pki/ca.key"}
 
 
+def in_moto(test):
+    """moto's in-memory AWS for `test`, with test credentials and the
+    node's own endpoint and call-path variables cleared, undone at its end."""
+    env = mock.patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                                       "AWS_DEFAULT_REGION": REGION})
+    env.start()
+    test.addCleanup(env.stop)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    os.environ.pop("KUBE_AWS_AWS_CALLS", None)
+    test.mock = mock_aws()
+    test.mock.start()
+    test.addCleanup(test.mock.stop)
+
+
 class InProcess(unittest.TestCase):
     def setUp(self):
-        env = mock.patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                                           "AWS_DEFAULT_REGION": REGION})
-        env.start()
-        self.addCleanup(env.stop)
-        os.environ.pop("AWS_ENDPOINT_URL", None)
-        os.environ.pop("KUBE_AWS_AWS_CALLS", None)
-        self.mock = mock_aws()
-        self.mock.start()
-        self.addCleanup(self.mock.stop)
+        in_moto(self)
         self.dir = tempfile.mkdtemp()
         session = sdkcall.load().get_session()
         self.s3 = session.create_client("s3", region_name=REGION)
@@ -169,6 +177,59 @@ class InProcess(unittest.TestCase):
                             "--if-none-match", "*"])
         self.assertEqual(out, {"ETag": '"e"'})
         self.assertEqual([c[5:7] for c in self.runner.calls], [["s3api", "put-object"]])
+
+
+_SIGNALS = []
+
+
+def moto_signals():
+    """The bed's CloudFormation signals for moto (tests/support/moto_signals.py,
+    which the bed's moto server applies), applied to this process's moto once."""
+    if not _SIGNALS:
+        import sys
+        sys.path.insert(0, os.path.join(helpers.HERE, "..", "..", "..", "tests", "support"))
+        import moto_signals as m
+        m.apply()
+        _SIGNALS.append(m)
+
+
+class Signals(unittest.TestCase):
+    """cfn.py's three calls for an addon's wait condition, in this process."""
+
+    def setUp(self):
+        moto_signals()
+        in_moto(self)
+        template = {"Resources": {"DexReady": {
+            "Type": "AWS::CloudFormation::WaitCondition",
+            "CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": "PT30M"}}}}}
+        session = sdkcall.load().get_session()
+        session.create_client("cloudformation", region_name=REGION).create_stack(
+            StackName="bed", TemplateBody=json.dumps(template))
+        self.runner = helpers.FakeRunner([])
+        self.aws = Aws(REGION, attempts=1, delay=0)
+        self.aws.runner = self.runner  # a call that reaches the CLI fails: no answers
+
+    def test_a_waiting_condition_is_signalled_once_and_then_left_alone(self):
+        from kube_aws_node import cfn
+        self.assertTrue(cfn.stack_in_progress(self.aws, "bed"))
+        self.assertEqual(cfn.resource_state(self.aws, "bed", "DexReady"), "CREATE_IN_PROGRESS")
+        self.assertTrue(cfn.signal(self.aws, "bed", "DexReady", "dex", "SUCCESS"))
+        self.assertEqual(cfn.resource_state(self.aws, "bed", "DexReady"), "CREATE_COMPLETE")
+        self.assertFalse(cfn.stack_in_progress(self.aws, "bed"))
+        # A second signal is refused (not waiting): signal says so, never raises.
+        self.assertFalse(cfn.signal(self.aws, "bed", "DexReady", "dex", "SUCCESS"))
+        self.assertEqual(cfn.resource_state(self.aws, "bed", "Nothing"), "missing")
+        self.assertEqual(self.runner.calls, [])
+
+    def test_a_failure_signal_fails_the_condition_and_the_stack(self):
+        from kube_aws_node import cfn
+        self.assertTrue(cfn.signal(self.aws, "bed", "DexReady", "dex", "FAILURE"))
+        self.assertEqual(cfn.resource_state(self.aws, "bed", "DexReady"), "CREATE_FAILED")
+        self.assertFalse(cfn.stack_in_progress(self.aws, "bed"))
+        with self.assertRaises(AwsError) as e:
+            self.aws(["cloudformation", "describe-stacks", "--stack-name", "other"])
+        self.assertIn("when calling the DescribeStacks operation", e.exception.message)
+        self.assertEqual(self.runner.calls, [])
 
 
 class Choice(unittest.TestCase):

@@ -1,7 +1,9 @@
 //! A controller's side of the addon reconciler against the control-plane
 //! test bed: its file system (under KUBE_AWS_ROOT), a moto account for S3 and
 //! SSM, the real aws CLI behind a wrapper that answers CloudFormation (moto
-//! ignores WaitConditions), and `publish`, which does what `kube-aws up` does
+//! ignores WaitConditions; with the calls in process, which go around the
+//! wrapper, moto's server with the bed's signals and a stack holding the
+//! plan's wait conditions instead), and `publish`, which does what `kube-aws up` does
 //! for the addons with the shared upstream charts. Used by
 //! tests/it/installer_testbed.rs and benches/installer.rs.
 #![allow(dead_code)]
@@ -131,14 +133,30 @@ pub struct Bed {
     /// The reconciler makes the calls sdkcall.py answers in its own process
     /// (the tools venv's python, which has botocore) instead of through the
     /// wrapper's aws CLI; off by default: the tests read the wrapper's log.
-    pub in_process_calls: bool,
+    in_process_calls: bool,
+    /// The wait conditions' stack is in moto (calls in process only).
+    stack_made: std::sync::atomic::AtomicBool,
+    /// That stack's name: the rendered reconciler.json's `waitConditionStack`.
+    wc_stack: std::sync::Mutex<String>,
 }
 
 impl Bed {
     pub fn new(cp: std::sync::Arc<ControlPlane>) -> Bed {
+        Bed::with_calls(cp, false)
+    }
+
+    /// A bed whose reconciler makes the calls sdkcall.py answers in its own
+    /// process (`in_process`), CloudFormation's among them: moto then serves
+    /// the signals (tests/support/moto_signals.py) for a stack of the plan's
+    /// wait conditions, made at the first `reconcile`.
+    pub fn with_calls(cp: std::sync::Arc<ControlPlane>, in_process: bool) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let env = MotoEnv::new();
+        let env = if in_process {
+            MotoEnv::with_signals()
+        } else {
+            MotoEnv::new()
+        };
         env.aws(&[
             "s3api",
             "create-bucket",
@@ -172,8 +190,56 @@ impl Bed {
             kms_key,
             stack: Value::Null,
             role: None,
-            in_process_calls: false,
+            in_process_calls: in_process,
+            stack_made: Default::default(),
+            wc_stack: Default::default(),
         }
+    }
+
+    /// The wait conditions' stack's status in moto (calls in process):
+    /// CREATE_COMPLETE once every release's condition is signalled.
+    pub fn stack_status(&self) -> String {
+        let out = self.env.aws_json(&[
+            "cloudformation",
+            "describe-stacks",
+            "--stack-name",
+            &self.wc_stack.lock().unwrap(),
+        ]);
+        out["Stacks"][0]["StackStatus"].as_str().unwrap_or("?").to_string()
+    }
+
+    /// The control-plane stack in moto with one wait condition per release of
+    /// the plan, each waiting for one signal (CreationPolicy), as the
+    /// rendered stack has them: it stays CREATE_IN_PROGRESS until all are
+    /// signalled (moto_signals.py).
+    fn make_wait_condition_stack(&self, node: &Path) {
+        if self.stack_made.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let reconciler: Value =
+            serde_json::from_slice(&std::fs::read(node.join("etc/kube-aws/addons/reconciler.json")).unwrap()).unwrap();
+        let stack = reconciler["waitConditionStack"].as_str().unwrap().to_string();
+        *self.wc_stack.lock().unwrap() = stack.clone();
+        let resources: serde_json::Map<String, Value> = self
+            .releases
+            .iter()
+            .map(|(_, _, wc)| {
+                (
+                    wc.clone(),
+                    serde_json::json!({"Type": "AWS::CloudFormation::WaitCondition",
+                        "CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": "PT30M"}}}),
+                )
+            })
+            .collect();
+        let template = serde_json::json!({ "Resources": resources }).to_string();
+        self.env.aws(&[
+            "cloudformation",
+            "create-stack",
+            "--stack-name",
+            &stack,
+            "--template-body",
+            &template,
+        ]);
     }
 
     pub fn path(&self, p: &str) -> PathBuf {
@@ -353,6 +419,9 @@ impl Bed {
         // reconciler.json) and runtime.json, under KUBE_AWS_ROOT.
         let node = self.path("node");
         super::write_cloud_config_files(&self.cloud_config, &node);
+        if self.in_process_calls {
+            self.make_wait_condition_stack(&node);
+        }
         std::fs::write(
             node.join("etc/kube-aws/runtime.json"),
             serde_json::json!({
