@@ -99,7 +99,9 @@ fmt-check:
 # dependencies are compiled once. `make lint` is still the separate pass.
 # test-run sets the same two variables: cargo's fingerprint of the
 # workspace's units holds the wrapper, so without them it would rebuild.
-CLIPPY_BUILD := RUSTC_WORKSPACE_WRAPPER="$$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+# Without clippy-driver the build stops, rather than skip the lints.
+CLIPPY_BUILD := w="$$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)" || { echo "make: no clippy-driver (rustup component add clippy)" >&2; exit 1; }; \
+	RUSTC_WORKSPACE_WRAPPER="$$w" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
 unit: test-build test-run
 
