@@ -8,15 +8,19 @@
 //! aws-node-termination-handler and the cluster-autoscaler with their IRSA
 //! roles; the AWS cloud controller manager, metrics-server and the
 //! descheduler; the pod identity webhook, always on), `kube-aws up --wait`
-//! running from before the boot. The addon test boots it once and runs
-//! three checks side by side on it, then a worker's, each below with its own header:
-//! Dex's login (`dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group`),
-//! IRSA (`irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only`)
-//! and the plan (`the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_every_addon`).
-//! Until this change each was its own test with its own cluster (three boots;
-//! docs/testing.md). They are checks of one `#[test]` rather than three
-//! tests sharing a fixture because libtest has no teardown: a run that
-//! selected one of three would leave the shared cluster's node running.
+//! running from before the boot. Three tests share it (`shared`), each
+//! below with its own header: Dex's login
+//! (`addons_dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group`),
+//! IRSA (`addons_irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only`)
+//! and the plan, then a worker
+//! (`addons_the_plan_ccm_metrics_server_descheduler_webhook_run_up_wait_names_every_addon_and_a_worker_joins`).
+//! The first to ask boots it; the others wait for that boot; the last to
+//! end stops it, and when a filter selects fewer of them, the process's
+//! exit does (an `atexit` hook: libtest has no teardown, and ends with
+//! `std::process::exit`). The worker joins once the Dex and IRSA tests have
+//! ended, as neither expects a second node. Until stop 49 each was its own
+//! test with its own cluster (three boots), then three checks of one test
+//! (docs/testing.md, "One cluster for the addons").
 //!
 //! The plan, as the reconciler installs it (kube-aws-addons.timer, enabled
 //! by the bootstrap's `installer` step, under the controller role with IAM
@@ -483,51 +487,162 @@ fn boot(test: &'static str, image: &Path) -> Cluster {
     }
 }
 
-/// One of the checks run on the shared cluster.
-type Check = fn(&Cluster);
+/// How many tests share the cluster: the last of them to end stops it.
+const SHARING: usize = 3;
 
-/// Every built-in addon that can run here, on one controller (see the
-/// module header): booted once, then the checks of Dex, of IRSA (external-dns,
-/// aws-node-termination-handler, cluster-autoscaler) and of the plan (the
-/// cloud controller manager, metrics-server, the descheduler, the pod
-/// identity webhook, `up --wait`), side by side on the one cluster.
+/// The shared cluster: booted by the first of the module's tests to ask
+/// (the others wait on the lock meanwhile), stopped when the last of the
+/// [`SHARING`] tests ends, passed or failed ([`Use`]'s drop), or, when a
+/// filter selected fewer of them, as the test process exits: libtest ends
+/// with `std::process::exit`, which runs the C library's `atexit` hooks
+/// (a static's value is never dropped otherwise). A boot that fails fails
+/// each test that asks, with its reason.
+static SHARED: std::sync::Mutex<Option<Result<std::sync::Arc<Cluster>, String>>> = std::sync::Mutex::new(None);
+/// The sharing tests that have ended.
+static ENDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The Dex and IRSA tests running now: the worker (the plan's test) joins
+/// only when none is, as neither expects a second node.
+static CHECKS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn stop_shared_at_exit() {
+    // Never unwind into the C library.
+    let _ = std::panic::catch_unwind(|| {
+        let c = SHARED.lock().map(|mut g| g.take()).unwrap_or(None);
+        drop(c);
+    });
+}
+
+/// A test's hold on the shared cluster.
+struct Use(Option<std::sync::Arc<Cluster>>);
+
+impl std::ops::Deref for Use {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        self.0.as_ref().unwrap()
+    }
+}
+
+impl Drop for Use {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        if ENDED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == SHARING {
+            let c = SHARED
+                .lock()
+                .map(|mut g| g.take())
+                .unwrap_or_else(|p| p.into_inner().take());
+            drop(c);
+        }
+    }
+}
+
+/// The shared cluster for `test`, booted if no test has yet; `None` when
+/// the bed is skipped (nodebed::image_dir says so).
+fn shared(test: &'static str) -> Option<Use> {
+    let image = nodebed::image_dir(test)?;
+    let mut g = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        // SAFETY: registers a plain `extern "C" fn` with the C library.
+        unsafe { libc::atexit(stop_shared_at_exit) };
+        let t0 = Instant::now();
+        let booted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| boot(test, &image))).map_err(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        });
+        if booted.is_ok() {
+            eprintln!(
+                "{test}: booted the shared cluster: up, the boot and every addon ready in {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        *g = Some(booted.map(std::sync::Arc::new));
+    }
+    let got = g.as_ref().unwrap().clone();
+    drop(g);
+    match got {
+        Ok(c) => Some(Use(Some(c))),
+        Err(e) => {
+            // Counted as ended, so the last test still stops what there is.
+            drop(Use(None));
+            panic!("{test}: the shared cluster did not boot (the first test's output has it all): {e}")
+        }
+    }
+}
+
+/// A Dex or IRSA check running: counted while it runs, passed or failed.
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        CHECKS_RUNNING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        CHECKS_RUNNING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Dex on the shared cluster: discovery on HTTPS, the OIDC flags, a token
+/// from the password grant and one from the mock connector's group
+/// accepted by the API server, RBAC bound to that group (the module
+/// header, "Dex end to end").
 #[test]
-fn addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_descheduler_webhook_run_on_one_controller()
-{
-    let test = "real_node::addons::addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_descheduler_webhook_run_on_one_controller";
-    let Some(image) = nodebed::image_dir(test) else {
+fn addons_dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group() {
+    let running = Running::start();
+    let Some(c) = shared("real_node::addons::addons_dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group")
+    else {
         return;
     };
+    dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group(&c);
+    drop(running);
+}
+
+/// IRSA on the shared cluster: external-dns, aws-node-termination-handler
+/// and the cluster-autoscaler call moto under their own roles through
+/// `AssumeRoleWithWebIdentity`, and what their roles must not do is
+/// refused (the section's header below).
+#[test]
+fn addons_irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only() {
+    let running = Running::start();
+    let Some(c) = shared(
+        "real_node::addons::addons_irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only",
+    ) else {
+        return;
+    };
+    irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only(&c);
+    drop(running);
+}
+
+/// The plan on the shared cluster: the cloud controller manager,
+/// metrics-server, the descheduler and the pod identity webhook run and
+/// `up --wait` named every addon ready; then, once the Dex and IRSA tests
+/// are done (neither expects a second node), a worker joins, metrics-server
+/// answers for both nodes and pods reach each other across them. Its name
+/// sorts after the other two, so libtest starts it last.
+#[test]
+fn addons_the_plan_ccm_metrics_server_descheduler_webhook_run_up_wait_names_every_addon_and_a_worker_joins() {
+    let test = "real_node::addons::addons_the_plan_ccm_metrics_server_descheduler_webhook_run_up_wait_names_every_addon_and_a_worker_joins";
     let t0 = Instant::now();
-    let c = boot(test, &image);
+    let Some(c) = shared(test) else {
+        return;
+    };
     let t_ready = t0.elapsed();
-    let checks: [(&str, Check); 3] = [
-        ("dex", dex_login_is_accepted_by_the_apiserver_and_rbac_binds_its_group),
-        (
-            "irsa",
-            irsa_external_dns_termination_handler_and_autoscaler_call_aws_under_their_roles_only,
-        ),
-        (
-            "plan",
-            the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_every_addon,
-        ),
-    ];
-    let shared = &c;
-    let failed: Vec<&str> = std::thread::scope(|s| {
-        let running: Vec<_> = checks
-            .iter()
-            .map(|&(name, check)| (name, s.spawn(move || check(shared))))
-            .collect();
-        running
-            .into_iter()
-            .filter_map(|(name, h)| h.join().is_err().then_some(name))
-            .collect()
-    });
-    assert!(
-        failed.is_empty(),
-        "the checks that failed (their panics above): {failed:?}"
-    );
-    // Then a worker, whose joining the checks above do not expect.
+    the_plan_ccm_metrics_server_descheduler_and_webhook_run_and_up_wait_names_every_addon(&c);
+    // The other two started before this one (name order), so they are
+    // counted by now; wait for them to end.
+    let waited = Instant::now();
+    while CHECKS_RUNNING.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(1200),
+            "the Dex and IRSA tests still run after 20 minutes"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let waited = waited.elapsed();
     let worker = a_worker_joins_and_metrics_server_answers_for_every_node(&c);
     // The boot and the addons' bring-up (scripts/bench-node.sh prints them).
     eprintln!(
@@ -536,10 +651,11 @@ fn addons_dex_external_dns_termination_handler_autoscaler_ccm_metrics_server_des
         bed::addon_timeline(&c.bed, &c.ctl, &ADDONS)
     );
     eprintln!(
-        "{test}: up, the boot and every addon ready {:.1}s ({}); the checks and the worker {:.1}s ({worker}); test {:.1}s",
+        "{test}: the shared cluster ready after {:.1}s of this test ({}); waited {:.1}s for the other checks; \
+         the worker {worker}; test {:.1}s",
         t_ready.as_secs_f64(),
         c.followed.times(),
-        (t0.elapsed() - t_ready).as_secs_f64(),
+        waited.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
 }
