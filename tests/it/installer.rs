@@ -1042,6 +1042,12 @@ fn expired(lease: &serde_json::Value) -> bool {
     at < std::time::SystemTime::now()
 }
 
+/// The killed installer's lease: long enough for the next controller's tick
+/// to run while it is live, on a loaded machine too (4 s was not: stop 50's
+/// `make test` at load 26 ran that tick after the lease had expired, and
+/// it took the plan over).
+const LEASE_TTL_SECONDS: u64 = 15;
+
 /// The installer is killed mid-plan (its instance terminated): its lease is
 /// left, unreleased; no other controller installs until it expires; then one
 /// takes it over, resumes from the record (what the dead one recorded is not
@@ -1062,7 +1068,7 @@ fn a_killed_installer_is_taken_over_when_its_lease_expires_and_the_plan_is_finis
         "",
         &[
             ("FAKE_HELM_DIE", "cert-manager"),
-            ("KUBE_AWS_LEASE_TTL", "4"),
+            ("KUBE_AWS_LEASE_TTL", &LEASE_TTL_SECONDS.to_string()),
             ("KUBE_AWS_SIGNAL_DELAY", "60"),
         ],
     );
@@ -1103,7 +1109,13 @@ fn a_killed_installer_is_taken_over_when_its_lease_expires_and_the_plan_is_finis
         early.stderr
     );
 
-    std::thread::sleep(std::time::Duration::from_millis(4500));
+    // Past the dead installer's lease (read from the lease itself, so a
+    // slow machine does not shorten the wait).
+    let until = humantime::parse_rfc3339(lease_body(&bed)["expiresAt"].as_str().unwrap()).unwrap()
+        + std::time::Duration::from_millis(500);
+    if let Ok(left) = until.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(left);
+    }
     let two = bed.run("");
     assert_eq!(two.code, 0, "{}\n{:#?}", two.stderr, two.log);
     assert!(two.stderr.contains("taking it over"), "{}", two.stderr);
