@@ -134,10 +134,9 @@ pub struct Bed {
     /// (the tools venv's python, which has botocore) instead of through the
     /// wrapper's aws CLI; off by default: the tests read the wrapper's log.
     in_process_calls: bool,
-    /// The wait conditions' stack is in moto (calls in process only).
-    stack_made: std::sync::atomic::AtomicBool,
-    /// That stack's name: the rendered reconciler.json's `waitConditionStack`.
-    wc_stack: std::sync::Mutex<String>,
+    /// The wait conditions' stack in moto, once made (calls in process
+    /// only): the rendered reconciler.json's `waitConditionStack`.
+    wc_stack: std::sync::Mutex<Option<String>>,
 }
 
 impl Bed {
@@ -191,7 +190,6 @@ impl Bed {
             stack: Value::Null,
             role: None,
             in_process_calls: in_process,
-            stack_made: Default::default(),
             wc_stack: Default::default(),
         }
     }
@@ -203,7 +201,7 @@ impl Bed {
             "cloudformation",
             "describe-stacks",
             "--stack-name",
-            &self.wc_stack.lock().unwrap(),
+            self.wc_stack.lock().unwrap().as_deref().unwrap_or_default(),
         ]);
         out["Stacks"][0]["StackStatus"].as_str().unwrap_or("?").to_string()
     }
@@ -213,13 +211,13 @@ impl Bed {
     /// rendered stack has them: it stays CREATE_IN_PROGRESS until all are
     /// signalled (moto_signals.py).
     fn make_wait_condition_stack(&self, node: &Path) {
-        if self.stack_made.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        let mut made = self.wc_stack.lock().unwrap();
+        if made.is_some() {
             return;
         }
         let reconciler: Value =
             serde_json::from_slice(&std::fs::read(node.join("etc/kube-aws/addons/reconciler.json")).unwrap()).unwrap();
         let stack = reconciler["waitConditionStack"].as_str().unwrap().to_string();
-        *self.wc_stack.lock().unwrap() = stack.clone();
         let resources: serde_json::Map<String, Value> = self
             .releases
             .iter()
@@ -240,6 +238,7 @@ impl Bed {
             "--template-body",
             &template,
         ]);
+        *made = Some(stack);
     }
 
     pub fn path(&self, p: &str) -> PathBuf {

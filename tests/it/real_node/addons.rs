@@ -504,12 +504,16 @@ static ENDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::n
 /// only when none is, as neither expects a second node.
 static CHECKS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Stops the shared cluster, if it is up: takes it out of [`SHARED`] (a
+/// poisoned lock too) and drops it.
+fn stop_shared() {
+    let c = SHARED.lock().unwrap_or_else(|p| p.into_inner()).take();
+    drop(c);
+}
+
 extern "C" fn stop_shared_at_exit() {
     // Never unwind into the C library.
-    let _ = std::panic::catch_unwind(|| {
-        let c = SHARED.lock().map(|mut g| g.take()).unwrap_or(None);
-        drop(c);
-    });
+    let _ = std::panic::catch_unwind(stop_shared);
 }
 
 /// A test's hold on the shared cluster.
@@ -526,11 +530,7 @@ impl Drop for Use {
     fn drop(&mut self) {
         drop(self.0.take());
         if ENDED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == SHARING {
-            let c = SHARED
-                .lock()
-                .map(|mut g| g.take())
-                .unwrap_or_else(|p| p.into_inner().take());
-            drop(c);
+            stop_shared();
         }
     }
 }
