@@ -70,15 +70,58 @@
 #     github.com/cel-expr/cel-go v0.31.0 (the project's new path), which the
 #     proxy refuses (403): that replace is not copied (SKIP_REPLACES), and the
 #     required github.com/google/cel-go v0.31.0 comes from the proxy instead.
+#   The EBS CSI driver: chart aws-ebs-csi-driver 2.64.0
+#     (plugins/aws-ebs-csi-driver). Its controller Deployment
+#     (templates/controller.yaml) runs five images, one row each; with no
+#     snapshot CRDs on the bed the chart adds no csi-snapshotter, and the
+#     volumemodifier is off by default (controller.volumeModificationFeature).
+#     The node DaemonSet's images are not built (csi-node-driver-registrar:
+#     the proxy serves github.com/kubernetes-csi/node-driver-registrar at no
+#     version); its node plugin needs block devices the bed does not have.
+#     The -eksbuild.N tags are EKS's builds of upstream's tags.
+#   aws-ebs-csi-driver: public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.64.0
+#     (the chart's `v{{ .Chart.AppVersion }}`). The proxy does not serve
+#     github.com/kubernetes-sigs/aws-ebs-csi-driver v1.64.0: built from the
+#     tagged source tarball in $KUBE_AWS_SHARED_DATA/src (its go.mod says
+#     go 1.26.6: the local Go), ./cmd as upstream's Makefile builds it, the
+#     program at /bin/aws-ebs-csi-driver and its entrypoint as upstream's
+#     Dockerfile has them (the chart passes `controller` and flags as args).
+#     The Makefile's -X flags: pkg/driver.driverVersion and
+#     pkg/cloud.driverVersion v1.64.0, pkg/driver.gitCommit the tarball's
+#     commit (`git get-tar-commit-id`); not pkg/driver.buildDate (the build's
+#     date: the archive would differ at every build). Upstream's Dockerfile
+#     builds with GOFIPS140=certified and sets GODEBUG=fips140=off in the
+#     image; this build leaves GOFIPS140 off (the chart's `fips` is false).
+#   csi-provisioner, csi-attacher, csi-resizer: the chart's sidecars
+#     public.ecr.aws/csi-components/csi-provisioner:v6.3.0-eksbuild.4,
+#     csi-attacher:v4.12.0-eksbuild.5 and csi-resizer:v2.2.1-eksbuild.3;
+#     built from github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
+#     and external-attacher/v4 v4.12.0. The proxy refuses external-resizer/v2
+#     v2.2.1 (403, "not available") and serves v2.2.0 and v2.3.0: the image
+#     holds v2.2.0's program (the same minor; v2.3.0 is a newer feature
+#     release, with CSI spec v1.13.0) under the v2.2.1 tag. Each program at
+#     /<name> with ENTRYPOINT ["/<name>"], as each one's Dockerfile has it
+#     (distroless; the chart passes only args), `-X main.version=<the version
+#     built>` as their release-tools/build.make sets it.
+#   csi-livenessprobe: the chart's liveness-probe sidecar,
+#     public.ecr.aws/csi-components/livenessprobe:v2.19.0-eksbuild.5. The
+#     proxy serves github.com/kubernetes-csi/livenessprobe at no version or
+#     path, so the image holds our own re-implementation of upstream's v2.19.0
+#     (scripts/nodebed/csi-livenessprobe: its header says what it does and
+#     does not do; it accepts the chart's --csi-address, --probe-timeout and
+#     --metrics-address), at /livenessprobe with upstream's Dockerfile's
+#     ENTRYPOINT ["/livenessprobe"]. A `local:` row: keyed on every file of
+#     its directory, so a change to the program rebuilds it.
 #
 # The archives land outside the clone, in a cache every clone on the machine
 # shares: $CACHE/addon-images/<name>-<key>.tar, where CACHE is
 # $KUBE_AWS_TESTBED_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/kube-aws-testbed
-# and <key> a hash of that addon's own pin line, of its source tarball (if
-# any), of the Go version, of scripts/nodebed/oci_image.py and of RECIPE
-# (bump it when build_addon changes): adding or changing one addon rebuilds
-# only that one. .testbed/addon-images/<name>.tar (gitignored) points at the
-# current archive. A second run builds nothing ("up to date").
+# and <key> a hash of that addon's own pin line, of its source tarball or
+# local directory (if any), of the Go version, of
+# scripts/nodebed/oci_image.py and of RECIPE (bump it when build_addon
+# changes): adding or changing one addon rebuilds only that one.
+# .testbed/addon-images/<name>.tar (gitignored) points at the current
+# archive. A second run builds nothing ("up to date").
 # Arguments: addon names, to build only those (default: all).
 # Needs Go and scripts/install-testbed.sh's helper conventions; no root.
 # See docs/testing.md, "The addon images".
@@ -101,10 +144,11 @@ DATA=${KUBE_AWS_SHARED_DATA:-$ROOT/../shared/data}
 
 # --- pins -------------------------------------------------------------------
 # name|module@version or src:<tarball in $DATA/src>[:<directory of its
-# go.mod in the tarball's top directory>]|package|image|path in the
-# image|entrypoint|plugin|chart version|extra files (a directory of the
-# source tree=its path in the image)|Go toolchain (GOTOOLCHAIN; empty: the
-# local go)|-X flags for the linker|Go build tags
+# go.mod in the tarball's top directory>] or local:<directory of a Go module
+# in this clone>|package|image|path in the image|entrypoint|plugin|chart
+# version|extra files (a directory of the source tree=its path in the
+# image)|Go toolchain (GOTOOLCHAIN; empty: the local go)|-X flags for the
+# linker (separated by spaces)|Go build tags
 ADDONS=(
   "metrics-server|sigs.k8s.io/metrics-server@v0.8.0|cmd/metrics-server|registry.k8s.io/metrics-server/metrics-server:v0.8.1|/metrics-server|/metrics-server|metrics-server|3.13.1"
   "descheduler|sigs.k8s.io/descheduler@v0.36.0|cmd/descheduler|registry.k8s.io/descheduler/descheduler:v0.36.0|/bin/descheduler||descheduler|0.36.0"
@@ -113,6 +157,11 @@ ADDONS=(
   "aws-node-termination-handler|github.com/aws/aws-node-termination-handler@v1.25.6|cmd|public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6|/node-termination-handler|/node-termination-handler|aws-node-termination-handler|0.27.6"
   "cluster-autoscaler|src:autoscaler-cluster-autoscaler-1.35.0.tar.gz:cluster-autoscaler||registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0|/cluster-autoscaler||cluster-autoscaler|9.59.0||||aws"
   "aws-cloud-controller-manager|k8s.io/cloud-provider-aws@v1.35.3|cmd/aws-cloud-controller-manager|registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.3|/bin/aws-cloud-controller-manager|/bin/aws-cloud-controller-manager|aws-cloud-controller-manager|0.0.11|||k8s.io/component-base/version.gitVersion=v1.35.3"
+  "aws-ebs-csi-driver|src:aws-ebs-csi-driver-v1.64.0.tar.gz|cmd|public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.64.0|/bin/aws-ebs-csi-driver|/bin/aws-ebs-csi-driver|aws-ebs-csi-driver|2.64.0|||github.com/kubernetes-sigs/aws-ebs-csi-driver/pkg/driver.driverVersion=v1.64.0 github.com/kubernetes-sigs/aws-ebs-csi-driver/pkg/cloud.driverVersion=v1.64.0 github.com/kubernetes-sigs/aws-ebs-csi-driver/pkg/driver.gitCommit=6689789f192f8941878801f2730ea972a1196047"
+  "csi-provisioner|github.com/kubernetes-csi/external-provisioner/v6@v6.3.0|cmd/csi-provisioner|public.ecr.aws/csi-components/csi-provisioner:v6.3.0-eksbuild.4|/csi-provisioner|/csi-provisioner|aws-ebs-csi-driver|2.64.0|||main.version=v6.3.0"
+  "csi-attacher|github.com/kubernetes-csi/external-attacher/v4@v4.12.0|cmd/csi-attacher|public.ecr.aws/csi-components/csi-attacher:v4.12.0-eksbuild.5|/csi-attacher|/csi-attacher|aws-ebs-csi-driver|2.64.0|||main.version=v4.12.0"
+  "csi-resizer|github.com/kubernetes-csi/external-resizer/v2@v2.2.0|cmd/csi-resizer|public.ecr.aws/csi-components/csi-resizer:v2.2.1-eksbuild.3|/csi-resizer|/csi-resizer|aws-ebs-csi-driver|2.64.0|||main.version=v2.2.0"
+  "csi-livenessprobe|local:scripts/nodebed/csi-livenessprobe||public.ecr.aws/csi-components/livenessprobe:v2.19.0-eksbuild.5|/livenessprobe|/livenessprobe|aws-ebs-csi-driver|2.64.0"
 )
 # A module's replace directives that are not copied into the wrapper module
 # (the header says why, per module): a regular expression on the replaced path.
@@ -151,7 +200,8 @@ run() {
 # Then an image archive.
 build_addon() {
   local name=$1 modver=$2 pkg=$3 image=$4 dest=$5 entry=$6 extra=$7 out=$8 toolchain=$9 xflags=${10} tags=${11}
-  local ldflags="-s -w${xflags:+ -X $xflags}"
+  local ldflags="-s -w" x
+  for x in $xflags; do ldflags+=" -X $x"; done
   local tagflags=()
   [ -n "$tags" ] && tagflags=(-tags "$tags")
   export GOTOOLCHAIN=${toolchain:-local}
@@ -168,6 +218,12 @@ build_addon() {
     (cd "$top" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath "${tagflags[@]}" -ldflags "$ldflags" \
       -o "$tmp/$name" "./$pkg")
     w=$top
+  elif [ "${modver#local:}" != "$modver" ]; then
+    # A program of ours, in a directory of this clone (its go.mod and go.sum):
+    # copied out and built there, so the build writes nothing into the clone.
+    cp -R "$ROOT/${modver#local:}/." "$w/"
+    (cd "$w" && CGO_ENABLED=0 run "$name" go build -mod=mod -trimpath "${tagflags[@]}" -ldflags "$ldflags" \
+      -o "$tmp/$name" "./$pkg")
   else
     printf '%s\n' "// Generated by scripts/install-addon-images.sh." "module kube-aws.testbed/$name" "" \
       "go 1.26" "" "require ${modver%@*} ${modver#*@}" >"$w/go.mod"
@@ -209,6 +265,10 @@ for a in "${ADDONS[@]}"; do
     tarball=${tarball%%:*}
     [ -f "$DATA/src/$tarball" ] || die "$name: no source tarball $DATA/src/$tarball (set KUBE_AWS_SHARED_DATA)"
     src=$(sha256sum "$DATA/src/$tarball" | cut -c1-12)
+  elif [ "${modver#local:}" != "$modver" ]; then
+    # Keyed on every file of the directory: a change rebuilds it.
+    [ -f "${modver#local:}/go.mod" ] || die "$name: no Go module at ${modver#local:}"
+    src=$(cd "${modver#local:}" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
   fi
   key=$(printf '%s src=%s %s' "$a" "$src" "$common" | sha256sum | cut -c1-12)
   out=$DIR/$name-$key.tar

@@ -1,0 +1,16 @@
+module kube-aws.testbed/csi-livenessprobe
+
+go 1.26
+
+require (
+	github.com/container-storage-interface/spec v1.12.0
+	google.golang.org/grpc v1.81.1
+)
+
+require (
+	golang.org/x/net v0.55.0 // indirect
+	golang.org/x/sys v0.45.0 // indirect
+	golang.org/x/text v0.37.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
+)
