@@ -1039,8 +1039,7 @@ pub(crate) fn addon_controller_with(
 ) -> (bed::Instance, BedNode, bed::Followed) {
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, env);
-    import_images(bed, &ctl, images);
-    let f = ctl.expect_ready(BOOT_READY_LIMIT);
+    let f = ready_importing(bed, &ctl, images, BOOT_READY_LIMIT);
     let mut taints = vec!["taint", "node", &inst.dns, "node-role.kubernetes.io/control-plane-"];
     if !cloud_controller {
         taints.push("node.cloudprovider.kubernetes.io/uninitialized-");
@@ -1048,6 +1047,28 @@ pub(crate) fn addon_controller_with(
     let untaint = bed.kubectl(&ctl, &taints);
     assert!(untaint.status.success(), "{}", output_text(&untaint));
     (inst, ctl, f)
+}
+
+/// Follows `node`'s boot to Ready (panicking with what it said otherwise)
+/// while [`import_images`] puts `images` into its store: the boot does not
+/// wait for the images, and each step is timed as it appears (followed
+/// only after the import, every step before it would be timed at the
+/// import's end, as the addon tests' timelines were until stop 51).
+pub(crate) fn ready_importing(
+    bed: &MotoBed,
+    node: &BedNode,
+    images: &[&std::path::Path],
+    limit: std::time::Duration,
+) -> bed::Followed {
+    let f = std::thread::scope(|s| {
+        let follow = s.spawn(|| node.follow(limit));
+        import_images(bed, node, images);
+        follow.join().unwrap()
+    });
+    if let Err(e) = &f.outcome {
+        panic!("{}", node.explain(&f, e));
+    }
+    f
 }
 
 /// Once the node program of `node` (booting) has restarted containerd on its

@@ -1108,8 +1108,7 @@ fn a_worker_joins_and_metrics_server_answers_for_every_node(c: &Cluster) -> Stri
         super::pod_net(1, &[(ctl, 0)]),
     );
     let images: Vec<&Path> = c.images.iter().map(|p| p.as_path()).collect();
-    super::import_images(bed, &wk, &images);
-    let f = wk.expect_ready(bed::READY_LIMIT);
+    let f = super::ready_importing(bed, &wk, &images, bed::READY_LIMIT);
     let t_ready = t0.elapsed();
     let zone = super::cloud_node_initialized(bed, ctl, &inst);
     let metrics = node_metrics(bed, ctl, &inst.dns, Duration::from_secs(240));
