@@ -55,9 +55,11 @@ pub struct Plan {
     pub cluster: String,
     pub region: String,
     /// The cluster's Kubernetes version: the reconciler installs the plan
-    /// only once every controller's kubelet runs this minor, so an upgrade's
-    /// minor-pinned addons (cloud controller manager, cluster-autoscaler)
-    /// follow the control plane (src/node/kube_aws_node/upgrade.py).
+    /// only once every controller's kubelet runs this minor, and, while the
+    /// stack is being updated, every worker's, so an upgrade's minor-pinned
+    /// addons (cloud controller manager, cluster-autoscaler) follow the
+    /// control plane and then the pools (src/node/kube_aws_node/upgrade.py
+    /// `nodes_behind`, reconcile.py `held_by_versions`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kubernetes_version: String,
     /// How long the Ready-node gate waits for a worker (a Ready node that is

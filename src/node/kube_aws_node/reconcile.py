@@ -1139,10 +1139,9 @@ class Reconciler(object):
             self.log("plan %s: the releases that failed are tried again after %s"
                      % (self.plan_sha, lease.iso(record.doc["retryAfter"])))
             return 0
-        behind = self.control_plane_behind()
-        if behind:
-            self.log("plan %s is for Kubernetes %s: it waits until every controller runs it (behind: %s)"
-                     % (self.plan_sha, self.plan["kubernetesVersion"], ", ".join(behind)))
+        held = self.held_by_versions()
+        if held:
+            self.log(held)
             return 0
         self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log)
         try:
@@ -1163,17 +1162,31 @@ class Reconciler(object):
             self.lease.release()
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def control_plane_behind(self):
-        """The controllers still on an older minor than the plan's (upgrade.py):
-        an upgrade's addons wait for the control plane. Unknown counts as none."""
-        if not self.plan.get("kubernetesVersion"):
-            return []
+    def held_by_versions(self):
+        """Why the plan waits for the nodes' kubelets, or None: a controller
+        on an older minor than the plan's holds it always, a worker only while
+        the stack is being updated (the pools roll after the control plane,
+        and the minor-pinned addons after the pools: upgrade.py
+        `nodes_behind`). Outside an update, a worker left on the older minor
+        (its pool's roll failed, or a node kube-aws does not manage) holds
+        nothing: the skew policy allows kubelets older than the control plane,
+        and no plan would ever be installed otherwise. Unknown counts as none."""
+        version = self.plan.get("kubernetesVersion")
+        if not version:
+            return None
         code, text = self.run(["kubectl", "get", "nodes", "-o", "json"])
         try:
-            return upgrade.control_plane_behind(jsonio.parse(text, "kubectl get nodes"), self.plan["kubernetesVersion"]) \
-                if code == 0 else []
+            controllers, workers = upgrade.nodes_behind(jsonio.parse(text, "kubectl get nodes"), version) \
+                if code == 0 else ([], [])
         except jsonio.JsonError:
-            return []
+            return None
+        if controllers:
+            return "plan %s is for Kubernetes %s: it waits until every controller runs it (behind: %s)" \
+                % (self.plan_sha, version, ", ".join(controllers))
+        if workers and cfn.stack_in_progress(self.aws, self.stack):
+            return "plan %s is for Kubernetes %s: it waits until the update has rolled the pools (behind: %s)" \
+                % (self.plan_sha, version, ", ".join(workers))
+        return None
 
     def prune_bundles(self):
         d = os.path.join(self.work, "bundles")

@@ -80,7 +80,7 @@ replacement of a single controller, which restores etcd's snapshot and runs
 that record.
 
 Invariant: the decisions (`decide`, `config_version`, `needs_addon_upgrade`,
-`control_plane_behind`, `restore_refusal`) are pure; every command is an
+`nodes_behind`, `restore_refusal`) are pure; every command is an
 argument list; the minted kubeconfig holds a key and is written 0600 in the
 node's work directory and removed after use.
 """
@@ -165,31 +165,34 @@ def needs_addon_upgrade(kube_proxy_image, version):
     return parse(tag) != parse(version)
 
 
-def control_plane_behind(nodes, version):
-    """Names of the Ready control-plane Nodes (`kubectl get nodes -o json`)
-    whose kubelet runs an older minor than `version`: the reconciler installs a plan
-    for that minor only once there are none (the version skew policy: the
-    cloud controller manager and cluster-autoscaler must not be newer than
-    the API servers, and each controller's kubelet and API server move
-    together). A plan without a version gates nothing."""
+def nodes_behind(nodes, version):
+    """Names of the Ready Nodes (`kubectl get nodes -o json`) whose kubelet
+    runs an older minor than `version`, as (controllers, workers), each
+    sorted. The reconciler installs a plan for that minor only once no
+    controller is behind (the version skew policy: the cloud controller
+    manager and cluster-autoscaler must not be newer than the API servers,
+    and each controller's kubelet and API server move together), and, while
+    the stack is being updated, no worker either: a version change rolls
+    the control plane, then the pools, then the minor-pinned addons (issue
+    38), so the new minor's autoscaler and cloud controller manager never
+    run while the pools still roll. A plan without a version gates nothing.
+    A Node that is not Ready (a controller or worker that is gone, until the
+    cloud controller manager deletes it) does not count."""
     want = parse(version)
     if want is None:
-        return []
-    behind = []
+        return [], []
+    controllers, workers = [], []
     for n in (nodes or {}).get("items") or []:
         labels = (n.get("metadata") or {}).get("labels") or {}
-        if "node-role.kubernetes.io/control-plane" not in labels:
-            continue
-        # A controller that is gone leaves its Node NotReady until the cloud
-        # controller manager deletes it: only Ready ones count.
         ready = [c for c in (n.get("status") or {}).get("conditions") or []
                  if c.get("type") == "Ready" and c.get("status") == "True"]
         if not ready:
             continue
         have = parse(((n.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion"))
         if have is None or have[:2] < want[:2]:
-            behind.append((n.get("metadata") or {}).get("name", "?"))
-    return sorted(behind)
+            name = (n.get("metadata") or {}).get("name", "?")
+            (controllers if "node-role.kubernetes.io/control-plane" in labels else workers).append(name)
+    return sorted(controllers), sorted(workers)
 
 
 class Upgrader(object):

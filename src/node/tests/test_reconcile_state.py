@@ -237,6 +237,51 @@ class SignalFromRecord(Base):
         self.assertEqual(self.aws.calls, [])
 
 
+class HeldByVersions(Base):
+    """The minor upgrade's phases as the reconciler keeps them: controllers,
+    then pools, then the plan (upgrade.py `nodes_behind` decides who is
+    behind; this is when it holds the plan)."""
+
+    def nodes(self, *kubelets):
+        items = [{"metadata": {"name": name,
+                               "labels": {"node-role.kubernetes.io/control-plane": ""} if name.startswith("c") else {}},
+                  "status": {"nodeInfo": {"kubeletVersion": v}, "conditions": [{"type": "Ready", "status": "True"}]}}
+                 for name, v in kubelets]
+        self.r.run = lambda cmd, **kw: (0, json.dumps({"items": items})) if cmd[:3] == ["kubectl", "get", "nodes"] \
+            else (1, "unexpected")
+
+    def test_a_controller_behind_holds_the_plan_without_asking_the_stack(self):
+        self.r.plan = {"kubernetesVersion": "1.36.3"}
+        self.nodes(("c1", "v1.36.3"), ("c2", "v1.35.8"), ("w1", "v1.35.8"))
+        self.assertIn("waits until every controller runs it (behind: c2)", self.r.held_by_versions())
+        self.assertEqual(self.aws.calls, [])
+
+    def test_a_worker_behind_holds_the_plan_while_the_update_rolls_the_pools(self):
+        self.r.plan = {"kubernetesVersion": "1.36.3"}
+        self.nodes(("c1", "v1.36.3"), ("w1", "v1.35.8"), ("w2", "v1.36.3"))
+        self.aws.stack_status = "UPDATE_IN_PROGRESS"
+        self.assertIn("waits until the update has rolled the pools (behind: w1)", self.r.held_by_versions())
+        self.assertEqual([c[:2] for c in self.aws.calls], [["cloudformation", "describe-stacks"]])
+
+    def test_outside_an_update_a_worker_behind_holds_nothing(self):
+        # A pool whose roll failed (UPDATE_FAILED, rollback disabled), or a node
+        # kube-aws does not manage: the skew policy allows older kubelets.
+        self.r.plan = {"kubernetesVersion": "1.36.3"}
+        self.nodes(("c1", "v1.36.3"), ("w1", "v1.35.8"))
+        for status in ("UPDATE_FAILED", "UPDATE_COMPLETE"):
+            self.aws.stack_status = status
+            self.assertIsNone(self.r.held_by_versions())
+
+    def test_nodes_at_the_minor_or_no_version_hold_nothing(self):
+        self.r.plan = {"kubernetesVersion": "1.36.3"}
+        self.nodes(("c1", "v1.36.1"), ("w1", "v1.36.3"))
+        self.aws.stack_status = "UPDATE_IN_PROGRESS"
+        self.assertIsNone(self.r.held_by_versions())
+        self.r.plan = {}
+        self.assertIsNone(self.r.held_by_versions())
+        self.assertEqual(self.aws.calls, [])
+
+
 class DecryptBeforeEachRun(Base):
     def test_only_the_plugin_secrets_are_decrypted_into_the_store(self):
         bundle = {"encryptionContext": {"kube-aws:cluster": "c"},

@@ -8,7 +8,7 @@ import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import upgrade
-from kube_aws_node.upgrade import (UpgradeError, config_version, control_plane_behind, decide,
+from kube_aws_node.upgrade import (UpgradeError, config_version, decide, nodes_behind,
                                    needs_addon_upgrade, restore_refusal)
 
 CLUSTER_CONFIGURATION = ("apiServer: {}\napiVersion: kubeadm.k8s.io/v1beta4\ncontrolPlaneEndpoint: api:6443\n"
@@ -39,18 +39,23 @@ class Decisions(unittest.TestCase):
         self.assertFalse(needs_addon_upgrade("registry.k8s.io/kube-proxy:v1.36.3", "1.36.3"))
         self.assertFalse(needs_addon_upgrade("localhost:5000/kube-proxy:v1.36.3", "v1.36.3"))
 
-    def test_addons_wait_for_every_ready_controller_at_the_minor(self):
+    def test_addons_wait_for_every_ready_node_at_the_minor_controllers_and_workers_apart(self):
         def node(name, version, cp=True, ready="True"):
             return {"metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": ""} if cp else {}},
                     "status": {"nodeInfo": {"kubeletVersion": version},
                                "conditions": [{"type": "Ready", "status": ready}]}}
-        nodes = {"items": [node("c1", "v1.36.3"), node("c2", "v1.35.4"), node("w1", "v1.35.4", cp=False),
-                           node("gone", "v1.35.4", ready="Unknown")]}
-        self.assertEqual(control_plane_behind(nodes, "1.36.3"), ["c2"])
-        self.assertEqual(control_plane_behind(nodes, "1.35.4"), [])
+        nodes = {"items": [node("c1", "v1.36.3"), node("c2", "v1.35.4"), node("w2", "v1.35.4", cp=False),
+                           node("w1", "v1.35.8", cp=False), node("w3", "v1.36.1", cp=False),
+                           node("gone", "v1.35.4", ready="Unknown"),
+                           node("gone-worker", "v1.35.4", cp=False, ready="False")]}
+        self.assertEqual(nodes_behind(nodes, "1.36.3"), (["c2"], ["w1", "w2"]))
+        self.assertEqual(nodes_behind(nodes, "1.35.4"), ([], []))
         # A patch upgrade does not hold the addons back; no version gates nothing.
-        self.assertEqual(control_plane_behind({"items": [node("c1", "v1.36.1")]}, "1.36.3"), [])
-        self.assertEqual(control_plane_behind(nodes, ""), [])
+        self.assertEqual(nodes_behind({"items": [node("c1", "v1.36.1"), node("w", "v1.36.1", cp=False)]}, "1.36.3"),
+                         ([], []))
+        self.assertEqual(nodes_behind(nodes, ""), ([], []))
+        # A kubelet whose version cannot be read counts as behind.
+        self.assertEqual(nodes_behind({"items": [node("w", "weird", cp=False)]}, "1.36.3"), ([], ["w"]))
 
     def test_a_restore_never_runs_older_than_the_record(self):
         self.assertIn("reached Kubernetes 1.36.3 and this node is 1.35.4", restore_refusal("1.36.3", "1.35.4"))

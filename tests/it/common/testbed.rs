@@ -162,7 +162,7 @@ pub struct SimNode {
     pub taints: Vec<(String, String, String)>,
     /// `1.35.8`: the cluster's pinned Kubernetes version, which a real
     /// node's kubelet reports (status.nodeInfo.kubeletVersion); the
-    /// reconciler's upgrade gate reads it from the controllers' Nodes.
+    /// reconciler's upgrade gate reads it from the Nodes.
     pub kubelet_version: String,
 }
 
