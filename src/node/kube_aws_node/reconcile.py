@@ -977,7 +977,26 @@ class Reconciler(object):
         except Exception as e:  # noqa: BLE001 - one release's bug must not stop the others
             return "failed", "the installer failed on %s: %s: %s\n" % (r["name"], e.__class__.__name__, e)
 
+    def release_missing(self, name, ns):
+        """True only when helm says it has no such release (Helm 3's
+        `release: not found`, driver.ErrReleaseNotFound in
+        pkg/storage/driver/driver.go, v3.16.3; Helm 2's `release: "NAME" not
+        found`); a failure of any other kind (the API server unreachable:
+        history asks IsReachable first) is not taken for it."""
+        code, out = self.run([self.helm, "history", name, "--max", "1"] + self.helm_scope(ns))
+        return code != 0 and ("release: not found" in out or 'release: "%s" not found' % name in out)
+
     def uninstall(self, name, ns):
+        """Uninstalls a release; True once it is gone. One helm does not know
+        is gone already: a restore brought back a snapshot taken before it
+        was installed, or a run uninstalled it and stopped before the record
+        said so. helm's uninstall of it fails (`--ignore-not-found` is Helm
+        3.13's, and `helm.binary` may name an older helm), and a dropped
+        release that fails to go stays in the record and is tried again on
+        every run, so the plan is never done."""
+        if self.release_missing(name, ns):
+            self.log("not installed (helm knows no such release): nothing to uninstall", name)
+            return True
         if self.helm_major == 2:
             args = [self.helm, "delete", "--purge", name, "--tiller-namespace", self.tiller_ns]
         else:

@@ -186,6 +186,39 @@ class AfterRestore(unittest.TestCase):
         self.assertEqual(doc["releases"][0]["waitCondition"], "wc-dex-2", "the input is not changed")
 
 
+class Uninstall(unittest.TestCase):
+    """Reconciler.uninstall: a release helm does not know is gone already."""
+
+    class Helm(Reconciler):
+        def __init__(self, history, major=3):
+            self.stream = io.StringIO()
+            self.log = Console("kube-aws-addons", stream=self.stream)
+            self.helm, self.helm_major, self.tiller_ns, self.scratch = "helm", major, "kube-system", "/nonexistent"
+            self.history, self.calls = history, []
+
+        def run(self, args, out=None):
+            self.calls.append(" ".join(args))
+            return self.history
+
+        def retried(self, args, out=None):
+            self.calls.append(" ".join(args))
+
+    def test_a_release_helm_does_not_know_is_not_asked_to_go(self):
+        for major, said in [(3, "Error: release: not found\n"), (2, 'Error: release: "gone" not found\n')]:
+            r = self.Helm((1, said), major)
+            self.assertTrue(r.uninstall("gone", "kube-system"))
+            self.assertEqual(len(r.calls), 1, r.calls)
+            self.assertIn("history gone", r.calls[0])
+            self.assertIn("nothing to uninstall", r.stream.getvalue())
+
+    def test_a_present_release_or_an_unreachable_cluster_is_uninstalled_as_before(self):
+        for history in [(0, '[{"revision": 1, "status": "deployed"}]'),
+                        (1, "Error: Kubernetes cluster unreachable: connection refused\n")]:
+            r = self.Helm(history)
+            self.assertTrue(r.uninstall("dex", "dex"))
+            self.assertEqual(r.calls[-1], "helm uninstall dex --namespace dex --wait")
+
+
 class Gate(Reconciler):
     """service_route_gate alone: kubectl's answers and the connections given."""
 
