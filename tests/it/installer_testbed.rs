@@ -32,7 +32,7 @@
 
 use crate::common;
 
-use common::installer_bed::{secret_value, Bed, BUILT_INS};
+use common::installer_bed::{secret_value, Bed, BUCKET, BUILT_INS, PREFIX};
 use common::testbed;
 use serde_json::Value;
 
@@ -281,8 +281,12 @@ plugins:
 
 /// A new plan on a running cluster: the release whose values changed is
 /// upgraded and signalled, the unchanged one is left alone (no chart fetched,
-/// no signal), the dropped one is uninstalled from the API server, and a
-/// repeat of the plan does nothing.
+/// no signal), the dropped one is uninstalled from the API server, a
+/// dropped one the record names but helm does not know (a restore's snapshot
+/// from before its install) is taken for gone on the real helm's "release:
+/// not found" (without that, stop 51 saw the run exit 1 with "could not be
+/// uninstalled: … release: not found"), and a repeat of the plan does
+/// nothing.
 #[test]
 fn a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_does_nothing() {
     let Some(cp) =
@@ -326,6 +330,24 @@ fn a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
     };
     assert!(!deployed("drop-dns").trim().is_empty());
 
+    // A release the record names but helm does not know, as a restore
+    // leaves one that the snapshot never had (issue 38): dropped from the
+    // plan, it counts as uninstalled, not as a failure on every run.
+    let mut record = bed.object("status/addons/installed.json");
+    record["releases"]
+        .as_array_mut()
+        .expect("the installed record's releases")
+        .push(serde_json::json!({"name": "ghost-dns", "namespace": ns, "waitCondition": "", "secrets": ""}));
+    let with_ghost = bed.path("installed-with-ghost.json");
+    std::fs::write(&with_ghost, record.to_string()).unwrap();
+    bed.env.aws(&[
+        "s3",
+        "cp",
+        "--only-show-errors",
+        &with_ghost.display().to_string(),
+        &format!("s3://{}/{}/status/addons/installed.json", BUCKET, PREFIX),
+    ]);
+
     // keep-dns's pods get another label; drop-dns leaves the plan.
     bed.publish(&format!(
         "charts:\n{}{plugins_off}",
@@ -354,6 +376,19 @@ fn a_new_plan_upgrades_what_changed_uninstalls_what_was_dropped_and_a_repeat_doe
     );
     let gone = cp.kubectl(&["get", "deployments", "-n", &ns, "-o", "name"]).unwrap();
     assert!(!gone.contains("drop-dns"), "{gone}");
+    // The real helm's answer for the ghost ("release: not found") took it
+    // for gone: the record no longer names it, and the run ended 0 above.
+    assert!(
+        two.stderr.contains("ghost-dns") && two.stderr.contains("nothing to uninstall"),
+        "{two}"
+    );
+    let names: Vec<String> = bed.object("status/addons/installed.json")["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(names, vec!["keep-dns".to_string()], "the installed record");
 
     // The same plan again: nothing fetched, installed or signalled.
     let three = bed.reconcile();
