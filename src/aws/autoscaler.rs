@@ -35,14 +35,14 @@ pub const AUTOSCALER_RELEASE: &str = "cluster-autoscaler";
 
 /// `app.kubernetes.io/instance: <release>` (Helm docs, "Labels and
 /// Annotations"; the reconciler finds a release's Deployments by the same
-/// label, src/node/kube_aws_node/reconcile.py `RELEASE_LABEL`).
+/// label, src/node/kube_aws_node/helm_release.py `RELEASE_LABEL`).
 pub const RELEASE_LABEL: &str = "app.kubernetes.io/instance";
 
 /// The pause recorded on the Deployment itself, with the replicas it had: it
 /// outlives the `update` that wrote it (a killed process, a lost
 /// connection), the reconciler installs a release with a paused Deployment at
 /// 0 replicas (Helm 3's three-way merge would otherwise put the chart's count
-/// back mid-roll, src/node/kube_aws_node/reconcile.py `paused_overrides`),
+/// back mid-roll, src/node/kube_aws_node/helm_release.py `paused_overrides`),
 /// and a resume gives back this count and removes it.
 pub const PAUSED_REPLICAS_ANNOTATION: &str = "kube-aws.io/paused-replicas";
 

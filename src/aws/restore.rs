@@ -217,7 +217,7 @@ pub struct Started {
 }
 
 /// The request object the replacement controllers read
-/// (src/node/kube_aws_node/etcd.py `read_restore_request`).
+/// (src/node/kube_aws_node/etcd_restore.py `read_restore_request`).
 pub fn request_body(id: &str, key: &str, controllers: &[String], now: i64) -> serde_json::Value {
     serde_json::json!({"id": id, "key": key, "controllers": controllers, "requestedAt": now})
 }

@@ -114,7 +114,7 @@ pub struct NodeReport {
 impl NodeReport {
     /// Whether the node is holding on purpose rather than failed: a step named
     /// `…-hold` (a controller whose leaving would cost etcd its quorum:
-    /// etcd.py remove_when_safe).
+    /// etcd_lifecycle.py remove_when_safe).
     pub fn holds(&self) -> bool {
         self.step.ends_with("-hold")
     }

@@ -13,6 +13,8 @@ pub const LAUNCHER: &str = "/opt/kube-aws/bin/kube-aws-node";
 /// Every module of the package, as shipped: adding a module is one line here.
 pub const MODULES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../node/kube_aws_node/__init__.py")),
+    ("addon_gates.py", include_str!("../node/kube_aws_node/addon_gates.py")),
+    ("addon_record.py", include_str!("../node/kube_aws_node/addon_record.py")),
     ("apihost.py", include_str!("../node/kube_aws_node/apihost.py")),
     ("awscall.py", include_str!("../node/kube_aws_node/awscall.py")),
     ("bootstrap.py", include_str!("../node/kube_aws_node/bootstrap.py")),
@@ -25,8 +27,16 @@ pub const MODULES: &[(&str, &str)] = &[
     ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
     ("encryption.py", include_str!("../node/kube_aws_node/encryption.py")),
     ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
+    ("etcd_backup.py", include_str!("../node/kube_aws_node/etcd_backup.py")),
+    (
+        "etcd_lifecycle.py",
+        include_str!("../node/kube_aws_node/etcd_lifecycle.py"),
+    ),
+    ("etcd_restore.py", include_str!("../node/kube_aws_node/etcd_restore.py")),
     ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
     ("health.py", include_str!("../node/kube_aws_node/health.py")),
+    ("helm_release.py", include_str!("../node/kube_aws_node/helm_release.py")),
+    ("host_checks.py", include_str!("../node/kube_aws_node/host_checks.py")),
     ("join_token.py", include_str!("../node/kube_aws_node/join_token.py")),
     ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
     ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
@@ -36,6 +46,10 @@ pub const MODULES: &[(&str, &str)] = &[
     ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
     ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),
     ("reconfigure.py", include_str!("../node/kube_aws_node/reconfigure.py")),
+    (
+        "restore_takeover.py",
+        include_str!("../node/kube_aws_node/restore_takeover.py"),
+    ),
     ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
     ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
     ("sdkcall.py", include_str!("../node/kube_aws_node/sdkcall.py")),

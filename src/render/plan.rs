@@ -162,7 +162,7 @@ pub struct PlanRelease {
     /// when one of them carries the pause `update --wait` records
     /// (src/aws/autoscaler.rs `PAUSED_REPLICAS_ANNOTATION`), the reconciler
     /// upgrades the release with this value at 0, so a chart upgrade during
-    /// the roll keeps it paused (reconcile.py `paused_overrides`). Left out
+    /// the roll keeps it paused (helm_release.py `paused_overrides`). Left out
     /// when empty, so the other releases' entries, and their wait
     /// conditions, are as before the field existed.
     #[serde(skip_serializing_if = "String::is_empty")]

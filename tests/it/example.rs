@@ -58,7 +58,7 @@ fn example_validates_renders_and_passes_every_validator() {
     }
     let rendered = tmp.path().join("example/rendered");
     // The autoscaler's release names the chart value that keeps it paused
-    // through a chart upgrade (issue 38, reconcile.py paused_overrides); no
+    // through a chart upgrade (issue 38, helm_release.py paused_overrides); no
     // other release carries the field.
     let plan: serde_json::Value =
         serde_json::from_slice(&std::fs::read(rendered.join("addons/plan.json")).unwrap()).unwrap();

@@ -3,7 +3,7 @@
 //! cluster-autoscaler chart of `$KUBE_AWS_SHARED_DATA/charts`, and the real
 //! kube-apiserver: the release is installed; `update`'s pause
 //! (src/aws/autoscaler.rs) scales its Deployment to 0 and records the count;
-//! the reconciler's decision (reconcile.py `paused_overrides`, run by
+//! the reconciler's decision (helm_release.py `paused_overrides`, run by
 //! python3 on the answer of the reconciler's own kubectl list, with the
 //! built-in plugin's `replicasValue`) gives `--set replicaCount=0`, and
 //! `helm upgrade` with it keeps the Deployment at 0 with its record, where
@@ -60,16 +60,16 @@ fn plugin_replicas_value() -> String {
         .to_string()
 }
 
-/// A pure function of reconcile.py, called by python3 with `args` (JSON texts) as `a`.
-fn reconcile_py(call: &str, args: &[&str]) -> serde_json::Value {
+/// A pure function of helm_release.py (the reconciler's helm side), called by python3 with `args` (JSON texts) as `a`.
+fn helm_release_py(call: &str, args: &[&str]) -> serde_json::Value {
     let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node");
     let mut c = Command::new("python3");
     c.current_dir(node)
         .args([
             "-c",
             &format!(
-                "import json, sys\nfrom kube_aws_node import reconcile\n\
-                 a = [json.loads(x) for x in sys.argv[1:]]\nprint(json.dumps(reconcile.{call}))"
+                "import json, sys\nfrom kube_aws_node import helm_release\n\
+                 a = [json.loads(x) for x in sys.argv[1:]]\nprint(json.dumps(helm_release.{call}))"
             ),
         ])
         .args(args);
@@ -95,7 +95,7 @@ fn overrides(cp: &testbed::ControlPlane, ns: &str, release: &str) -> Vec<String>
             "json",
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-    serde_json::from_value(reconcile_py(
+    serde_json::from_value(helm_release_py(
         "paused_overrides(a[0], a[1])",
         &[&plan_entry(ns, release), &list],
     ))
@@ -195,7 +195,7 @@ fn a_paused_autoscaler_stays_at_zero_through_a_chart_upgrade_with_the_real_helm(
     );
     assert_eq!(spec_replicas(&cp, &ns, &deploy), "2", "the rollback put the count back");
     let repause: Vec<String> =
-        serde_json::from_value(reconcile_py("repause_command(a[0])", &[&plan_entry(&ns, &release)])).unwrap();
+        serde_json::from_value(helm_release_py("repause_command(a[0])", &[&plan_entry(&ns, &release)])).unwrap();
     assert_eq!(repause[0], "kubectl");
     cp.kubectl(&repause[1..].iter().map(String::as_str).collect::<Vec<_>>())
         .unwrap_or_else(|e| panic!("{e}"));

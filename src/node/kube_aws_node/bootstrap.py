@@ -13,7 +13,7 @@ containerd (kubeadm's pause image as the sandbox image), plugin units; then the 
 publishes the first minted join token (join_token.py); other controllers join the control
 plane one at a time (the S3 join lock, released after the join, broken when
 stale; under it, stale etcd members are pruned first), except that the replacement of a single controller restores etcd's
-newest snapshot and inits on it (etcd.restore_if_needed); workers join.
+newest snapshot and inits on it (etcd_restore.restore_if_needed); workers join.
 Every join uses the controllers' current join token (join_token.current). Controllers then start the CSR approver's and the addon
 reconciler's timers (the reconciler installs the CNI, without which no node
 is Ready). Each node signals its auto scaling group's CreationPolicy only
@@ -29,7 +29,6 @@ s3://<bucket>/<prefix>/status/nodes/<instance-id>.json, which
 reaches the boot log.
 """
 import contextlib
-import ipaddress
 import io
 import os
 import re
@@ -37,26 +36,16 @@ import signal
 import subprocess
 import time
 
-from . import (apihost, cfn, etcd, fsutil, health, join_token, jsonio, kubeadmcfg, locks, paths, reconfigure, secrets,
-               upgrade)
+from . import (apihost, cfn, etcd, etcd_lifecycle, etcd_restore, fsutil, health, join_token, jsonio, kubeadmcfg, locks,
+               paths, reconfigure, restore_takeover, secrets, upgrade)
 from .awscall import Aws, AwsError
+from .host_checks import baked_packages, containerd_config, has_cap, node_ip
 from .retry import poll
 from .console import Console
 
 IMDS = "http://169.254.169.254/latest"
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
-
-
-# The commands of the Kubernetes packages (node.json kubernetesPackages,
-# `NAME-VERSION` specs) and how each prints its version.
-PACKAGE_COMMANDS = {
-    "kubelet": ["kubelet", "--version"],  # Kubernetes v1.35.4
-    "kubeadm": ["kubeadm", "version", "-o", "short"],  # v1.35.4
-    "kubectl": ["kubectl", "version", "--client"],  # Client Version: v1.35.4
-    "cri-tools": ["crictl", "--version"],  # crictl version v1.34.0
-}
-VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)\b")
 
 
 def how_it_ended(code):
@@ -71,48 +60,6 @@ def how_it_ended(code):
         return "killed by signal %d" % -code
 
 
-def version_matches(spec_version, found, name):
-    """Whether `found` ("1.35.4") is what the spec's version ("1.35.4", or
-    "1.35.*" for cri-tools) pins. cri-tools is released per minor and pinned to
-    the minor; Kubernetes itself pairs a release with the previous minor's
-    crictl (build/dependencies.yaml of v1.35 names crictl 1.34.0), so that one
-    counts too."""
-    want = spec_version.split(".")
-    have = found.split(".")
-    if want[-1] == "*":
-        if name == "cri-tools" and have[0] == want[0] and want[1].isdigit():
-            return have[1] in (want[1], str(int(want[1]) - 1))
-        return have[:len(want) - 1] == want[:-1]
-    return have == want
-
-
-def baked_packages(specs, run):
-    """(True, notes) when every package of `specs` is installed at its pinned
-    version (a baked image: the package manager is not needed), else (False,
-    notes); `run(args)` returns a command's stdout or None when it cannot run.
-    The notes say what was found, for the boot log."""
-    notes = []
-    baked = True
-    for spec in specs:
-        name, _, want = spec.rpartition("-")
-        command = PACKAGE_COMMANDS.get(name)
-        if not name or command is None:
-            return False, ["no way to tell the installed version of %s" % spec]
-        out = run(command)
-        m = VERSION.search(out or "")
-        if not m:
-            notes.append("%s: not installed" % command[0])
-            baked = False
-            continue
-        found = ".".join(m.groups())
-        if version_matches(want, found, name):
-            notes.append("%s %s is installed (%s)" % (command[0], found, spec))
-        else:
-            notes.append("%s %s is installed, not %s" % (command[0], found, spec))
-            baked = False
-    return baked, notes
-
-
 # Kernel modules the node needs, and what shows the running kernel has each
 # (loaded, or built in) when modprobe cannot load it: a container node has no
 # /lib/modules of the host's kernel.
@@ -122,46 +69,8 @@ KERNEL_FEATURES = {
 }
 
 
-def has_cap(name_bit, status_path="/proc/self/status"):
-    """Whether this process has capability number `name_bit` (CapEff)."""
-    try:
-        with open(status_path) as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> name_bit & 1)
-    except (OSError, ValueError):
-        pass
-    return True
-
-
 CAP_SYS_RESOURCE = 24
 
-
-def containerd_config(default, pause_image, can_lower_oom):
-    """containerd's config from `containerd config default`: runc under the
-    systemd cgroup driver (kubeadm's default for the kubelet), the pause image
-    kubeadm uses as the sandbox image (containerd's default is an older one,
-    which kubeadm warns about and a node without a registry cannot pull), and,
-    where this node may not lower OOM scores (no CAP_SYS_RESOURCE: an
-    unprivileged or sandboxed host), pods' scores no lower than containerd's
-    own, or every pod sandbox fails to start."""
-    text = default.replace("SystemdCgroup = false", "SystemdCgroup = true")
-    if pause_image:
-        text = re.sub(r'(?m)^(\s*sandbox(?:_image)? = )["\'][^"\'\n]*["\']', lambda m: m.group(1) + '"%s"' % pause_image,
-                      text)
-    if not can_lower_oom:
-        text = text.replace("restrict_oom_score_adj = false", "restrict_oom_score_adj = true")
-    return text
-
-
-
-def node_ip(address):
-    """IMDS local-ipv4 when it is an IPv4 address, else "" (no --node-ip: the
-    kubelet waits for the cloud controller manager, as before)."""
-    try:
-        return str(ipaddress.IPv4Address(address.strip()))
-    except (ipaddress.AddressValueError, AttributeError):
-        return ""
 
 class StepFailed(Exception):
     def __init__(self, code, command, message=""):
@@ -495,7 +404,7 @@ class Boot(object):
         out, code, error = io.StringIO(), 0, None
         try:
             with contextlib.redirect_stdout(out):
-                code = etcd.lifecycle_main(["prune"], self.aws)
+                code = etcd_lifecycle.lifecycle_main(["prune"], self.aws)
         except Exception as e:  # noqa: BLE001 - see the docstring
             error = e
         for line in out.getvalue().splitlines():
@@ -507,13 +416,13 @@ class Boot(object):
 
     def withdraw_member(self):
         """The join failed: before the join lock is released, the etcd member
-        it may have added is taken back (etcd.py `withdraw`), so that the
+        it may have added is taken back (etcd_lifecycle.py `withdraw`), so that the
         next joiner and the quorum see the membership as it was before. Its
         own failure is said and does not hide the join's."""
         out, code, error = io.StringIO(), 0, None
         try:
             with contextlib.redirect_stdout(out):
-                code = etcd.lifecycle_main(["withdraw"], self.aws)
+                code = etcd_lifecycle.lifecycle_main(["withdraw"], self.aws)
         except Exception as e:  # noqa: BLE001 - the join's failure is the one reported
             error = e
         for line in out.getvalue().splitlines():
@@ -565,12 +474,12 @@ class Boot(object):
         """A controller of a cluster that already existed: join it, or, when
         its only controller was replaced (one controller, no API answers),
         restore etcd's newest snapshot and `kubeadm init` on it
-        (etcd.restore_if_needed decides; docs/deploy.md "Updating safely").
+        (etcd_restore.restore_if_needed decides; docs/deploy.md "Updating safely").
         When the decision cannot be made (no settings parameter, EC2 or S3
         unreachable), it joins, as a controller always did."""
         self.step("etcd-restore-check")
         try:
-            plan = etcd.restore_if_needed(self.aws, say=self.say)
+            plan = etcd_restore.restore_if_needed(self.aws, say=self.say)
         except Exception as e:  # noqa: BLE001 - any failure falls back to the join
             self.say("cannot decide on an etcd restore (%s): joining" % self.blank(str(e)))
             plan = {"action": "join"}
@@ -586,9 +495,9 @@ class Boot(object):
             # holds the restored snapshot on purpose.
             self.init(["--ignore-preflight-errors=DirAvailable--var-lib-etcd"])
             # The snapshot's old controllers out of the API before the
-            # others join (etcd.finish_restore says why).
+            # others join (etcd_restore.finish_restore says why).
             try:
-                etcd.finish_restore(etcd.Node(self.aws, etcd.imds_get), plan, self.node_name, say=self.say)
+                etcd_restore.finish_restore(etcd.Node(self.aws, etcd.imds_get), plan, self.node_name, say=self.say)
             except Exception as e:  # noqa: BLE001 - the joiners then wait out their limit and join
                 self.say("cannot finish the restore's cleanup: %s" % self.blank(str(e)))
             # A snapshot of an older control plane: upgraded as an HA
@@ -603,7 +512,7 @@ class Boot(object):
 
     def after_init(self, recorded, restored):
         try:
-            upgrade.after_init(self, self.node["kubernetesVersion"], recorded, restored)
+            restore_takeover.after_init(self, self.node["kubernetesVersion"], recorded, restored)
         except upgrade.UpgradeError as e:
             raise StepFailed(1, "kubernetes upgrade", str(e))
 

@@ -8,7 +8,7 @@ replacement after a scale-in, a health replacement, a Spot interruption)
 that signal goes nowhere, and without this the broken controller would stay
 in service. Marked Unhealthy, the group replaces it (EC2 Auto Scaling
 SetInstanceHealth; the termination lifecycle hook removes its etcd member,
-etcd.py `leave`). The grace period is not respected: the failure is known.
+etcd_lifecycle.py `leave`). The grace period is not respected: the failure is known.
 """
 from .awscall import AwsError
 

@@ -8,7 +8,7 @@ a member database. The result goes to status/etcd/test-restore.json, which
 `kube-aws backups` shows. Python 3.9, standard library only.
 
 etcdutl runs from the etcd image kubeadm runs (`ctr run`, /var/lib mounted),
-as the real restore does (etcd.restore_commands): etcdutl is the snapshot
+as the real restore does (etcd_restore.restore_commands): etcdutl is the snapshot
 tool from etcd 3.5 (`etcdctl snapshot status|restore` are deprecated there:
 etcd docs, op-guide/recovery.md). The decisions (`summary`, `report`) are
 pure, tested in src/node/tests/test_testrestore.py with the etcdutl argv;
@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 
-from . import etcd
+from . import etcd, etcd_backup, etcd_restore
 
 STATUS = "status/etcd/test-restore.json"
 SCRATCH_FILE = "/var/lib/kube-aws/etcd-test-restore.db"
@@ -66,7 +66,7 @@ def test_restore(node, run, clock, image=None):
     s = node.settings()
     bucket, prefix = s["bucket"], s["backupPrefix"]
     listing = node.aws(["s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix]) or {}
-    hourly = etcd.snapshots(listing, prefix, (etcd.HOURLY, ""))
+    hourly = etcd_backup.snapshots(listing, prefix, (etcd.HOURLY, ""))
     now = clock.now()
     if not hourly:
         return report(None, "failed", now, "no snapshot under s3://%s/%s to test" % (bucket, prefix))
@@ -76,7 +76,7 @@ def test_restore(node, run, clock, image=None):
     local, data_dir = etcd.host(SCRATCH_FILE), etcd.host(SCRATCH_DIR)
     if image is None:
         version = etcd.read_json(etcd.host(etcd.NODE_JSON), {}).get("kubernetesVersion", "")
-        image = etcd.etcd_image(run(["kubeadm", "config", "images", "list", "--kubernetes-version", version]))
+        image = etcd_restore.etcd_image(run(["kubeadm", "config", "images", "list", "--kubernetes-version", version]))
         if not image:
             return report(snap, "failed", now, "kubeadm lists no etcd image for %s" % version)
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -100,7 +100,7 @@ def test_restore_main(argv, aws, imds=etcd.imds_get, run=etcd.run_command, clock
     """`etcd-test-restore`: on the leader's node only. Exit 1 when it failed."""
     clock = clock or etcd.Clock()
     node = etcd.Node(aws, imds)
-    status = json.loads(etcd.etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
+    status = json.loads(etcd_backup.etcdctl_in_container(run, ["endpoint", "status", "-w", "json"]))
     if not etcd.is_leader(status):
         return 0
     out = test_restore(node, run, clock)

@@ -3,7 +3,7 @@ import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import cli
-from kube_aws_node import bootstrap, etcd
+from kube_aws_node import bootstrap, etcd_restore
 from kube_aws_node.bootstrap import MAC, NODE_NAME, StepFailed, node_ready
 
 
@@ -77,20 +77,20 @@ class JoinOrRestore(unittest.TestCase):
         node = {"kubernetesVersion": "1.35.4"}
 
     def run_with(self, answer, recorded=None):
-        saved = etcd.restore_if_needed
+        saved = etcd_restore.restore_if_needed
 
         def fake(aws, say=None):
             if isinstance(answer, Exception):
                 raise answer
             return answer
-        etcd.restore_if_needed = fake
+        etcd_restore.restore_if_needed = fake
         try:
             b = self.Boot()
             b.recorded = recorded
             bootstrap.Boot.join_or_restore(b)
             return b.calls
         finally:
-            etcd.restore_if_needed = saved
+            etcd_restore.restore_if_needed = saved
 
     def test_a_restore_inits_on_the_restored_data(self):
         calls = self.run_with({"action": "restored", "key": "etcd/x.db"})
@@ -128,7 +128,7 @@ if __name__ == "__main__":
 
 class FailedJoin(unittest.TestCase):
     """A controller whose `kubeadm join --control-plane` fails takes back its
-    etcd member (etcd.py withdraw) before it releases the join lock, and the
+    etcd member (etcd_lifecycle.py withdraw) before it releases the join lock, and the
     join's failure is the one raised."""
 
     class Boot(object):

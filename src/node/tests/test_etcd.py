@@ -14,7 +14,7 @@ from contextlib import redirect_stdout, redirect_stderr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kube_aws_node import etcd  # noqa: E402
+from kube_aws_node import etcd, etcd_backup, etcd_lifecycle, etcd_restore  # noqa: E402
 
 
 def member(mid, ip, name=None, started=True):
@@ -193,9 +193,9 @@ class StaleMembers(unittest.TestCase):
         fake = FakeEtcd(self.MEMBERS)
         aws = FakeAws({("ec2", "describe-instances"): controllers("10.0.1.5", "10.0.2.6")})
         n = node(aws)
-        cands, removed = etcd.prune_once(n, fake, [])
+        cands, removed = etcd_lifecycle.prune_once(n, fake, [])
         self.assertEqual((len(cands), removed), (1, []))
-        cands, removed = etcd.prune_once(n, fake, cands)
+        cands, removed = etcd_lifecycle.prune_once(n, fake, cands)
         self.assertEqual([m["ID"] for m in removed], ["3"])
         self.assertEqual(fake.calls[-1], ("remove", ["https://10.0.1.5:2379"], "3"))
         self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [1, 2])
@@ -208,7 +208,7 @@ class StaleMembers(unittest.TestCase):
 class MemberRemoval(unittest.TestCase):
     def test_the_own_member_is_removed_through_a_peer(self):
         fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")])
-        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["https://10.0.1.5:2379"], FakeClock(), 0)
+        ok, msg = etcd_lifecycle.remove_member_through_peer(fake, "10.0.1.5", ["https://10.0.1.5:2379"], FakeClock(), 0)
         self.assertTrue(ok, msg)
         remove = [c for c in fake.calls if c[0] == "remove"]
         self.assertEqual(len(remove), 1)
@@ -218,18 +218,18 @@ class MemberRemoval(unittest.TestCase):
 
     def test_a_dead_local_member_is_found_through_the_other_controllers(self):
         fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], down={"https://10.0.1.5:2379"})
-        ok, msg = etcd.remove_member_through_peer(
+        ok, msg = etcd_lifecycle.remove_member_through_peer(
             fake, "10.0.1.5", ["https://10.0.1.5:2379", "https://10.0.2.6:2379"], FakeClock(), 0)
         self.assertTrue(ok, msg)
         self.assertEqual([etcd.as_id(m["ID"]) for m in fake.members], [12])
 
     def test_nothing_to_remove_and_the_last_member_stays(self):
         fake = FakeEtcd([member(12, "10.0.2.6")])
-        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
+        ok, msg = etcd_lifecycle.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
         self.assertTrue(ok)
         self.assertIn("nothing to remove", msg)
         fake = FakeEtcd([member(11, "10.0.1.5")])
-        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
+        ok, msg = etcd_lifecycle.remove_member_through_peer(fake, "10.0.1.5", ["x"], FakeClock(), 0)
         self.assertTrue(ok)
         self.assertIn("last etcd member stays", msg)
         self.assertFalse([c for c in fake.calls if c[0] == "remove"])
@@ -237,7 +237,7 @@ class MemberRemoval(unittest.TestCase):
     def test_a_removal_failing_until_the_deadline_gives_up_with_the_reason(self):
         fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6")], remove_fails=1000)
         clock = FakeClock()
-        ok, msg = etcd.remove_member_through_peer(fake, "10.0.1.5", ["e"], clock, clock.now() + 60)
+        ok, msg = etcd_lifecycle.remove_member_through_peer(fake, "10.0.1.5", ["e"], clock, clock.now() + 60)
         self.assertFalse(ok)
         self.assertIn("request timed out", msg)
         self.assertGreaterEqual(clock.t, START + 60)
@@ -248,25 +248,25 @@ class LeaveVerdict(unittest.TestCase):
     M = [member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")]
 
     def test_removes_while_the_others_keep_a_quorum(self):
-        self.assertEqual(etcd.leave_verdict(self.M, "10.0.1.5", {12, 13})[0], "remove")
+        self.assertEqual(etcd_lifecycle.leave_verdict(self.M, "10.0.1.5", {12, 13})[0], "remove")
         five = self.M + [member(14, "10.0.1.8"), member(15, "10.0.2.9")]
         # Four left need three.
-        self.assertEqual(etcd.leave_verdict(five, "10.0.1.5", {12, 13, 14})[0], "remove")
-        self.assertEqual(etcd.leave_verdict(five, "10.0.1.5", {12, 13})[0], "hold")
+        self.assertEqual(etcd_lifecycle.leave_verdict(five, "10.0.1.5", {12, 13, 14})[0], "remove")
+        self.assertEqual(etcd_lifecycle.leave_verdict(five, "10.0.1.5", {12, 13})[0], "hold")
 
     def test_holds_when_one_of_the_two_others_is_down(self):
-        verdict, why = etcd.leave_verdict(self.M, "10.0.1.5", {12})
+        verdict, why = etcd_lifecycle.leave_verdict(self.M, "10.0.1.5", {12})
         self.assertEqual(verdict, "hold")
         self.assertIn("ip-10-0-3-7", why)
         self.assertIn("the 2 a quorum needs", why)
 
     def test_an_unstarted_member_does_not_count(self):
         m = [member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7", started=False)]
-        self.assertEqual(etcd.leave_verdict(m, "10.0.1.5", {12})[0], "hold")
+        self.assertEqual(etcd_lifecycle.leave_verdict(m, "10.0.1.5", {12})[0], "hold")
 
     def test_nothing_or_the_last_member(self):
-        self.assertEqual(etcd.leave_verdict(self.M[1:], "10.0.1.5", {12, 13})[0], "none")
-        self.assertEqual(etcd.leave_verdict(self.M[:1], "10.0.1.5", set())[0], "none")
+        self.assertEqual(etcd_lifecycle.leave_verdict(self.M[1:], "10.0.1.5", {12, 13})[0], "none")
+        self.assertEqual(etcd_lifecycle.leave_verdict(self.M[:1], "10.0.1.5", set())[0], "none")
 
 
 class Withdrawing(WithFiles):
@@ -280,7 +280,7 @@ class Withdrawing(WithFiles):
         self.etcd_running()
         fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8"),
                          member(14, "10.0.1.5", name="", started=False)])
-        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        ok, msg = etcd_lifecycle.withdraw(node(self.aws()), fake, None, FakeClock(), START)
         self.assertTrue(ok, msg)
         self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [11, 12, 13])
         remove = [c for c in fake.calls if c[0] == "remove"][0]
@@ -291,7 +291,7 @@ class Withdrawing(WithFiles):
 
     def test_a_join_that_added_no_member_changes_nothing(self):
         fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8")])
-        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        ok, msg = etcd_lifecycle.withdraw(node(self.aws()), fake, None, FakeClock(), START)
         self.assertTrue(ok, msg)
         self.assertIn("no etcd member of this node", msg)
         self.assertFalse([c for c in fake.calls if c[0] == "remove"])
@@ -302,7 +302,7 @@ class Withdrawing(WithFiles):
         # one answering of three.
         fake = FakeEtcd([member(11, "10.0.2.6"), member(12, "10.0.3.7"), member(13, "10.0.1.8"),
                          member(14, "10.0.1.5")], down={"https://10.0.3.7:2379", "https://10.0.1.8:2379"})
-        ok, msg = etcd.withdraw(node(self.aws()), fake, None, FakeClock(), START)
+        ok, msg = etcd_lifecycle.withdraw(node(self.aws()), fake, None, FakeClock(), START)
         self.assertFalse(ok)
         self.assertIn("the failed join's etcd member stays", msg)
         self.assertEqual(len(fake.members), 4)
@@ -312,7 +312,7 @@ class Withdrawing(WithFiles):
         fake = FakeEtcd([member(11, "10.0.2.6")], down={"https://10.0.2.6:2379", "https://10.0.3.7:2379",
                                                       "https://10.0.1.8:2379"})
         clock = FakeClock()
-        ok, msg = etcd.withdraw(node(self.aws()), fake, None, clock, START + 12)
+        ok, msg = etcd_lifecycle.withdraw(node(self.aws()), fake, None, clock, START + 12)
         self.assertFalse(ok)
         self.assertIn("could not take back", msg)
         self.assertEqual(clock.slept, [etcd.POLL_SECONDS] * 3)
@@ -333,7 +333,7 @@ class Leaving(WithFiles):
         fake = FakeEtcd([member(11, "10.0.1.5"), member(12, "10.0.2.6"), member(13, "10.0.3.7")])
         ran = []
         with Quiet():
-            code = etcd.watch(node(aws, state="Terminated"), lambda: fake, ran.append, FakeClock(), max_ticks=3)
+            code = etcd_lifecycle.watch(node(aws, state="Terminated"), lambda: fake, ran.append, FakeClock(), max_ticks=3)
         self.assertEqual(code, 0)
         self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [12, 13])
         done = aws.ops("autoscaling", "complete-lifecycle-action")
@@ -360,7 +360,7 @@ class Leaving(WithFiles):
                         remove_fails=1000)
         clock = FakeClock()
         with Quiet():
-            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+            code, msg, problems = etcd_lifecycle.leave(node(aws), fake, lambda argv: "", clock)
         self.assertEqual(code, 1)
         self.assertEqual(len(beats), 3)
         # A heartbeat every third of the hook's 300 s.
@@ -385,7 +385,7 @@ class Leaving(WithFiles):
                     fake.down.clear()  # the third controller is repaired
         clock = Clock()
         with Quiet() as q:
-            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+            code, msg, problems = etcd_lifecycle.leave(node(aws), fake, lambda argv: "", clock)
         self.assertEqual((code, problems), (0, []), msg)
         self.assertIn("removed etcd member", msg)
         self.assertEqual(sorted(etcd.as_id(m["ID"]) for m in fake.members), [12, 13])
@@ -404,7 +404,7 @@ class Leaving(WithFiles):
                         down={"https://10.0.1.5:2379", "https://10.0.2.6:2379", "https://10.0.3.7:2379"})
         clock = FakeClock()
         with Quiet():
-            code, msg, problems = etcd.leave(node(aws), fake, lambda argv: "", clock)
+            code, msg, problems = etcd_lifecycle.leave(node(aws), fake, lambda argv: "", clock)
         self.assertEqual(code, 1)
         # Within the hook's heartbeat timeout (300 s), a minute left for the completion.
         self.assertLessEqual(clock.t - START, 245)
@@ -436,7 +436,7 @@ class Leaving(WithFiles):
                     f.write(b"s")
             return ""
         fake = FakeEtcd([member(11, "10.0.1.5")])
-        code, msg, problems = etcd.leave(node(aws), fake, run, FakeClock())
+        code, msg, problems = etcd_lifecycle.leave(node(aws), fake, run, FakeClock())
         self.assertEqual((code, problems), (0, []))
         # The last snapshot, hourly, and (no daily one in the listing) daily too.
         self.assertEqual([c[4].split("/")[-2] for c in aws.ops("s3", "cp")], ["hourly", "daily"])
@@ -452,7 +452,7 @@ class Leaving(WithFiles):
         def no_cert():
             raise FileNotFoundError("/etc/kubernetes/pki/etcd/healthcheck-client.crt")
         with Quiet():
-            code = etcd.watch(node(aws, state="Terminated"), no_cert, lambda a: "", FakeClock(), max_ticks=1)
+            code = etcd_lifecycle.watch(node(aws, state="Terminated"), no_cert, lambda a: "", FakeClock(), max_ticks=1)
         self.assertEqual(code, 1)
         self.assertEqual(len(aws.ops("autoscaling", "complete-lifecycle-action")), 1)
         self.assertEqual(len(aws.ops("s3api", "put-object")), 1)
@@ -461,7 +461,7 @@ class Leaving(WithFiles):
         aws = self.aws()
         fake = FakeEtcd([member(11, "10.0.1.5")])
         with Quiet():
-            etcd.watch(node(aws), lambda: fake, lambda a: "", FakeClock(), max_ticks=2)
+            etcd_lifecycle.watch(node(aws), lambda: fake, lambda a: "", FakeClock(), max_ticks=2)
         self.assertFalse(aws.ops("autoscaling", "complete-lifecycle-action"))
         self.assertFalse([c for c in fake.calls if c[0] == "remove"])
 
@@ -490,7 +490,7 @@ class Snapshots(unittest.TestCase):
     PREFIX = "p/demo/etcd/"
 
     def test_listing_both_tiers_and_due(self):
-        got = etcd.snapshots(listing(
+        got = etcd_backup.snapshots(listing(
             (self.PREFIX + "hourly/20261201T010000Z-a.db", 10, "2026-12-01T01:00:00+00:00"),
             (self.PREFIX + "hourly/20261201T000000Z-a.db", 9, "2026-12-01T00:00:00.000Z"),
             (self.PREFIX + "daily/20261130T000000Z-a.db", 8, "2026-11-30T00:00:00Z"),
@@ -502,15 +502,15 @@ class Snapshots(unittest.TestCase):
         self.assertEqual([(s["tier"], s["size"]) for s in got], [("", 7), ("daily/", 8), ("hourly/", 9), ("hourly/", 10)])
         hourly = [s for s in got if s["tier"] in ("hourly/", "")]
         newest = hourly[-1]["time"]
-        self.assertFalse(etcd.backup_due(hourly, newest + 1800, 3600))
-        self.assertTrue(etcd.backup_due(hourly, newest + 3590, 3600))
-        self.assertTrue(etcd.backup_due([], 0, 3600))
-        self.assertEqual(etcd.daily_key(self.PREFIX, self.PREFIX + "hourly/20261201T010000Z-a.db"),
+        self.assertFalse(etcd_backup.backup_due(hourly, newest + 1800, 3600))
+        self.assertTrue(etcd_backup.backup_due(hourly, newest + 3590, 3600))
+        self.assertTrue(etcd_backup.backup_due([], 0, 3600))
+        self.assertEqual(etcd_backup.daily_key(self.PREFIX, self.PREFIX + "hourly/20261201T010000Z-a.db"),
                          self.PREFIX + "daily/20261201T010000Z-a.db")
 
     def test_keys_sort_by_time(self):
-        a = etcd.snapshot_key(self.PREFIX, 1764558000, "ip-10-0-1-5.ec2.internal")
-        b = etcd.snapshot_key(self.PREFIX, 1764561600, "ip-10-0-1-5.ec2.internal")
+        a = etcd_backup.snapshot_key(self.PREFIX, 1764558000, "ip-10-0-1-5.ec2.internal")
+        b = etcd_backup.snapshot_key(self.PREFIX, 1764561600, "ip-10-0-1-5.ec2.internal")
         self.assertTrue(a.startswith(self.PREFIX) and a.endswith(".db"))
         self.assertLess(a, b)
         self.assertNotIn("/", a[len(self.PREFIX):])
@@ -546,7 +546,7 @@ class Backup(WithFiles):
     def test_only_the_leader_writes(self):
         run, calls = self.runner(leader=False)
         aws = self.aws(self.OLD)
-        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        code, report = etcd_backup.backup_once(node(aws), run, FakeClock(), self.snap)
         self.assertEqual((code, report), (0, None))
         self.assertFalse([c for c in calls if "save" in c])
         self.assertFalse(aws.ops("s3", "cp"))
@@ -556,7 +556,7 @@ class Backup(WithFiles):
     def test_the_leader_snapshots_encrypts_and_deletes_nothing(self):
         run, calls = self.runner()
         aws = self.aws(self.OLD)
-        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        code, report = etcd_backup.backup_once(node(aws), run, FakeClock(), self.snap)
         self.assertEqual(code, 0)
         self.assertEqual((report["phase"], report["size"]), ("ok", 123))
         save = [c for c in calls if "save" in c][0]
@@ -566,7 +566,7 @@ class Backup(WithFiles):
         cps = aws.ops("s3", "cp")
         self.assertEqual(len(cps), 2, cps)
         self.assertTrue(cps[0][4].startswith("s3://b/p/demo/etcd/hourly/") and cps[0][4].endswith(".db"), cps)
-        self.assertEqual(cps[1][4], "s3://b/" + etcd.daily_key("p/demo/etcd/", cps[0][4][len("s3://b/"):]))
+        self.assertEqual(cps[1][4], "s3://b/" + etcd_backup.daily_key("p/demo/etcd/", cps[0][4][len("s3://b/"):]))
         self.assertEqual(report["daily"], cps[1][4][len("s3://b/"):])
         for cp in cps:
             self.assertEqual(cp[-4:], ["--sse", "aws:kms", "--sse-kms-key-id", SETTINGS["kmsKeyARN"]])
@@ -582,7 +582,7 @@ class Backup(WithFiles):
         recent_daily = [("p/demo/etcd/daily/20261102T000000Z-a.db", 5, "2026-11-03T00:00:00Z")]
         clock = FakeClock(etcd.parse_time("2026-11-03T20:00:00Z"))
         aws = self.aws(self.OLD + recent_daily)
-        code, report = etcd.backup_once(node(aws), run, clock, self.snap)
+        code, report = etcd_backup.backup_once(node(aws), run, clock, self.snap)
         self.assertEqual(code, 0)
         self.assertEqual(len(aws.ops("s3", "cp")), 1, "a second daily snapshot within a day")
         self.assertNotIn("daily", report)
@@ -590,7 +590,7 @@ class Backup(WithFiles):
     def test_not_due_writes_nothing(self):
         run, calls = self.runner()
         clock = FakeClock(etcd.parse_time("2026-11-03T00:30:00Z"))
-        code, report = etcd.backup_once(node(self.aws(self.OLD)), run, clock, self.snap)
+        code, report = etcd_backup.backup_once(node(self.aws(self.OLD)), run, clock, self.snap)
         self.assertEqual((code, report), (0, None))
         self.assertFalse([c for c in calls if "save" in c])
 
@@ -599,7 +599,7 @@ class Backup(WithFiles):
         aws = self.aws(self.OLD)
         aws.failing = {("s3", "cp"): 3}
         clock = FakeClock()
-        code, report = etcd.backup_once(node(aws), run, clock, self.snap)
+        code, report = etcd_backup.backup_once(node(aws), run, clock, self.snap)
         self.assertEqual(code, 1)
         self.assertEqual(len(aws.ops("s3", "cp")), etcd.UPLOAD_ATTEMPTS)
         self.assertEqual(clock.slept, [10, 20])
@@ -609,13 +609,13 @@ class Backup(WithFiles):
         # The main entry point writes the report where `kube-aws backups` reads it.
         aws2 = self.aws(self.OLD)
         aws2.failing = {("s3", "cp"): 3}
-        saved = etcd.backup_once
+        saved = etcd_backup.backup_once
         try:
-            etcd.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
+            etcd_backup.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
             with Quiet():
-                code = etcd.etcd_backup_main([], aws2, imds=imds(), run=run, clock=FakeClock())
+                code = etcd_backup.etcd_backup_main([], aws2, imds=imds(), run=run, clock=FakeClock())
         finally:
-            etcd.backup_once = saved
+            etcd_backup.backup_once = saved
         self.assertEqual(code, 1)
         put = aws2.ops("s3api", "put-object")
         self.assertEqual(len(put), 1)
@@ -628,14 +628,14 @@ class Backup(WithFiles):
         run, calls = self.runner(leader=False)
         aws = self.aws(self.OLD)
         clock = FakeClock(etcd.parse_time("2026-11-03T00:30:00Z"))
-        saved = etcd.backup_once
+        saved = etcd_backup.backup_once
         out = io.StringIO()
         try:
-            etcd.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
+            etcd_backup.backup_once = lambda n, r, c, **kw: saved(n, r, c, self.snap, **kw)
             with redirect_stdout(out):
-                code = etcd.etcd_backup_main(["--now"], aws, imds=imds(), run=run, clock=clock)
+                code = etcd_backup.etcd_backup_main(["--now"], aws, imds=imds(), run=run, clock=clock)
         finally:
-            etcd.backup_once = saved
+            etcd_backup.backup_once = saved
         self.assertEqual(code, 0)
         self.assertEqual(len([c for c in calls if "save" in c]), 1)
         # The follower first reads linearizably (it then has every committed write).
@@ -653,7 +653,7 @@ class Backup(WithFiles):
         aws = self.aws(self.OLD)
         err = io.StringIO()
         with redirect_stderr(err):
-            code = etcd.etcd_backup_main(["--force"], aws, imds=imds(), run=run, clock=FakeClock())
+            code = etcd_backup.etcd_backup_main(["--force"], aws, imds=imds(), run=run, clock=FakeClock())
         self.assertEqual(code, 2)
         self.assertIn("usage: kube-aws-node etcd-backup [--now]", err.getvalue())
         self.assertEqual((calls, aws.calls), ([], []))
@@ -662,7 +662,7 @@ class Backup(WithFiles):
         run, _ = self.runner()
         aws = self.aws(self.OLD)
         aws.failing = {("s3", "cp"): 1}
-        code, report = etcd.backup_once(node(aws), run, FakeClock(), self.snap)
+        code, report = etcd_backup.backup_once(node(aws), run, FakeClock(), self.snap)
         self.assertEqual((code, report["phase"]), (0, "ok"))
 
 
@@ -670,7 +670,7 @@ class Restore(WithFiles):
     SNAPS = [{"key": "p/demo/etcd/a.db", "size": 1, "time": 1.0}, {"key": "p/demo/etcd/b.db", "size": 1, "time": 2.0}]
 
     def test_decisions(self):
-        d = etcd.restore_decision
+        d = etcd_restore.restore_decision
         self.assertEqual(d(True, False, 1, self.SNAPS)["action"], "init")
         self.assertEqual(d(False, True, 1, self.SNAPS)["action"], "join")
         r = d(False, False, 1, self.SNAPS)
@@ -681,14 +681,14 @@ class Restore(WithFiles):
         self.assertEqual(d(False, False, 3, self.SNAPS)["action"], "join")
 
     def test_restore_commands_use_the_kubeadm_etcd_image_and_the_node_name(self):
-        image = etcd.etcd_image("registry.k8s.io/kube-apiserver:v1.35.4\nregistry.k8s.io/etcd:3.6.5-0\n"
+        image = etcd_restore.etcd_image("registry.k8s.io/kube-apiserver:v1.35.4\nregistry.k8s.io/etcd:3.6.5-0\n"
                                 "registry.k8s.io/coredns/coredns:v1.12.1\n")
         self.assertEqual(image, "registry.k8s.io/etcd:3.6.5-0")
-        cmds = etcd.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
+        cmds = etcd_restore.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
                                      "10.0.1.5")
         self.assertEqual(cmds[0], ["ctr", "-n", "k8s.io", "images", "pull", image])
         # Already in containerd's store (a baked AMI): no pull, no registry.
-        baked = etcd.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
+        baked = etcd_restore.restore_commands(image, "/var/lib/kube-aws/etcd-restore.db", "ip-10-0-1-5.ec2.internal",
                                       "10.0.1.5", present=True)
         self.assertEqual(baked, cmds[1:])
         restore = cmds[1]
@@ -738,7 +738,7 @@ class Restore(WithFiles):
             ran.append(argv)
             return "registry.k8s.io/etcd:3.6.5-0\n" if argv[:3] == ["kubeadm", "config", "images"] else ""
         with Quiet() as q:
-            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=FakeClock(), answers=lambda e: False)
+            code = etcd_restore.etcd_restore_main([], aws, imds=imds(), run=run, clock=FakeClock(), answers=lambda e: False)
         self.assertEqual(code, 0)
         lines = [json.loads(l) for l in q.out.getvalue().splitlines()]
         self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
@@ -748,7 +748,7 @@ class Restore(WithFiles):
         self.assertEqual(reset["restoredFrom"], "p/demo/etcd/20261201T010000Z-a.db")
         self.assertEqual([(r["name"], r["namespace"], r["waitCondition"]) for r in reset["releases"]],
                          [("dex", "dex", ""), ("old-addon", "kube-system", "")])
-        self.assertEqual(put["p/demo/" + etcd.RESTORE_STATUS]["addonRecord"], "reset")
+        self.assertEqual(put["p/demo/" + etcd_restore.RESTORE_STATUS]["addonRecord"], "reset")
         self.assertEqual(lines[1]["key"], "p/demo/etcd/20261201T010000Z-a.db")
         self.assertEqual(ran[0], ["kubeadm", "config", "images", "list", "--kubernetes-version", "1.35.4"])
         # Not in containerd's store yet (ls answers nothing): pulled, then run.
@@ -759,7 +759,7 @@ class Restore(WithFiles):
         self.assertIn("p/demo/status/etcd/restore.json", aws.ops("s3api", "put-object")[-1])
 
     def test_a_requested_restore_decides_first(self):
-        d = etcd.requested_restore_decision
+        d = etcd_restore.requested_restore_decision
         req = {"id": "r1", "key": "p/demo/etcd/hourly/20261201T000000Z-a.db"}
         r = d(req, True, "p/demo/etcd/")
         self.assertEqual((r["action"], r["key"], r["request"]), ("restore", req["key"], "r1"))
@@ -780,10 +780,10 @@ class Restore(WithFiles):
 
         def listed(args):
             prefix = args[args.index("--prefix") + 1]
-            return listing((prefix, 5, "2026-12-01T00:00:00Z")) if prefix.endswith(etcd.RESTORE_REQUEST) else {}
+            return listing((prefix, 5, "2026-12-01T00:00:00Z")) if prefix.endswith(etcd_restore.RESTORE_REQUEST) else {}
 
         def get(args):
-            if args[args.index("--key") + 1].endswith(etcd.RESTORE_STATUS):
+            if args[args.index("--key") + 1].endswith(etcd_restore.RESTORE_STATUS):
                 if not served:
                     raise etcd.AwsError("An error occurred (NoSuchKey) when calling the GetObject operation")
                 clean = clean_after is not None and clock.now() >= START + clean_after
@@ -795,7 +795,7 @@ class Restore(WithFiles):
 
         def put(args):
             if "--if-none-match" in args and lock_held:
-                raise etcd.locks.AwsError("An error occurred (PreconditionFailed) when calling the PutObject")
+                raise etcd_restore.locks.AwsError("An error occurred (PreconditionFailed) when calling the PutObject")
 
         def cp(args):
             with open(args[-1], "w") as f:
@@ -805,7 +805,7 @@ class Restore(WithFiles):
                        ("s3api", "put-object"): put, ("s3", "cp"): cp})
         run = lambda a: "registry.k8s.io/etcd:3.6.5-0\n" if a[:3] == ["kubeadm", "config", "images"] else ""  # noqa
         with Quiet() as q:
-            code = etcd.etcd_restore_main([], aws, imds=imds(), run=run, clock=clock, answers=lambda e: True)
+            code = etcd_restore.etcd_restore_main([], aws, imds=imds(), run=run, clock=clock, answers=lambda e: True)
         self.slept = sum(clock.slept)
         return code, [json.loads(l) for l in q.out.getvalue().splitlines()], aws, key
 
@@ -815,7 +815,7 @@ class Restore(WithFiles):
         self.assertEqual([l["action"] for l in lines], ["restore", "restored"])
         self.assertEqual(lines[1]["key"], key)
         lock = [c for c in aws.ops("s3api", "put-object") if "--if-none-match" in c][0]
-        self.assertEqual(lock[lock.index("--key") + 1], "p/demo/" + etcd.RESTORE_LOCK)
+        self.assertEqual(lock[lock.index("--key") + 1], "p/demo/" + etcd_restore.RESTORE_LOCK)
         self.assertIn("s3://b/" + key, aws.ops("s3", "cp")[0])
 
     def test_the_others_join_the_restored_one_once_its_old_controllers_are_gone(self):
@@ -832,7 +832,7 @@ class Restore(WithFiles):
         code, lines, _, _ = self.requested(lock_held=True, served=False, clean_after=None)
         self.assertEqual(code, 0)
         self.assertEqual([l["action"] for l in lines], ["wait", "warning", "join"])
-        self.assertEqual(self.slept, etcd.RESTORE_CLEAN_WAIT)
+        self.assertEqual(self.slept, etcd_restore.RESTORE_CLEAN_WAIT)
         self.assertIn("did not say the old controllers are gone", lines[1]["reason"])
 
     def test_the_restorer_removes_the_old_controllers_then_says_clean(self):
@@ -857,7 +857,7 @@ class Restore(WithFiles):
         aws = FakeAws({("s3api", "get-object"): get, ("s3api", "put-object"): put})
         node = etcd.Node(aws, imds(), runtime=RUNTIME, etcd_json={})
         with Quiet():
-            gone = etcd.finish_restore(node, {"action": "restored", "key": "k"}, "ip-10-0-1-5", run=run,
+            gone = etcd_restore.finish_restore(node, {"action": "restored", "key": "k"}, "ip-10-0-1-5", run=run,
                                        clock=FakeClock())
         # Only the other controller (not this one, not the worker), its pods first.
         self.assertEqual(gone, ["ip-10-0-1-9"])
@@ -879,7 +879,7 @@ class Restore(WithFiles):
         aws = FakeAws({("s3api", "get-object"): None, ("s3api", "put-object"): put})
         node = etcd.Node(aws, imds(), runtime=RUNTIME, etcd_json={})
         with Quiet() as q:
-            self.assertEqual(etcd.finish_restore(node, {"action": "restored", "key": "k", "request": "r1"},
+            self.assertEqual(etcd_restore.finish_restore(node, {"action": "restored", "key": "k", "request": "r1"},
                                                  "ip-10-0-1-5", run=run, clock=FakeClock()), [])
         self.assertTrue(written[-1]["clean"])
         self.assertIn("connection was refused", written[-1]["cleanProblem"])
@@ -895,20 +895,20 @@ class Restore(WithFiles):
         self.assertNotIn("request", lines[0])
         self.assertFalse(aws.ops("s3", "cp"))
         # Read once: clean, so served (nothing to wait for).
-        status = [c for c in aws.ops("s3api", "get-object") if c[c.index("--key") + 1].endswith(etcd.RESTORE_STATUS)]
+        status = [c for c in aws.ops("s3api", "get-object") if c[c.index("--key") + 1].endswith(etcd_restore.RESTORE_STATUS)]
         self.assertEqual(len(status), 1)
 
     def test_no_snapshot_fails_the_boot_with_the_reason(self):
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1)),
                        ("s3api", "list-objects-v2"): {}})
         with Quiet() as q:
-            code = etcd.etcd_restore_main([], aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
+            code = etcd_restore.etcd_restore_main([], aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
                                           answers=lambda e: False)
         self.assertEqual(code, 1)
         lines = q.out.getvalue().splitlines()
         self.assertEqual(len(lines), 1)
         self.assertEqual(json.loads(lines[0])["action"], "fail")
-        plan = etcd.restore_if_needed(aws, False, imds(), lambda a: "", FakeClock(), lambda e: False,
+        plan = etcd_restore.restore_if_needed(aws, False, imds(), lambda a: "", FakeClock(), lambda e: False,
                                       say=lambda line: None)
         self.assertIn("no etcd snapshot", plan["reason"])
 
@@ -916,12 +916,12 @@ class Restore(WithFiles):
         aws = FakeAws({("ssm", "get-parameter"): settings_answer(dict(SETTINGS, controllerCount=1))})
         for argv, answers, want in (([], lambda e: True, "join"), (["--took-init-lock"], lambda e: False, "init")):
             with Quiet() as q:
-                code = etcd.etcd_restore_main(argv, aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
+                code = etcd_restore.etcd_restore_main(argv, aws, imds=imds(), run=lambda a: "", clock=FakeClock(),
                                               answers=answers)
             self.assertEqual((code, json.loads(q.out.getvalue())["action"]), (0, want))
         # Only the restore request's exact key is listed (no request pending), no snapshot.
         self.assertEqual([c[c.index("--prefix") + 1] for c in aws.ops("s3api", "list-objects-v2")],
-                         ["p/demo/" + etcd.RESTORE_REQUEST])
+                         ["p/demo/" + etcd_restore.RESTORE_REQUEST])
         self.assertFalse(aws.ops("s3", "cp"))
 
 

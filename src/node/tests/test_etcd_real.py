@@ -23,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kube_aws_node import etcd  # noqa: E402
+from kube_aws_node import etcd, etcd_lifecycle  # noqa: E402
 
 BIN = os.environ.get("KUBE_AWS_TESTBED_BIN", "")
 HAVE = bool(BIN) and all(os.path.exists(os.path.join(BIN, b)) for b in ("etcd", "kubeadm"))
@@ -127,7 +127,7 @@ class RealEtcd(EtcdMembers, unittest.TestCase):
         self.assertEqual([etcd.member_ips(m) for m in gone], [[self.ips[2]]])
 
         # The third controller leaves: its member goes through a peer, which answers.
-        ok, msg = etcd.remove_member_through_peer(
+        ok, msg = etcd_lifecycle.remove_member_through_peer(
             self.client, self.ips[2], [self.endpoints[2]] + self.endpoints[:2], Clock(), time.time() + 60)
         self.assertTrue(ok, msg)
         via = msg.rsplit(" through ", 1)[1]
@@ -135,7 +135,7 @@ class RealEtcd(EtcdMembers, unittest.TestCase):
         left = self.client.member_list(self.endpoints[:2])
         self.assertEqual(sorted(etcd.member_ips(m)[0] for m in left), sorted(self.ips[:2]))
         # Asked again (a restarted lifecycle service), nothing is left to remove.
-        ok, msg = etcd.remove_member_through_peer(self.client, self.ips[2], self.endpoints[:2], Clock(), 0)
+        ok, msg = etcd_lifecycle.remove_member_through_peer(self.client, self.ips[2], self.endpoints[:2], Clock(), 0)
         self.assertTrue(ok)
         self.assertIn("nothing to remove", msg)
         # Two members left: removing either would leave no majority, so stale

@@ -4,7 +4,7 @@ import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import kubeadmcfg
-from kube_aws_node.bootstrap import baked_packages, containerd_config, version_matches
+from kube_aws_node.host_checks import baked_packages, containerd_config, version_matches
 
 SPECS = ["kubelet-1.35.4", "kubeadm-1.35.4", "kubectl-1.35.4", "cri-tools-1.35.*"]
 BAKED = {

@@ -1,4 +1,4 @@
-"""reconcile.paused_overrides and its use in Reconciler.install: a release
+"""helm_release.paused_overrides and its use in Reconciler.install: a release
 whose Deployment carries the pause `kube-aws update --wait` records
 (src/aws/autoscaler.rs) is upgraded with the plan's replicas value at 0, so a
 chart upgrade during the roll (Helm 3's three-way merge) does not bring the
@@ -18,7 +18,8 @@ import unittest.mock
 import helpers  # noqa: F401 - puts the package on sys.path
 from kube_aws_node import bundle
 from kube_aws_node.console import Console
-from kube_aws_node.reconcile import PAUSED_REPLICAS, Reconciler, paused_overrides, repause_command
+from kube_aws_node.helm_release import PAUSED_REPLICAS, paused_overrides, repause_command
+from kube_aws_node.reconcile import Reconciler
 
 RELEASE = {"name": "cluster-autoscaler", "namespace": "kube-system", "replicasValue": "replicaCount"}
 

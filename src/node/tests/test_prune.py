@@ -1,10 +1,10 @@
-"""reconcile.manifest_objects and gone_objects: which objects of the plugin
+"""addon_record.manifest_objects and gone_objects: which objects of the plugin
 manifests a new plan no longer holds (the reconciler deletes those; the
 deletion itself runs in tests/it/installer.rs)."""
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node.reconcile import gone_objects, manifest_objects
+from kube_aws_node.addon_record import gone_objects, manifest_objects
 
 WEBHOOK = """apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration

@@ -2,6 +2,7 @@
 per-release work, status and signals stubbed (tests/it/installer.rs runs the
 whole reconciler under recording fakes)."""
 import io
+import json
 import re
 import threading
 import time
@@ -167,23 +168,99 @@ if __name__ == "__main__":
 
 
 class AfterRestore(unittest.TestCase):
-    """The record a restore leaves (etcd.py reset_installed_record): nothing current, nothing forgotten."""
+    """The record a restore leaves (etcd_restore.py reset_installed_record): nothing current, nothing forgotten."""
 
     def test_every_release_is_brought_to_the_plan_again_and_dropped_ones_still_go(self):
-        from kube_aws_node import reconcile
+        from kube_aws_node import addon_record
         plan = [{"name": "dex", "waitCondition": "wc-dex-2"}, {"name": "metrics", "waitCondition": "wc-m-1"}]
         doc = {"plan": "sha", "secretsVersions": ["v1"], "retryAfter": 5,
                "releases": [{"name": "dex", "namespace": "dex", "waitCondition": "wc-dex-2"},
                             {"name": "metrics", "namespace": "kube-system", "waitCondition": "wc-m-1"},
                             {"name": "gone", "namespace": "kube-system", "waitCondition": "wc-g-1"}]}
-        self.assertEqual(reconcile.outcome(doc, "sha", "v1", plan, 0), reconcile.LATER)
-        after = reconcile.after_restore(doc, "p/demo/etcd/hourly/x.db")
-        self.assertEqual(reconcile.outcome(after, "sha", "v1", plan, 0), reconcile.INSTALL)
-        rec = reconcile.recorded(after)
-        self.assertFalse([r for r in plan if reconcile.current(rec.get(r["name"]), r)])
+        self.assertEqual(addon_record.outcome(doc, "sha", "v1", plan, 0), addon_record.LATER)
+        after = addon_record.after_restore(doc, "p/demo/etcd/hourly/x.db")
+        self.assertEqual(addon_record.outcome(after, "sha", "v1", plan, 0), addon_record.INSTALL)
+        rec = addon_record.recorded(after)
+        self.assertFalse([r for r in plan if addon_record.current(rec.get(r["name"]), r)])
         self.assertEqual(rec["gone"]["namespace"], "kube-system", "a dropped release is still uninstalled")
         self.assertNotIn("retryAfter", after)
         self.assertEqual(doc["releases"][0]["waitCondition"], "wc-dex-2", "the input is not changed")
+
+
+def storage_item(name, ns, version, status, major=3):
+    if major == 3:
+        labels = {"owner": "helm", "name": name, "status": status, "version": str(version)}
+    else:
+        labels = {"OWNER": "TILLER", "NAME": name, "STATUS": status, "VERSION": str(version)}
+    return {"metadata": {"name": "sh.helm.release.v1.%s.v%d" % (name, version), "namespace": ns, "labels": labels}}
+
+
+class PresentReleases(unittest.TestCase):
+    """What helm's storage says is installed, and the record matched to it after a restore."""
+
+    def test_helm3_takes_each_releases_latest_revision(self):
+        from kube_aws_node import addon_record
+        listing = {"items": [
+            storage_item("dex", "dex", 1, "superseded"), storage_item("dex", "dex", 2, "deployed"),
+            storage_item("gone", "kube-system", 1, "deployed"), storage_item("gone", "kube-system", 2, "uninstalled"),
+            storage_item("failed", "kube-system", 3, "failed"),
+            storage_item("dex", "other", 1, "deployed"),
+            {"metadata": {"namespace": "x", "labels": {"owner": "helm", "name": "bad", "version": "v1"}}},
+            "not an object"]}
+        self.assertEqual(addon_record.present_releases(listing, 3),
+                         {("dex", "dex"), ("failed", "kube-system"), ("dex", "other")})
+        self.assertEqual(addon_record.present_releases({}, 3), set())
+
+    def test_helm2_names_are_cluster_wide_and_deleted_is_gone(self):
+        from kube_aws_node import addon_record
+        listing = {"items": [storage_item("dex", "kube-system", 1, "DEPLOYED", 2),
+                             storage_item("old", "kube-system", 1, "DELETED", 2)]}
+        self.assertEqual(addon_record.present_releases(listing, 2), {("dex", None)})
+        self.assertEqual(addon_record.storage_listing(2, "tiller-ns"),
+                         ["kubectl", "get", "configmaps", "-n", "tiller-ns", "-l", "OWNER=TILLER", "-o", "json"])
+        self.assertIn("--all-namespaces", addon_record.storage_listing(3, "kube-system"))
+
+    def test_the_record_keeps_only_what_is_present_in_its_namespace(self):
+        from kube_aws_node import addon_record
+        rec = {"dex": {"name": "dex", "namespace": "dex"}, "ghost": {"name": "ghost", "namespace": "ghost"},
+               "moved": {"name": "moved", "namespace": "a"}}
+        struck = addon_record.match_present(rec, {("dex", "dex"), ("moved", "b")}, 3)
+        self.assertEqual(struck, ["ghost", "moved"])
+        self.assertEqual(sorted(rec), ["dex"])
+        rec2 = {"dex": {"name": "dex", "namespace": "dex"}}
+        self.assertEqual(addon_record.match_present(rec2, {("dex", None)}, 2), [])
+
+    class Restored(Reconciler):
+        def __init__(self, answer, major=3):
+            self.stream = io.StringIO()
+            self.log = Console("kube-aws-addons", stream=self.stream)
+            self.helm_major, self.tiller_ns = major, "kube-system"
+            self.answer, self.calls, self.written = answer, [], []
+            self.rec = {"demo": {"name": "demo", "namespace": "demo", "waitCondition": ""},
+                        "ghost": {"name": "ghost", "namespace": "ghost", "waitCondition": ""}}
+
+        def run(self, args, out=None):
+            self.calls.append(args)
+            return self.answer
+
+        def record(self, final=False):
+            self.written.append(sorted(self.rec))
+
+    def test_after_a_restore_the_record_is_written_with_the_present_releases_only(self):
+        listing = json.dumps({"items": [storage_item("demo", "demo", 1, "deployed")]})
+        r = self.Restored((0, "Warning: something kubectl says first\n" + listing))
+        r.match_restored("clusters/c/etcd/x.db")
+        self.assertEqual(r.written, [["demo"]])
+        self.assertIn("ghost", r.stream.getvalue())
+        self.assertIn("not in the restored snapshot clusters/c/etcd/x.db", r.stream.getvalue())
+
+    def test_a_listing_that_fails_changes_nothing(self):
+        for answer in [(1, "error: the server doesn't have a resource type"), (0, "not json")]:
+            r = self.Restored(answer)
+            r.match_restored("k")
+            self.assertEqual(r.written, [])
+            self.assertEqual(sorted(r.rec), ["demo", "ghost"])
+            self.assertIn("going on from the record", r.stream.getvalue())
 
 
 class Uninstall(unittest.TestCase):

@@ -10,7 +10,7 @@ import tempfile
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node import reconcile, secrets
+from kube_aws_node import addon_record, reconcile, secrets
 from kube_aws_node.awscall import AwsError
 from kube_aws_node.console import Console
 
@@ -28,44 +28,44 @@ def rec(plan, releases, versions=("v1",), **extra):
 class Outcome(unittest.TestCase):
     def test_done_when_every_release_is_recorded_at_its_wait_condition(self):
         doc = rec("p1", [("cni", "WcCni1"), ("dns", "WcDns2")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.DONE)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.DONE)
 
     def test_a_release_missing_or_at_another_wait_condition_is_installed(self):
         doc = rec("p1", [("cni", "WcCni1"), ("dns", "WcDnsOld")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.INSTALL)
         doc = rec("p1", [("cni", "WcCni1")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.INSTALL)
 
     def test_a_dropped_release_still_recorded_is_not_done(self):
         doc = rec("p1", [("cni", "WcCni1"), ("dns", "WcDns2"), ("old", "WcOld")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.INSTALL)
 
     def test_a_plan_rolled_back_to_is_applied_again(self):
         # CloudFormation put the pointer back on p1; the record is of p2.
         doc = rec("p2", [("cni", "WcCni1"), ("dns", "WcDns2")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.INSTALL)
 
     def test_another_secrets_version_runs_once(self):
         doc = rec("p1", [("cni", "WcCni1"), ("dns", "WcDns2")])
-        self.assertEqual(reconcile.outcome(doc, "p1", "v2", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v2", RELEASES, 0), addon_record.INSTALL)
         doc["secretsVersions"].append("v2")
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 0), reconcile.DONE)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 0), addon_record.DONE)
 
     def test_failures_wait_for_retry_after(self):
         doc = rec("p1", [("cni", "WcCni1")], retryAfter=100)
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 99), reconcile.LATER)
-        self.assertEqual(reconcile.outcome(doc, "p1", "v1", RELEASES, 100), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 99), addon_record.LATER)
+        self.assertEqual(addon_record.outcome(doc, "p1", "v1", RELEASES, 100), addon_record.INSTALL)
         # retryAfter is about its own plan only.
-        self.assertEqual(reconcile.outcome(doc, "p2", "v1", RELEASES, 99), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome(doc, "p2", "v1", RELEASES, 99), addon_record.INSTALL)
 
     def test_nothing_recorded(self):
-        self.assertEqual(reconcile.outcome({"releases": []}, "p1", "", RELEASES, 0), reconcile.INSTALL)
+        self.assertEqual(addon_record.outcome({"releases": []}, "p1", "", RELEASES, 0), addon_record.INSTALL)
 
     def test_due_signals_are_the_plans_releases_recorded_at_its_wait_condition_not_yet_signalled(self):
         doc = rec("p1", [("cni", "WcCni1"), ("dns", "WcDnsOld")])
-        self.assertEqual(reconcile.due_signals(doc, RELEASES), [("cni", "WcCni1")])
+        self.assertEqual(addon_record.due_signals(doc, RELEASES), [("cni", "WcCni1")])
         doc["releases"][0]["signalled"] = True
-        self.assertEqual(reconcile.due_signals(doc, RELEASES), [])
+        self.assertEqual(addon_record.due_signals(doc, RELEASES), [])
 
 
 class FakeAws(object):
@@ -169,26 +169,26 @@ class InstalledRecord(Base):
     def test_only_a_missing_record_is_nothing_installed(self):
         self.aws.objects[KEY + ".bak"] = (b"{}", '"x"')  # a key beside it is not it
         got = self.r.load_installed()
-        self.assertEqual(got, reconcile.Record({"releases": []}, None))
+        self.assertEqual(got, addon_record.Record({"releases": []}, None))
         ops = [c[1] for c in self.aws.calls]
         self.assertEqual(ops, ["list-objects-v2"])
 
     def test_a_denied_read_stops_the_run(self):
         self.aws.deny.add(KEY)
-        with self.assertRaises(reconcile.Stop) as e:
+        with self.assertRaises(addon_record.Stop) as e:
             self.r.load_installed()
         self.assertIn("AccessDenied", str(e.exception))
 
     def test_a_record_that_is_not_json_stops_the_run(self):
         self.aws.objects[KEY] = (b"{not json", '"x"')
-        with self.assertRaises(reconcile.Stop):
+        with self.assertRaises(addon_record.Stop):
             self.r.load_installed()
 
     def test_a_record_is_read_with_its_etag(self):
         self.aws.objects[KEY] = (json.dumps(rec("p1", [("cni", "WcCni1")])).encode(), '"x"')
         got = self.r.load_installed()
         self.assertEqual(got.etag, '"x"')
-        self.assertEqual(reconcile.recorded(got.doc)["cni"]["waitCondition"], "WcCni1")
+        self.assertEqual(addon_record.recorded(got.doc)["cni"]["waitCondition"], "WcCni1")
 
     def test_the_record_is_written_if_none_match_then_if_match_and_a_foreign_write_stops_the_run(self):
         self.r.rec = {"cni": {"name": "cni", "namespace": "kube-system", "waitCondition": "WcCni1"}}
@@ -204,7 +204,7 @@ class InstalledRecord(Base):
         self.assertEqual(doc["releases"], [{"name": "cni", "namespace": "kube-system", "waitCondition": "WcCni1"}])
         # Another controller wrote it since (it took the lease over): this run stops.
         self.aws.objects[KEY] = (b"{}", '"theirs"')
-        with self.assertRaises(reconcile.Stop) as e:
+        with self.assertRaises(addon_record.Stop) as e:
             self.r.record()
         self.assertIn("written by another controller", str(e.exception))
         self.assertEqual(self.aws.objects[KEY][0], b"{}")

@@ -1,4 +1,4 @@
-"""reconcile.stuck_container, last_words and container_problem: a failed
+"""helm_release.stuck_container, last_words and container_problem: a failed
 release's crashing container named from its pods' JSON
 (recorded/pods-crashloop.json: `kubectl get pods -o json` of metrics-server
 given a flag it does not know, as tests/it/real_node/addons.rs
@@ -14,8 +14,8 @@ import tempfile
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node import bundle, reconcile
-from kube_aws_node.reconcile import container_problem, last_words, stuck_container
+from kube_aws_node import bundle, helm_release, reconcile
+from kube_aws_node.helm_release import container_problem, last_words, stuck_container
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -123,7 +123,7 @@ class LastWords(unittest.TestCase):
         self.assertEqual(last_words("a\n\n b \nc\nd\n"), "b | c | d")
         self.assertEqual(last_words("a\nb", lines=1), "b")
         long = last_words("x" * 1000)
-        self.assertEqual(len(long), reconcile.LOG_CHARS)
+        self.assertEqual(len(long), helm_release.LOG_CHARS)
         self.assertTrue(long.startswith("...x"))
         self.assertEqual(last_words(""), "")
 
@@ -274,11 +274,11 @@ class InstallNamesTheStuckContainer(unittest.TestCase):
         self.assertIn("ImagePullBackOff: Back-off pulling image", message)
 
     def test_only_the_releases_own_faults_end_the_attempts(self):
-        cannot = reconcile.retry_cannot_help
-        self.assertTrue(cannot(reconcile.Problem("CrashLoopBackOff", "x")))
-        self.assertTrue(cannot(reconcile.Problem("InvalidImageName", "x")))
+        cannot = helm_release.retry_cannot_help
+        self.assertTrue(cannot(helm_release.Problem("CrashLoopBackOff", "x")))
+        self.assertTrue(cannot(helm_release.Problem("InvalidImageName", "x")))
         for reason in ("ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", ""):
-            self.assertFalse(cannot(reconcile.Problem(reason, "x")), reason)
+            self.assertFalse(cannot(helm_release.Problem(reason, "x")), reason)
         self.assertFalse(cannot(None))
 
 

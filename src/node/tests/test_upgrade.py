@@ -7,7 +7,7 @@ import tempfile
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node import upgrade
+from kube_aws_node import etcd, restore_takeover, upgrade
 from kube_aws_node.upgrade import (UpgradeError, config_version, decide, nodes_behind,
                                    needs_addon_upgrade, restore_refusal)
 
@@ -73,7 +73,7 @@ class FakeBoot(object):
         self.fail_on = None
         self.uploads = []
         self.nodes = {"items": []}
-        self.leases = {n: socket.gethostname() + "_new" for n in upgrade.LEADER_LEASES}
+        self.leases = {n: socket.gethostname() + "_new" for n in restore_takeover.LEADER_LEASES}
 
     def say(self, text):
         self.said.append(text)
@@ -130,6 +130,14 @@ class FakeUpgrader(upgrade.Upgrader):
         self.read_errors = []
         self.slept = []
         self.sleep = self.slept.append
+        # The etcd Pods kubeadm join reads its endpoints from, the running
+        # controllers, and the Pods deleted.
+        self.etcd_pods = {"items": []}
+        self.ips = ["10.0.0.5"]
+        self.deleted = []
+
+    def controller_ips(self):
+        return list(self.ips)
 
     def bump(self, name, data):
         cm = self.cms[name]
@@ -158,6 +166,13 @@ class FakeUpgrader(upgrade.Upgrader):
             return 0, json.dumps(self.cms[args[5]]), ""
         if verb == "get" and args[4] == "daemonset":
             return 0, self.proxy, ""
+        if verb == "get" and args[4] == "pods":
+            assert args[5:] == ["-n", "kube-system", "-l", "component=etcd,tier=control-plane", "-o", "json"], args
+            return 0, json.dumps(self.etcd_pods), ""
+        if verb == "delete" and args[4] == "pod":
+            assert "--force" in args and "--grace-period=0" in args, args
+            self.deleted.append((args[5], len(self.boot.sh_calls)))
+            return 0, "pod deleted\n", ""
         if verb == "replace":
             with open(args[5]) as f:
                 new = json.load(f)
@@ -251,6 +266,36 @@ class Join(unittest.TestCase):
         self.assertEqual(len(applies), 2)
         self.assertTrue(any("running it again (attempt 2 of 5)" in t for t in self.boot.said), self.boot.said)
         self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
+
+    def test_the_etcd_pods_of_controllers_gone_are_deleted_before_the_join(self):
+        # A restore's snapshot: the old controllers' etcd Pods (.1, .2), the
+        # restorer's (.5) not mirrored yet, and one of another cluster's
+        # layout (no annotation): only the old ones go, before kubeadm join.
+        def pod(name, url):
+            ann = {etcd.ADVERTISE_ANNOTATION: url} if url else {}
+            return {"metadata": {"name": name, "annotations": ann}}
+        u = FakeUpgrader(self.boot, "1.35.4")
+        u.etcd_pods = {"items": [pod("etcd-old-1", "https://10.0.0.1:2379"), pod("etcd-old-2", "https://10.0.0.2:2379"),
+                                 pod("etcd-new", "https://10.0.0.5:2379"), pod("etcd-other", "")]}
+        self.assertEqual(u.join("/cfg", self.join), "join")
+        self.assertEqual([n for n, _ in u.deleted], ["etcd-old-1", "etcd-old-2"])
+        self.assertTrue(all(at == 0 for _, at in u.deleted), "deleted after kubeadm join: %s" % u.deleted)
+        self.assertTrue(any("deleting the etcd Pod etcd-old-1" in t for t in self.boot.said), self.boot.said)
+
+    def test_no_controller_listed_deletes_no_etcd_pod_and_a_failed_look_still_joins(self):
+        u = FakeUpgrader(self.boot, "1.35.4")
+        u.etcd_pods = {"items": [{"metadata": {"name": "etcd-a", "annotations": {
+            etcd.ADVERTISE_ANNOTATION: "https://10.0.0.1:2379"}}}]}
+        u.ips = []
+        self.assertEqual(u.join("/cfg", self.join), "join")
+        self.assertEqual(u.deleted, [])
+
+        def broken():
+            raise upgrade.AwsError("ec2 describe-instances: AccessDenied")
+        u2 = FakeUpgrader(self.boot, "1.35.4")
+        u2.controller_ips = broken
+        self.assertEqual(u2.join("/cfg", self.join), "join")
+        self.assertTrue(any("cannot look for stale etcd Pods" in t and "AccessDenied" in t for t in self.boot.said))
 
     def test_a_failed_join_changes_nothing_else(self):
         self.boot.fail_on = ["kubeadm", "join", "--config"]
@@ -350,10 +395,10 @@ class AfterInit(unittest.TestCase):
         return [c[3:] for c in self.boot.sh_calls if c[0] == "kubectl"]
 
     def test_a_fresh_or_same_version_init_records_its_version(self):
-        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", None, restored=False), "init")
+        self.assertEqual(restore_takeover.after_init(self.boot, "1.35.4", None, restored=False), "init")
         self.assertEqual(self.boot.sh_calls, [])
         # A restore at the same version: only the replaced controllers' Nodes go (none here).
-        self.assertEqual(upgrade.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
+        self.assertEqual(restore_takeover.after_init(self.boot, "1.35.4", "1.35.4", restored=True), "init")
         lease = ["-n", "kube-system", "get", "lease", "kube-controller-manager", "kube-scheduler",
                  "cloud-controller-manager", "--ignore-not-found", "-o", "json"]
         self.assertEqual(self.kubectl_calls(), [["get", "nodes", "-l", "node-role.kubernetes.io/control-plane",
@@ -369,7 +414,7 @@ class AfterInit(unittest.TestCase):
                                      node("ip-10-0-9-9.ec2.internal", False)]}
         # ... and its controller manager's leader lease.
         self.boot.leases["kube-controller-manager"] = "ip-10-0-0-4.ec2.internal_0f3c"
-        self.assertEqual(upgrade.after_init(self.boot, "1.36.3", "1.35.4", restored=True), "upgrade")
+        self.assertEqual(restore_takeover.after_init(self.boot, "1.36.3", "1.35.4", restored=True), "upgrade")
         calls = self.kubectl_calls()
         self.assertEqual(calls[1], ["delete", "node", "ip-10-0-0-4.ec2.internal", "--wait=false"])
         self.assertEqual(calls[3], ["-n", "kube-system", "delete", "lease", "kube-controller-manager",
@@ -389,9 +434,9 @@ class AfterInit(unittest.TestCase):
         uninit = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
         nodes = {"items": [node("me", taints=[cp, uninit]), node("w1", ready=False), node("w2", unschedulable=True),
                            node("w3", taints=[{"key": "x", "effect": "PreferNoSchedule"}])]}
-        self.assertEqual(upgrade.schedulable_nodes(nodes), ["w3"])
-        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp])]}), ["me"])
-        self.assertEqual(upgrade.schedulable_nodes({"items": [node("me", taints=[cp, uninit])]}), [])
+        self.assertEqual(restore_takeover.schedulable_nodes(nodes), ["w3"])
+        self.assertEqual(restore_takeover.schedulable_nodes({"items": [node("me", taints=[cp])]}), ["me"])
+        self.assertEqual(restore_takeover.schedulable_nodes({"items": [node("me", taints=[cp, uninit])]}), [])
 
     def test_leader_leases_not_taken_in_time_fail_the_restore_before_the_upgrade(self):
         self.boot.leases = {"kube-scheduler": socket.gethostname() + "_new"}
@@ -401,17 +446,17 @@ class AfterInit(unittest.TestCase):
             t[0] += 30
             return t[0]
         with self.assertRaises(UpgradeError) as e:
-            upgrade.take_over_leader_leases(self.boot, sleep=lambda s: None, clock=clock)
+            restore_takeover.take_over_leader_leases(self.boot, sleep=lambda s: None, clock=clock)
         self.assertIn("did not take their leader leases within 180 s", str(e.exception))
         self.assertNotIn(["kubeadm", "upgrade", "apply"], [c[:3] for c in self.boot.sh_calls])
-        self.assertEqual(upgrade.stale_leases({"items": [{"metadata": {"name": "a"}, "spec": {"holderIdentity": "h_1"}},
+        self.assertEqual(restore_takeover.stale_leases({"items": [{"metadata": {"name": "a"}, "spec": {"holderIdentity": "h_1"}},
                                                          {"metadata": {"name": "b"}, "spec": {"holderIdentity": "hx_1"}},
                                                          {"metadata": {"name": "c"}, "spec": {}}]}, "h"), ["b", "c"])
 
     def test_a_failed_upgrade_after_a_restore_records_the_newer_version(self):
         self.boot.fail_on = ["kubeadm", "upgrade", "apply"]
         with self.assertRaises(UpgradeError) as e:
-            upgrade.after_init(self.boot, "1.36.3", "1.35.4", restored=True)
+            restore_takeover.after_init(self.boot, "1.36.3", "1.35.4", restored=True)
         self.assertIn("kubeadm upgrade apply v1.36.3 exited 1", str(e.exception))
         last = self.last()
         self.assertEqual((last["phase"], last["step"], last["version"]), ("failed", "kubeadm-upgrade-apply", "1.36.3"))

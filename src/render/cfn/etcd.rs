@@ -67,7 +67,7 @@ pub(super) fn etcd_alarms(input: &RenderInput, ctx: &Ctx, r: &mut Map<String, Va
 }
 
 /// Where `kube-aws restore` puts its request, relative to the cluster's prefix
-/// (src/node/kube_aws_node/etcd.py RESTORE_REQUEST), and the lock the first
+/// (src/node/kube_aws_node/etcd_restore.py RESTORE_REQUEST), and the lock the first
 /// replacement controller takes to restore it.
 pub const ETCD_RESTORE_REQUEST: &str = "bootstrap/etcd-restore.json";
 pub const ETCD_RESTORE_LOCK: &str = "bootstrap/etcd-restore-lock";
@@ -108,7 +108,7 @@ pub(super) fn etcd_membership(ctx: &Ctx, r: &mut Map<String, Value>) {
             "Roles": [{"Ref": "ControllerRole"}],
             "PolicyDocument": {"Version": "2012-10-17", "Statement": [
                 // The heartbeat holds the hook while removing the member
-                // would cost etcd its quorum (etcd.py `remove_when_safe`).
+                // would cost etcd its quorum (etcd_lifecycle.py `remove_when_safe`).
                 {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow",
                  "Action": ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
                  "Resource": {"Fn::Sub": "arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:autoScalingGroupName/${ControllerGroup}"}},

@@ -108,13 +108,13 @@ pub(super) fn sub_escape(stub: &str) -> String {
 ///   (etcd has count + 1 members, kubeadm adds it as a learner and promotes
 ///   it once it has caught up) and signals; only then does one old one
 ///   leave, through its termination hook, which removes its member only
-///   while the others keep a quorum (etcd.py `remove_when_safe`). At no
+///   while the others keep a quorum (etcd_lifecycle.py `remove_when_safe`). At no
 ///   point of the roll does etcd have fewer than `count` members, so it
 ///   still survives the loss of one member mid-roll; a terminate-first roll
 ///   of three runs on two members, where a second loss takes the quorum.
 /// - One controller (MinSize = MaxSize = 1): terminate first. Its
 ///   replacement restores etcd's final snapshot and `kubeadm init`s on it
-///   (etcd.py `restore_decision`): a second controller joining the first
+///   (etcd_restore.py `restore_decision`): a second controller joining the first
 ///   would make a two-member etcd whose quorum needs both.
 /// - Workers: launch before terminate. MinInstancesInService is the group's
 ///   starting size, so CloudFormation raises the desired capacity by the batch

@@ -2225,7 +2225,7 @@ spec:
 /// [--no-such-flag]}` and `timeout: 40s`: the plugin's own timeout (5m, by
 /// its plugin.yaml) cannot be shortened from cluster.yaml; the reconciler
 /// makes one attempt of a release whose container crash-loops (the plan
-/// allows three: reconcile.py NOT_RETRIED), and the test checks that. Not covered: a failed upgrade's rollback (the first install
+/// allows three: helm_release.py NOT_RETRIED), and the test checks that. Not covered: a failed upgrade's rollback (the first install
 /// here is uninstalled; the upgrade path is src/node/tests and
 /// tests/it/installer.rs); CloudFormation's rollback of the stack after the
 /// FAILURE signal (moto's model of it, tests/support/moto_signals.py, keeps
@@ -2321,7 +2321,7 @@ fn a_broken_metrics_server_is_named_by_the_reconciler_and_up_wait_exits_3() {
     assert!(ran.is_ok(), "{ran:?}");
     // One attempt: the crash loop is the release's own fault, so the
     // reconciler does not wait two more timeouts before naming it
-    // (reconcile.py NOT_RETRIED; the plan's retryAfter tries it again).
+    // (helm_release.py NOT_RETRIED; the plan's retryAfter tries it again).
     let journal = output_text(
         &ctl.node
             .exec(&["journalctl", "--no-pager", "-u", "kube-aws-addons.service"]),

@@ -583,6 +583,22 @@ impl MotoBed {
 
     /// kubectl with `ctl`'s admin.conf, dialing the controller's address
     /// (the host cannot resolve the load balancer's name).
+    /// The control-plane bed's real helm (v3) against `ctl`'s API server,
+    /// with the cluster's admin.conf.
+    pub fn helm(&self, ctl: &BedNode, args: &[&str]) -> Output {
+        Command::new(self.kubectl.with_file_name("helm"))
+            .arg("--kubeconfig")
+            .arg(ctl.node.rootfs().join("etc/kubernetes/admin.conf"))
+            .args(["--kube-apiserver", &format!("https://{}:6443", ctl.node.ip)])
+            .args(args)
+            .env("HELM_CACHE_HOME", self.dir().join("helm/cache"))
+            .env("HELM_CONFIG_HOME", self.dir().join("helm/config"))
+            .env("HELM_DATA_HOME", self.dir().join("helm/data"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     pub fn kubectl(&self, ctl: &BedNode, args: &[&str]) -> Output {
         Command::new(&self.kubectl)
             .arg("--kubeconfig")

@@ -383,31 +383,52 @@ fn configmap_value(bed: &MotoBed, via: &BedNode, name: &str) -> Option<String> {
     }
 }
 
+/// A chart of one ConfigMap (its value `v`), for the restore's real releases.
+fn write_restore_chart(bed: &MotoBed) -> std::path::PathBuf {
+    let dir = bed.dir().join("restore-chart");
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        "apiVersion: v2\nname: restore-demo\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("values.yaml"), "v: \"1\"\n").unwrap();
+    std::fs::write(
+        dir.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-v\ndata:\n  v: {{ .Values.v | quote }}\n",
+    )
+    .unwrap();
+    dir
+}
+
 /// `an_ha_restore_on_three_new_controllers_brings_the_snapshot_back` (issue
 /// 38, "restores that reconcile", on real nodes): the cluster's controllers
 /// (`olds`, every etcd member among them) take a snapshot (the backup
-/// service of the first, as its timer would), a ConfigMap is written before
-/// it and another after; the installed-addons record names a release at its
-/// wait condition (the bed installs no helm release: the record is put as an
-/// earlier reconciler run writes it). `kube-aws restore --snapshot KEY
+/// service of the first, as its timer would). Before it, a ConfigMap is
+/// written and a real helm release `demo` installed (the control-plane
+/// bed's helm 3, a chart of one ConfigMap); after it, another ConfigMap,
+/// `demo` upgraded to revision 2 and a release `ghost` installed. The
+/// installed-addons record names both at their wait conditions, as an
+/// earlier reconciler run writes it. `kube-aws restore --snapshot KEY
 /// --yes` (as the admin, against moto) writes the request and terminates
 /// every controller; the old nodes are gone (their containers stopped);
 /// the group launches three; the first booted takes the restore lock,
 /// restores the snapshot and `kubeadm init`s on it, the other two join it
 /// (booted once it has, as the bed's API name is its address).
 /// Then etcd has the three new members only, the ConfigMap written before
-/// the snapshot is there and the one written after is not, and the record
-/// says nothing is current (plan and wait conditions cleared, `restoredFrom`
-/// the key), so the reconciler brings every release to the plan; by the
-/// time the test reads it the new controllers' reconciler may already have
-/// run on it (the current plan recorded, the old release still not current).
+/// the snapshot is there and the one written after is not; helm says `demo`
+/// is at revision 1 and knows no `ghost`; and the new controllers'
+/// reconciler matches the record to what helm holds (helm_release.py
+/// `match_restored`): it names exactly the releases `helm list -A` shows,
+/// none of them current, so the reconciler brings each to the plan.
 ///
 /// Not covered: the old controllers' termination hooks (moto's
 /// CloudFormation creates no lifecycle hook; the instances go at once), a
-/// helm release brought back to the plan (the bed serves no helm here: the
+/// release brought back to the plan by the reconciler (the plan on this bed
+/// has no releases, so no helm client is published for the nodes: the
 /// reconciler's upgrade of what the snapshot holds is reconcile.py's unit
-/// tests and the reconciler's real-node test), the load balancer (the first new controller's address stands for the
-/// API's name).
+/// tests and the reconciler's real-node test), the load balancer (the first
+/// new controller's address stands for the API's name).
 pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
     bed: &MotoBed,
     named: &str,
@@ -424,6 +445,18 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         assert!(o.status.success(), "{}", crate::common::output_text(&o));
     };
     cm("before-snapshot");
+    // Real helm releases (the control-plane bed's helm 3, a chart of one
+    // ConfigMap, so that no pod waits on the bed's uninitialized taint):
+    // `demo` installed before the snapshot, upgraded after it; `ghost`
+    // installed after it.
+    let chart = write_restore_chart(bed);
+    let chart = chart.to_str().unwrap();
+    let helm = |node: &BedNode, args: &[&str]| {
+        let o = bed.helm(node, args);
+        assert!(o.status.success(), "helm {args:?}: {}", crate::common::output_text(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    helm(via, &["install", "demo", chart, "-n", "demo", "--create-namespace"]);
     // A snapshot now, from `via`'s member, and the key it was written to. Not
     // the backup timer's service: it writes only on the etcd leader and only
     // when a snapshot is due, and succeeds without writing otherwise (after
@@ -444,11 +477,16 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
     let prefix = format!("clusters/{BED_CLUSTER}/etcd/");
     assert!(key.starts_with(&prefix), "the snapshot {key} is not under {prefix}");
     cm("after-snapshot");
+    helm(via, &["upgrade", "demo", chart, "-n", "demo", "--set", "v=2"]);
+    helm(via, &["install", "ghost", chart, "-n", "ghost", "--create-namespace"]);
     let record_key = format!("clusters/{BED_CLUSTER}/status/addons/installed.json");
     let record = serde_json::json!({
         "plan": "0123abcd", "secretsVersions": [], "manifestObjects": [], "holder": via.inst.id,
         "updatedAt": "2026-12-04T00:00:00Z",
-        "releases": [{"name": "demo", "namespace": "demo", "waitCondition": "DemoReady", "secrets": "h1"}],
+        "releases": [
+            {"name": "demo", "namespace": "demo", "waitCondition": "DemoReady", "secrets": "h1"},
+            {"name": "ghost", "namespace": "ghost", "waitCondition": "GhostReady", "secrets": "h2"},
+        ],
     });
     let record_file = bed.dir().join("installed-before-restore.json");
     std::fs::write(&record_file, record.to_string()).unwrap();
@@ -524,6 +562,20 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         &[n1.inst.ip.as_str(), n2.inst.ip.as_str(), n3.inst.ip.as_str()],
         Duration::from_secs(120),
     );
+    // The joiners deleted the old controllers' etcd Pods before their
+    // `kubeadm join` (upgrade.py `forget_stale_etcd_pods`): on a quiet bed
+    // the first join found only those and failed ("error syncing endpoints
+    // with etcd") until they did.
+    let stale_pods: Vec<String> = [&n2, &n3]
+        .iter()
+        .flat_map(|n| {
+            n.log()
+                .lines()
+                .filter(|l| l.contains("deleting the etcd Pod"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
     let members = member_ips(&etcd_members(&n1));
     assert!(
         !members.iter().any(|m| old_ips.contains(m)),
@@ -539,32 +591,70 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         None,
         "a ConfigMap written after the snapshot came back"
     );
-    let got = bed
-        .aws_text(&["s3", "cp", &format!("s3://{BED_BUCKET}/{record_key}"), "-"])
-        .expect("the installed record after the restore");
-    let doc: serde_json::Value = serde_json::from_str(&got).unwrap_or_else(|e| panic!("{e}: {got}"));
-    // Reset by the restorer (`plan` null, `restoredFrom` the key), or
-    // already acted on by the new controllers' reconciler, which recorded
-    // the current plan: either way the release the old record called
-    // current is not trusted any more.
-    if doc["plan"].is_null() {
-        assert_eq!(doc["restoredFrom"].as_str(), Some(key.as_str()), "{doc}");
-    } else {
-        assert_ne!(
-            doc["plan"], "0123abcd",
-            "the old record's plan survived the restore: {doc}"
-        );
-    }
-    assert_eq!(doc["releases"][0]["name"], "demo", "{doc}");
+    // helm's own view of the restored cluster: `demo` at the snapshot's
+    // revision, `ghost` never installed.
+    let history: serde_json::Value =
+        serde_json::from_str(&helm(&n1, &["history", "demo", "-n", "demo", "-o", "json"])).unwrap();
+    let last = history.as_array().and_then(|h| h.last()).cloned().unwrap_or_default();
+    assert_eq!(
+        (last["revision"].as_i64(), last["status"].as_str()),
+        (Some(1), Some("deployed")),
+        "demo after the restore: {history}"
+    );
+    let ghost = bed.helm(&n1, &["status", "ghost", "-n", "ghost"]);
+    assert!(
+        !ghost.status.success() && crate::common::output_text(&ghost).contains("release: not found"),
+        "ghost after the restore: {}",
+        crate::common::output_text(&ghost)
+    );
+    // The record: reset by the restorer (`restoredFrom` the key, nothing
+    // current), then matched by the new controllers' reconciler to the
+    // releases the snapshot holds (helm_release.py `match_restored`): `ghost`
+    // struck, `demo` kept to be brought to the plan.
+    let read_record = || {
+        let got = bed
+            .aws_text(&["s3", "cp", &format!("s3://{BED_BUCKET}/{record_key}"), "-"])
+            .expect("the installed record after the restore");
+        serde_json::from_str::<serde_json::Value>(&got).unwrap_or_else(|e| panic!("{e}: {got}"))
+    };
+    let t_match = Instant::now();
+    let doc = loop {
+        let doc = read_record();
+        if doc["restoredFrom"].is_null() || t_match.elapsed() > Duration::from_secs(300) {
+            break doc;
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    };
+    assert!(
+        doc["restoredFrom"].is_null() && doc["plan"] != "0123abcd",
+        "no reconciler matched the record to the restored releases within 300 s: {doc}\n{}",
+        n1.node
+            .sh("journalctl --no-pager -u kube-aws-addons.service | tail -n 30")
+    );
+    // (helm list after the record was matched: the node has no helm to
+    // uninstall `demo` with, the plan having no releases on this bed.)
+    let names = |list: &serde_json::Value| -> std::collections::BTreeSet<(String, String)> {
+        let field = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap_or_default().to_string();
+        let items = list.as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .map(|r| (field(r, "name"), field(r, "namespace")))
+            .collect()
+    };
+    let present = names(&serde_json::from_str(&helm(&n1, &["list", "-A", "-o", "json"])).unwrap());
+    let recorded = names(&doc["releases"]);
+    assert_eq!(recorded, present, "the record against helm's releases: {doc}");
     assert_eq!(doc["releases"][0]["waitCondition"], "", "{doc}");
     assert_eq!(doc["releases"][0]["secrets"], "", "{doc}");
     eprintln!(
         "HA restore of {key}: three new controllers Ready {:.1}s after the first booted (restorer: {}; \
-         joiners: {}; {}); {:.1}s in all",
+         joiners: {}; {}); the record matched to helm's releases {present:?} {:.1}s after they were; \
+         stale etcd Pods deleted by the joiners: {stale_pods:?}; {:.1}s in all",
         t_ready.as_secs_f64(),
         f[0].times(),
         f[1].times(),
         f[2].times(),
+        t_match.elapsed().as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
     [n1, n2, n3]

@@ -1023,7 +1023,7 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
 ///    OOM killer would) once its etcd member is in the cluster: a join that
 ///    fails halfway. Its bootstrap reports the step, signals FAILURE, marks
 ///    itself Unhealthy in its group, and, before releasing the join lock,
-///    takes back the member its join added (etcd.py `withdraw`): etcd is
+///    takes back the member its join added (etcd_lifecycle.py `withdraw`): etcd is
 ///    back to its three healthy members, not four with a dead vote. The API
 ///    keeps answering on every survivor, the ConfigMap written before is
 ///    there, kubeadm-config still says 1.36.5 (nothing went back), and
