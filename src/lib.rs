@@ -1,6 +1,7 @@
 //! kube-aws: bring up a Kubernetes cluster on AWS with its addons deployed and
 //! ready. The stages form a pipeline, one module each (see docs/architecture):
-//! `cli` → `config` → `plugin` → `chart` → `render` → `aws`.
+//! `cli` → `config` → `plugin` → `chart` → `render` → `aws`, with the
+//! lifecycle operations (`ops`) between the command line and the rest.
 
 pub mod aws;
 pub mod chart;
@@ -12,6 +13,7 @@ pub mod fsutil;
 pub mod irsa;
 pub mod kubeconfig;
 pub mod located;
+pub mod ops;
 pub mod pipeline;
 pub mod pki;
 pub mod plugin;

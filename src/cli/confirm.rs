@@ -3,14 +3,7 @@
 
 use std::io::IsTerminal;
 
-/// Why there is no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfirmError {
-    #[error("refusing to go on without confirmation: standard input is not a terminal; pass --yes")]
-    NoTerminal,
-    #[error("cannot read the answer: {source}")]
-    Read { source: std::io::Error },
-}
+pub use crate::ops::ConfirmError;
 
 /// Asks a yes/no question on the terminal. Without a terminal and without
 /// `--yes`, refuses (an unattended run must say --yes).

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use crate::aws::deploy::{charts_from_plan, rendered_dir, ArtifactsOptions};
 use crate::aws::AwsOptions;
-use crate::pipeline::DeployPrepareOptions;
 
 /// Where AWS is: the standard chain, with overrides.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,49 +66,6 @@ pub struct PublishArgs {
     /// again; its charts must be in the cache, and plugin secrets are not re-encrypted
     #[arg(long)]
     pub use_rendered: bool,
-}
-
-/// Renders the work tree anew into `<dir>/rendered`, fetches any locked chart
-/// missing from the cache, and collects the plugins' secrets: what `up` and
-/// `update` publish. With `--use-rendered`, takes `<dir>/rendered` as it is.
-/// The render hooks run around that render (not with `--use-rendered`).
-/// `recorded`: the live stack's record, which `update` renders with.
-pub fn artifacts(
-    global: &super::GlobalOptions,
-    cluster: &crate::config::Cluster,
-    args: &PublishArgs,
-    recorded: &crate::aws::deploy::LiveRecord,
-) -> anyhow::Result<ArtifactsOptions> {
-    use crate::plugin::exec::{Step, When};
-    let dir = &global.dir;
-    let cache_dir = crate::chart::default_cache_dir();
-    if args.use_rendered {
-        let rendered_dir = rendered_dir(dir);
-        let charts = charts_from_plan(&rendered_dir, &cache_dir)?;
-        return Ok(ArtifactsOptions {
-            rendered_dir,
-            charts,
-            secrets: Vec::new(),
-            baseline: None,
-        });
-    }
-    let rendered = rendered_dir(dir);
-    super::hooks(global, cluster, Step::Render, When::Pre, &rendered, None)?;
-    // The post-render hooks run on the new output before it replaces the old.
-    let out = runtime()?.block_on(crate::pipeline::prepare_deploy_then(
-        &DeployPrepareOptions {
-            dir: dir.to_path_buf(),
-            cache_dir,
-            fetch: crate::chart::FetchOptions::default(),
-            recorded: crate::pipeline::Recorded {
-                zone_count: recorded.zone_count,
-                role_names: recorded.role_names,
-            },
-            running_version: recorded.kubernetes_version.clone(),
-        },
-        &mut |staged| super::hooks(global, cluster, Step::Render, When::Post, staged, None).map_err(Into::into),
-    ))?;
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -64,6 +64,10 @@ pub fn classify(err: &anyhow::Error) -> Exit {
 /// The rule for one error of a chain, None for an error that is not a
 /// library error (an `io::Error`, a context message): the chain goes on.
 fn of(e: &(dyn StdError + 'static)) -> Option<Exit> {
+    // An operation's error is its layer's, classified as that one is.
+    if let Some(e) = e.downcast_ref::<crate::ops::OpsError>() {
+        return of(e.inner());
+    }
     if let Some(e) = e.downcast_ref::<ExternalExit>() {
         return Some(Exit::External(e.0));
     }
@@ -107,7 +111,7 @@ fn of(e: &(dyn StdError + 'static)) -> Option<Exit> {
         || e.is::<KubeconfigError>()
         || e.is::<PkiError>()
         || e.is::<crate::irsa::IrsaError>()
-        || e.is::<super::confirm::ConfirmError>();
+        || e.is::<crate::ops::ConfirmError>();
     work_tree.then_some(Exit::WorkTree)
 }
 
@@ -293,5 +297,24 @@ mod tests {
         assert_eq!((external.code(), external.is_silent()), (42, true));
         // 130: Ctrl-C.
         assert_eq!(exit(AwsError::Interrupted), 130);
+    }
+
+    #[test]
+    fn an_operations_error_exits_as_its_layers_own() {
+        use crate::ops::{ConfirmError, OpsError};
+        let timed_out = AwsError::TimedOut {
+            waited: "30m".into(),
+            pending: vec!["ControlPlane".into()],
+        };
+        assert_eq!(exit(OpsError::Aws(timed_out)), 5);
+        let failed = OpsError::Prepare(DeployPrepareError::Fetch(Box::new(unreachable())));
+        assert_eq!(exit(failed), 4);
+        assert_eq!(exit(OpsError::Aws(AwsError::Interrupted)), 130);
+        assert_eq!(exit(OpsError::Confirm(ConfirmError::NoTerminal)), 1);
+        let unknown = ExecError::UnknownCommand {
+            name: "nope".into(),
+            hint: String::new(),
+        };
+        assert_eq!(exit(OpsError::Hook(unknown)), 2);
     }
 }

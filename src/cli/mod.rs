@@ -7,6 +7,7 @@ mod completions;
 mod confirm;
 mod deploy_args;
 mod destroy;
+mod events;
 pub mod exit;
 mod init;
 mod kubeconfig;
@@ -67,33 +68,25 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration (for example \"30s\" or \"10m\"): {e}"))
 }
 
-/// Takes the work tree's lock for `command` (`render`, `up`, `update`) for
-/// as long as the returned guard lives; says on stderr whom it waits for.
+impl GlobalOptions {
+    /// The work tree these options name, as an operation takes it.
+    pub fn work_tree(&self) -> crate::ops::WorkTree {
+        crate::ops::WorkTree {
+            dir: self.dir.clone(),
+            lock_timeout: self.lock_timeout,
+            hooks: !self.no_hooks,
+            verbose: self.verbose,
+        }
+    }
+}
+
+/// Takes the work tree's lock for `command` (`render`) for as long as the
+/// returned guard lives; says on stderr whom it waits for.
 pub(crate) fn lock_work_tree(
     global: &GlobalOptions,
     command: &str,
 ) -> anyhow::Result<Option<crate::fsutil::WorkTreeLock>> {
-    let path = global.dir.join(crate::fsutil::LOCK_FILE);
-    let lock = crate::fsutil::lock_work_tree(
-        &global.dir,
-        &format!("kube-aws {command}"),
-        global.lock_timeout,
-        |holder| {
-            eprintln!(
-                "waiting for the work tree's lock {}: it is held by {holder} (up to {}; --lock-timeout changes it)",
-                path.display(),
-                humantime::format_duration(global.lock_timeout)
-            )
-        },
-    )?;
-    if lock.is_none() && global.dir.is_dir() {
-        eprintln!(
-            "warning: cannot lock the work tree ({} is not writable, or its file system has no flock): \
-             another render, up or update of it may run at the same time",
-            path.display()
-        );
-    }
-    Ok(lock)
+    Ok(global.work_tree().lock(command, &mut |l| eprintln!("{l}"))?)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -248,34 +241,7 @@ pub(crate) fn hooks(
     rendered: &std::path::Path,
     outputs: Option<&serde_json::Value>,
 ) -> anyhow::Result<()> {
-    if global.no_hooks {
-        return Ok(());
-    }
-    crate::plugin::exec::run_hooks(&crate::plugin::exec::HookRun {
-        cluster,
-        step,
-        when,
-        rendered,
-        outputs,
-        verbose: global.verbose,
-    })?;
-    Ok(())
-}
-
-/// The root stack's outputs as a JSON object (`KUBE_AWS_OUTPUTS`).
-pub(crate) async fn stack_outputs(
-    clients: &crate::aws::Clients,
-    name: &str,
-) -> anyhow::Result<Option<serde_json::Value>> {
-    let stack = crate::aws::stack::describe_stack(clients, name).await?;
-    Ok(stack.map(|s| {
-        serde_json::Value::Object(
-            s.outputs
-                .into_iter()
-                .map(|o| (o.key, serde_json::Value::String(o.value)))
-                .collect(),
-        )
-    }))
+    Ok(global.work_tree().hooks(cluster, step, when, rendered, outputs)?)
 }
 
 /// Prints a value as pretty JSON on stdout.

@@ -1,14 +1,12 @@
 //! `kube-aws up`: renders, publishes and creates the root stack, runs the
-//! pre/post-up hooks, and with `--wait` follows the create to its end.
+//! pre/post-up hooks, and with `--wait` follows the create to its end
+//! (the operation: src/ops/up.rs).
 
-use super::deploy_args::{artifacts, runtime, AwsArgs, PublishArgs, WaitArgs};
-use super::progress_view::ProgressView;
-use super::{hooks, stack_outputs, GlobalOptions};
+use super::deploy_args::{runtime, AwsArgs, PublishArgs, WaitArgs};
+use super::events::Terminal;
+use super::GlobalOptions;
 use crate::aws::stack::OnFailureMode;
-use crate::aws::wait::Operation;
-use crate::aws::{connect, deploy};
-use crate::config::load_cluster;
-use crate::plugin::exec::{Step, When};
+use crate::ops::up::{self, UpOptions};
 
 /// Arguments of `kube-aws up`.
 #[derive(Debug, clap::Args)]
@@ -25,46 +23,16 @@ pub struct UpArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: UpArgs) -> anyhow::Result<()> {
-    let _lock = super::lock_work_tree(global, "up")?;
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let rendered = crate::aws::deploy::rendered_dir(&global.dir);
-    hooks(global, &cluster, Step::Up, When::Pre, &rendered, None)?;
-    let artifacts = artifacts(global, &cluster, &args.publish, &Default::default())?;
-    let outputs = runtime()?.block_on(async {
-        let clients = connect(&args.aws.options(), &cfg.region).await?;
-        let (published, stack_id) = deploy::up(&clients, cfg, &artifacts, args.on_failure).await?;
-        let uploaded = published.objects.iter().filter(|o| o.uploaded).count();
-        eprintln!(
-            "published {} object(s) to s3://{}/{} ({uploaded} new)",
-            published.objects.len(),
-            published.location.bucket,
-            published.location.prefix
-        );
-        println!("creating stack {:?}: {stack_id}", cfg.cluster_name);
-        if args.wait.wait {
-            let addons = deploy::follow_published(
-                &clients,
-                &stack_id,
-                Operation::Create,
-                &published,
-                args.wait.timeout,
-                &mut ProgressView::for_stderr(),
-            )
-            .await?;
-            println!("stack {:?} is CREATE_COMPLETE; {addons}", cfg.cluster_name);
-            stack_outputs(&clients, &cfg.cluster_name).await
-        } else {
-            println!("follow it with `kube-aws status --wait`");
-            Ok(None)
-        }
-    })?;
-    hooks(
-        global,
-        &cluster,
-        Step::Up,
-        When::Post,
-        &artifacts.rendered_dir,
-        outputs.as_ref(),
-    )
+    let opts = UpOptions {
+        tree: global.work_tree(),
+        aws: args.aws.options(),
+        use_rendered: args.publish.use_rendered,
+        on_failure: args.on_failure,
+        wait: args.wait.wait,
+        timeout: args.wait.timeout,
+    };
+    // The operation says its report as it goes (stdout, stderr, the
+    // progress view): its outcome needs no more printing.
+    runtime()?.block_on(up::run(&opts, &mut Terminal::new(false)))?;
+    Ok(())
 }
