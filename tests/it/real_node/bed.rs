@@ -669,6 +669,27 @@ impl BedNode {
 
     /// Returns once the node program has begun `step`; panics with what the
     /// node said if it failed, or `limit` passed, first.
+    /// Copies `image` from this node's containerd into each of `to`'s, as
+    /// the registry serves it in a cluster (the bed's nodes have none, and
+    /// each node image holds only its own version's images). A newer
+    /// kubeadm's `upgrade apply` runs its health-check Job's pause image on
+    /// any node, an old controller included (cmd/kubeadm/app/phases/upgrade/
+    /// health.go `createJob`, v1.36.5: `images.GetPauseImage`), and an old
+    /// node image has the older pause only: the Job's pod sat in
+    /// ErrImagePull there and the check missed its fixed minute.
+    pub fn share_image(&self, image: &str, to: &[&BedNode]) {
+        // Not /tmp: systemd mounts a tmpfs there, out of the host's view.
+        const TAR: &str = "root/kube-aws-shared-image.tar";
+        self.node.sh(&format!("ctr -n k8s.io images export /{TAR} {image}"));
+        let bytes = std::fs::read(self.node.rootfs().join(TAR)).unwrap();
+        for n in to {
+            std::fs::write(n.node.rootfs().join(TAR), &bytes).unwrap();
+            n.node.sh(&format!(
+                "ctr -n k8s.io images import /{TAR} >/dev/null && rm -f /{TAR}"
+            ));
+        }
+    }
+
     pub fn wait_step(&self, step: &str, limit: Duration) {
         let line = format!("kube-aws: step {step}");
         loop {

@@ -1106,6 +1106,11 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         &api_ip,
         pod_net(3, &[(&c1, 0), (&c2, 1), (&c3, 2)]),
     );
+    // The registry's part: the new version's pause image on the old
+    // controllers too, before the first replacement's `kubeadm upgrade
+    // apply` runs its health-check Job on any of them (bed.rs `share_image`).
+    r1.wait_step("kubeadm-join", READY_LIMIT);
+    r1.share_image(&pause_image(&to_image), &[&c1, &c2, &c3]);
     let f1 = replaced(&bed, &r1, &c1, "the first replacement", Some("kubeadm-upgrade-apply"));
     let t_r1 = t_r1.elapsed();
     // Its old controller goes (the roll terminates it once the replacement
@@ -1374,6 +1379,16 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
         f4.times(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// The pause image a node image holds (its `images` list, written by
+/// scripts/install-nodebed.sh from `kubeadm config images list`).
+fn pause_image(image: &std::path::Path) -> String {
+    let list = std::fs::read_to_string(image.join("images")).unwrap_or_default();
+    list.lines()
+        .find(|l| l.contains("/pause:"))
+        .unwrap_or_else(|| panic!("no pause image in {}/images: {list}", image.display()))
+        .to_string()
 }
 
 /// A replacement controller `n` of the failed HA upgrade, followed to Ready
