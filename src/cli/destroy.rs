@@ -1,24 +1,15 @@
-//! `kube-aws destroy`: asks first (or `--yes`), runs the pre-destroy hooks,
+//! `kube-aws destroy` (the operation: src/ops/destroy.rs): asks first (or `--yes`), runs the pre-destroy hooks,
 //! deletes the root stack, and with `--wait` follows the delete and sweeps
 //! what is still tagged with the cluster (src/aws/destroy.rs); with
 //! `--purge` removes the published objects. Exits non-zero when a tagged
 //! resource is left.
 
-use super::confirm::confirm;
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
-use super::progress_view::ProgressView;
-use super::{hooks, GlobalOptions};
+use super::events::Terminal;
+use super::GlobalOptions;
 use std::time::Duration;
 
-use crate::aws::deploy;
-use crate::aws::destroy::{destroy, incomplete, DestroyPlan};
-use crate::aws::destroy_api::ApiOptions;
-use crate::aws::publish::Location;
-use crate::aws::stack::describe_stack;
-use crate::aws::sweep::calls::SweepOptions;
-use crate::aws::{connect, AwsError};
-use crate::config::load_cluster;
-use crate::plugin::exec::{Step, When};
+use crate::ops::destroy::{self, DestroyOptions};
 
 /// Arguments of `kube-aws destroy`.
 #[derive(Debug, clap::Args)]
@@ -46,76 +37,16 @@ pub struct DestroyArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: DestroyArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let location = Location::new(cfg)?;
-    let rendered = crate::aws::deploy::rendered_dir(&global.dir);
-    let rt = runtime()?;
-    let clients = rt.block_on(connect(&args.aws.options(), &cfg.region))?;
-    let deleted = rt.block_on(async {
-        let stack = describe_stack(&clients, &cfg.cluster_name).await?;
-        let question = match &stack {
-            Some(s) => format!(
-                "delete stack {:?} ({}) and every resource in it?",
-                cfg.cluster_name, s.status
-            ),
-            // The stack is gone; what the cluster left can still be swept.
-            None if args.wait.wait => format!(
-                "the stack {:?} does not exist; delete what is still tagged with the cluster?",
-                cfg.cluster_name
-            ),
-            None => {
-                return Err(AwsError::StackMissing {
-                    stack: cfg.cluster_name.clone(),
-                }
-                .into())
-            }
-        };
-        if !confirm(&question, args.yes)? {
-            println!("not deleted");
-            return Ok::<bool, anyhow::Error>(false);
-        }
-        // Asked first, so a declined destroy runs no hook.
-        tokio::task::block_in_place(|| hooks(global, &cluster, Step::Destroy, When::Pre, &rendered, None))?;
-        let plan = DestroyPlan {
-            cfg,
-            location: &location,
-            wait: args.wait.wait,
-            timeout: args.wait.timeout,
-            sweep: SweepOptions {
-                deadline: args.sweep_timeout,
-                pause: Duration::from_secs(10).min(args.sweep_timeout),
-                keep_volumes: args.keep_volumes,
-            },
-            api: Some(ApiOptions {
-                keep_volumes: args.keep_volumes,
-                wait: args.sweep_timeout,
-                poll: Duration::from_secs(5).min(args.sweep_timeout),
-            }),
-        };
-        let done = destroy(&clients, &plan, &mut ProgressView::for_stderr(), &mut |l| {
-            println!("{l}")
-        })
-        .await?;
-        if args.purge {
-            let purged = deploy::purge(&clients, cfg, &location).await?;
-            println!("purged {} object(s) under {}", purged.objects, location.s3_uri());
-            if let Some(b) = purged.issuer_bucket {
-                println!("deleted the service-account issuer's bucket {b:?}");
-            }
-        } else {
-            println!(
-                "published objects are kept under {} (use --purge to delete them)",
-                location.s3_uri()
-            );
-        }
-        if let Some(report) = &done.swept {
-            incomplete(report)?;
-        }
-        Ok(true)
-    })?;
-    if deleted {
-        hooks(global, &cluster, Step::Destroy, When::Post, &rendered, None)?;
-    }
+    let opts = DestroyOptions {
+        tree: global.work_tree(),
+        aws: args.aws.options(),
+        wait: args.wait.wait,
+        timeout: args.wait.timeout,
+        purge: args.purge,
+        keep_volumes: args.keep_volumes,
+        sweep_timeout: args.sweep_timeout,
+    };
+    // The operation says its report as it goes: its outcome needs no more printing.
+    runtime()?.block_on(destroy::run(&opts, &mut Terminal::new(args.yes)))?;
     Ok(())
 }

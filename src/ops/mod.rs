@@ -9,7 +9,9 @@
 //! implements (stdout, stderr, the progress view, the yes/no question).
 
 mod artifacts;
+pub mod destroy;
 mod error;
+pub mod status;
 pub mod up;
 pub mod update;
 mod work_tree;
