@@ -66,47 +66,6 @@ def after_restore(doc, snapshot):
     return out
 
 
-# Helm's own storage of its releases, which `helm list` reads: Helm 3 keeps
-# each revision as a Secret in the release's namespace, labelled owner=helm,
-# name, status and version (pkg/storage/driver/secrets.go newSecretsObject,
-# v3.16.3; an uninstall deletes them, or leaves status=uninstalled with
-# --keep-history); Tiller keeps each as a ConfigMap in its own namespace,
-# labelled OWNER=TILLER, NAME, STATUS and VERSION (k8s.io/helm
-# pkg/storage/driver/cfgmaps.go, v2.17.0; `helm delete` without --purge
-# leaves STATUS=DELETED).
-HELM_STORAGE = {3: ("secrets", "owner=helm", "name", "status", "version", "uninstalled"),
-                2: ("configmaps", "OWNER=TILLER", "NAME", "STATUS", "VERSION", "DELETED")}
-
-
-def storage_listing(major, tiller_ns):
-    """The kubectl command that lists helm's release storage."""
-    kind, selector = HELM_STORAGE[major][:2]
-    scope = ["-n", tiller_ns] if major == 2 else ["--all-namespaces"]
-    return ["kubectl", "get", kind] + scope + ["-l", selector, "-o", "json"]
-
-
-def present_releases(listing, major):
-    """{(name, namespace)} of the releases whose latest revision is not
-    uninstalled, from `kubectl get -o json` of helm's storage (the namespace is
-    None for Helm 2, whose release names are cluster-wide). Pure."""
-    _, _, name_l, status_l, version_l, gone = HELM_STORAGE[major]
-    latest = {}
-    for item in (listing or {}).get("items") or []:
-        meta = item.get("metadata") or {} if isinstance(item, dict) else {}
-        labels = meta.get("labels") or {}
-        name = labels.get(name_l)
-        try:
-            version = int(labels.get(version_l, ""))
-        except ValueError:
-            continue
-        if not name:
-            continue
-        key = (name, meta.get("namespace") if major == 3 else None)
-        if key not in latest or version > latest[key][0]:
-            latest[key] = (version, labels.get(status_l, ""))
-    return set(k for k, (_, status) in latest.items() if status != gone)
-
-
 def match_present(rec, present, major):
     """After a restore: the record's entries whose release etcd does not hold
     struck (`rec` is {name: entry}), so the record names only releases that

@@ -138,7 +138,7 @@ def stale_etcd_pods(pods, controller_ips):
         return []
     out = []
     for p in (pods or {}).get("items") or []:
-        meta = p.get("metadata") or {} if isinstance(p, dict) else {}
+        meta = (p.get("metadata") or {}) if isinstance(p, dict) else {}
         urls = [u.strip() for u in str((meta.get("annotations") or {}).get(ADVERTISE_ANNOTATION, "")).split(",")
                 if u.strip()]
         if urls and meta.get("name") and not any(url_host(u) in live for u in urls):

@@ -199,7 +199,7 @@ class PresentReleases(unittest.TestCase):
     """What helm's storage says is installed, and the record matched to it after a restore."""
 
     def test_helm3_takes_each_releases_latest_revision(self):
-        from kube_aws_node import addon_record
+        from kube_aws_node import helm_release
         listing = {"items": [
             storage_item("dex", "dex", 1, "superseded"), storage_item("dex", "dex", 2, "deployed"),
             storage_item("gone", "kube-system", 1, "deployed"), storage_item("gone", "kube-system", 2, "uninstalled"),
@@ -207,18 +207,18 @@ class PresentReleases(unittest.TestCase):
             storage_item("dex", "other", 1, "deployed"),
             {"metadata": {"namespace": "x", "labels": {"owner": "helm", "name": "bad", "version": "v1"}}},
             "not an object"]}
-        self.assertEqual(addon_record.present_releases(listing, 3),
+        self.assertEqual(helm_release.present_releases(listing, 3),
                          {("dex", "dex"), ("failed", "kube-system"), ("dex", "other")})
-        self.assertEqual(addon_record.present_releases({}, 3), set())
+        self.assertEqual(helm_release.present_releases({}, 3), set())
 
     def test_helm2_names_are_cluster_wide_and_deleted_is_gone(self):
-        from kube_aws_node import addon_record
+        from kube_aws_node import helm_release
         listing = {"items": [storage_item("dex", "kube-system", 1, "DEPLOYED", 2),
                              storage_item("old", "kube-system", 1, "DELETED", 2)]}
-        self.assertEqual(addon_record.present_releases(listing, 2), {("dex", None)})
-        self.assertEqual(addon_record.storage_listing(2, "tiller-ns"),
+        self.assertEqual(helm_release.present_releases(listing, 2), {("dex", None)})
+        self.assertEqual(helm_release.storage_listing(2, "tiller-ns"),
                          ["kubectl", "get", "configmaps", "-n", "tiller-ns", "-l", "OWNER=TILLER", "-o", "json"])
-        self.assertIn("--all-namespaces", addon_record.storage_listing(3, "kube-system"))
+        self.assertIn("--all-namespaces", helm_release.storage_listing(3, "kube-system"))
 
     def test_the_record_keeps_only_what_is_present_in_its_namespace(self):
         from kube_aws_node import addon_record
