@@ -217,7 +217,7 @@ class Boot(object):
             self.local_ipv4 = self.imds(token, "local-ipv4")
         except StepFailed:
             self.local_ipv4 = ""
-        jsonio.write(os.path.join(self.work, "instance.json"),
+        jsonio.write(paths.path(paths.INSTANCE_JSON),
                      {"instanceId": self.instance_id, "nodeName": name, "mac": mac})
 
     def network(self):

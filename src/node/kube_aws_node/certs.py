@@ -297,7 +297,7 @@ def main(argv, aws, host=None, instance=None, say=None):
     host = host or Host()
     rt = jsonio.read(paths.etc("runtime.json"))
     if instance is None:
-        instance = jsonio.read(os.path.join(paths.path(paths.WORK), "instance.json"), {})
+        instance = jsonio.read(paths.path(paths.INSTANCE_JSON), {})
     leaves, cas, renewed, error, step = [], [], [], "", ""
     try:
         cfg = settings()

@@ -146,6 +146,22 @@ def stale_etcd_pods(pods, controller_ips):
     return sorted(out)
 
 
+# The states of an instance whose processes may still run: shutting-down and
+# stopping ones are still shutting their services down (EC2 user guide,
+# "Instance state changes"; systemd stops the reconciler with SIGTERM then).
+ALIVE_STATES = ("pending", "running", "shutting-down", "stopping")
+
+
+def gone(instance_id, listed, own_id):
+    """True when the controller `instance_id` is not among `listed` (the
+    controllers EC2 lists in ALIVE_STATES): terminated, stopped or unknown to
+    EC2. None when the listing proves nothing: it lacks this controller's own
+    `own_id` (a wrong filter, an empty answer) or either id is unknown. Pure."""
+    if not instance_id or not own_id or own_id not in listed:
+        return None
+    return instance_id not in listed
+
+
 def member_ips(member):
     return sorted({url_host(u) for u in member.get("peerURLs") or [] if url_host(u)})
 
@@ -375,18 +391,22 @@ class Node(object):
     def ip(self):
         return self.imds("local-ipv4") or ""
 
-    def controller_ips(self):
-        """Private addresses of the cluster's pending or running controllers."""
+    def controllers(self, states=("pending", "running")):
+        """The cluster's controller instances (EC2's Instance objects) in `states`."""
         name = "%s-controller" % self.runtime.get("cluster", "")
         out = self.aws(["ec2", "describe-instances", "--filters",
                         "Name=tag:Name,Values=%s" % name,
-                        "Name=instance-state-name,Values=pending,running"]) or {}
-        ips = []
-        for r in out.get("Reservations") or []:
-            for i in r.get("Instances") or []:
-                if i.get("PrivateIpAddress"):
-                    ips.append(i["PrivateIpAddress"])
-        return ips
+                        "Name=instance-state-name,Values=%s" % ",".join(states)]) or {}
+        return [i for r in out.get("Reservations") or [] for i in r.get("Instances") or []]
+
+    def controller_ips(self):
+        """Private addresses of the cluster's pending or running controllers."""
+        return [i["PrivateIpAddress"] for i in self.controllers() if i.get("PrivateIpAddress")]
+
+    def controller_gone(self, instance_id, own_id):
+        """Whether EC2 lists the controller `instance_id` as gone (see `gone`)."""
+        listed = [i.get("InstanceId", "") for i in self.controllers(ALIVE_STATES)]
+        return gone(instance_id, listed, own_id)
 
     def put_json(self, key, value):
         """Writes a status object under the cluster's prefix (AES256, like every object there)."""

@@ -332,7 +332,7 @@ def main(argv, aws, cluster=None, instance=None, say=None, clock=time.time):
     rt = jsonio.read(paths.etc("runtime.json"))
     node = jsonio.read(paths.etc("node.json"))
     if instance is None:
-        instance = jsonio.read(os.path.join(paths.path(paths.WORK), "instance.json"), {})
+        instance = jsonio.read(paths.path(paths.INSTANCE_JSON), {})
     iid = instance.get("instanceId") or os.uname()[1]
     result, error, step = None, "", ""
     try:

@@ -13,10 +13,15 @@ flight). The holder renews it every ttl/3 from a thread (If-Match its own
 last ETag) and releases it, on success and on failure, by writing an expired
 body with If-Match. A holder that dies leaves a lease that expires within
 ttl; another controller then takes it over and resumes from the recorded
-state (reconcile.py). Controllers' clocks are kept by chrony against the
+state (reconcile.py). The lease also names its holder's instance: a lease
+whose holder's instance EC2 lists as gone (terminated or stopped: a
+controller lost, or every one of them before a restore) is taken over at
+once rather than at its expiry, up to ttl later; a listing that proves
+nothing (etcd.gone) leaves the wait to the expiry. Controllers' clocks are kept by chrony against the
 Amazon Time Sync Service (AL2023's default), far closer than ttl.
 
-Invariant: `decide` is a pure function of (the lease as read, now); the lease
+Invariant: `decide` is a pure function of (the lease as read, now, whether
+EC2 lists its holder's instance as gone); the lease
 is held only after S3 accepted this holder's conditional write, and each
 later write of it is conditional on the ETag S3 returned for the previous
 one; PreconditionFailed, ConditionalRequestConflict or NoSuchKey on such a
@@ -39,9 +44,10 @@ LOST = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey")
 DEFAULT_TTL = 600
 
 # The lease as read: holder and run (informational), expires_at (seconds
-# since the epoch), the ETag S3 gave it, and whether its holder released it.
-State = collections.namedtuple("State", "holder run expires_at etag released")
-State.__new__.__defaults__ = (False,)
+# since the epoch), the ETag S3 gave it, whether its holder released it, and
+# the holder's EC2 instance ("" in a lease written before it was recorded).
+State = collections.namedtuple("State", "holder run expires_at etag released instance")
+State.__new__.__defaults__ = (False, "")
 
 TAKE, TAKEOVER, WAIT = "take", "takeover", "wait"
 
@@ -50,12 +56,13 @@ class LeaseError(Exception):
     pass
 
 
-def decide(state, now):
+def decide(state, now, holder_gone=False):
     """TAKE when there is no lease, TAKEOVER when it has expired (or was
-    released: released leases are written expired), else WAIT."""
+    released: released leases are written expired) or its holder's instance
+    is gone, else WAIT."""
     if state is None:
         return TAKE
-    if now >= state.expires_at:
+    if now >= state.expires_at or holder_gone:
         return TAKEOVER
     return WAIT
 
@@ -86,9 +93,12 @@ def lost(e):
 
 class Lease(object):
     """This controller's side of the lease. `aws` is the node's Aws helper;
-    `clock` and `sleep` are injected for tests."""
+    `clock` and `sleep` are injected for tests. `instance` is this
+    controller's EC2 instance; `holder_gone(instance_id)` answers whether EC2
+    lists another holder's instance as gone (True, False, or None: unknown)."""
 
-    def __init__(self, aws, bucket, prefix, holder, ttl=None, clock=time.time, sleep=time.sleep, log=None):
+    def __init__(self, aws, bucket, prefix, holder, ttl=None, clock=time.time, sleep=time.sleep, log=None,
+                 instance="", holder_gone=None):
         self.aws = aws
         self.bucket = bucket
         self.key = "%s/%s" % (prefix, KEY) if prefix else KEY
@@ -97,6 +107,8 @@ class Lease(object):
         self.clock = clock
         self.sleep = sleep
         self.log = log or (lambda *a: None)
+        self.instance = instance or ""
+        self.holder_gone = holder_gone
         self.run = ""
         self.etag = None  # set while held
         self.renewed_at = 0.0
@@ -135,7 +147,8 @@ class Lease(object):
             # Not a lease this program wrote: taken to be expired, so it is replaced (If-Match).
             self.log("the lease %s is unreadable: taken to be expired" % self.where())
             return State("", "", 0.0, etag, True)
-        return State(str(doc.get("holder", "")), str(doc.get("run", "")), at, etag, bool(doc.get("released")))
+        return State(str(doc.get("holder", "")), str(doc.get("run", "")), at, etag, bool(doc.get("released")),
+                     str(doc.get("instance", "")))
 
     def write(self, expires_at, condition, released=False):
         """Writes the lease on `condition` (["--if-none-match", "*"] or
@@ -143,8 +156,8 @@ class Lease(object):
         fd, body = tempfile.mkstemp(prefix="kube-aws-lease-")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump({"holder": self.holder, "run": self.run, "expiresAt": iso(expires_at),
-                           "released": released}, f)
+                json.dump({"holder": self.holder, "instance": self.instance, "run": self.run,
+                           "expiresAt": iso(expires_at), "released": released}, f)
             out = self.aws(["s3api", "put-object", "--bucket", self.bucket, "--key", self.key, "--body", body,
                             "--content-type", "application/json"] + condition, attempts=3)
         except AwsError as e:
@@ -172,14 +185,19 @@ class Lease(object):
         if etag is None:
             state = self.read()
             now = self.clock()
-            d = decide(state, now)
+            gone = self.gone(state, now)
+            d = decide(state, now, gone)
             if d == WAIT:
                 self.log("the addon installer's lease is held by %s (run %s) until %s"
                          % (state.holder or "another controller", state.run or "?", iso(state.expires_at)))
                 return False
             if d == TAKE:
                 return False  # removed since (destroy --purge): the next tick creates it
-            if not state.released:
+            if gone:
+                self.log("the addon installer's lease of %s (run %s) runs until %s, but EC2 lists its instance %s "
+                         "as gone: taking it over" % (state.holder, state.run or "?", iso(state.expires_at),
+                                                      state.instance))
+            elif not state.released:
                 self.log("the addon installer's lease of %s (run %s) expired at %s: taking it over"
                          % (state.holder, state.run or "?", iso(state.expires_at)))
             etag = self.write(now + self.ttl, ["--if-match", state.etag])
@@ -189,6 +207,20 @@ class Lease(object):
         self.etag = etag
         self.renewed_at = now
         return True
+
+    def gone(self, state, now):
+        """Whether the unexpired lease `state` is held by another instance EC2
+        lists as gone. False when it cannot tell (the look failed, or no
+        instance is named): the lease is then waited out."""
+        if (state is None or now >= state.expires_at or self.holder_gone is None or not state.instance
+                or state.instance == self.instance):
+            return False
+        try:
+            return self.holder_gone(state.instance) is True
+        except Exception as e:  # noqa: BLE001 - unknown means wait for the expiry
+            self.log("cannot tell whether the lease holder's instance %s is gone (%s): waiting for its expiry"
+                     % (state.instance, getattr(e, "message", "") or e))
+            return False
 
     def renew(self):
         """Extends the lease (If-Match its last ETag); False when it is lost."""

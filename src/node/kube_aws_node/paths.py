@@ -9,6 +9,8 @@ import os
 ETC = "/etc/kube-aws"
 SECRETS = "/run/kube-aws/secrets"
 WORK = "/var/lib/kube-aws"
+# The node's instance id, node name and MAC (IMDS, bootstrap's metadata step).
+INSTANCE_JSON = WORK + "/instance.json"
 HELM_BIN_DIR = "/usr/local/bin"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 KUBELET_CONF = "/etc/kubernetes/kubelet.conf"

@@ -64,7 +64,7 @@ import sys
 import threading
 import time
 
-from . import bundle, cfn, jsonio, lease, paths, schedule, secrets, upgrade
+from . import bundle, cfn, etcd, jsonio, lease, paths, schedule, secrets, upgrade
 from .addon_gates import Gates, reaches
 from .addon_record import (DONE, INSTALL, LATER, Fatal, RecordStore, Stop, attach_secrets, current, due_signals,
                            now_iso, outcome, recorded)
@@ -99,6 +99,7 @@ class Reconciler(RecordStore, HelmReleases, Gates):
         self.tmp = os.path.join(os.path.dirname(secrets.store_dir()), "addons")
         self.scratch = None
         self.holder = "%s/%d" % (socket.gethostname(), os.getpid())
+        self.instance = jsonio.read(paths.path(paths.INSTANCE_JSON), {}).get("instanceId", "")
         self.lease = None
         self.record_lock = threading.RLock()
         self.record_etag = None
@@ -397,7 +398,8 @@ class Reconciler(RecordStore, HelmReleases, Gates):
         if held:
             self.log(held)
             return 0
-        self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log)
+        self.lease = lease.Lease(self.aws, self.bucket, self.prefix, self.holder, log=self.log,
+                                 instance=self.instance, holder_gone=self.holder_gone)
         try:
             if not self.lease.acquire(run_id):
                 return 0
@@ -415,6 +417,10 @@ class Reconciler(RecordStore, HelmReleases, Gates):
         finally:
             self.lease.release()
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def holder_gone(self, instance_id):
+        """Whether EC2 lists the lease holder's instance as gone (etcd.gone)."""
+        return etcd.Node(self.aws, runtime=self.runtime, etcd_json={}).controller_gone(instance_id, self.instance)
 
     def held_by_versions(self):
         """Why the plan waits for the nodes' kubelets, or None: a controller

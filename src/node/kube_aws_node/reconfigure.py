@@ -503,7 +503,7 @@ def main(argv, aws, host=None, instance=None, say=None):
     rt = jsonio.read(paths.etc("runtime.json"))
     node = jsonio.read(paths.etc("node.json"))
     if instance is None:
-        instance = jsonio.read(os.path.join(paths.path(paths.WORK), "instance.json"), {})
+        instance = jsonio.read(paths.path(paths.INSTANCE_JSON), {})
     cls = Controller if node.get("role") == "controller" else Worker
     n = cls(aws, host, rt, instance, say)
     try:

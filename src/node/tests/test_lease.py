@@ -6,7 +6,7 @@ import shutil
 import unittest
 
 import helpers  # noqa: F401 - puts the package on sys.path
-from kube_aws_node import lease
+from kube_aws_node import etcd, lease
 from kube_aws_node.awscall import AwsError
 
 
@@ -64,9 +64,10 @@ class Clock(object):
         return self.t
 
 
-def make(s3, holder, clock, ttl=600):
+def make(s3, holder, clock, ttl=600, instance="", holder_gone=None):
     logs = []
-    l = lease.Lease(s3, "b", "p", holder, ttl=ttl, clock=clock, log=logs.append)
+    l = lease.Lease(s3, "b", "p", holder, ttl=ttl, clock=clock, log=logs.append, instance=instance,
+                    holder_gone=holder_gone)
     return l, logs
 
 
@@ -79,6 +80,31 @@ class Decide(unittest.TestCase):
 
     def test_an_expired_lease_is_taken_over(self):
         self.assertEqual(lease.decide(lease.State("c1", "r", 100.0, '"e"'), 100.0), lease.TAKEOVER)
+
+    def test_a_live_lease_whose_holder_is_gone_is_taken_over(self):
+        self.assertEqual(lease.decide(lease.State("c1", "r", 100.0, '"e"'), 50.0, True), lease.TAKEOVER)
+
+    def test_a_holder_is_gone_only_when_a_listing_that_holds_this_controller_lacks_it(self):
+        listed = ["i-self", "i-b"]
+        self.assertTrue(etcd.gone("i-old", listed, "i-self"))
+        self.assertFalse(etcd.gone("i-b", listed, "i-self"))
+        # A listing without this very controller proves nothing (a wrong filter, an empty answer).
+        self.assertIsNone(etcd.gone("i-old", ["i-b"], "i-self"))
+        self.assertIsNone(etcd.gone("i-old", [], "i-self"))
+        self.assertIsNone(etcd.gone("i-old", listed, ""))
+        self.assertIsNone(etcd.gone("", listed, "i-self"))
+
+    def test_ec2_is_asked_for_the_controllers_whose_processes_may_still_run(self):
+        calls = []
+
+        def aws(args):
+            calls.append(args)
+            return {"Reservations": [{"Instances": [{"InstanceId": "i-self"}, {"InstanceId": "i-stopping"}]}]}
+        node = etcd.Node(aws, runtime={"cluster": "c"}, etcd_json={})
+        self.assertTrue(node.controller_gone("i-old", "i-self"))
+        self.assertFalse(node.controller_gone("i-stopping", "i-self"))
+        self.assertIn("Name=tag:Name,Values=c-controller", calls[0])
+        self.assertIn("Name=instance-state-name,Values=pending,running,shutting-down,stopping", calls[0])
 
     def test_renewal_is_due_after_a_third_of_the_ttl(self):
         self.assertFalse(lease.renew_due(0, 199, 600))
@@ -128,6 +154,53 @@ class Life(unittest.TestCase):
         self.assertFalse(a.renew())
         self.assertTrue(a.lost.is_set())
         self.assertEqual(self.s3.body()["holder"], "c2")
+
+    def test_a_live_lease_of_an_instance_ec2_lists_as_gone_is_taken_over_at_once(self):
+        # A controller lost while it held the lease (or every controller,
+        # before a restore): no wait for the expiry, up to ttl away.
+        a, _ = make(self.s3, "c1", self.clock, instance="i-old")
+        self.assertTrue(a.acquire("plan-1"))
+        self.assertEqual(self.s3.body()["instance"], "i-old")
+        old_etag = self.s3.objects["p/" + lease.KEY][1]
+        self.clock.t += 30
+        asked = []
+        b, logs = make(self.s3, "c2", self.clock, instance="i-new",
+                       holder_gone=lambda i: asked.append(i) or i == "i-old")
+        self.assertTrue(b.acquire("plan-1"))
+        self.assertEqual(asked, ["i-old"])
+        put = self.s3.calls[-1]
+        self.assertEqual(put[put.index("--if-match") + 1], old_etag)
+        self.assertEqual((self.s3.body()["holder"], self.s3.body()["instance"]), ("c2", "i-new"))
+        self.assertIn("EC2 lists its instance i-old as gone: taking it over", logs[-1])
+
+    def test_a_live_lease_of_a_live_or_unknown_instance_is_waited_for(self):
+        a, _ = make(self.s3, "c1", self.clock, instance="i-a")
+        self.assertTrue(a.acquire("plan-1"))
+        for answer in (False, None):
+            b, logs = make(self.s3, "c2", self.clock, instance="i-b", holder_gone=lambda i, x=answer: x)
+            self.assertFalse(b.acquire("plan-1"))
+            self.assertIn("held by c1 (run plan-1) until", logs[-1])
+
+        def fails(_):
+            raise AwsError("An error occurred (UnauthorizedOperation) when calling DescribeInstances", "")
+        b, logs = make(self.s3, "c2", self.clock, instance="i-b", holder_gone=fails)
+        self.assertFalse(b.acquire("plan-1"))
+        self.assertIn("cannot tell whether the lease holder's instance i-a is gone", logs[-2])
+        self.assertEqual(self.s3.body()["holder"], "c1")
+
+    def test_a_lease_without_an_instance_or_of_this_instance_asks_ec2_nothing(self):
+        a, _ = make(self.s3, "c1", self.clock)  # a lease written before it named its instance
+        self.assertTrue(a.acquire("plan-1"))
+        asked = []
+        b, _ = make(self.s3, "c2", self.clock, instance="i-b", holder_gone=lambda i: asked.append(i) or True)
+        self.assertFalse(b.acquire("plan-1"))
+        a2, _ = make(self.s3, "c1b", self.clock, instance="i-a")
+        self.clock.t += 601
+        self.assertTrue(a2.acquire("plan-2"))
+        self.clock.t += 1
+        c, _ = make(self.s3, "c1c", self.clock, instance="i-a", holder_gone=lambda i: asked.append(i) or True)
+        self.assertFalse(c.acquire("plan-2"))  # its own instance's other process: never gone
+        self.assertEqual(asked, [])
 
     def test_of_two_takers_of_one_expired_lease_only_one_wins(self):
         a, _ = make(self.s3, "c1", self.clock)

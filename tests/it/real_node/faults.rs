@@ -501,6 +501,31 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         record_file.to_str().unwrap(),
     ]);
 
+    // The addon installer's lease, held by an old controller for ten more
+    // minutes: a reconciler run cut off mid-install by the loss of every
+    // controller (CI saw one; its new reconcilers waited out the expiry,
+    // past this test's 300 s). The new controllers take it over because EC2
+    // lists its holder's instance as gone (lease.py, etcd.gone).
+    let lease_key = format!("clusters/{BED_CLUSTER}/bootstrap/addons-lease");
+    let lost_holder = via.inst.id.clone();
+    let until = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(600));
+    let lease = serde_json::json!({
+        "holder": format!("{}/4242", via.inst.id), "instance": via.inst.id, "run": "cut-off",
+        "expiresAt": until.to_string(), "released": false,
+    });
+    let lease_file = bed.dir().join("lease-before-restore.json");
+    std::fs::write(&lease_file, lease.to_string()).unwrap();
+    bed.aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        BED_BUCKET,
+        "--key",
+        &lease_key,
+        "--body",
+        lease_file.to_str().unwrap(),
+    ]);
+
     let known: Vec<String> = bed.instances(named).into_iter().map(|i| i.id).collect();
     let out = bed.kube_aws(&["restore", "--snapshot", &key, "--yes"]);
     let said = crate::common::output_text(&out);
@@ -641,6 +666,17 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
             .map(|r| (field(r, "name"), field(r, "namespace")))
             .collect()
     };
+    let took_over = [&n1, &n2, &n3].iter().any(|n| {
+        n.node
+            .sh("journalctl --no-pager -u kube-aws-addons.service")
+            .contains(&format!("EC2 lists its instance {lost_holder} as gone: taking it over"))
+    });
+    assert!(
+        took_over,
+        "no new controller took over the lease of the lost {lost_holder}: {}",
+        n1.node
+            .sh("journalctl --no-pager -u kube-aws-addons.service | tail -n 30")
+    );
     let present = names(&serde_json::from_str(&helm(&n1, &["list", "-A", "-o", "json"])).unwrap());
     let recorded = names(&doc["releases"]);
     assert_eq!(recorded, present, "the record against helm's releases: {doc}");
