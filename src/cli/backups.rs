@@ -1,10 +1,10 @@
-//! `kube-aws backups`: the cluster's etcd snapshots in S3 (key, size, time)
-//! and the last backup run.
+//! `kube-aws backups` (the operation: src/ops/backups.rs): the cluster's
+//! etcd snapshots in S3 (key, size, time) and the last backup run.
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::{backups, connect};
-use crate::config::load_cluster;
+use crate::aws::backups::table;
+use crate::ops::{backups, ClusterOptions};
 
 /// Arguments of `kube-aws backups`.
 #[derive(Debug, clap::Args)]
@@ -14,15 +14,14 @@ pub struct BackupsArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: BackupsArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let list = runtime()?.block_on(async {
-        let clients = connect(&args.aws.options(), &cfg.region).await?;
-        backups::list_backups(&clients, cfg).await
-    })?;
+    let opts = ClusterOptions {
+        dir: global.dir.clone(),
+        aws: args.aws.options(),
+    };
+    let list = runtime()?.block_on(backups::list(&opts))?;
     if global.output == OutputFormat::Json {
         return print_json(&list);
     }
-    print!("{}", backups::table(&list));
+    print!("{}", table(&list));
     Ok(())
 }

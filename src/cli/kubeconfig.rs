@@ -1,16 +1,12 @@
-//! `kube-aws kubeconfig`: mint a short-lived client certificate with the
-//! caller's kms:Decrypt and merge a context for the cluster into a kubeconfig.
+//! `kube-aws kubeconfig` (the operation: src/ops/kubeconfig.rs): mint a
+//! short-lived client certificate with the caller's kms:Decrypt and merge a
+//! context for the cluster into a kubeconfig.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 use super::deploy_args::{runtime, AwsArgs};
 use super::GlobalOptions;
-use crate::aws::connect;
-use crate::aws::kubeconfig::{mint, MintRequest};
-use crate::config::load_cluster;
-use crate::kubeconfig::{merge, read_existing, target_path, write_merged};
+use crate::ops::kubeconfig::{self, KubeconfigOptions, KubeconfigOutcome};
 use crate::pki;
 
 /// Arguments of `kube-aws kubeconfig`.
@@ -36,58 +32,33 @@ pub struct KubeconfigArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: KubeconfigArgs) -> anyhow::Result<()> {
-    // Every local check first: a bad TTL or file costs no AWS call and writes nothing.
-    let ttl = pki::parse_ttl(&args.ttl)?;
-    let to_stdout = args.file.as_deref() == Some(std::path::Path::new("-"));
-    let target = if to_stdout {
-        None
-    } else {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let path = target_path(
-            args.file.as_deref(),
-            std::env::var_os("KUBECONFIG").as_deref(),
-            home.as_deref(),
-        )?;
-        // Refuse a file that would not merge before anything else.
-        let existing = read_existing(&path)?;
-        if let Some(text) = &existing {
-            let probe = crate::kubeconfig::Entry {
-                context: "probe".into(),
-                cluster: "probe".into(),
-                user: "probe".into(),
-                server: String::new(),
-                ca_pem: String::new(),
-                cert_pem: String::new(),
-                key_pem: String::new(),
-            };
-            merge(&path.display().to_string(), Some(text), &probe)?;
-        }
-        Some(path)
-    };
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let req = MintRequest {
+    let opts = KubeconfigOptions {
+        dir: global.dir.clone(),
+        aws: args.aws.options(),
+        ttl: args.ttl,
         user: args.user,
-        group: Some(args.group).filter(|g| !g.is_empty()),
-        ttl,
+        group: args.group,
+        file: args.file,
         context: args.context,
+        kubeconfig_env: std::env::var_os("KUBECONFIG"),
+        home: std::env::var_os("HOME").map(PathBuf::from),
     };
-    let minted = runtime()?.block_on(async {
-        let clients = connect(&args.aws.options(), &cfg.region).await?;
-        mint(&clients, cfg, &req).await
-    })?;
-    let expiry = humantime::format_rfc3339_seconds(std::time::SystemTime::from(minted.not_after));
-    match target {
-        None => {
-            print!("{}", merge("-", None, &minted.entry)?);
-            eprintln!("API endpoint: {}", minted.entry.server);
-            eprintln!("certificate expires: {expiry}");
+    let at = |t| humantime::format_rfc3339_seconds(t);
+    match runtime()?.block_on(kubeconfig::run(&opts))? {
+        KubeconfigOutcome::Printed { text, server, expires } => {
+            print!("{text}");
+            eprintln!("API endpoint: {server}");
+            eprintln!("certificate expires: {}", at(expires));
         }
-        Some(path) => {
-            write_merged(&path, &minted.entry).with_context(|| "the kubeconfig was not changed".to_string())?;
-            println!("context {:?} written to {}", minted.entry.context, path.display());
-            println!("API endpoint: {}", minted.entry.server);
-            println!("certificate expires: {expiry}");
+        KubeconfigOutcome::Written {
+            context,
+            path,
+            server,
+            expires,
+        } => {
+            println!("context {context:?} written to {}", path.display());
+            println!("API endpoint: {server}");
+            println!("certificate expires: {}", at(expires));
         }
     }
     Ok(())

@@ -1,11 +1,11 @@
-//! `kube-aws nodes` and `kube-aws logs NODE`: the cluster's instances with
-//! their bootstrap status, and one node's published bootstrap report.
+//! `kube-aws nodes` and `kube-aws logs NODE` (the operations:
+//! src/ops/nodes.rs): the cluster's instances with their bootstrap status,
+//! and one node's published bootstrap report.
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::connect;
-use crate::aws::nodes::{self, NodeInfo};
-use crate::config::load_cluster;
+use crate::aws::nodes::table;
+use crate::ops::{nodes, ClusterOptions};
 
 /// Arguments of `kube-aws nodes`.
 #[derive(Debug, clap::Args)]
@@ -23,35 +23,29 @@ pub struct LogsArgs {
     pub aws: AwsArgs,
 }
 
-fn list(global: &GlobalOptions, aws: &AwsArgs) -> anyhow::Result<(crate::config::Cluster, Vec<NodeInfo>)> {
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let list = runtime()?.block_on(async {
-        let clients = connect(&aws.options(), &cfg.region).await?;
-        nodes::list_nodes(&clients, cfg).await
-    })?;
-    Ok((cluster, list))
+fn options(global: &GlobalOptions, aws: &AwsArgs) -> ClusterOptions {
+    ClusterOptions {
+        dir: global.dir.clone(),
+        aws: aws.options(),
+    }
 }
 
 pub fn run_nodes(global: &GlobalOptions, args: NodesArgs) -> anyhow::Result<()> {
-    let (cluster, list) = list(global, &args.aws)?;
+    let list = runtime()?.block_on(nodes::list(&options(global, &args.aws)))?;
     if global.output == OutputFormat::Json {
-        return print_json(&list);
+        return print_json(&list.nodes);
     }
-    if list.is_empty() {
-        println!(
-            "cluster {:?} has no nodes (is it up? `kube-aws status`)",
-            cluster.config.cluster_name
-        );
+    if list.nodes.is_empty() {
+        println!("cluster {:?} has no nodes (is it up? `kube-aws status`)", list.cluster);
         return Ok(());
     }
-    print!("{}", nodes::table(&list));
+    print!("{}", table(&list.nodes));
     Ok(())
 }
 
 pub fn run_logs(global: &GlobalOptions, args: LogsArgs) -> anyhow::Result<()> {
-    let (cluster, list) = list(global, &args.aws)?;
-    let node = nodes::find(&cluster.config.cluster_name, &list, &args.node)?;
+    let found = runtime()?.block_on(nodes::logs(&options(global, &args.aws), &args.node))?;
+    let node = &found.node;
     if global.output == OutputFormat::Json {
         return print_json(&node.report);
     }
@@ -65,7 +59,7 @@ pub fn run_logs(global: &GlobalOptions, args: LogsArgs) -> anyhow::Result<()> {
                 &node.private_dns_name
             },
         );
-        if cluster.config.node_access.ssm && node.state == "running" {
+        if found.ssm {
             println!(
                 "to look around on it: aws ssm start-session --target {}",
                 node.instance_id

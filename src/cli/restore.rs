@@ -1,14 +1,12 @@
-//! `kube-aws restore [--snapshot KEY]`: restores an etcd snapshot on 1, 3 or
-//! 5 controllers (src/aws/restore.rs): checks first (a key that does not
-//! exist, is another cluster's or cannot be read is refused before anything
-//! changes), then, confirmed, writes the request and replaces every
-//! controller; no stack update.
+//! `kube-aws restore [--snapshot KEY]` (the operation: src/ops/restore.rs):
+//! restores an etcd snapshot on 1, 3 or 5 controllers. Checks first, then,
+//! confirmed, writes the request and replaces every controller; no stack
+//! update.
 
-use super::confirm::confirm;
 use super::deploy_args::{runtime, AwsArgs};
+use super::events::Terminal;
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::{connect, nodes, restore, stack, AwsError};
-use crate::config::load_cluster;
+use crate::ops::restore::{self, RestoreOptions, RestoreOutcome};
 
 /// Arguments of `kube-aws restore`.
 #[derive(Debug, clap::Args)]
@@ -25,47 +23,15 @@ pub struct RestoreArgs {
 }
 
 pub fn run(global: &GlobalOptions, args: RestoreArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
-    let started = runtime()?.block_on(async {
-        let clients = connect(&args.aws.options(), &cfg.region).await?;
-        let name = &cfg.cluster_name;
-        let live = stack::describe_stack(&clients, name)
-            .await?
-            .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
-        if live.status.ends_with("_IN_PROGRESS") {
-            return Err(AwsError::StackBusy {
-                stack: name.clone(),
-                status: live.status,
-            }
-            .into());
-        }
-        let chosen = restore::check(&clients, cfg, args.snapshot.as_deref())
-            .await?
-            .map_err(AwsError::from)?;
-        let controllers: Vec<String> = nodes::list_nodes(&clients, cfg)
-            .await?
-            .into_iter()
-            .filter(|n| n.role == "controller" && matches!(n.state.as_str(), "pending" | "running"))
-            .map(|n| n.instance_id)
-            .collect();
-        let question = format!(
-            "restore etcd of cluster {name:?} from s3://{}/{} ({} bytes)? Every controller ({}) is terminated \
-             and replaced; writes since the snapshot are lost; workers and subnets are not touched",
-            chosen.bucket,
-            chosen.key,
-            chosen.size,
-            if controllers.is_empty() {
-                "none running".to_string()
-            } else {
-                controllers.join(", ")
-            }
-        );
-        if !confirm(&question, args.yes)? {
-            anyhow::bail!("not restored");
-        }
-        Ok::<_, anyhow::Error>(restore::start(&clients, cfg, chosen, controllers).await?)
-    })?;
+    let opts = RestoreOptions {
+        dir: global.dir.clone(),
+        aws: args.aws.options(),
+        snapshot: args.snapshot,
+    };
+    let started = match runtime()?.block_on(restore::run(&opts, &mut Terminal::new(args.yes)))? {
+        RestoreOutcome::NotRestored => anyhow::bail!("not restored"),
+        RestoreOutcome::Started(s) => s,
+    };
     if global.output == OutputFormat::Json {
         return print_json(&started);
     }

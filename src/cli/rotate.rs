@@ -1,10 +1,9 @@
-//! `kube-aws rotate bootstrap-token`: ask the controllers for a new join
-//! token now, revoking the published one (src/aws/join_token.rs).
+//! `kube-aws rotate bootstrap-token` (the operation: src/ops/rotate.rs): ask the controllers for a new join token now,
+//! revoking the published one (src/aws/join_token.rs).
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::{connect, join_token};
-use crate::config::load_cluster;
+use crate::ops::{rotate, ClusterOptions};
 
 /// Arguments of `kube-aws rotate`.
 #[derive(Debug, clap::Args)]
@@ -23,13 +22,12 @@ pub enum Rotated {
 }
 
 pub fn run(global: &GlobalOptions, args: RotateArgs) -> anyhow::Result<()> {
-    let cluster = load_cluster(&global.dir)?;
-    let cfg = &cluster.config;
     let Rotated::BootstrapToken { aws } = args.what;
-    let request = runtime()?.block_on(async {
-        let clients = connect(&aws.options(), &cfg.region).await?;
-        join_token::request_rotation(&clients, cfg).await
-    })?;
+    let opts = ClusterOptions {
+        dir: global.dir.clone(),
+        aws: aws.options(),
+    };
+    let request = runtime()?.block_on(rotate::join_token(&opts))?;
     if global.output == OutputFormat::Json {
         return print_json(&request);
     }

@@ -27,6 +27,13 @@ pub enum OpsError {
     Located(#[from] crate::located::Located),
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+    #[error(transparent)]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    /// The kubeconfig's write failed; the file is as it was.
+    #[error("the kubeconfig was not changed")]
+    KubeconfigNotChanged { source: crate::kubeconfig::KubeconfigError },
 }
 
 impl OpsError {
@@ -40,6 +47,9 @@ impl OpsError {
             OpsError::Aws(e) => e,
             OpsError::Located(e) => e,
             OpsError::Confirm(e) => e,
+            OpsError::Pki(e) => e,
+            OpsError::Kubeconfig(e) => e,
+            OpsError::KubeconfigNotChanged { source } => source,
         }
     }
 }

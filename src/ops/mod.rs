@@ -9,8 +9,15 @@
 //! implements (stdout, stderr, the progress view, the yes/no question).
 
 mod artifacts;
+pub mod backups;
 pub mod destroy;
 mod error;
+pub mod kubeconfig;
+#[cfg(feature = "nodes")]
+pub mod nodes;
+#[cfg(feature = "nodes")]
+pub mod restore;
+pub mod rotate;
 pub mod status;
 pub mod up;
 pub mod update;
@@ -34,6 +41,15 @@ pub trait Events {
     fn confirm(&mut self, question: &str) -> Result<bool, ConfirmError>;
     /// Where `--wait` shows the stack's and the addons' progress.
     fn progress(&mut self) -> &mut dyn ProgressSink;
+}
+
+/// Which cluster an operation that needs nothing else acts on: `backups`,
+/// `rotate`, `nodes`, `logs`.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The work tree (its cluster.yaml).
+    pub dir: std::path::PathBuf,
+    pub aws: crate::aws::AwsOptions,
 }
 
 /// The root stack's outputs as a JSON object (`KUBE_AWS_OUTPUTS`).

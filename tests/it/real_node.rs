@@ -1016,8 +1016,9 @@ pub(crate) fn served_helm(test: &str) -> ServedHelm {
 /// baked AMI would hold them, as the bed's image holds the control
 /// plane's); then Ready, and the bed's part for the node done: no cloud
 /// controller manager runs here (its image and EC2 API are not here), so
-/// the test removes the taint kubelet's `--cloud-provider=external` puts on
-/// the node, and the control-plane taint (the bed has no workers: the one
+/// the test gives the Node the addresses a CCM would, from its
+/// registration on, removes the taint kubelet's `--cloud-provider=external`
+/// puts on the node, and the control-plane taint (the bed has no workers: the one
 /// controller takes the addons, as a single-node cluster's would).
 pub(crate) fn addon_controller(
     bed: &MotoBed,
@@ -1039,7 +1040,39 @@ pub(crate) fn addon_controller_with(
 ) -> (bed::Instance, BedNode, bed::Followed) {
     let inst = bed.instances(&format!("{}-controller", bed::BED_CLUSTER)).remove(0);
     let ctl = bed.boot("controller", "ControllerRole", &inst, &inst.ip, env);
-    let f = ready_importing(bed, &ctl, images, BOOT_READY_LIMIT);
+    let f = if cloud_controller {
+        ready_importing(bed, &ctl, images, BOOT_READY_LIMIT)
+    } else {
+        // No CCM: the node gets the addresses a CCM would give it as soon as
+        // its Node is registered, as a CCM does. The kubelet asks for its
+        // serving certificate once its Node has addresses, and `kubectl
+        // logs` (the reconciler's diagnosis of a crashing container) needs
+        // both: given after Ready, they came after the first helm wait of
+        // the broken-addon test ended (stop 52's third run).
+        let ready = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let start = Instant::now();
+                while !ready.load(std::sync::atomic::Ordering::Relaxed) && start.elapsed() < BOOT_READY_LIMIT {
+                    if give_cloud_node_addresses(bed, &ctl, &inst).status.success() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+            });
+            struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let _done = Done(&ready);
+            ready_importing(bed, &ctl, images, BOOT_READY_LIMIT)
+        })
+    };
+    if !cloud_controller {
+        cloud_node_addresses(bed, &ctl, &inst);
+    }
     let mut taints = vec!["taint", "node", &inst.dns, "node-role.kubernetes.io/control-plane-"];
     if !cloud_controller {
         taints.push("node.cloudprovider.kubernetes.io/uninitialized-");
@@ -1221,12 +1254,19 @@ for _ in range(count):
 /// the apiserver (`kubectl logs`) dial the InternalIP first, and the
 /// kubelet asks for a serving certificate naming them.
 fn cloud_node_addresses(bed: &MotoBed, ctl: &BedNode, inst: &bed::Instance) {
+    let patched = give_cloud_node_addresses(bed, ctl, inst);
+    assert!(patched.status.success(), "{}", output_text(&patched));
+}
+
+/// `kubectl patch` of `inst`'s Node status with its addresses (fails while
+/// the Node is not registered).
+fn give_cloud_node_addresses(bed: &MotoBed, ctl: &BedNode, inst: &bed::Instance) -> Output {
     let addresses = format!(
         r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{ip}"}},{{"type":"InternalDNS","address":"{dns}"}},{{"type":"Hostname","address":"{dns}"}}]}}}}"#,
         ip = inst.ip,
         dns = inst.dns
     );
-    let patched = bed.kubectl(
+    bed.kubectl(
         ctl,
         &[
             "patch",
@@ -1237,8 +1277,7 @@ fn cloud_node_addresses(bed: &MotoBed, ctl: &BedNode, inst: &bed::Instance) {
             "-p",
             &addresses,
         ],
-    );
-    assert!(patched.status.success(), "{}", output_text(&patched));
+    )
 }
 
 /// Locks the work tree's charts (its plugins' and cluster.yaml's) to the

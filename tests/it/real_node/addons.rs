@@ -2251,10 +2251,10 @@ fn a_broken_metrics_server_is_named_by_the_reconciler_and_up_wait_exits_3() {
     let (bed, up) = MotoBed::up_waiting_prepared(test, &image, &extra, &[], &|env, dir, _| {
         super::lock_shared_charts(env, dir)
     });
-    let (inst, ctl, f) = super::addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
-    // The addresses a CCM would give the node: the apiserver reaches the
-    // kubelet for the crashed container's log by them.
-    super::cloud_node_addresses(&bed, &ctl, &inst);
+    // (The node has the addresses a CCM would give it from its
+    // registration on: the apiserver reaches the kubelet for the crashed
+    // container's log by them.)
+    let (_inst, ctl, f) = super::addon_controller(&bed, vec![], &[&metrics_image, &descheduler_image]);
     let t_ready = t0.elapsed();
     // The cluster's own view while helm waits: the container crash-loops on
     // the unknown flag (its pods are gone once --atomic has uninstalled it).

@@ -1,0 +1,14 @@
+//! `backups`: the cluster's etcd snapshots in S3 and the last backup run
+//! (src/aws/backups.rs).
+
+use super::{ClusterOptions, OpsError};
+use crate::aws::backups::{self, Backups};
+use crate::aws::connect;
+use crate::config::load_cluster;
+
+/// Runs `backups`.
+pub async fn list(opts: &ClusterOptions) -> Result<Backups, OpsError> {
+    let cluster = load_cluster(&opts.dir)?;
+    let clients = connect(&opts.aws, &cluster.config.region).await?;
+    Ok(backups::list_backups(&clients, &cluster.config).await?)
+}
