@@ -1,7 +1,7 @@
 //! IAM roles for service accounts on a self-managed cluster (issue 16), the
 //! way kops does it: the service-account issuer's discovery documents are
 //! public objects of a bucket of their own ([`issuer_bucket`], which `up`
-//! creates and owns: src/aws/issuer.rs), an IAM OIDC provider trusts that
+//! creates and owns: src/aws/publish/issuer.rs), an IAM OIDC provider trusts that
 //! issuer, and each plugin service account gets its own role that only a token
 //! for exactly that `system:serviceaccount:<namespace>:<name>` and the
 //! `sts.amazonaws.com` audience can assume. Pure: no I/O, no AWS.
@@ -315,7 +315,7 @@ pub fn discovery_objects(cfg: &ClusterConfig, sa_pub_pem: &str) -> Result<Vec<(&
 
 /// [`discovery_objects`] whose JWKS also serves `retired`: service-account
 /// public keys a CA rotation replaced, whose tokens can still be valid
-/// (src/aws/secrets.rs `retired_service_account_keys`). The current key comes
+/// (src/aws/publish/secrets.rs `retired_service_account_keys`). The current key comes
 /// first; a retired key that is the current one is not listed twice.
 pub fn discovery_objects_with(
     cfg: &ClusterConfig,

@@ -55,7 +55,7 @@ pub fn load_releases(dir: &Path) -> Result<Releases, PipelineError> {
 }
 
 /// What the live stack recorded when `up` created it, which `update` renders
-/// with (not in cluster.yaml): the zone count of a new VPC (src/aws/zones.rs)
+/// with (not in cluster.yaml): the zone count of a new VPC (src/aws/state/zones.rs)
 /// and how its service-account roles are named (src/irsa.rs `RoleNames`).
 /// Default: a new cluster's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,7 +202,7 @@ pub struct DeployPrepareOptions {
     pub recorded: Recorded,
     /// The running Kubernetes version the live stack records (`update`):
     /// when cluster.yaml changes it, the work tree is rendered at it too, to
-    /// tell the version change from others (src/aws/version_change.rs).
+    /// tell the version change from others (src/aws/lifecycle/version_change.rs).
     pub running_version: Option<String>,
 }
 
@@ -233,7 +233,7 @@ pub enum DeployPrepareError {
 /// rather than trust an older `rendered/` that may not match the work tree.
 pub async fn prepare_deploy(
     opts: &DeployPrepareOptions,
-) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
+) -> Result<crate::aws::lifecycle::deploy::ArtifactsOptions, DeployPrepareError> {
     prepare_deploy_then(opts, &mut |_| Ok(())).await
 }
 
@@ -242,7 +242,7 @@ pub async fn prepare_deploy(
 pub async fn prepare_deploy_then(
     opts: &DeployPrepareOptions,
     before_swap: crate::render::BeforeSwap<'_>,
-) -> Result<crate::aws::deploy::ArtifactsOptions, DeployPrepareError> {
+) -> Result<crate::aws::lifecycle::deploy::ArtifactsOptions, DeployPrepareError> {
     let releases = load_releases_recorded(&opts.dir, &opts.recorded).map_err(Box::new)?;
     let lock = chart::load_lock(&opts.dir)?;
     let mut locked = chart::check_lock(&lock, &releases.releases)?;
@@ -304,23 +304,23 @@ pub async fn prepare_deploy_then(
     .map_err(Box::new)?;
     let rendered = crate::render::render(&p.input)?;
     let baseline = baseline(&p.input, opts.running_version.as_deref());
-    let rendered_dir = crate::aws::deploy::rendered_dir(&opts.dir);
+    let rendered_dir = crate::aws::lifecycle::deploy::rendered_dir(&opts.dir);
     crate::render::write_rendered_then(&opts.dir, &rendered_dir, &rendered, before_swap)?;
-    let charts = crate::aws::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
+    let charts = crate::aws::lifecycle::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
     let secrets = p
         .releases
         .plugins
         .secrets
         .iter()
-        .map(|s| crate::aws::secrets::NamedSecret {
+        .map(|s| crate::aws::publish::secrets::NamedSecret {
             name: s.reference.clone(),
-            value: crate::aws::secrets::Secret::new(match s.value.expose() {
+            value: crate::aws::publish::secrets::Secret::new(match s.value.expose() {
                 serde_json::Value::String(v) => v.clone(),
                 other => other.to_string(),
             }),
         })
         .collect();
-    Ok(crate::aws::deploy::ArtifactsOptions {
+    Ok(crate::aws::lifecycle::deploy::ArtifactsOptions {
         rendered_dir,
         charts,
         secrets,
@@ -332,7 +332,7 @@ pub async fn prepare_deploy_then(
 /// version), when cluster.yaml's version resolves to another; the version
 /// enters the render through the input's cluster alone. Kept in memory,
 /// never written; the post-render hooks do not run on it.
-fn baseline(input: &RenderInput, running: Option<&str>) -> Option<crate::aws::deploy::Baseline> {
+fn baseline(input: &RenderInput, running: Option<&str>) -> Option<crate::aws::lifecycle::deploy::Baseline> {
     let running = running?;
     let wanted = crate::config::resolve_version(&input.cluster.kubernetes_version).ok()?;
     if wanted.version == running {
@@ -340,7 +340,7 @@ fn baseline(input: &RenderInput, running: Option<&str>) -> Option<crate::aws::de
     }
     let mut at_running = input.clone();
     at_running.cluster.kubernetes_version = running.to_string();
-    Some(crate::aws::deploy::Baseline {
+    Some(crate::aws::lifecycle::deploy::Baseline {
         version: running.to_string(),
         files: crate::render::render(&at_running)
             .map(|r| r.files)

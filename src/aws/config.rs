@@ -24,21 +24,21 @@ pub struct AwsOptions {
 pub struct Clients {
     pub cfn: aws_sdk_cloudformation::Client,
     pub s3: aws_sdk_s3::Client,
-    /// The account's S3 Block Public Access (src/aws/issuer.rs).
+    /// The account's S3 Block Public Access (src/aws/publish/issuer.rs).
     pub s3control: aws_sdk_s3control::Client,
     pub kms: aws_sdk_kms::Client,
     #[cfg(feature = "nodes")]
     pub ec2: aws_sdk_ec2::Client,
-    /// `destroy`'s sweep (src/aws/sweep/calls.rs): both load balancer APIs and Route53.
+    /// `destroy`'s sweep (src/aws/lifecycle/sweep/calls.rs): both load balancer APIs and Route53.
     #[cfg(feature = "nodes")]
     pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
     #[cfg(feature = "nodes")]
     pub elb: aws_sdk_elasticloadbalancing::Client,
     #[cfg(feature = "nodes")]
     pub route53: aws_sdk_route53::Client,
-    /// `status`'s etcd alarms (src/aws/etcd_status.rs): DescribeAlarms by
-    /// hand (src/aws/cloudwatch.rs).
-    pub cloudwatch: super::cloudwatch::CloudWatch,
+    /// `status`'s etcd alarms (src/aws/state/etcd_status.rs): DescribeAlarms by
+    /// hand (src/aws/services/cloudwatch.rs).
+    pub cloudwatch: crate::aws::services::cloudwatch::CloudWatch,
     /// Resolves the AMI public parameters (`up`, `update --refresh-ami`).
     pub ssm: aws_sdk_ssm::Client,
     pub region: String,
@@ -142,7 +142,7 @@ pub async fn connect(opts: &AwsOptions, cluster_region: &str) -> Result<Clients,
         elb: aws_sdk_elasticloadbalancing::Client::new(&sdk),
         #[cfg(feature = "nodes")]
         route53: aws_sdk_route53::Client::new(&sdk),
-        cloudwatch: super::cloudwatch::CloudWatch::new(&region, provider.clone()),
+        cloudwatch: crate::aws::services::cloudwatch::CloudWatch::new(&region, provider.clone()),
         ssm: aws_sdk_ssm::Client::new(&sdk),
         region,
         s3_endpoint,

@@ -2,6 +2,10 @@
 //! secret-bundle problems typed apart ([`RenderedError`], [`BundleError`]);
 //! its [`ErrorKind`] is what `cli::exit` turns into an exit code. Also the
 //! one translation of an SDK error ([`sdk_error`]).
+//!
+//! Some variants carry a room's own type (`lifecycle::restore::Refusal`,
+//! `wait::recovery::Recovery`, `lifecycle::rolls::TemplateError`): the one
+//! circle between the base and the rooms, through data only (src/aws/mod.rs).
 
 use std::path::PathBuf;
 
@@ -201,7 +205,7 @@ pub enum AwsError {
     )]
     UnknownRoleNames { stack: String, value: String },
     #[error("restore refused, nothing was changed: {0}")]
-    RestoreRefused(#[from] super::restore::Refusal),
+    RestoreRefused(#[from] crate::aws::lifecycle::restore::Refusal),
     #[error(
         "update refused, nothing was published or changed: kubernetesVersion {from} → {to} comes with other \
          changes: {}. A version change is applied alone, so that a failure after the first controller's \
@@ -228,7 +232,7 @@ pub enum AwsError {
     )]
     RollbackUnfinished {
         stack: String,
-        recovery: Box<super::recovery::Recovery>,
+        recovery: Box<crate::aws::wait::recovery::Recovery>,
     },
 }
 
@@ -310,7 +314,7 @@ pub enum RenderedError {
     #[error("{file} is missing: run `kube-aws render`")]
     NoRootTemplate { file: &'static str },
     #[error("{0}: run `kube-aws render` again")]
-    BadTemplate(#[from] super::rolls::TemplateError),
+    BadTemplate(#[from] crate::aws::lifecycle::rolls::TemplateError),
     #[error(
         "the rendered stacks use the secret {name:?}, which is not among the secrets to publish: \
          run `kube-aws render` again (or drop --use-rendered)"

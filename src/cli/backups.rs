@@ -3,7 +3,7 @@
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::backups::table;
+use crate::aws::state::backups::table;
 use crate::ops::{backups, ClusterOptions};
 
 /// Arguments of `kube-aws backups`.

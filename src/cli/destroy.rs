@@ -1,6 +1,6 @@
 //! `kube-aws destroy` (the operation: src/ops/destroy.rs): asks first (or `--yes`), runs the pre-destroy hooks,
 //! deletes the root stack, and with `--wait` follows the delete and sweeps
-//! what is still tagged with the cluster (src/aws/destroy.rs); with
+//! what is still tagged with the cluster (src/aws/lifecycle/destroy.rs); with
 //! `--purge` removes the published objects. Exits non-zero when a tagged
 //! resource is left.
 

@@ -4,7 +4,7 @@
 
 use super::confirm::confirm;
 use super::progress_view::ProgressView;
-use crate::aws::deploy::ProgressSink;
+use crate::aws::lifecycle::deploy::ProgressSink;
 use crate::ops::{ConfirmError, Events};
 
 /// What a deploy command shows on the terminal.

@@ -241,7 +241,7 @@ mod tests {
         };
         assert_eq!(exit(AwsError::Failed(Box::new(failed))), 3);
         // 3 too: an update refused because the last one's rollback failed.
-        let rollback = crate::aws::recovery::recovery("demo", "us-west-2", "UPDATE_ROLLBACK_FAILED", &[], &[])
+        let rollback = crate::aws::wait::recovery::recovery("demo", "us-west-2", "UPDATE_ROLLBACK_FAILED", &[], &[])
             .expect("a stopped state");
         let refused = AwsError::RollbackUnfinished {
             stack: "demo".into(),

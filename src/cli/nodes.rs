@@ -4,7 +4,7 @@
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};
-use crate::aws::nodes::table;
+use crate::aws::state::nodes::table;
 use crate::ops::{nodes, ClusterOptions};
 
 /// Arguments of `kube-aws nodes`.

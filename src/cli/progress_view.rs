@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::aws::deploy::ProgressSink;
+use crate::aws::lifecycle::deploy::ProgressSink;
 use crate::aws::wait::{ProgressLine, StackProgress, WaitingOn};
 
 /// Draws successive progress models.

@@ -1,5 +1,5 @@
 //! `kube-aws rotate bootstrap-token` (the operation: src/ops/rotate.rs): ask the controllers for a new join token now,
-//! revoking the published one (src/aws/join_token.rs).
+//! revoking the published one (src/aws/state/join_token.rs).
 
 use super::deploy_args::{runtime, AwsArgs};
 use super::{print_json, GlobalOptions, OutputFormat};

@@ -5,7 +5,7 @@
 use super::deploy_args::{runtime, AwsArgs, PublishArgs, WaitArgs};
 use super::events::Terminal;
 use super::GlobalOptions;
-use crate::aws::stack::OnFailureMode;
+use crate::aws::services::stack::OnFailureMode;
 use crate::ops::up::{self, UpOptions};
 
 /// Arguments of `kube-aws up`.

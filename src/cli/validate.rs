@@ -108,7 +108,7 @@ fn cfg_of(p: &crate::pipeline::Prepared) -> &crate::config::ClusterConfig {
 
 /// `--stack`: the live stack's version record against cluster.yaml, in words.
 fn stack_version(cfg: &crate::config::ClusterConfig, aws: &super::deploy_args::AwsArgs) -> anyhow::Result<String> {
-    use crate::aws::update_order::{check_against_stack, StackVersion};
+    use crate::aws::lifecycle::update_order::{check_against_stack, StackVersion};
     let found = super::deploy_args::runtime()?.block_on(async {
         let clients = crate::aws::connect(&aws.options(), &cfg.region).await?;
         check_against_stack(&clients, cfg).await

@@ -33,7 +33,7 @@ pub fn default_zone_count(controllers: u32) -> usize {
 /// subnet; every group's subnets change, each rolled one instance at a
 /// time), because 3 controllers on 2 zones split 2+1 and losing the zone
 /// holding 2 loses etcd's quorum. Shrinking keeps the record. One rule for
-/// the render and for `update`'s check of a render (src/aws/zones.rs).
+/// the render and for `update`'s check of a render (src/aws/state/zones.rs).
 pub fn zone_count_with_record(recorded: usize, controllers: u32) -> usize {
     recorded.max(if controllers >= 3 {
         default_zone_count(controllers)
@@ -79,7 +79,7 @@ impl ClusterConfig {
             net.subnet_ids.len()
         } else if net.availability_zones.is_empty() {
             // `update` renders with the count the live stack recorded at `up`
-            // (the root stack's ZoneCount output, src/aws/zones.rs), so that
+            // (the root stack's ZoneCount output, src/aws/state/zones.rs), so that
             // a changed controller.count adds or deletes no subnet, unless
             // the controllers grow past what one zone's loss survives.
             match net.recorded_zone_count {

@@ -4,7 +4,7 @@
 //! `use_rendered`, `<dir>/rendered` as it is.
 
 use super::{OpsError, WorkTree};
-use crate::aws::deploy::{charts_from_plan, rendered_dir, ArtifactsOptions, LiveRecord};
+use crate::aws::lifecycle::deploy::{charts_from_plan, rendered_dir, ArtifactsOptions, LiveRecord};
 use crate::config::Cluster;
 use crate::pipeline::DeployPrepareOptions;
 use crate::plugin::exec::{Step, When};

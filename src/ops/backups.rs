@@ -1,9 +1,9 @@
 //! `backups`: the cluster's etcd snapshots in S3 and the last backup run
-//! (src/aws/backups.rs).
+//! (src/aws/state/backups.rs).
 
 use super::{ClusterOptions, OpsError};
-use crate::aws::backups::{self, Backups};
 use crate::aws::connect;
+use crate::aws::state::backups::{self, Backups};
 use crate::config::load_cluster;
 
 /// Runs `backups`.

@@ -1,18 +1,18 @@
 //! `destroy`: asks first, runs the pre-destroy hooks, deletes the root stack,
 //! and with `wait` follows the delete and sweeps what is still tagged with
-//! the cluster (src/aws/destroy.rs); with `purge` removes the published
+//! the cluster (src/aws/lifecycle/destroy.rs); with `purge` removes the published
 //! objects. A tagged resource left is an error (after the report).
 
 use std::cell::RefCell;
 use std::time::Duration;
 
 use super::{Events, OpsError, WorkTree};
-use crate::aws::deploy::{self, rendered_dir, ProgressSink};
-use crate::aws::destroy::{destroy, incomplete, DestroyPlan};
-use crate::aws::destroy_api::ApiOptions;
-use crate::aws::publish::Location;
-use crate::aws::stack::describe_stack;
-use crate::aws::sweep::calls::SweepOptions;
+use crate::aws::lifecycle::deploy::{self, rendered_dir, ProgressSink};
+use crate::aws::lifecycle::destroy::{destroy, incomplete, DestroyPlan};
+use crate::aws::lifecycle::destroy_api::ApiOptions;
+use crate::aws::lifecycle::sweep::calls::SweepOptions;
+use crate::aws::services::s3::Location;
+use crate::aws::services::stack::describe_stack;
 use crate::aws::wait::StackProgress;
 use crate::aws::{connect, AwsError, AwsOptions};
 use crate::config::load_cluster;

@@ -1,5 +1,5 @@
 //! `kubeconfig`: mints a short-lived client certificate with the caller's
-//! kms:Decrypt (src/aws/kubeconfig.rs) and merges a context for the cluster
+//! kms:Decrypt (src/aws/lifecycle/kubeconfig.rs) and merges a context for the cluster
 //! into a kubeconfig (src/kubeconfig.rs), or returns it to be printed.
 //!
 //! Invariant: every local check comes first. A bad TTL, or a file that
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::OpsError;
-use crate::aws::kubeconfig::{mint, MintRequest};
+use crate::aws::lifecycle::kubeconfig::{mint, MintRequest};
 use crate::aws::{connect, AwsOptions};
 use crate::config::load_cluster;
 use crate::kubeconfig::{merge, read_existing, target_path, write_merged, Entry};

@@ -27,7 +27,7 @@ pub use artifacts::artifacts;
 pub use error::{ConfirmError, OpsError};
 pub use work_tree::WorkTree;
 
-use crate::aws::deploy::ProgressSink;
+use crate::aws::lifecycle::deploy::ProgressSink;
 use crate::aws::{AwsError, Clients};
 
 /// What an operation tells its caller while it runs.
@@ -54,7 +54,7 @@ pub struct ClusterOptions {
 
 /// The root stack's outputs as a JSON object (`KUBE_AWS_OUTPUTS`).
 pub async fn stack_outputs(clients: &Clients, name: &str) -> Result<Option<serde_json::Value>, AwsError> {
-    let stack = crate::aws::stack::describe_stack(clients, name).await?;
+    let stack = crate::aws::services::stack::describe_stack(clients, name).await?;
     Ok(stack.map(|s| {
         serde_json::Value::Object(
             s.outputs

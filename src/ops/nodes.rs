@@ -1,9 +1,9 @@
 //! `nodes` and `logs`: the cluster's instances with their bootstrap status
-//! (src/aws/nodes.rs), and one node's published bootstrap report.
+//! (src/aws/state/nodes.rs), and one node's published bootstrap report.
 
 use super::{ClusterOptions, OpsError};
 use crate::aws::connect;
-use crate::aws::nodes::{self, NodeInfo};
+use crate::aws::state::nodes::{self, NodeInfo};
 use crate::config::load_cluster;
 
 /// The cluster's instances, as `nodes` lists them.

@@ -1,5 +1,5 @@
 //! `restore`: restores an etcd snapshot on 1, 3 or 5 controllers
-//! (src/aws/restore.rs). Checks first: a stack that is missing or busy, and
+//! (src/aws/lifecycle/restore.rs). Checks first: a stack that is missing or busy, and
 //! a key that does not exist, is another cluster's or cannot be read, are
 //! refused before anything changes. Then, once confirmed, it writes the
 //! request and replaces every controller; there is no stack update.
@@ -7,8 +7,10 @@
 use std::path::PathBuf;
 
 use super::{Events, OpsError};
-use crate::aws::restore::{self, Started};
-use crate::aws::{connect, nodes, stack, AwsError, AwsOptions};
+use crate::aws::lifecycle::restore::{self, Started};
+use crate::aws::services::stack;
+use crate::aws::state::nodes;
+use crate::aws::{connect, AwsError, AwsOptions};
 use crate::config::load_cluster;
 
 /// What `restore` is asked to do.

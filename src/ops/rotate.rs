@@ -1,9 +1,9 @@
 //! `rotate bootstrap-token`: a request to the controllers for a new join
-//! token now; they mint it and revoke the published one (src/aws/join_token.rs).
+//! token now; they mint it and revoke the published one (src/aws/state/join_token.rs).
 
 use super::{ClusterOptions, OpsError};
 use crate::aws::connect;
-use crate::aws::join_token::{self, RotationRequest};
+use crate::aws::state::join_token::{self, RotationRequest};
 use crate::config::load_cluster;
 
 /// Runs `rotate bootstrap-token`.

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{Events, OpsError};
-use crate::aws::deploy::{self, expected_addons, operation_in_progress, rendered_dir, StatusReport};
-use crate::aws::publish::Location;
+use crate::aws::lifecycle::deploy::{self, expected_addons, operation_in_progress, rendered_dir, StatusReport};
+use crate::aws::services::s3::Location;
 use crate::aws::wait::{age_text, Operation, NODE_LOG_LINES};
 use crate::aws::{connect, AwsOptions};
 use crate::config::load_cluster;
@@ -131,19 +131,19 @@ pub fn report_lines(r: &StatusReport) -> Vec<String> {
             .chain(&e.warnings)
             .map(|w| format!("warning: {w}")),
     );
-    let etcd = crate::aws::etcd_status::lines(&r.etcd);
+    let etcd = crate::aws::state::etcd_status::lines(&r.etcd);
     if !etcd.is_empty() {
         out.push("etcd:".into());
         out.extend(etcd.iter().map(|l| format!("  {l}")));
     }
     out.extend(
-        crate::aws::etcd_status::warnings(&r.etcd)
+        crate::aws::state::etcd_status::warnings(&r.etcd)
             .iter()
             .map(|w| format!("warning: {w}")),
     );
     out.push("control plane:".into());
     out.extend(
-        crate::aws::control_plane_status::lines(&r.control_plane)
+        crate::aws::state::control_plane_status::lines(&r.control_plane)
             .iter()
             .map(|l| format!("  {l}")),
     );
@@ -151,7 +151,7 @@ pub fn report_lines(r: &StatusReport) -> Vec<String> {
     out.extend(
         r.kms_keys
             .iter()
-            .filter_map(crate::aws::kms_keys::warning)
+            .filter_map(crate::aws::state::kms_keys::warning)
             .map(|w| format!("warning: {w}")),
     );
     if !r.addons.is_empty() {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{artifacts, stack_outputs, Events, OpsError, WorkTree};
-use crate::aws::deploy::{self, rendered_dir};
-use crate::aws::stack::OnFailureMode;
+use crate::aws::lifecycle::deploy::{self, rendered_dir};
+use crate::aws::services::stack::OnFailureMode;
 use crate::aws::wait::Operation;
 use crate::aws::{connect, AwsOptions};
 use crate::config::load_cluster;

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use super::{artifacts, stack_outputs, Events, OpsError, WorkTree};
-use crate::aws::autoscaler;
-use crate::aws::deploy::{self, rendered_dir, Apply, UpdatePlan};
-use crate::aws::rollback_scope;
-use crate::aws::stack::format_changes;
-use crate::aws::update_order;
+use crate::aws::lifecycle::autoscaler;
+use crate::aws::lifecycle::deploy::{self, rendered_dir, Apply, UpdatePlan};
+use crate::aws::lifecycle::rollback_scope;
+use crate::aws::lifecycle::update_order;
+use crate::aws::services::stack::format_changes;
 use crate::aws::wait::Operation;
 use crate::aws::{connect, AwsError, AwsOptions, Clients};
 use crate::config::{load_cluster, ClusterConfig};
@@ -62,7 +62,7 @@ pub async fn run(opts: &UpdateOptions, events: &mut dyn Events) -> Result<Update
         Ok(Some(previous)) => events.say(&format!(
             "kmsKeyARN changes from {previous}: every secret is re-encrypted under the new key; the node roles \
              keep kms:Decrypt on the old one while etcd snapshots under it are kept ({} days)",
-            crate::aws::secrets::retired_key_lifetime(&cfg.etcd.backup.retention).as_secs() / 86_400
+            crate::aws::publish::secrets::retired_key_lifetime(&cfg.etcd.backup.retention).as_secs() / 86_400
         )),
         Ok(None) => {}
         Err(e @ AwsError::KmsKeyUnusable { .. }) => {
@@ -124,9 +124,9 @@ pub async fn run(opts: &UpdateOptions, events: &mut dyn Events) -> Result<Update
     // keeps a rotated service-account key while its tokens are valid).
     crate::aws::publish::publish_confirmed(&clients, cfg, &published).await?;
     // Instances that ran before the termination handler covered their
-    // pool get its managed tag before the roll (src/aws/nth_tags.rs).
+    // pool get its managed tag before the roll (src/aws/lifecycle/nth_tags.rs).
     #[cfg(feature = "nodes")]
-    match crate::aws::nth_tags::tag_running_instances(&clients, &cfg.cluster_name, &published).await {
+    match crate::aws::lifecycle::nth_tags::tag_running_instances(&clients, &cfg.cluster_name, &published).await {
         Ok(tagged) => tagged.iter().for_each(|t| events.say(&t.to_string())),
         Err(e) => events.say(&format!(
             "warning: the running instances were not given the termination handler's tag, so it will not drain \
@@ -217,7 +217,7 @@ fn show_changes(
         events.say(&format!(
             "rotate-ca: a new cluster CA and service-account key: every node is replaced, every kubeconfig must be \
              minted again; the issuer keeps the old key for {} days",
-            crate::aws::secrets::SERVICE_ACCOUNT_KEY_RETENTION.as_secs() / 86_400
+            crate::aws::publish::secrets::SERVICE_ACCOUNT_KEY_RETENTION.as_secs() / 86_400
         ));
     }
     if let Some(v) = &version {
@@ -264,7 +264,7 @@ fn show_changes(
     }
 }
 
-/// Pauses the cluster-autoscaler for the roll (src/aws/autoscaler.rs), and
+/// Pauses the cluster-autoscaler for the roll (src/aws/lifecycle/autoscaler.rs), and
 /// returns the client that puts it back however the wait ends; without
 /// `wait` nothing could put it back, so it is left alone. The resume gives
 /// back what the Deployments record, so a pause that failed halfway, or one

@@ -72,12 +72,12 @@ pub const ADDON_STATUS_DIR: &str = "status/addons/";
 pub const INSTALLED_RELEASES: &str = "status/addons/installed.json";
 /// The controllers' upgrade status object (src/node/kube_aws_node/upgrade.py):
 /// phase, step, reason, and the version the control plane last reached;
-/// `kube-aws status` and a failed wait read it (src/aws/control_plane_status.rs).
+/// `kube-aws status` and a failed wait read it (src/aws/state/control_plane_status.rs).
 pub const UPGRADE_STATUS: &str = "status/control-plane/upgrade.json";
 /// The controllers' reconfiguration status object
 /// (src/node/kube_aws_node/reconfigure.py): the configuration last applied
 /// or failed, on which controller, at which step; a failed one stops the others;
-/// `kube-aws status` reads it (src/aws/control_plane_status.rs).
+/// `kube-aws status` reads it (src/aws/state/control_plane_status.rs).
 pub const RECONFIGURE_STATUS: &str = "status/control-plane/reconfigure.json";
 /// The nodes' bootstrap reports.
 pub const NODE_REPORTS_DIR: &str = "status/nodes/";
@@ -92,7 +92,7 @@ pub const ETCD_BACKUP_DIR: &str = "etcd";
 /// The published chart archives, `charts/<sha256>.tgz`.
 pub const CHARTS_DIR: &str = "charts/";
 /// The service-account issuer's documents, relative to the issuer's root:
-/// the keys of the issuer bucket (src/aws/issuer.rs), which serves them
+/// the keys of the issuer bucket (src/aws/publish/issuer.rs), which serves them
 /// publicly, and of the private copies under `s3URI/<cluster>/oidc/`.
 pub const ISSUER_DISCOVERY: &str = ".well-known/openid-configuration";
 pub const ISSUER_JWKS: &str = "keys.json";
@@ -200,7 +200,7 @@ pub fn chart_object(hex: &str) -> String {
 /// The key a rendered file `DIR/NAME` is published under, relative to
 /// `s3URI/<cluster>/`: `DIR/<sha256>/NAME`; a cloud-config
 /// `userdata/ROLE.cloud-config` goes to `userdata/ROLE/<sha256>.cloud-config`.
-/// The publisher (src/aws/publish.rs) uploads under it; render names it in
+/// The publisher (src/aws/publish/mod.rs) uploads under it; render names it in
 /// the stub and in the addon plan pointer.
 pub fn content_addressed(rel: &str, hex: &str) -> String {
     if let Some(role) = rel

@@ -160,7 +160,7 @@ pub struct PlanRelease {
     pub bootstrap: bool,
     /// The chart value that sets the replicas of the release's Deployments:
     /// when one of them carries the pause `update --wait` records
-    /// (src/aws/autoscaler.rs `PAUSED_REPLICAS_ANNOTATION`), the reconciler
+    /// (src/aws/lifecycle/autoscaler.rs `PAUSED_REPLICAS_ANNOTATION`), the reconciler
     /// upgrades the release with this value at 0, so a chart upgrade during
     /// the roll keeps it paused (helm_release.py `paused_overrides`). Left out
     /// when empty, so the other releases' entries, and their wait

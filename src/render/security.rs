@@ -24,7 +24,7 @@
 //! readable until `kube-aws-node encryption` rewrites them
 //! (src/node/kube_aws_node/encryption.py). The key is kept across CA
 //! rotations and key (`kmsKeyARN`) rotations: etcd's data and every etcd
-//! snapshot need it (src/aws/secrets.rs).
+//! snapshot need it (src/aws/publish/secrets.rs).
 //!
 //! The audit log: [`audit_policy`] records every request at `Metadata` (who,
 //! what, when, the response code; never a body, so never a Secret's value),

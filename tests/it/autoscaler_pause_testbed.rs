@@ -1,5 +1,5 @@
 //! The cluster-autoscaler's pause around `update --wait` (issues 28 and 38,
-//! src/aws/autoscaler.rs) against the real kube-apiserver of the control-plane
+//! src/aws/lifecycle/autoscaler.rs) against the real kube-apiserver of the control-plane
 //! test bed: the release's Deployments found by their
 //! `app.kubernetes.io/instance` label and patched with a client certificate
 //! over TLS that trusts only the cluster CA; a Deployment scaled to 0 with its
@@ -13,14 +13,14 @@
 //! Not covered: `update` itself calling these around a real CloudFormation
 //! roll and rollback (moto neither rolls nor rolls back, and its load
 //! balancer's DNS name reaches no API server); the certificate `update` mints
-//! is the one `kube-aws kubeconfig` mints (tests of src/aws/kubeconfig.rs).
+//! is the one `kube-aws kubeconfig` mints (tests of src/aws/lifecycle/kubeconfig.rs).
 //! The reconciler's side of the pause (a chart upgrade of a paused release)
 //! is helm_pause_testbed.rs.
 
 use crate::common::testbed;
 
 use base64::Engine;
-use kube_aws::aws::autoscaler::{
+use kube_aws::aws::lifecycle::autoscaler::{
     pause_release, resume_by_hand, resume_release, Paused, ScaleClient, Scaled, PAUSED_REPLICAS_ANNOTATION,
     RELEASE_LABEL,
 };

@@ -12,7 +12,7 @@
 //! moto as it is.
 //!
 //! What moto cannot show (covered by the pure-function tests in
-//! src/aws/wait/tests.rs and src/aws/watch.rs): WaitConditions are ignored (so
+//! src/aws/wait/tests.rs and src/aws/wait/watch.rs): WaitConditions are ignored (so
 //! no addon signal, success or FAILURE, reaches the stack), there are no
 //! per-resource events, a failed stack never rolls back, and CreateStack
 //! completes synchronously except for a custom resource waiting for its
@@ -1440,7 +1440,7 @@ impl Drop for FlakyProxy {
 /// quietly, and when the endpoint comes back it carries on and sees the stack
 /// finish (it finished meanwhile). Not covered here: the endpoint staying
 /// away until the loop gives up (about three minutes of backoff; the unit
-/// test `endpoint_dying_mid_wait_gives_up_after_backoff` in src/aws/watch.rs
+/// test `endpoint_dying_mid_wait_gives_up_after_backoff` in src/aws/wait/watch.rs
 /// covers it) and throttling (moto does not throttle).
 #[test]
 fn endpoint_lost_mid_wait_is_retried_and_the_wait_carries_on() {

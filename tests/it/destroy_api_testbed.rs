@@ -16,7 +16,7 @@ use crate::common::testbed::{self, ControlPlane};
 
 use std::time::{Duration, Instant};
 
-use kube_aws::aws::destroy_api::{cleanup, ApiCleanup, ApiOptions};
+use kube_aws::aws::lifecycle::destroy_api::{cleanup, ApiCleanup, ApiOptions};
 
 fn entry(pki: &kube_aws::pki::ClusterPki, port: u16) -> kube_aws::kubeconfig::Entry {
     let cred = kube_aws::pki::mint_client(

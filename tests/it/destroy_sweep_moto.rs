@@ -12,7 +12,7 @@
 //! Not covered here: the deletion of Services and PVCs through the
 //! Kubernetes API before the stacks go (a running API server); ELBv2's
 //! asynchronous release of ENIs in real AWS (moto deletes at once: the
-//! retry passes are tested as pure decisions in src/aws/sweep/tests.rs);
+//! retry passes are tested as pure decisions in src/aws/lifecycle/sweep/tests.rs);
 //! a stack ending DELETE_FAILED (moto never fails a delete).
 
 use crate::common;

@@ -2,7 +2,7 @@
 //! real helm v3 client of the control-plane test bed, the real
 //! cluster-autoscaler chart of `$KUBE_AWS_SHARED_DATA/charts`, and the real
 //! kube-apiserver: the release is installed; `update`'s pause
-//! (src/aws/autoscaler.rs) scales its Deployment to 0 and records the count;
+//! (src/aws/lifecycle/autoscaler.rs) scales its Deployment to 0 and records the count;
 //! the reconciler's decision (helm_release.py `paused_overrides`, run by
 //! python3 on the answer of the reconciler's own kubectl list, with the
 //! built-in plugin's `replicasValue`) gives `--set replicaCount=0`, and
@@ -26,7 +26,7 @@ use std::process::Command;
 use crate::autoscaler_pause_testbed::{admin_entry, recorded};
 use crate::common::{charts::shared_charts, testbed};
 
-use kube_aws::aws::autoscaler::{pause_release, resume_release, ScaleClient, RELEASE_LABEL};
+use kube_aws::aws::lifecycle::autoscaler::{pause_release, resume_release, ScaleClient, RELEASE_LABEL};
 
 struct Helm {
     bin: PathBuf,

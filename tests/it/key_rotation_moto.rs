@@ -20,7 +20,7 @@
 //! statements with a retired key in the parameter. moto's S3 does not ask KMS
 //! on GetObject of an SSE-KMS object, so the snapshot read shows the S3 grant,
 //! the policy check shows the key's. The retired key's expiry is
-//! src/aws/secrets.rs's unit test (`retired_keys`).
+//! src/aws/publish/secrets.rs's unit test (`retired_keys`).
 
 use crate::common;
 

@@ -635,7 +635,7 @@ fn a_changed_secret_rolls_only_the_nodes_that_use_it() {
         "{}",
         text(&upd)
     );
-    // ... and says which groups roll for it, from the templates (src/aws/rolls.rs).
+    // ... and says which groups roll for it, from the templates (src/aws/lifecycle/rolls.rs).
     let rolls = String::from_utf8_lossy(&upd.stdout)
         .lines()
         .find(|l| l.starts_with("rolls: "))

@@ -953,15 +953,15 @@ fn etcd_backups_are_scoped_to_their_prefix_and_key() {
 }
 
 /// What each kind of change rolls, at template level: the groups
-/// src/aws/rolls.rs finds between two renders (the rule `update`'s preview
+/// src/aws/lifecycle/rolls.rs finds between two renders (the rule `update`'s preview
 /// uses), with the root parameters a publish sets (an AMI, a secrets
 /// version). Printed (for docs/deploy.md's "What each kind of change
 /// replaces") and checked: only the changes that reach a node's user data, its
 /// launch template or its subnets replace instances.
 #[test]
 fn what_each_kind_of_change_replaces() {
-    use kube_aws::aws::rolls::{group_rolls, Deployment, Replacement};
-    use kube_aws::aws::update_order::rolls_in_words;
+    use kube_aws::aws::lifecycle::rolls::{group_rolls, Deployment, Replacement};
+    use kube_aws::aws::lifecycle::update_order::rolls_in_words;
     let base = full();
     let a = rendered(&base);
     let params = |extra: &[(&str, &str)]| -> Vec<(String, String)> {

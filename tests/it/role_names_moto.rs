@@ -8,7 +8,7 @@
 //!
 //! Not covered: a real IAM; an `update` of a live stack created by an older
 //! kube-aws on moto (the record's reading is unit-tested in
-//! src/aws/role_names.rs; what `update` renders with it is checked here
+//! src/aws/state/role_names.rs; what `update` renders with it is checked here
 //! through the pipeline it calls).
 
 use crate::common;

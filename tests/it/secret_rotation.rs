@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use crate::render_fixtures;
+use kube_aws::aws::publish::secrets::SecretBundle;
 use kube_aws::aws::publish::secrets_versions;
-use kube_aws::aws::secrets::SecretBundle;
 
 fn bundle(dex: &str, names: &[String]) -> SecretBundle {
     SecretBundle {

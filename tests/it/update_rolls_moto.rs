@@ -4,7 +4,7 @@
 //! standard input is not a terminal, so the change set is deleted and the
 //! stack stays as it was) and the change undone. The preview's `rolls:`
 //! line is computed from the live templates (GetTemplate of the root and
-//! of each nested stack) against the published ones (src/aws/rolls.rs).
+//! of each nested stack) against the published ones (src/aws/lifecycle/rolls.rs).
 //!
 //! The addon-only change (with a controller-manager flag) is then applied:
 //! the preview says nothing rolls,

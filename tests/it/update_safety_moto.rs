@@ -7,7 +7,7 @@
 //! last run's status; `up` set the bucket's lifecycle rules that expire each
 //! tier, and kept the bucket's other rule. An explicit
 //! `ami:` in cluster.yaml replaces the pinned AMI, and the preview says which
-//! groups roll (src/aws/rolls.rs) and why; a changed backup interval changes the settings
+//! groups roll (src/aws/lifecycle/rolls.rs) and why; a changed backup interval changes the settings
 //! parameter only.
 //!
 //! Issue 36 §3: with `secrets/bundle.json` deleted, `update` reads the live

@@ -19,8 +19,8 @@
 //! 5.2.5 reads no DisableRollback from ExecuteChangeSet, and never fails or
 //! rolls back an update), so the stopped states (UPDATE_FAILED resumed by `update`,
 //! UPDATE_ROLLBACK_FAILED refused with `continue-update-rollback`) are
-//! covered from recorded events (src/aws/recovery/tests.rs) and the
-//! decisions by src/aws/version_change.rs's tests.
+//! covered from recorded events (src/aws/wait/recovery/tests.rs) and the
+//! decisions by src/aws/lifecycle/version_change.rs's tests.
 
 use crate::common;
 

@@ -185,7 +185,7 @@ fn the_decrypt_keys_parameter_lists_the_current_and_the_retired_keys() {
         root_parameters(t, "http://x", &loc, &b, "k").unwrap(),
         vec![("DecryptKmsKeyARNs".to_string(), b.kms_key_arn.clone())]
     );
-    b.retired_keys.push(crate::aws::secrets::RetiredKey {
+    b.retired_keys.push(crate::aws::publish::secrets::RetiredKey {
         arn: "arn:aws:kms:us-west-2:111122223333:key/old".into(),
         retired_at: "2026-12-01T00:00:00Z".into(),
     });

@@ -8,7 +8,7 @@ use super::*;
 pub(in crate::aws) const ROOT: &str = "demo";
 const ACCT: &str = "arn:aws:cloudformation:us-west-2:123456789012:stack";
 
-/// One recorded event (also the recovery tests': src/aws/recovery/tests.rs).
+/// One recorded event (also the recovery tests': src/aws/wait/recovery/tests.rs).
 pub(in crate::aws) fn ev(id: u32, stack: &str, logical: &str, ty: &str, status: &str, reason: &str) -> StackEvent {
     StackEvent {
         event_id: format!("e{id:03}"),

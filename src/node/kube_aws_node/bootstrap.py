@@ -51,7 +51,7 @@ MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 def how_it_ended(code):
     """`exit 1`, or `killed by signal 9 (SIGKILL)` for the negative code
     subprocess gives a command a signal ended (kube-aws status says the same:
-    src/aws/wait.rs NodeReport::how_it_ended)."""
+    src/aws/wait/mod.rs NodeReport::how_it_ended)."""
     if code >= 0:
         return "exit %d" % code
     try:

@@ -75,7 +75,7 @@ PRUNE_SECONDS = 60
 WITHDRAW_SECONDS = 60
 # What a snapshot key looks like: etcd/<tier>/<UTC time>-<member>.db (sorts by
 # time). Two tiers, each expired by the bucket's lifecycle rule on its prefix
-# (src/aws/retention.rs; kops's etcd-manager keeps hourly snapshots for a week
+# (src/aws/services/retention.rs; kops's etcd-manager keeps hourly snapshots for a week
 # and daily ones for 90 days): no node deletes a snapshot, and the node role
 # has no s3:DeleteObject on them. Keys directly under etcd/ are an older
 # layout's, still read by a restore.

@@ -3,7 +3,7 @@ when one is due, and the backup itself (on the leader when due, or `--now`
 from this member), uploaded SSE-KMS. Python 3.9, standard library only.
 
 Invariant: the decisions are pure; no node deletes a snapshot (the bucket's
-lifecycle rules expire them, src/aws/retention.rs).
+lifecycle rules expire them, src/aws/services/retention.rs).
 """
 import datetime
 import json

@@ -22,7 +22,7 @@ from .etcd import (ADMIN_CONF, DATA_DIR, FAIL, INIT, JOIN, NODE_JSON, PEER_PORT,
 from .etcd_backup import snapshot_tier, snapshots
 
 
-# `kube-aws restore` (src/aws/restore.rs) writes its request here, relative to
+# `kube-aws restore` (src/aws/lifecycle/restore.rs) writes its request here, relative to
 # the cluster's key prefix ({"id", "key"}), after deleting RESTORE_LOCK; the
 # first replacement controller to take the lock restores the key, the others
 # join it (kops's etcd-manager likewise restores on one member and lets the

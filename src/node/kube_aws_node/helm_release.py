@@ -21,7 +21,7 @@ from .awscall import AwsError
 
 
 # The pause `kube-aws update --wait` records on a Deployment, with the count
-# it had (src/aws/autoscaler.rs PAUSED_REPLICAS_ANNOTATION), and the label
+# it had (src/aws/lifecycle/autoscaler.rs PAUSED_REPLICAS_ANNOTATION), and the label
 # that finds a release's Deployments (RELEASE_LABEL there).
 PAUSED_REPLICAS = "kube-aws.io/paused-replicas"
 

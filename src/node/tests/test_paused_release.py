@@ -1,6 +1,6 @@
 """helm_release.paused_overrides and its use in Reconciler.install: a release
 whose Deployment carries the pause `kube-aws update --wait` records
-(src/aws/autoscaler.rs) is upgraded with the plan's replicas value at 0, so a
+(src/aws/lifecycle/autoscaler.rs) is upgraded with the plan's replicas value at 0, so a
 chart upgrade during the roll (Helm 3's three-way merge) does not bring the
 cluster-autoscaler back; once the resume has removed the record, it is
 installed with the chart's count again. After each failed attempt of such an

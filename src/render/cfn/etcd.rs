@@ -25,7 +25,7 @@ pub const ETCD_SETTINGS: &str = "EtcdSettings";
 pub const ETCD_METRICS_NAMESPACE: &str = "kube-aws/etcd";
 
 /// The names of the stack's etcd alarms start with this (`status` lists them
-/// by it: src/aws/etcd_status.rs).
+/// by it: src/aws/state/etcd_status.rs).
 pub fn etcd_alarm_prefix(cluster: &str) -> String {
     format!("kube-aws-{cluster}-etcd-")
 }
@@ -151,7 +151,7 @@ pub(super) fn etcd_settings(input: &RenderInput, ctx: &Ctx) -> Result<Value, Ren
 
 /// What the controllers' etcd tools may do: read their settings; write and
 /// list snapshots under `etcd/` only, never delete one (the bucket's
-/// lifecycle rules expire them, src/aws/retention.rs); encrypt them with the cluster's
+/// lifecycle rules expire them, src/aws/services/retention.rs); encrypt them with the cluster's
 /// key (SSE-KMS: S3 asks KMS for a data key in the caller's name, and for
 /// Decrypt on multipart uploads and on the download of a restore; the
 /// encryption context S3 passes is the object's ARN, or the bucket's with S3

@@ -28,7 +28,7 @@ pub const MANAGED_POLICY_LIMIT: usize = 6_144;
 pub const ROLE_ATTACHMENT_LIMIT: usize = 10;
 /// Retired KMS keys the decrypt-key list has room for: `update` refuses a
 /// rotation that would retire more within the retention window
-/// (src/aws/secrets.rs `retired_keys`).
+/// (src/aws/publish/secrets.rs `retired_keys`).
 pub const MAX_RETIRED_KEYS: usize = 4;
 /// The longest generated suffix CloudFormation appends to a nested stack's
 /// or a resource's name (`<stack>-<LogicalId>-<suffix>`: 12 or 13 characters).

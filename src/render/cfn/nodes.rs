@@ -22,7 +22,7 @@ const CONTROLLER_HEALTH_GRACE_SECONDS: u32 = 1800;
 
 /// A node stack's AMI: a concrete image ID the root passes down. The root's
 /// `ImageIdX86`/`ImageIdArm64` are resolved from their SSM public parameter
-/// at `up` and kept by later `update`s (src/aws/deploy.rs): a new Amazon
+/// at `up` and kept by later `update`s (src/aws/lifecycle/deploy.rs): a new Amazon
 /// Linux release never replaces nodes unless `update --refresh-ami` asks.
 pub(super) fn ami_parameter() -> Value {
     json!({"Type": "AWS::EC2::Image::Id", "Description": "Amazon Linux 2023 AMI, pinned by kube-aws"})

@@ -4,7 +4,7 @@
 //! Each release whose values reference plugin secrets gets a root parameter
 //! `AddonSecrets<Release>` that the publisher fills with a hash of those
 //! entries' ciphertexts (the root metadata `kube-aws:secretsVersions`, as for
-//! the node stacks' secrets versions: src/aws/publish.rs `secrets_versions`;
+//! the node stacks' secrets versions: src/aws/publish/mod.rs `secrets_versions`;
 //! an unchanged secret keeps its ciphertext). The control-plane stack puts
 //! the hashes in the addon plan pointer (`secrets`: release → hash), so a
 //! rotation changes the pointer, and the reconciler

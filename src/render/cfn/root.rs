@@ -58,7 +58,7 @@ pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
 
 /// The parameter carrying every KMS key the node roles may decrypt with,
 /// comma-separated: `kmsKeyARN`, then the keys a rotation retired while an
-/// etcd snapshot under them can exist (src/aws/secrets.rs `retired_keys`).
+/// etcd snapshot under them can exist (src/aws/publish/secrets.rs `retired_keys`).
 /// The publisher passes it and the root hands it to every node stack, whose
 /// roles' `kms:Decrypt` statements name it (src/render/cfn/iam.rs): a new key
 /// changes policies, never a launch template.
@@ -72,7 +72,7 @@ pub const DECRYPT_KMS_KEYS: &str = "DecryptKmsKeyARNs";
 pub const KUBERNETES_VERSION: &str = "KubernetesVersion";
 
 /// Root metadata naming, per secrets version parameter, the bundle entries it
-/// covers; the publisher hashes their ciphertexts (see src/aws/publish.rs).
+/// covers; the publisher hashes their ciphertexts (see src/aws/publish/mod.rs).
 pub const SECRETS_METADATA: &str = "kube-aws:secretsVersions";
 
 /// The root stack's output recording the zone count of a new VPC.
@@ -86,7 +86,7 @@ pub(super) fn root_stack(
 ) -> Map<String, Value> {
     let mut t = template(format!("kube-aws cluster {}: root stack", ctx.cluster));
     // The publisher passes ArtifactBaseURL and rewrites `stacks/<stack>.json` to the
-    // stack's content-addressed key (see src/aws/publish.rs).
+    // stack's content-addressed key (see src/aws/publish/mod.rs).
     let base = format!(
         "https://{}.s3.{}.amazonaws.com/{}",
         ctx.bucket, ctx.region, ctx.key_prefix
@@ -112,7 +112,7 @@ pub(super) fn root_stack(
     let mut amis = Map::new();
     // Each AMI parameter's source: the SSM public parameter, or the image
     // cluster.yaml's `ami` names for that architecture (the publisher passes
-    // an explicit image as it is, see src/aws/ami.rs pin_amis).
+    // an explicit image as it is, see src/aws/publish/ami.rs pin_amis).
     let mut ami = |instance_type: &str| -> Value {
         let p = ami_root_parameter(instance_type);
         let path = if p == "ImageIdArm64" { AMI_ARM } else { AMI_X86 };
@@ -198,13 +198,13 @@ pub(super) fn root_stack(
     let mut outputs = json!({"ApiEndpoint": {"Value": out("ApiEndpoint")},
                "ControlPlaneStack": {"Value": {"Ref": "ControlPlane"}}});
     // The zone count of a new VPC, recorded in the stack: `update` renders
-    // with it (src/aws/deploy.rs recorded_zone_count).
+    // with it (src/aws/lifecycle/deploy.rs recorded_zone_count).
     if let Some(n) = super::network::new_vpc_zone_count(&input.cluster) {
         outputs[ZONE_COUNT_OUTPUT] = json!({"Value": n.to_string(),
             "Description": "zones of the new VPC's subnets, recorded when the stack was created"});
     }
     // How the service-account roles are named, recorded in the stack:
-    // `update` renders with it (src/aws/role_names.rs).
+    // `update` renders with it (src/aws/state/role_names.rs).
     outputs[crate::irsa::ROLE_NAMES_OUTPUT] = json!({
         "Value": input.cluster.recorded_role_names.unwrap_or_default().as_str(),
         "Description": "how the service-account roles are named, recorded when the stack was created"});

@@ -1144,7 +1144,7 @@ const RECORD: &str = "web.irsa.bed.test";
 /// The address the test writes into the Service's load-balancer status, as
 /// a cloud controller manager would (TEST-NET-3).
 const LB_IP: &str = "203.0.113.10";
-/// The addons' roles, as src/aws/role_names.rs names them
+/// The addons' roles, as src/aws/state/role_names.rs names them
 /// (`<cluster>-<region>-<namespace>-<service account>`).
 const EXTERNAL_DNS_ROLE: &str = "bed-us-west-2-kube-system-external-dns";
 const NTH_ROLE: &str = "bed-us-west-2-kube-system-aws-node-termination-handler";

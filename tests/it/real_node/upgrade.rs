@@ -1046,7 +1046,7 @@ fn upgrade_an_ha_control_plane_one_controller_at_a_time() {
 /// rolling update's order and its signals are the test's (moto completes a
 /// stack update at once and never fails one, so the stack's UPDATE_FAILED,
 /// its rollback disabled and `update` resuming it are shown against recorded
-/// events: src/aws/recovery/tests.rs, tests/it/upgrade_moto.rs); the old
+/// events: src/aws/wait/recovery/tests.rs, tests/it/upgrade_moto.rs); the old
 /// controllers are put back into EC2's view (`keep_in_view`); the group's
 /// health replacement is the test's terminate call; the rest of the roll
 /// is the test's, in CloudFormation's order; no load balancer (a
@@ -1287,7 +1287,7 @@ pub(crate) fn a_failed_ha_upgrade_keeps_the_api_and_a_second_update_finishes_it(
 
     // 4. The second `kube-aws update` finishes the upgrade. On AWS the
     // stack stopped UPDATE_FAILED with its rollback disabled, and `update`
-    // resumes the rolling update (src/aws/recovery/tests.rs, against
+    // resumes the rolling update (src/aws/wait/recovery/tests.rs, against
     // recorded events). moto completed the stack's update at once, so here
     // `update` finds the stack at the template it asks for and changes
     // nothing (nothing goes back to the old version), and the rest of the

@@ -124,7 +124,7 @@ fn upgrade_record(
     step: &str,
     message: &str,
     secs: i64,
-) -> crate::aws::control_plane_status::UpgradeRecord {
+) -> crate::aws::state::control_plane_status::UpgradeRecord {
     // The shape src/node/kube_aws_node/upgrade.py `Upgrader.report` writes.
     serde_json::from_value(serde_json::json!({
         "phase": phase, "version": "1.35.4", "from": "1.35.4", "to": "1.36.3", "step": step,
