@@ -38,16 +38,7 @@ pub async fn run(opts: &RestoreOptions, events: &mut dyn Events) -> Result<Resto
     let cfg = &cluster.config;
     let clients = connect(&opts.aws, &cfg.region).await?;
     let name = &cfg.cluster_name;
-    let live = stack::describe_stack(&clients, name)
-        .await?
-        .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
-    if live.status.ends_with("_IN_PROGRESS") {
-        return Err(AwsError::StackBusy {
-            stack: name.clone(),
-            status: live.status,
-        }
-        .into());
-    }
+    stack::settled_stack(&clients, name).await?;
     let chosen = restore::check(&clients, cfg, opts.snapshot.as_deref())
         .await?
         .map_err(AwsError::from)?;

@@ -570,15 +570,7 @@ pub async fn plan_update(
     rotate_ca: bool,
 ) -> Result<(UpdatePlan, Vec<PinnedAmi>), AwsError> {
     let name = &cluster.cluster_name;
-    let live = stack::describe_stack(clients, name)
-        .await?
-        .ok_or_else(|| AwsError::StackMissing { stack: name.clone() })?;
-    if live.status.ends_with("_IN_PROGRESS") {
-        return Err(AwsError::StackBusy {
-            stack: name.clone(),
-            status: live.status,
-        });
-    }
+    let live = stack::settled_stack(clients, name).await?;
     // Before anything is published: an update whose rollback failed must be
     // finished first (src/aws/wait/recovery.rs); one stopped with rollback
     // disabled is what this update resumes.

@@ -143,6 +143,23 @@ pub async fn create_stack(
     Ok(out.stack_id().unwrap_or(&req.name).to_string())
 }
 
+/// The stack, for an operation that changes it: refused when it does not
+/// exist (use `up`) or another operation is in progress on it.
+pub async fn settled_stack(clients: &Clients, name: &str) -> Result<StackInfo, AwsError> {
+    let live = describe_stack(clients, name)
+        .await?
+        .ok_or_else(|| AwsError::StackMissing {
+            stack: name.to_string(),
+        })?;
+    if live.status.ends_with("_IN_PROGRESS") {
+        return Err(AwsError::StackBusy {
+            stack: name.to_string(),
+            status: live.status,
+        });
+    }
+    Ok(live)
+}
+
 /// The stack, or None when it does not exist. `name` may be a name or an ID.
 pub async fn describe_stack(clients: &Clients, name: &str) -> Result<Option<StackInfo>, AwsError> {
     let out = match clients.cfn.describe_stacks().stack_name(name).send().await {

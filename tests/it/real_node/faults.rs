@@ -488,18 +488,21 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
             {"name": "ghost", "namespace": "ghost", "waitCondition": "GhostReady", "secrets": "h2"},
         ],
     });
-    let record_file = bed.dir().join("installed-before-restore.json");
-    std::fs::write(&record_file, record.to_string()).unwrap();
-    bed.aws(&[
-        "s3api",
-        "put-object",
-        "--bucket",
-        BED_BUCKET,
-        "--key",
-        &record_key,
-        "--body",
-        record_file.to_str().unwrap(),
-    ]);
+    let put = |key: &str, file: &str, body: &serde_json::Value| {
+        let path = bed.dir().join(file);
+        std::fs::write(&path, body.to_string()).unwrap();
+        bed.aws(&[
+            "s3api",
+            "put-object",
+            "--bucket",
+            BED_BUCKET,
+            "--key",
+            key,
+            "--body",
+            path.to_str().unwrap(),
+        ]);
+    };
+    put(&record_key, "installed-before-restore.json", &record);
 
     // The addon installer's lease, held by an old controller for ten more
     // minutes: a reconciler run cut off mid-install by the loss of every
@@ -513,18 +516,7 @@ pub(crate) fn an_ha_restore_on_three_new_controllers_brings_the_snapshot_back(
         "holder": format!("{}/4242", via.inst.id), "instance": via.inst.id, "run": "cut-off",
         "expiresAt": until.to_string(), "released": false,
     });
-    let lease_file = bed.dir().join("lease-before-restore.json");
-    std::fs::write(&lease_file, lease.to_string()).unwrap();
-    bed.aws(&[
-        "s3api",
-        "put-object",
-        "--bucket",
-        BED_BUCKET,
-        "--key",
-        &lease_key,
-        "--body",
-        lease_file.to_str().unwrap(),
-    ]);
+    put(&lease_key, "lease-before-restore.json", &lease);
 
     let known: Vec<String> = bed.instances(named).into_iter().map(|i| i.id).collect();
     let out = bed.kube_aws(&["restore", "--snapshot", &key, "--yes"]);
