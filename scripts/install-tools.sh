@@ -14,6 +14,9 @@ PY_PINS=(
   "awscli==1.46.3"
   # The node program's minimum-version check (tests/it/node_program.rs: Python 3.9, AL2023's python3).
   "vermin==1.9.2"
+  # The goldens' node-side files against their JSON Schemas (src/node/tests/test_schema.py).
+  "jsonschema==4.26.0"
+  "PyYAML==6.0.4"
 )
 APT_PKGS=(shellcheck cloud-init docker-registry)
 STAMP="$VENV/.pins"

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::{Events, OpsError};
-use crate::aws::lifecycle::deploy::{self, expected_addons, operation_in_progress, rendered_dir, StatusReport};
+use crate::aws::lifecycle::deploy::{self, rendered_dir};
+use crate::aws::lifecycle::status::{self, expected_addons, operation_in_progress, StatusReport};
 use crate::aws::services::s3::Location;
 use crate::aws::wait::{age_text, Operation, NODE_LOG_LINES};
 use crate::aws::{connect, AwsOptions};
@@ -39,7 +40,7 @@ pub async fn run(opts: &StatusOptions, events: &mut dyn Events) -> Result<Status
     let cfg = &cluster.config;
     let addons = expected_addons(&rendered_dir(&opts.dir));
     let clients = connect(&opts.aws, &cfg.region).await?;
-    let mut report = deploy::status(&clients, cfg, &addons).await?;
+    let mut report = status::status(&clients, cfg, &addons).await?;
     if opts.wait {
         if let Some(op) = operation_in_progress(&report.stack.status) {
             let location = Location::new(cfg)?;
@@ -59,7 +60,7 @@ pub async fn run(opts: &StatusOptions, events: &mut dyn Events) -> Result<Status
                     stack: cfg.cluster_name.clone(),
                 });
             }
-            report = deploy::status(&clients, cfg, &addons).await?;
+            report = status::status(&clients, cfg, &addons).await?;
         }
     }
     Ok(StatusOutcome::Report(Box::new(report)))

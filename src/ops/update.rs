@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use super::{artifacts, stack_outputs, Events, OpsError, WorkTree};
 use crate::aws::lifecycle::autoscaler;
-use crate::aws::lifecycle::deploy::{self, rendered_dir, Apply, UpdatePlan};
+use crate::aws::lifecycle::deploy::{self, rendered_dir};
 use crate::aws::lifecycle::rollback_scope;
 use crate::aws::lifecycle::update_order;
+use crate::aws::lifecycle::update_plan::{self, Apply, UpdatePlan};
 use crate::aws::services::stack::format_changes;
 use crate::aws::wait::Operation;
 use crate::aws::{connect, AwsError, AwsOptions, Clients};
@@ -71,7 +72,7 @@ pub async fn run(opts: &UpdateOptions, events: &mut dyn Events) -> Result<Update
         }
         Err(e) => return Err(e.into()),
     }
-    let (plan, amis) = deploy::plan_update(&clients, cfg, &artifacts, opts.refresh_ami, opts.rotate_ca).await?;
+    let (plan, amis) = update_plan::plan_update(&clients, cfg, &artifacts, opts.refresh_ami, opts.rotate_ca).await?;
     if opts.refresh_ami {
         for a in amis.iter().filter(|a| a.explicit) {
             events.say(&format!("{} is set in cluster.yaml (ami): not refreshed", a.parameter));
@@ -111,12 +112,12 @@ pub async fn run(opts: &UpdateOptions, events: &mut dyn Events) -> Result<Update
     let go = match events.confirm("apply these changes?") {
         Ok(go) => go,
         Err(e) => {
-            let _ = deploy::discard(&clients, &cfg.cluster_name, &how).await;
+            let _ = update_plan::discard(&clients, &cfg.cluster_name, &how).await;
             return Err(e.into());
         }
     };
     if !go {
-        deploy::discard(&clients, &cfg.cluster_name, &how).await?;
+        update_plan::discard(&clients, &cfg.cluster_name, &how).await?;
         events.say("not applied; the stack is unchanged");
         return Ok(UpdateOutcome::NotApplied);
     }
@@ -139,7 +140,7 @@ pub async fn run(opts: &UpdateOptions, events: &mut dyn Events) -> Result<Update
         .iter()
         .any(|a| a.release == autoscaler::AUTOSCALER_RELEASE);
     let paused = pause_autoscaler(opts, &clients, cfg, autoscaled, events).await;
-    let executed = deploy::apply(&clients, &cfg.cluster_name, &how).await;
+    let executed = update_plan::apply(&clients, &cfg.cluster_name, &how).await;
     if executed.is_err() || !opts.wait {
         resume_autoscaler(paused.as_ref(), events).await;
     }

@@ -7,14 +7,18 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use serde::Serialize;
-use serde_json::{json, Value};
 
+use super::node_files::{pretty, EtcdJson, NodeJson, ReconcilerJson, RuntimeJson};
 use super::plan::{sha256_hex, AddonBundle};
 use super::secrets::{find_references, node_secrets, NodeSecrets};
 use super::yaml::{file_content, quote};
 use super::{Ctx, RenderError, RenderInput};
 use crate::config::{Taint, TaintEffect};
 use crate::plugin::NodeHooks;
+
+mod kubeadm;
+pub use kubeadm::cluster_kubeadm_json;
+use kubeadm::kubeadm_documents;
 
 const NODE_TEMPLATE: &str = include_str!("templates/node.cloud-config.tera");
 const STUB_TEMPLATE: &str = include_str!("templates/stub.cloud-config.tera");
@@ -167,51 +171,6 @@ fn render_template(name: &str, ctx: &tera::Context) -> Result<String, RenderErro
     })
 }
 
-/// kubeadm's `extraArgs` shape: a list of {name, value} from v1beta4 (1.31), a map before.
-fn extra_args(v1beta4: bool, args: &BTreeMap<String, String>) -> Value {
-    if v1beta4 {
-        Value::Array(args.iter().map(|(k, v)| json!({"name": k, "value": v})).collect())
-    } else {
-        json!(args)
-    }
-}
-
-/// The apiserver's `extraArgs`: the plugins' flags, then the service-account
-/// issuer's (src/irsa.rs `apiserver_flags`; a v1beta3 map keeps one value per
-/// flag, so only the new issuer there), then src/render/security.rs's.
-fn api_server_args(input: &RenderInput, v1beta4: bool) -> Value {
-    let mut args = extra_args(v1beta4, &input.plugins.cluster.api_server_flags);
-    let mut owned = crate::irsa::apiserver_flags(&input.cluster);
-    // Pod Security admission, encryption at rest, the audit log
-    // (src/render/security.rs); plugins may not set them (plugin/merge.rs).
-    owned.extend(super::security::apiserver_flags());
-    match &mut args {
-        Value::Array(a) => a.extend(owned.into_iter().map(|(k, v)| json!({"name": k, "value": v}))),
-        Value::Object(m) => {
-            for (k, v) in owned {
-                m.entry(k).or_insert(Value::String(v));
-            }
-        }
-        _ => {}
-    }
-    args
-}
-
-fn taint_json(t: &Taint) -> Value {
-    let mut v = json!({"key": t.key, "effect": t.effect.as_str()});
-    if !t.value.is_empty() {
-        v["value"] = json!(t.value);
-    }
-    v
-}
-
-fn minor_at_least(ctx: &Ctx, want: u32) -> bool {
-    let mut parts = ctx.k8s_minor.split('.');
-    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(1);
-    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    major > 1 || minor >= want
-}
-
 /// What one kind of node gets: its role, labels, taints and hooks.
 struct NodeSpec<'a> {
     role: String,
@@ -219,162 +178,6 @@ struct NodeSpec<'a> {
     labels: BTreeMap<String, String>,
     taints: Vec<Taint>,
     hooks: &'a NodeHooks,
-}
-
-/// The kubelet flags of one node kind: the plugins' flags, then what kube-aws
-/// owns (the resolver refuses plugins setting these): the node labels,
-/// `cloud-provider: external` and max-pods.
-fn kubelet_args(input: &RenderInput, spec: &NodeSpec) -> Result<BTreeMap<String, String>, RenderError> {
-    let mut kubelet = spec.hooks.kubelet_flags.clone();
-    if !spec.labels.is_empty() {
-        // Keys and values are Kubernetes-valid (no ',' or '='), checked at load.
-        let labels: Vec<String> = spec.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        kubelet.insert("node-labels".into(), labels.join(","));
-    }
-    // The AWS cloud controller manager initializes nodes (providerID, zone
-    // labels, addresses); the kubelet only waits for it with `external`
-    // (https://kubernetes.io/docs/tasks/administer-cluster/running-cloud-controller/).
-    kubelet.insert("cloud-provider".into(), "external".into());
-    let addressing = input.plugins.pod_addressing();
-    let max_pods = match spec.pool {
-        None => crate::config::kubelet_max_pods(
-            addressing,
-            &input.cluster.controller.instance_type,
-            input.cluster.controller.max_pods,
-        ),
-        // A mixed pool's smallest over its types (src/config/mixed.rs).
-        Some(name) => match input.cluster.worker.node_pools.iter().find(|p| p.name == name) {
-            Some(p) => crate::config::pool_max_pods(addressing, p),
-            None => return Ok(kubelet),
-        },
-    };
-    // A flag rather than KubeletConfiguration.maxPods: kubeadm shares one
-    // KubeletConfiguration cluster-wide (the kubelet-config ConfigMap), and
-    // max-pods differs per instance type.
-    match max_pods {
-        Ok(Some(n)) => {
-            kubelet.insert("max-pods".into(), n.to_string());
-        }
-        Ok(None) => {}
-        Err(message) => {
-            return Err(RenderError::Network {
-                message: format!("{} nodes: {message}", spec.role),
-            })
-        }
-    }
-    Ok(kubelet)
-}
-
-fn node_registration(ctx: &Ctx, spec: &NodeSpec, kubelet: &BTreeMap<String, String>) -> Value {
-    let v1beta4 = minor_at_least(ctx, 31);
-    json!({
-        "criSocket": "unix:///run/containerd/containerd.sock",
-        "taints": spec.taints.iter().map(taint_json).collect::<Vec<_>>(),
-        "kubeletExtraArgs": extra_args(v1beta4, kubelet),
-    })
-}
-
-/// The cluster-wide KubeletConfiguration, passed to `kubeadm init`, which
-/// stores it in the kubelet-config ConfigMap every joining kubelet downloads.
-/// `serverTLSBootstrap` makes kubelets request their serving certificate from
-/// the cluster CA (a kubernetes.io/kubelet-serving CSR, approved on the
-/// controllers) instead of signing one themselves, so metrics-server and
-/// `kubectl logs` can verify it
-/// (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/#certificate-rotation).
-///
-/// Graceful node shutdown is the backstop for a termination that no drainer
-/// saw (a console terminate, a spot reclaim without notice, a `poweroff`):
-/// kubelet holds a logind delay lock and, on PrepareForShutdown, terminates
-/// ordinary pods through the API within the first 40 s and critical pods
-/// (system-cluster-critical, system-node-critical) in the last 20 s
-/// (https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/).
-/// 40 s covers the default terminationGracePeriodSeconds (30 s); logind's
-/// limit is raised above the total by a node file (templates/logind-kube-aws.conf).
-fn kubelet_configuration() -> Value {
-    json!({
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "serverTLSBootstrap": true,
-        "shutdownGracePeriod": "60s",
-        "shutdownGracePeriodCriticalPods": "20s",
-    })
-}
-
-/// kubeadm's `networking` section. With the VPC CNI pods get VPC addresses,
-/// so no pod CIDR is set: kubeadm would hand it to kube-proxy as
-/// `clusterCIDR`, and kube-proxy masquerades Service traffic from sources
-/// outside clusterCIDR, i.e. every pod's, hiding pod IPs from the backends
-/// (https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/, `--cluster-cidr`).
-/// Other CNIs (cilium's overlay) keep kubeadm's pod subnet.
-fn networking(input: &RenderInput) -> Value {
-    if input.plugins.vpc_cni() {
-        json!({})
-    } else {
-        json!({"podSubnet": POD_SUBNET})
-    }
-}
-
-fn kubeadm_api(ctx: &Ctx) -> &'static str {
-    if minor_at_least(ctx, 31) {
-        "kubeadm.k8s.io/v1beta4"
-    } else {
-        "kubeadm.k8s.io/v1beta3"
-    }
-}
-
-/// The cluster-wide kubeadm documents: the ClusterConfiguration (`kubeadm
-/// init` stores it in kubeadm-config, and the controllers write their static
-/// pods from it) and the KubeletConfiguration (kubelet-config). They are in
-/// the addon bundle (`addons/kubeadm/cluster.json`), not in a node's user
-/// data, so a change of a plugin's apiserver, controller-manager or
-/// scheduler flag, the issuer or a kubelet setting changes no launch
-/// template: the controllers' reconfigure timer applies it in place
-/// (src/node/kube_aws_node/reconfigure.py).
-pub fn cluster_kubeadm_json(input: &RenderInput, ctx: &Ctx) -> String {
-    let v1beta4 = minor_at_least(ctx, 31);
-    let hooks = &input.plugins.cluster;
-    // No cloud-provider flag on the controller-manager: with an external
-    // cloud provider the cloud controller manager runs the cloud loops.
-    let cluster = json!({
-        "apiVersion": kubeadm_api(ctx),
-        "kind": "ClusterConfiguration",
-        "clusterName": ctx.cluster,
-        "networking": networking(input),
-        "apiServer": {"extraArgs": api_server_args(input, v1beta4),
-            "extraVolumes": super::security::apiserver_volumes()},
-        "controllerManager": {"extraArgs": extra_args(v1beta4, &hooks.controller_manager_flags)},
-        "scheduler": {"extraArgs": extra_args(v1beta4, &hooks.scheduler_flags)},
-        // etcd's space quota (cluster.yaml etcd.quotaBackendBytes). Joining
-        // controllers take the ClusterConfiguration `kubeadm init` stored.
-        "etcd": {"local": {"extraArgs": extra_args(v1beta4, &BTreeMap::from([(
-            "quota-backend-bytes".to_string(),
-            input.cluster.etcd.quota_backend_bytes.to_string(),
-        )]))}},
-    });
-    pretty(&json!({"documents": [cluster, kubelet_configuration()]}))
-}
-
-/// A node's own kubeadm documents (`/etc/kube-aws/kubeadm.json`): a
-/// controller's InitConfiguration (the first one's `kubeadm init` adds the
-/// cluster-wide documents, `cluster_kubeadm_json`) and every node's
-/// JoinConfiguration.
-fn kubeadm_documents(input: &RenderInput, ctx: &Ctx, spec: &NodeSpec) -> Result<Value, RenderError> {
-    let api = kubeadm_api(ctx);
-    let kubelet = kubelet_args(input, spec)?;
-    let reg = node_registration(ctx, spec, &kubelet);
-    let mut docs = Vec::new();
-    if spec.pool.is_none() {
-        docs.push(json!({"apiVersion": api, "kind": "InitConfiguration", "nodeRegistration": reg}));
-    }
-    // Controllers after the first, and workers, join with this one.
-    docs.push(json!({"apiVersion": api, "kind": "JoinConfiguration", "nodeRegistration": reg}));
-    Ok(json!({ "documents": docs }))
-}
-
-fn pretty(v: &Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
-    s.push('\n');
-    s
 }
 
 fn plain_name(s: &str) -> bool {
@@ -436,23 +239,41 @@ fn render_node(
         names.extend(extra_secrets.iter().cloned());
         secrets.names = names.into_iter().collect();
     }
-    let node = json!({
-        "role": if spec.pool.is_some() { "worker" } else { "controller" },
-        "pool": spec.pool,
-        "cluster": ctx.cluster,
-        "kubernetesMinor": ctx.k8s_minor,
-        "kubernetesVersion": ctx.k8s_version,
-        "kubernetesPackages": kubernetes_packages(ctx),
+    let node = NodeJson {
+        role: if spec.pool.is_some() { "worker" } else { "controller" }.to_string(),
+        pool: spec.pool.map(str::to_string),
+        cluster: ctx.cluster.clone(),
+        kubernetes_minor: ctx.k8s_minor.clone(),
+        kubernetes_version: ctx.k8s_version.clone(),
+        kubernetes_packages: kubernetes_packages(ctx),
         // No kmsKeyARN: this is user data, and a new key must replace no node
         // (issue 27 item 5); the controllers mint the join token under the
         // key in the etcd settings parameter (join_token.py `cluster_key`).
-        "bootstrapToken": super::security::bootstrap_token_settings(&input.cluster),
-        "enableUnits": hooks.systemd_units.iter().filter(|u| u.enable).map(|u| u.name.as_str())
-            .chain(spec.pool.is_none().then_some(ETCD_UNITS).into_iter().flatten().copied())
-            .chain(spec.pool.is_none().then_some(super::security::CONTROLLER_UNITS).into_iter().flatten().copied())
-            .collect::<Vec<_>>(),
-        "secrets": secrets,
-    });
+        bootstrap_token: super::security::bootstrap_token_settings(&input.cluster),
+        enable_units: hooks
+            .systemd_units
+            .iter()
+            .filter(|u| u.enable)
+            .map(|u| u.name.clone())
+            .chain(
+                spec.pool
+                    .is_none()
+                    .then_some(ETCD_UNITS)
+                    .into_iter()
+                    .flatten()
+                    .map(|u| u.to_string()),
+            )
+            .chain(
+                spec.pool
+                    .is_none()
+                    .then_some(super::security::CONTROLLER_UNITS)
+                    .into_iter()
+                    .flatten()
+                    .map(|u| u.to_string()),
+            )
+            .collect(),
+        secrets: secrets.clone(),
+    };
     let ours: Vec<(&str, &str, String)> = vec![
         ("/etc/kube-aws/node.json", "0644", pretty(&node)),
         (KUBEADM_JSON, "0600", kubeadm),
@@ -555,12 +376,12 @@ fn unit_path(name: &str) -> String {
 /// control-plane stack's `AddonPlan` parameter names, so an addon change
 /// leaves the controllers' user data as it is.
 fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
-    let reconciler = json!({
-        "planParameter": plan_parameter_name(ctx),
-        "installedURI": format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
+    let reconciler = ReconcilerJson {
+        plan_parameter: plan_parameter_name(ctx),
+        installed_uri: format!("{}/{}", ctx.s3_base, super::layout::INSTALLED_RELEASES),
         // The addons' wait conditions are in the root stack, named after the cluster.
-        "waitConditionStack": ctx.cluster,
-    });
+        wait_condition_stack: ctx.cluster.clone(),
+    };
     let mut files = vec![(RECONCILER_JSON.into(), "0644".into(), pretty(&reconciler))];
     for (name, unit) in [
         ("kube-aws-addons.service", ADDONS_UNIT),
@@ -579,10 +400,10 @@ fn controller_addon_files(ctx: &Ctx) -> Vec<(String, String, String)> {
     }
     // Only names: the settings themselves (backup interval, quota,
     // controller count) are in the parameter, so changing them replaces no controller.
-    let etcd = json!({
-        "settingsParameter": super::cfn::etcd_parameter_name(ctx),
-        "lifecycleHook": super::cfn::ETCD_LIFECYCLE_HOOK,
-    });
+    let etcd = EtcdJson {
+        settings_parameter: super::cfn::etcd_parameter_name(ctx),
+        lifecycle_hook: super::cfn::ETCD_LIFECYCLE_HOOK.to_string(),
+    };
     files.push((ETCD_JSON.into(), "0644".into(), pretty(&etcd)));
     files
 }
@@ -670,22 +491,22 @@ pub fn part_uri(ctx: &Ctx, part: &NodePart) -> String {
 /// changed secret replaces the nodes that use it; the CA hash (kubeadm's
 /// `caCertHashes`, of the CA kube-aws generated) is what nodes join with.
 pub fn render_stub(ctx: &Ctx, part: &NodePart) -> Result<String, RenderError> {
-    let runtime = json!({
-        "role": part.role,
-        "cluster": ctx.cluster,
-        "region": "${AWS::Region}",
-        "stackName": "${AWS::StackName}",
-        "asgLogicalId": part.asg_logical_id,
-        "apiEndpoint": "${ApiEndpoint}",
-        "secretsVersion": "${SecretsVersion}",
-        "caCertHash": "${CACertHash}",
-        "secretBundleParameter": super::layout::secret_bundle_parameter(&ctx.cluster, &part.role),
-        "bucket": ctx.bucket,
-        "keyPrefix": ctx.key_prefix,
-        "s3Base": ctx.s3_base,
-        "cloudConfig": part_uri(ctx, part),
-        "cloudConfigSha256": part.sha256,
-    });
+    let runtime = RuntimeJson {
+        role: part.role.clone(),
+        cluster: ctx.cluster.clone(),
+        region: "${AWS::Region}".into(),
+        stack_name: "${AWS::StackName}".into(),
+        asg_logical_id: part.asg_logical_id.clone(),
+        api_endpoint: "${ApiEndpoint}".into(),
+        secrets_version: "${SecretsVersion}".into(),
+        ca_cert_hash: "${CACertHash}".into(),
+        secret_bundle_parameter: super::layout::secret_bundle_parameter(&ctx.cluster, &part.role),
+        bucket: ctx.bucket.clone(),
+        key_prefix: ctx.key_prefix.clone(),
+        s3_base: ctx.s3_base.clone(),
+        cloud_config: part_uri(ctx, part),
+        cloud_config_sha256: part.sha256.clone(),
+    };
     let mut runtime_text = serde_json::to_string(&runtime).unwrap_or_default();
     runtime_text.push('\n');
     let files = vec![

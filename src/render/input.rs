@@ -66,7 +66,7 @@ pub struct AddonInput {
 /// The helm client: where `up` downloads it, and the sha256 it and the
 /// installer check (the installer reads the copy `up` published: the plan's
 /// `helm.binary.object`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HelmBinary {
     /// e.g. `v3.16.3`.

@@ -47,7 +47,7 @@ pub const POD_IDENTITY_WEBHOOK_PLUGIN: &str = "pod-identity-webhook";
 /// The Tiller image for Helm v2 mode.
 pub const TILLER_IMAGE: &str = "ghcr.io/helm/tiller:v2.17.0";
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Plan {
     pub api_version: String,
@@ -97,7 +97,7 @@ pub struct Plan {
 
 /// A workload of a plugin manifest that is Ready before the releases that
 /// are not bootstrap ones start.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ManifestRollout {
     /// The manifest, relative to the addon directory (one of the plan's `manifests`).
@@ -110,7 +110,7 @@ pub struct ManifestRollout {
     pub timeout_seconds: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlanHelm {
     pub version: u32,
@@ -121,7 +121,7 @@ pub struct PlanHelm {
 /// The helm client of the plan: the pin, and the published copy the
 /// installer reads (`s3://…/charts/<sha256>.tgz`, content-addressed as the
 /// chart archives are, so no node downloads it from the internet).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlanHelmBinary {
     #[serde(flatten)]
@@ -129,7 +129,7 @@ pub struct PlanHelmBinary {
     pub object: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlanTiller {
     /// Helm v2 mode with at least one release.
@@ -140,7 +140,7 @@ pub struct PlanTiller {
     pub manifest: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Retries {
     pub attempts: u32,
@@ -148,7 +148,7 @@ pub struct Retries {
 }
 
 /// One release as the installer sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PlanRelease {
     pub name: String,
@@ -584,47 +584,4 @@ pub fn addon_bundle(input: &RenderInput, out: &super::Rendered) -> Result<AddonB
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plugin::Manifest;
-
-    #[test]
-    fn only_annotated_workloads_are_rolled_out_before_the_releases() {
-        let cfg = crate::config::parse_cluster(
-            std::path::Path::new("."),
-            std::path::Path::new("cluster.yaml"),
-            "clusterName: c\nregion: us-west-2\ns3URI: s3://bucket-b\nworker:\n  nodePools: [{name: a, count: 1}]\n",
-        )
-        .unwrap()
-        .config;
-        let mut input = RenderInput::new(cfg, vec![]);
-        let marked = format!("metadata:\n  annotations:\n    {READY_BEFORE_RELEASES}: \"true\"\n");
-        let content = format!(
-            "apiVersion: v1\nkind: ConfigMap\n{marked}  name: cm\n---\n\
-             apiVersion: apps/v1\nkind: DaemonSet\n{marked}  name: ds\n  namespace: n\n---\n\
-             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: plain\n---\n\
-             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: off\n  annotations:\n    {READY_BEFORE_RELEASES}: \"false\"\n---\n\
-             apiVersion: apps/v1\nkind: StatefulSet\n{marked}  name: sts\n"
-        );
-        input.plugins.cluster.manifests.push(Manifest {
-            plugin: "p".into(),
-            name: "m.yaml".into(),
-            content,
-        });
-        let got: Vec<(String, String, String)> = manifest_rollouts(&input)
-            .into_iter()
-            .map(|r| {
-                assert_eq!(r.manifest, layout::plugin_manifest("p", "m.yaml"));
-                assert_eq!(r.timeout_seconds, MANIFEST_ROLLOUT_TIMEOUT_SECONDS);
-                (r.kind, r.namespace, r.name)
-            })
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("DaemonSet".to_string(), "n".to_string(), "ds".to_string()),
-                ("StatefulSet".into(), "default".into(), "sts".into())
-            ]
-        );
-    }
-}
+mod tests;

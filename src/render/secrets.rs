@@ -26,7 +26,7 @@ pub const CONTEXT_SECRET: &str = "kube-aws:secret";
 const PREFIX: &str = "kube-aws-secret.";
 
 /// How the node fills a reference into a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FillFormat {
     /// Inside YAML string values (every document of the file).
@@ -38,14 +38,14 @@ pub enum FillFormat {
 }
 
 /// One node file holding references.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SecretFile {
     pub path: String,
     pub format: FillFormat,
 }
 
 /// What one node role decrypts and fills in: `node.json`'s `secrets`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSecrets {
     /// Bundle entries this role decrypts, sorted.
@@ -66,7 +66,7 @@ pub struct NodeSecrets {
 /// The cluster PKI on a controller: its decrypted keys (entries of `names`,
 /// mode 0600) and the bundle's public `certificates` (0644), in kubeadm's
 /// certificate directory before `kubeadm init` or `join` (src/pki.rs).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NodePki {
     pub dir: String,
     pub keys: Vec<String>,

@@ -242,11 +242,11 @@ pub fn controller_files(cluster: &ClusterConfig) -> Vec<(String, String, String)
 
 /// node.json's `bootstrapToken` (every node): where the join token is
 /// published and how long each lives (src/node/kube_aws_node/join_token.py).
-pub fn bootstrap_token_settings(cluster: &ClusterConfig) -> Value {
-    json!({
-        "parameter": super::layout::bootstrap_token_parameter(&cluster.cluster_name),
-        "ttlSeconds": u64::from(cluster.bootstrap_tokens.ttl_hours) * 3600,
-    })
+pub fn bootstrap_token_settings(cluster: &ClusterConfig) -> super::node_files::BootstrapTokenSettings {
+    super::node_files::BootstrapTokenSettings {
+        parameter: super::layout::bootstrap_token_parameter(&cluster.cluster_name),
+        ttl_seconds: u64::from(cluster.bootstrap_tokens.ttl_hours) * 3600,
+    }
 }
 
 #[cfg(test)]

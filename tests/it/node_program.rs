@@ -1,5 +1,7 @@
 //! The node program `kube-aws-node` (src/node/kube_aws_node): its Python unit
-//! tests (`python3 -m unittest discover src/node/tests`), and a static check
+//! tests (`python3 -m unittest discover src/node/tests`, with the tools
+//! venv's python3: test_schema.py validates the goldens' node-side files
+//! with its jsonschema), and a static check
 //! that it runs on Python 3.9, Amazon Linux 2023's system python3 (`vermin
 //! -t=3.9-`, from the tools venv, scripts/install-tools.sh). Among the unit
 //! tests, src/node/tests/test_etcd_real.py runs the etcd tools against three
@@ -23,7 +25,8 @@ fn text(o: &std::process::Output) -> String {
 
 #[test]
 fn the_node_programs_unit_tests_pass() {
-    let mut cmd = Command::new("python3");
+    // The tools venv's python3: test_schema.py needs its jsonschema and PyYAML.
+    let mut cmd = Command::new(common::tool("python3"));
     cmd.args(["-m", "unittest", "discover", "-v", "src/node/tests"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("KUBE_AWS_TESTBED_BIN")
@@ -48,6 +51,12 @@ fn the_node_programs_unit_tests_pass() {
     ] {
         assert!(err.contains(t), "{t} did not run:\n{err}");
     }
+    // The goldens' node-side files against their schemas ran, not skipped:
+    // it needs the tools venv's jsonschema (src/node/tests/test_schema.py).
+    let schema_ran = regex::Regex::new(r"test_every_golden_node_side_file_matches_its_schema \([^)]*\) \.\.\. ok")
+        .unwrap()
+        .is_match(&err);
+    assert!(schema_ran, "test_schema.py did not run and pass:\n{err}");
 }
 
 #[test]

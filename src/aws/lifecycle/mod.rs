@@ -12,6 +12,8 @@ pub mod nth_tags;
 pub mod restore;
 pub mod rollback_scope;
 pub mod rolls;
+pub mod status;
 pub mod sweep;
 pub mod update_order;
+pub mod update_plan;
 pub mod version_change;

@@ -178,7 +178,7 @@ pub async fn check_alone(
     let prepared = crate::aws::publish::prepare_files(clients, &input, files).await?;
     let live_root = crate::aws::services::stack::live_template(clients, &live.stack_id).await?;
     let root = prepared.root_template();
-    let ami: Vec<String> = crate::aws::publish::ami_sources(&root)
+    let ami: Vec<String> = crate::aws::publish::ami::ami_sources(&root)
         .into_iter()
         .map(|(p, _)| p)
         .collect();

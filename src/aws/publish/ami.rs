@@ -4,7 +4,7 @@
 //! cluster.yaml `ami`. Which groups roll when it changes is decided with
 //! every other change's, from the templates (src/aws/lifecycle/rolls.rs).
 
-use crate::aws::publish::{self, Published};
+use crate::aws::publish::Published;
 use crate::aws::services::stack::StackInfo;
 use crate::aws::{sdk_error, AwsError, Clients};
 use serde::Serialize;
@@ -48,7 +48,7 @@ where
     Fut: std::future::Future<Output = Result<String, AwsError>>,
 {
     let mut out = Vec::new();
-    for (param, source) in publish::ami_sources(&published.root_template_body) {
+    for (param, source) in ami_sources(&published.root_template_body) {
         let before = live
             .and_then(|l| l.parameters.iter().find(|(k, _)| *k == param))
             .map(|(_, v)| v.clone())
@@ -87,6 +87,20 @@ pub async fn resolve_ami(clients: &Clients, name: String) -> Result<String, AwsE
         .filter(|v| v.starts_with("ami-"))
         .map(str::to_string)
         .ok_or(AwsError::NoAmi { parameter: name })
+}
+
+/// The AMI parameters the root template declares, each with the SSM public
+/// parameter it is resolved from (the root metadata `kube-aws:amis`). Pure.
+pub fn ami_sources(root_template: &str) -> Vec<(String, String)> {
+    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
+    t.pointer(&format!("/Metadata/{}", crate::render::cfn::AMI_METADATA))
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

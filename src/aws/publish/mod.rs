@@ -386,20 +386,6 @@ pub fn secrets_versions(
     Ok(out)
 }
 
-/// The AMI parameters the root template declares, each with the SSM public
-/// parameter it is resolved from (the root metadata `kube-aws:amis`). Pure.
-pub fn ami_sources(root_template: &str) -> Vec<(String, String)> {
-    let t: serde_json::Value = serde_json::from_str(root_template).unwrap_or_default();
-    t.pointer(&format!("/Metadata/{}", crate::render::cfn::AMI_METADATA))
-        .and_then(|m| m.as_object())
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Checks a chart tarball against its digest and returns its artifact.
 pub fn chart_artifact(chart: &ChartTarball) -> Result<Artifact, AwsError> {
     let want = chart.digest.hex();
