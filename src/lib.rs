@@ -12,6 +12,7 @@ pub mod digest;
 pub mod fsutil;
 pub mod irsa;
 pub mod kubeconfig;
+pub mod limits;
 pub mod located;
 pub mod ops;
 pub mod pipeline;

@@ -45,7 +45,7 @@ pub const MAX_YAML_DEPTH: usize = 64;
 /// It stops at the first level too deep, so a hostile file (100 KB of `[`)
 /// costs microseconds instead of the parsers' quadratic time, and no parser
 /// recurses deeper than the limit. Syntax errors come back located.
-pub fn check_yaml(file: &Path, text: &str, limit: &crate::reader::Limit) -> Result<(), Located> {
+pub fn check_yaml(file: &Path, text: &str, limit: &crate::limits::Limit) -> Result<(), Located> {
     struct Ignore;
     impl MarkedEventReceiver for Ignore {
         fn on_event(&mut self, _: Event, _: Marker) {}
@@ -58,7 +58,7 @@ pub fn check_yaml(file: &Path, text: &str, limit: &crate::reader::Limit) -> Resu
 fn walk_yaml<R: MarkedEventReceiver>(
     file: &Path,
     text: &str,
-    limit: &crate::reader::Limit,
+    limit: &crate::limits::Limit,
     recv: &mut R,
 ) -> Result<(), Located> {
     if text.len() as u64 > limit.bytes {
@@ -66,7 +66,7 @@ fn walk_yaml<R: MarkedEventReceiver>(
             file,
             Pos { line: 1, col: 1 },
             "",
-            crate::reader::too_large(text.len() as u64, limit),
+            crate::limits::too_large(text.len() as u64, limit),
         ));
     }
     let mut parser = Parser::new_from_str(text);
@@ -125,7 +125,7 @@ impl SourceMap {
     /// depth, see [`check_yaml`]). Syntax errors come back located.
     pub fn parse(file: &Path, text: &str) -> Result<Self, Located> {
         let mut builder = MapBuilder::default();
-        walk_yaml(file, text, &crate::reader::TEXT_LIMIT, &mut builder)?;
+        walk_yaml(file, text, &crate::limits::TEXT_LIMIT, &mut builder)?;
         Ok(builder.map)
     }
 

@@ -25,38 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::located::{Located, Pos};
 
-/// A size limit and what to do when a file exceeds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limit {
-    pub bytes: u64,
-    /// What the limit is for (`"a YAML or text input"`).
-    pub what: &'static str,
-    /// How to stay under it.
-    pub fix: &'static str,
-}
-
-/// cluster.yaml, plugin.yaml, plugin templates and files, values files, the chart lock.
-pub const TEXT_LIMIT: Limit = Limit {
-    bytes: 4 * 1024 * 1024,
-    what: "text inputs (cluster.yaml, plugin.yaml and plugin files, values files, charts-index/index.yaml)",
-    fix: "split the values over several files listed in charts[].values, or keep large data out of the work tree",
-};
-
-/// A chart repository's index.yaml given on the command line (`charts resolve
-/// --repo-index`); public repositories' indexes reach tens of megabytes.
-pub const INDEX_LIMIT: Limit = Limit {
-    bytes: 64 * 1024 * 1024,
-    what: "chart repository indexes",
-    fix: "use a smaller repository index",
-};
-
-/// A local chart archive (`charts[].path` to a `.tgz`), the same as the
-/// unpacked total the archive reader allows.
-pub const ARCHIVE_LIMIT: Limit = Limit {
-    bytes: crate::chart::archive::MAX_TOTAL,
-    what: "local chart archives",
-    fix: "publish the chart to a repository instead",
-};
+pub use crate::limits::{too_large, Limit, ARCHIVE_LIMIT, INDEX_LIMIT, TEXT_LIMIT};
 
 /// Why a file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -220,14 +189,6 @@ pub fn first_content(text: &str) -> Pos {
         line: i + 1,
         col: line.len() - line.trim_start().len() + 1,
     }
-}
-
-/// The message for a file over `limit`.
-pub fn too_large(size: u64, limit: &Limit) -> String {
-    format!(
-        "the file is {size} bytes, over the {}-byte limit for {} ({}; see docs/limits.md)",
-        limit.bytes, limit.what, limit.fix
-    )
 }
 
 /// Decodes UTF-8 text; a bad byte, a NUL or a UTF-16/32 byte-order mark is

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// Most bytes one archive may decompress to: its files, headers and
 /// extension headers (a gzip bomb stops here).
-pub const MAX_TOTAL: u64 = 100 * 1024 * 1024;
+pub const MAX_TOTAL: u64 = crate::limits::MAX_ARCHIVE_TOTAL;
 /// Most bytes one file in an archive may hold.
 pub const MAX_FILE: u64 = 5 * 1024 * 1024;
 /// Most bytes of one extension header (PAX `x`/`g`, GNU long name `L` or

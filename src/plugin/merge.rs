@@ -10,7 +10,7 @@ use regex::Regex;
 
 use super::collector::Collector;
 use super::model::FlagsSpec;
-use super::resolve::Scope;
+use super::scope::Scope;
 use super::template::Renderer;
 use crate::config::check_flag_value;
 use crate::located::{join_key, Located};

@@ -17,6 +17,7 @@ pub mod model;
 pub mod params;
 mod releases;
 pub mod resolve;
+pub mod scope;
 pub mod template;
 
 use std::path::PathBuf;

@@ -19,6 +19,7 @@ use super::merge::Merger;
 use super::model::ParamSpec;
 use super::params::{check_specs, resolve_values, Layer};
 use super::releases::check_releases;
+pub use super::scope::Scope;
 use super::template::Renderer;
 use super::PluginError;
 use crate::config::{parse_s3_uri, Cluster, PluginSettings};
@@ -35,40 +36,6 @@ pub fn secret_reference(plugin: &str, param: &str, scope: &str) -> String {
 
 /// The VPC CNI's parameter that turns prefix delegation on.
 pub const PREFIX_DELEGATION_PARAM: &str = "enablePrefixDelegation";
-
-/// One scope a plugin's hooks are rendered in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
-    Cluster,
-    Controller,
-    Pool(String),
-}
-
-impl Scope {
-    pub fn context(&self) -> Value {
-        match self {
-            Scope::Cluster => json!({"role": "cluster", "pool": ""}),
-            Scope::Controller => json!({"role": "controller", "pool": ""}),
-            Scope::Pool(p) => json!({"role": "worker", "pool": p}),
-        }
-    }
-    /// The key used in secret references.
-    pub fn key(&self) -> String {
-        match self {
-            Scope::Cluster => "cluster".into(),
-            Scope::Controller => "controller".into(),
-            Scope::Pool(p) => format!("pool-{p}"),
-        }
-    }
-    /// Words for messages.
-    pub fn words(&self) -> String {
-        match self {
-            Scope::Cluster => "the cluster".into(),
-            Scope::Controller => "the controller".into(),
-            Scope::Pool(p) => format!("node pool {p:?}"),
-        }
-    }
-}
 
 /// Whether a plugin is active, in the cluster and in each node scope.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use crate::plugin::checks::check_statement;
 use crate::plugin::collector::Collector;
 use crate::plugin::discover::PluginDef;
 use crate::plugin::merge::{Claim, Merger};
-use crate::plugin::resolve::Scope;
+use crate::plugin::scope::Scope;
 use crate::plugin::template::Renderer;
 
 /// The plugin's service accounts as templates see them

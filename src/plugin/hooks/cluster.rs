@@ -16,7 +16,7 @@ use crate::plugin::collector::Collector;
 use crate::plugin::merge::{merge_flags, Claim, Flags, Merger};
 use crate::plugin::model::CloudFormationSpec;
 use crate::plugin::releases::plugin_release;
-use crate::plugin::resolve::Scope;
+use crate::plugin::scope::Scope;
 use crate::plugin::template::Renderer;
 
 static LOGICAL_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9]{1,255}$").unwrap());

@@ -16,7 +16,7 @@ use crate::plugin::checks::check_statement;
 use crate::plugin::collector::Collector;
 use crate::plugin::merge::{merge_flags, Claim, Flags, Merger};
 use crate::plugin::model::{NodeSpec, Scalar};
-use crate::plugin::resolve::Scope;
+use crate::plugin::scope::Scope;
 use crate::plugin::template::Renderer;
 
 // A plain unit file name: no leading '-' (systemctl would read it as an

@@ -10,12 +10,10 @@ use serde_json::{json, Map, Value};
 use super::super::plan::{AddonBundle, Plan};
 use super::super::{Ctx, RenderError, RenderInput};
 use super::etcd::{etcd_alarms, etcd_membership, etcd_settings, ETCD_SETTINGS};
+use super::names::PLAN_POINTER;
 use super::nodes::{node_group, node_stack_parameters, Group, NodeUserData};
 use super::release_secrets::{parameter as release_secrets_parameter, pointer_value, release_secrets, ReleaseSecrets};
 use super::{is_arm64, template};
-
-/// The control-plane stack's addon plan pointer (an SSM parameter).
-pub const PLAN_POINTER: &str = "AddonPlan";
 
 /// An ISO 8601 duration CloudFormation accepts (`PT1H30M`).
 pub fn iso_duration(secs: u64) -> String {

@@ -190,7 +190,7 @@ pub(super) fn etcd_statements(input: &RenderInput, ctx: &Ctx) -> Vec<Value> {
         // keys a rotation retired: a snapshot taken under one stays
         // restorable until the bucket's lifecycle rules expire it.
         s.push(json!({"Sid": "DecryptEtcdSnapshots", "Effect": "Allow",
-            "Action": ["kms:Decrypt"], "Resource": super::iam::decrypt_keys(), "Condition": condition}));
+            "Action": ["kms:Decrypt"], "Resource": super::names::decrypt_keys(), "Condition": condition}));
     }
     s
 }

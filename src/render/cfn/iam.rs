@@ -8,7 +8,8 @@ use super::super::plan::camel;
 use super::super::secrets::{CONTEXT_CLUSTER, CONTEXT_SECRET};
 use super::super::{Ctx, RenderError, RenderInput};
 use super::etcd::etcd_statements;
-use super::nodes::Group;
+use super::group::Group;
+use super::names::decrypt_keys;
 
 /// The content-addressed secret bundles (`secrets/<sha256>/bundle.json`):
 /// a node reads the one its stack's pointer names, never the latest.
@@ -131,14 +132,6 @@ pub(super) fn node_policies(input: &RenderInput, ctx: &Ctx, g: &Group) -> NodePo
     }
     managed.extend(plugins);
     NodePolicies { inline: s, managed }
-}
-
-/// The keys a node role may decrypt with (the node stack's
-/// `DecryptKmsKeyARNs` parameter, src/render/cfn/root.rs): `kmsKeyARN` and
-/// the keys a rotation retired, while snapshots under them are kept. Only
-/// `kms:Decrypt` takes this list; what a node encrypts is under `kmsKeyARN`.
-pub(super) fn decrypt_keys() -> Value {
-    json!({"Fn::Split": [",", {"Ref": super::root::DECRYPT_KMS_KEYS}]})
 }
 
 /// The join token's SecureString parameter (join_token.py): every node reads

@@ -98,7 +98,7 @@ impl Longest {
             let keys: Vec<String> = std::iter::once(key.to_string())
                 .chain(std::iter::repeat_n(retired, MAX_RETIRED_KEYS))
                 .collect();
-            params.insert(super::root::DECRYPT_KMS_KEYS.to_string(), keys.join(","));
+            params.insert(super::names::DECRYPT_KMS_KEYS.to_string(), keys.join(","));
         }
         Longest {
             partition,

@@ -7,8 +7,10 @@
 
 mod control_plane;
 mod etcd;
+mod group;
 mod iam;
 pub mod iam_size;
+mod names;
 mod network;
 mod nodes;
 mod release_secrets;
@@ -24,22 +26,20 @@ use serde_json::{json, Map, Value};
 use super::plan::{AddonBundle, Plan};
 use super::{Ctx, RenderError, RenderInput};
 
-pub use self::control_plane::{iso_duration, PLAN_POINTER};
+pub use self::control_plane::iso_duration;
 pub use self::etcd::{
     etcd_alarm_prefix, etcd_parameter_name, ETCD_LIFECYCLE_HOOK, ETCD_LIFECYCLE_TIMEOUT, ETCD_RESTORE_LOCK,
     ETCD_RESTORE_REQUEST, ETCD_SETTINGS,
 };
 pub use self::iam::{service_account_role_id, OIDC_PROVIDER};
+pub use self::names::{DECRYPT_KMS_KEYS, PLAN_POINTER, SECRET_BUNDLE_KEY};
 pub use self::network::{default_zone_count, new_vpc_zone_count};
 pub use self::nodes::{
     pool_bounds, render_warnings, undrained_pool_warnings, zonal_suffix, NodeUserData, PoolBounds,
     ASG_LOGICAL_ID_VARIABLE, DRAIN_HEARTBEAT_MAX_SECONDS, DRAIN_HEARTBEAT_SECONDS, SSM_MANAGED_POLICY,
 };
 pub use self::release_secrets::{release_secrets, ReleaseSecrets};
-pub use self::root::{
-    AMI_METADATA, CA_CERT_HASH, DECRYPT_KMS_KEYS, KUBERNETES_VERSION, SECRETS_METADATA, SECRET_BUNDLE_KEY,
-    ZONE_COUNT_OUTPUT,
-};
+pub use self::root::{AMI_METADATA, CA_CERT_HASH, KUBERNETES_VERSION, SECRETS_METADATA, ZONE_COUNT_OUTPUT};
 pub use crate::config::is_arm64;
 
 use self::control_plane::control_plane_stack;

@@ -5,6 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use super::super::{layout, Ctx, RenderInput};
+pub(super) use super::group::Group;
 use super::iam::node_policies;
 use super::iam_size::{chunk, Longest};
 use super::{cluster_tag, instance_name, tags, template};
@@ -26,35 +27,6 @@ const CONTROLLER_HEALTH_GRACE_SECONDS: u32 = 1800;
 /// Linux release never replaces nodes unless `update --refresh-ami` asks.
 pub(super) fn ami_parameter() -> Value {
     json!({"Type": "AWS::EC2::Image::Id", "Description": "Amazon Linux 2023 AMI, pinned by kube-aws"})
-}
-
-pub(super) struct Group<'a> {
-    pub(super) prefix: &'a str,
-    pub(super) role: &'a str,
-    pub(super) controller: bool,
-    pub(super) instance_type: &'a str,
-    pub(super) root_volume: u32,
-    pub(super) min: u32,
-    pub(super) max: u32,
-    /// None for groups the cluster-autoscaler sizes: see `PoolBounds`.
-    pub(super) desired: Option<u32>,
-    /// Extra group tags (the autoscaler's node templates), not propagated.
-    pub(super) template_tags: Vec<(String, String)>,
-    pub(super) security_group: &'a str,
-    pub(super) hooks: &'a NodeHooks,
-    /// Bundle entries this role may decrypt.
-    pub(super) secrets: &'a [String],
-    pub(super) extra_target_groups: Vec<Value>,
-    /// A mixed pool's types and spot split (None: `instance_type` alone).
-    pub(super) distribution: Option<&'a InstancesDistribution>,
-    /// A zonal pool's zone count: one group per node subnet (None: one
-    /// group over all of them). See [`zonal_suffix`].
-    pub(super) zones: Option<usize>,
-    /// The group's MaxInstanceLifetime in seconds (validated), if any.
-    pub(super) max_lifetime: Option<i32>,
-    /// The drain hook's heartbeat timeout in seconds (workers drained by
-    /// aws-node-termination-handler).
-    pub(super) drain_timeout: u32,
 }
 
 /// The CloudFormation variable a zonal pool's user-data stub carries for its
@@ -338,7 +310,7 @@ pub(super) fn node_group(input: &RenderInput, ctx: &Ctx, g: &Group, stub: &str, 
         json!({"Type": "AWS::SSM::Parameter", "Properties": {
             "Name": layout::secret_bundle_parameter(&ctx.cluster, g.role),
             "Type": "String",
-            "Value": {"Ref": super::root::SECRET_BUNDLE_KEY},
+            "Value": {"Ref": super::names::SECRET_BUNDLE_KEY},
             "Description": format!("kube-aws cluster {}: the secret bundle {} nodes boot with", ctx.cluster, g.role)}}),
     );
 }
@@ -456,7 +428,7 @@ fn group_resources(
         // A controller's boot reads the cluster-wide kubeadm documents from
         // the addon bundle the plan pointer names (reconfigure.py): the
         // pointer is updated before any controller is launched or replaced.
-        asg["DependsOn"] = json!([super::control_plane::PLAN_POINTER]);
+        asg["DependsOn"] = json!([super::names::PLAN_POINTER]);
     }
     if initial > 0 {
         asg["CreationPolicy"] = json!({"ResourceSignal": {"Count": initial, "Timeout": NODE_SIGNAL_TIMEOUT}});
@@ -553,12 +525,12 @@ pub(super) fn pool_stack(input: &RenderInput, ctx: &Ctx, pool: &NodePool, node: 
 pub(super) fn node_stack_parameters(input: &RenderInput, g: &Group) -> Value {
     let mut p = Map::new();
     if input.cluster.kms_key_arn.is_some() {
-        p.insert(super::root::DECRYPT_KMS_KEYS.into(), decrypt_keys_parameter());
+        p.insert(super::names::DECRYPT_KMS_KEYS.into(), decrypt_keys_parameter());
     }
     p.insert("SubnetIds".into(), json!({"Type": "List<AWS::EC2::Subnet::Id>"}));
     p.insert("SecretsVersion".into(), secrets_version_parameter());
     p.insert("CACertHash".into(), ca_cert_hash_parameter());
-    p.insert(super::root::SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
+    p.insert(super::names::SECRET_BUNDLE_KEY.into(), secret_bundle_key_parameter());
     p.insert(g.security_group.into(), json!({"Type": "AWS::EC2::SecurityGroup::Id"}));
     p.insert(
         "ApiEndpoint".into(),

@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use super::super::plan::{camel, Plan};
 use super::super::{Ctx, RenderInput};
 use super::control_plane::addon_wait_conditions;
+use super::names::{DECRYPT_KMS_KEYS, SECRET_BUNDLE_KEY};
 use super::nodes::{
     ca_cert_hash_parameter, decrypt_keys_parameter, secret_bundle_key_parameter, secrets_version_parameter,
     NodeUserData,
@@ -49,20 +50,6 @@ pub(super) fn secrets_version_key(stack_logical_id: &str) -> String {
 /// which kube-aws generates at the first publish (src/pki.rs); the publisher
 /// passes it to the root stack, which hands it to every node stack.
 pub const CA_CERT_HASH: &str = "CACertHash";
-
-/// The parameter carrying the published secret bundle's content-addressed
-/// key (`secrets/<sha256>/bundle.json`), which the publisher passes and the
-/// root hands to every node stack's bundle pointer (src/render/layout.rs
-/// `secret_bundle_parameter`).
-pub const SECRET_BUNDLE_KEY: &str = "SecretBundleKey";
-
-/// The parameter carrying every KMS key the node roles may decrypt with,
-/// comma-separated: `kmsKeyARN`, then the keys a rotation retired while an
-/// etcd snapshot under them can exist (src/aws/publish/secrets.rs `retired_keys`).
-/// The publisher passes it and the root hands it to every node stack, whose
-/// roles' `kms:Decrypt` statements name it (src/render/cfn/iam.rs): a new key
-/// changes policies, never a launch template.
-pub const DECRYPT_KMS_KEYS: &str = "DecryptKmsKeyARNs";
 
 /// The root parameter recording the Kubernetes version the cluster runs
 /// (`1.35.8`): the stack owns it, so it is the version of the last update
