@@ -14,14 +14,7 @@ use crate::common;
 
 use std::process::Command;
 
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::node_secrets::{mode, node, read, text, work_tree};
 
 #[test]
 fn the_node_programs_unit_tests_pass() {
@@ -88,4 +81,38 @@ fn the_node_program_runs_on_python_3_9() {
         .output()
         .unwrap();
     assert!(!o.status.success(), "vermin accepted 3.10 code:\n{}", text(&o));
+}
+
+/// The kubelet serving-certificate approver (`kube-aws-node csr-approver`):
+/// its decision is a pure function of the CSR, its decoded request and the
+/// cluster's running instances, unit-tested with requests the real openssl
+/// makes (src/node/tests/test_csr_approver.py, run by tests/it/node_program.rs).
+/// Here: the controller carries its service and timer, workers do not.
+#[test]
+fn the_csr_approver_runs_on_controllers_only() {
+    let env = crate::common::MotoEnv::new();
+    let tree = tempfile::tempdir().unwrap();
+    work_tree(tree.path(), "arn:aws:kms:us-west-2:111122223333:key/none");
+    let r = env.kube_aws(tree.path(), &["render"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let c = node(tree.path(), "controller");
+    let w = node(tree.path(), "worker-general");
+    assert_eq!(
+        read(c.path(), "opt/kube-aws/lib/kube_aws_node/csr_approver.py"),
+        include_str!("../../src/node/kube_aws_node/csr_approver.py")
+    );
+    assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-node"), 0o755);
+    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.service")
+        .contains("ExecStart=/opt/kube-aws/bin/kube-aws-node csr-approver\n"));
+    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.timer").contains("OnUnitActiveSec"));
+    assert!(!w.path().join("etc/systemd/system/kube-aws-csr-approver.timer").exists());
+    // The program's dispatch knows it.
+    let o = Command::new("python3")
+        .arg(c.path().join("opt/kube-aws/bin/kube-aws-node"))
+        .arg("csr-approver")
+        .arg("--bad")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("usage: kube-aws-node csr-approver"), "{}", text(&o));
 }

@@ -20,12 +20,7 @@
 //! by KMS's encryption context; no plaintext reaches stdout or stderr.
 //!
 //!
-//! `kube-aws kubeconfig` against the same moto: it merges a context named after
-//! the cluster into an existing file without losing its contexts, at mode 0600,
-//! with the endpoint from the stack's ApiEndpoint output and a certificate that
-//! `openssl verify` accepts against the published CA; a CA key under a KMS key
-//! the caller cannot use (one of another region: moto answers AccessDenied),
-//! a bad TTL and a file that is not YAML fail clearly, writing nothing.
+//! `kube-aws kubeconfig` against the same published cluster: tests/it/kubeconfig_moto.rs.
 //!
 //! Not covered: IAM evaluation (moto does not enforce the roles' narrowed
 //! `kms:Decrypt` conditions; tests/it/render.rs checks the rendered policies and
@@ -37,8 +32,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-const BUCKET: &str = "kube-aws-secrets";
-const CLUSTER: &str = "vault";
+pub(crate) const BUCKET: &str = "kube-aws-secrets";
+pub(crate) const CLUSTER: &str = "vault";
 /// Hostile to every format the node fills: YAML, JSON and shell alike.
 const CLUSTER_VALUE: &str = r#"p@ss: "w'o#rd" {x} $(id) \ end"#;
 const POOL_VALUE: &str = "pool-only-value-42";
@@ -46,14 +41,14 @@ const POOL_VALUE: &str = "pool-only-value-42";
 use common::MotoEnv as Env;
 
 /// moto with a bucket, a KMS key and the work tree (see `work_tree`).
-fn published_env() -> (Env, tempfile::TempDir) {
+pub(crate) fn published_env() -> (Env, tempfile::TempDir) {
     let env = Env::new();
     let tree = env.work_tree(&[BUCKET]);
     work_tree(tree.path(), &tree.kms);
     (env, tree.tree)
 }
 
-fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     format!(
         "exit {:?}\n--- stdout\n{}--- stderr\n{}",
         o.status.code(),
@@ -62,14 +57,14 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn write(path: &Path, content: &str) {
+pub(crate) fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
 }
 
 /// A work tree with one plugin that puts its secret in a manifest (YAML), a
 /// controller file (text) and a worker file (JSON); the pool overrides it.
-fn work_tree(dir: &Path, kms: &str) {
+pub(crate) fn work_tree(dir: &Path, kms: &str) {
     write(
         &dir.join("cluster.yaml"),
         &format!(
@@ -110,7 +105,7 @@ spec:
 }
 
 /// One node: its role's files under a fresh root, with runtime.json as the stub writes it.
-fn node(dir: &Path, role: &str) -> tempfile::TempDir {
+pub(crate) fn node(dir: &Path, role: &str) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let cc = std::fs::read_to_string(dir.join(format!("rendered/userdata/{role}.cloud-config"))).unwrap();
     common::write_cloud_config_files(&cc, root.path());
@@ -128,11 +123,11 @@ fn run_node_script(env: &Env, root: &Path) -> Output {
     cmd.output().unwrap()
 }
 
-fn read(root: &Path, path: &str) -> String {
+pub(crate) fn read(root: &Path, path: &str) -> String {
     std::fs::read_to_string(root.join(path)).unwrap()
 }
 
-fn mode(root: &Path, path: &str) -> u32 {
+pub(crate) fn mode(root: &Path, path: &str) -> u32 {
     std::fs::metadata(root.join(path)).unwrap().permissions().mode() & 0o7777
 }
 
@@ -741,42 +736,8 @@ fn launch_template_user_data(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// The kubelet serving-certificate approver (`kube-aws-node csr-approver`):
-/// its decision is a pure function of the CSR, its decoded request and the
-/// cluster's running instances, unit-tested with requests the real openssl
-/// makes (src/node/tests/test_csr_approver.py, run by tests/it/node_program.rs).
-/// Here: the controller carries its service and timer, workers do not.
-#[test]
-fn the_csr_approver_runs_on_controllers_only() {
-    let env = Env::new();
-    let tree = tempfile::tempdir().unwrap();
-    work_tree(tree.path(), "arn:aws:kms:us-west-2:111122223333:key/none");
-    let r = env.kube_aws(tree.path(), &["render"]);
-    assert!(r.status.success(), "{}", text(&r));
-    let c = node(tree.path(), "controller");
-    let w = node(tree.path(), "worker-general");
-    assert_eq!(
-        read(c.path(), "opt/kube-aws/lib/kube_aws_node/csr_approver.py"),
-        include_str!("../../src/node/kube_aws_node/csr_approver.py")
-    );
-    assert_eq!(mode(c.path(), "opt/kube-aws/bin/kube-aws-node"), 0o755);
-    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.service")
-        .contains("ExecStart=/opt/kube-aws/bin/kube-aws-node csr-approver\n"));
-    assert!(read(c.path(), "etc/systemd/system/kube-aws-csr-approver.timer").contains("OnUnitActiveSec"));
-    assert!(!w.path().join("etc/systemd/system/kube-aws-csr-approver.timer").exists());
-    // The program's dispatch knows it.
-    let o = Command::new("python3")
-        .arg(c.path().join("opt/kube-aws/bin/kube-aws-node"))
-        .arg("csr-approver")
-        .arg("--bad")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("usage: kube-aws-node csr-approver"), "{}", text(&o));
-}
-
 /// The root stack's ApiEndpoint output, as moto reports it.
-fn api_endpoint(env: &Env) -> String {
+pub(crate) fn api_endpoint(env: &Env) -> String {
     let s = env.aws_json(&["cloudformation", "describe-stacks", "--stack-name", CLUSTER]);
     s["Stacks"][0]["Outputs"]
         .as_array()
@@ -786,143 +747,6 @@ fn api_endpoint(env: &Env) -> String {
         .and_then(|o| o["OutputValue"].as_str())
         .unwrap_or_else(|| panic!("no ApiEndpoint output: {s}"))
         .to_string()
-}
-
-fn b64(s: &str) -> String {
-    String::from_utf8(base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap()).unwrap()
-}
-
-#[test]
-fn kubeconfig_mints_a_certificate_and_merges_a_context() {
-    let (env, tree) = published_env();
-    let dir = tree.path();
-    let up = env.kube_aws(dir, &["up"]);
-    assert!(up.status.success(), "{}", text(&up));
-    let endpoint = api_endpoint(&env);
-    let bundle: serde_json::Value = serde_json::from_str(&env.aws(&[
-        "s3",
-        "cp",
-        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
-        "-",
-    ]))
-    .unwrap();
-
-    // An existing kubeconfig with another cluster's context, world-readable.
-    let kc = env.home.path().join(".kube/config");
-    let other = "apiVersion: v1\nkind: Config\nclusters:\n- name: other\n  cluster: {server: 'https://other:443'}\n\
-                 users:\n- name: other\n  user: {token: abc}\ncontexts:\n- name: other\n  context: {cluster: other, user: other}\n\
-                 current-context: other\n";
-    write(&kc, other);
-    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let run = env.kube_aws(dir, &["kubeconfig", "--ttl", "2h"]);
-    assert!(run.status.success(), "{}", text(&run));
-    let out = String::from_utf8_lossy(&run.stdout).to_string();
-    assert!(out.contains(&format!("API endpoint: https://{endpoint}:6443")), "{out}");
-    assert!(out.contains("certificate expires: "), "{out}");
-    assert!(!text(&run).contains("PRIVATE KEY"));
-    assert_eq!(mode(env.home.path(), ".kube/config"), 0o600);
-    let v: serde_yaml::Value = serde_yaml::from_str(&read(env.home.path(), ".kube/config")).unwrap();
-    let names = |k: &str| -> Vec<String> {
-        v[k].as_sequence()
-            .unwrap()
-            .iter()
-            .map(|i| i["name"].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(names("contexts"), ["other", CLUSTER]);
-    assert_eq!(names("clusters"), ["other", CLUSTER]);
-    assert_eq!(v["users"][0]["user"]["token"], "abc", "the other user is kept");
-    assert_eq!(v["current-context"], CLUSTER);
-    let cluster = &v["clusters"][1]["cluster"];
-    assert_eq!(cluster["server"].as_str().unwrap(), format!("https://{endpoint}:6443"));
-    let ca = b64(cluster["certificate-authority-data"].as_str().unwrap());
-    assert_eq!(ca, bundle["certificates"]["pki/ca.crt"].as_str().unwrap());
-    let user = &v["users"][1]["user"];
-    let cert = b64(user["client-certificate-data"].as_str().unwrap());
-    assert!(b64(user["client-key-data"].as_str().unwrap()).contains("PRIVATE KEY"));
-    // openssl accepts the certificate against the published CA, for 2 hours, as the admin group.
-    let ca_file = tree.path().join("ca.crt");
-    let cert_file = tree.path().join("client.crt");
-    std::fs::write(&ca_file, &ca).unwrap();
-    std::fs::write(&cert_file, &cert).unwrap();
-    let verify = Command::new("openssl")
-        .args(["verify", "-CAfile"])
-        .arg(&ca_file)
-        .arg(&cert_file)
-        .output()
-        .unwrap();
-    assert!(verify.status.success(), "{}", text(&verify));
-    let subject = Command::new("openssl")
-        .args(["x509", "-noout", "-subject", "-in"])
-        .arg(&cert_file)
-        .output()
-        .unwrap();
-    let subject = String::from_utf8_lossy(&subject.stdout).to_string();
-    assert!(
-        subject.contains("CN = kube-aws-admin") && subject.contains("O = kubeadm:cluster-admins"),
-        "{subject}"
-    );
-    let not_after = kube_aws::pki::not_after(&cert).unwrap();
-    let left = not_after - time::OffsetDateTime::now_utc();
-    assert!(
-        left <= time::Duration::hours(2) && left > time::Duration::minutes(110),
-        "{left}"
-    );
-
-    // --file - prints it; nothing else is written.
-    let before = read(env.home.path(), ".kube/config");
-    let printed = env.kube_aws(
-        dir,
-        &["kubeconfig", "--file", "-", "--user", "ops", "--context", "prod"],
-    );
-    assert!(printed.status.success(), "{}", text(&printed));
-    let p: serde_yaml::Value = serde_yaml::from_slice(&printed.stdout).unwrap();
-    assert_eq!(p["current-context"], "prod");
-    assert_eq!(read(env.home.path(), ".kube/config"), before);
-
-    // Refused before anything is written: a TTL over 7 days, a malformed one, a file that is not YAML.
-    for (args, needle) in [
-        (vec!["kubeconfig", "--ttl", "8d"], "longer than 7 days"),
-        (vec!["kubeconfig", "--ttl", "soon"], "is not a duration"),
-    ] {
-        let r = env.kube_aws(dir, &args);
-        assert_eq!(r.status.code(), Some(1), "{}", text(&r));
-        assert!(text(&r).contains(needle), "{}", text(&r));
-        assert_eq!(read(env.home.path(), ".kube/config"), before);
-    }
-    let broken = tree.path().join("broken-config");
-    write(&broken, "clusters: [unclosed\n\t- {");
-    let r = env.kube_aws(dir, &["kubeconfig", "--file", broken.to_str().unwrap()]);
-    assert_eq!(r.status.code(), Some(1), "{}", text(&r));
-    // The one YAML reader locates it (file:line:col) and says what to do.
-    assert!(text(&r).contains("broken-config:1:"), "{}", text(&r));
-    assert!(text(&r).contains("malformed YAML"), "{}", text(&r));
-    assert!(text(&r).contains("--file"), "{}", text(&r));
-    assert_eq!(std::fs::read_to_string(&broken).unwrap(), "clusters: [unclosed\n\t- {");
-
-    // A CA key under a KMS key the caller cannot use (another region's: KMS
-    // answers AccessDenied, as for a key policy that leaves the caller out).
-    let foreign = env.create_kms_key_in("eu-west-1");
-    let ct = env.encrypt_entry("eu-west-1", &foreign, CLUSTER, "pki/ca.key", b"not the real key");
-    let mut b = bundle.clone();
-    b["secrets"]["pki/ca.key"] = serde_json::Value::String(ct);
-    let swapped = tree.path().join("bundle.json");
-    std::fs::write(&swapped, b.to_string()).unwrap();
-    env.aws(&[
-        "s3",
-        "cp",
-        swapped.to_str().unwrap(),
-        &format!("s3://{BUCKET}/clusters/{CLUSTER}/secrets/bundle.json"),
-    ]);
-    let denied = env.kube_aws(dir, &["kubeconfig"]);
-    assert_ne!(denied.status.code(), Some(0), "{}", text(&denied));
-    let t = text(&denied);
-    assert!(
-        t.contains("your AWS identity may not decrypt the cluster CA key"),
-        "{t}"
-    );
-    assert!(t.contains("kms:Decrypt"), "{t}");
-    assert_eq!(read(env.home.path(), ".kube/config"), before, "nothing written");
 }
 
 /// A cluster published before kube-aws held the PKI (its bundle has kubeadm's

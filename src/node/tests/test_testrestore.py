@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kube_aws_node import etcd, testrestore  # noqa: E402
-from test_etcd import SETTINGS, FakeAws, FakeClock, Quiet, WithFiles, imds, listing, settings_answer  # noqa: E402
+from etcd_fakes import SETTINGS, FakeAws, FakeClock, Quiet, WithFiles, imds, listing, settings_answer  # noqa: E402
 
 IMAGE = "registry.k8s.io/etcd:3.6.5-0"
 
