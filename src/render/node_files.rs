@@ -4,7 +4,7 @@
 //! same types. The node program stays standard-library only; its tests
 //! validate every golden's node-side files against the schemas
 //! (src/node/tests/test_schema.py, with the tools venv's `jsonschema`), and
-//! tests/it/node_schema.rs keeps the committed schemas current.
+//! tests/it/docs.rs keeps the committed schemas current.
 //!
 //! Invariant: a key the render writes into one of these files exists here
 //! as a field, in the order it is written (serde_json's `preserve_order`):

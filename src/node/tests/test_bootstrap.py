@@ -45,7 +45,7 @@ class Dispatch(unittest.TestCase):
 
 class JoinOrRestore(unittest.TestCase):
     """What a controller that did not take the init lock does with each
-    restore decision (the decision itself: test_etcd.py)."""
+    restore decision (the decision itself: test_etcd_backup.py)."""
 
     class Boot(object):
         def __init__(self):

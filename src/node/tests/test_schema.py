@@ -1,6 +1,6 @@
 """The files the render writes for the node program, against their JSON
 Schemas (src/node/schema/*.schema.json, generated from the Rust types in
-src/render/node_files.rs; tests/it/node_schema.rs keeps them current).
+src/render/node_files.rs; tests/it/docs.rs keeps them current).
 
 Every render golden's node-side files are validated (tests/it/snapshots):
 node.json, reconciler.json and etcd.json in the cloud-configs, runtime.json
