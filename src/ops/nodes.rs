@@ -4,7 +4,7 @@
 use super::{ClusterOptions, OpsError};
 use crate::aws::connect;
 use crate::aws::state::nodes::{self, NodeInfo};
-use crate::config::load_cluster;
+use crate::config::{load_cluster, ClusterConfig};
 
 /// The cluster's instances, as `nodes` lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,24 +24,28 @@ pub struct NodeLogs {
 
 /// Runs `nodes`.
 pub async fn list(opts: &ClusterOptions) -> Result<NodeList, OpsError> {
-    let cluster = load_cluster(&opts.dir)?;
-    let cfg = &cluster.config;
-    let clients = connect(&opts.aws, &cfg.region).await?;
+    let (cfg, nodes) = listed(opts).await?;
     Ok(NodeList {
-        nodes: nodes::list_nodes(&clients, cfg).await?,
-        cluster: cfg.cluster_name.clone(),
+        nodes,
+        cluster: cfg.cluster_name,
     })
 }
 
 /// Runs `logs` for `query`: an instance id (i-…) or private DNS name.
 pub async fn logs(opts: &ClusterOptions, query: &str) -> Result<NodeLogs, OpsError> {
-    let cluster = load_cluster(&opts.dir)?;
-    let cfg = &cluster.config;
-    let clients = connect(&opts.aws, &cfg.region).await?;
-    let list = nodes::list_nodes(&clients, cfg).await?;
+    let (cfg, list) = listed(opts).await?;
     let node = nodes::find(&cfg.cluster_name, &list, query)?.clone();
     Ok(NodeLogs {
         ssm: cfg.node_access.ssm && node.state == "running",
         node,
     })
+}
+
+/// The cluster's configuration and its instances, as both commands start.
+async fn listed(opts: &ClusterOptions) -> Result<(ClusterConfig, Vec<NodeInfo>), OpsError> {
+    let cluster = load_cluster(&opts.dir)?;
+    let cfg = cluster.config;
+    let clients = connect(&opts.aws, &cfg.region).await?;
+    let list = nodes::list_nodes(&clients, &cfg).await?;
+    Ok((cfg, list))
 }

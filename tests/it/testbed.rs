@@ -468,6 +468,20 @@ fn kwok_nodes_are_ready_and_deployments_are_scheduled_by_taints_and_labels() {
 }
 
 /// kubectl with a kubeconfig of the test's own.
+/// A cluster with cluster-autoscaler on (one of kube-aws's service-account
+/// roles), its issuer its issuer bucket, loaded from a cluster.yaml.
+fn autoscaler_cluster() -> kube_aws::config::Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.yaml"),
+        "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
+         kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n\
+         worker:\n  nodePools: [{name: a, count: 1}]\nplugins:\n  cluster-autoscaler: {enabled: true}\n",
+    )
+    .unwrap();
+    kube_aws::config::load_cluster(dir.path()).unwrap()
+}
+
 fn kubectl_with(bin: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
     let mut c = Command::new(bin.join("kubectl"));
     c.arg("--kubeconfig").arg(kubeconfig).args(args);

@@ -152,15 +152,7 @@ fn the_apiserver_signs_tokens_the_published_jwks_verifies() {
     let cp = ControlPlane::start_api_with_pki(&bin, &pki_files(&pki));
 
     // A cluster whose issuer is its issuer bucket (`<bucket>-oidc-<cluster>`), with kube-aws's flags.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cluster.yaml"),
-        "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
-         kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n\
-         worker:\n  nodePools: [{name: a, count: 1}]\nplugins:\n  cluster-autoscaler: {enabled: true}\n",
-    )
-    .unwrap();
-    let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
+    let cluster = autoscaler_cluster();
     let flags = kube_aws::irsa::apiserver_flags(&cluster.config);
     let port = common::free_port();
     let _api = cp

@@ -62,15 +62,7 @@ fn pod_identity_webhook_mutates_a_pod_of_an_annotated_service_account() {
 
     // The plugin as the example renders it: cluster-autoscaler's service
     // account is one of kube-aws's roles (the Fail entry).
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cluster.yaml"),
-        "clusterName: testbed\nregion: us-west-2\ns3URI: s3://tb-bucket/c\n\
-         kmsKeyARN: arn:aws:kms:us-west-2:111122223333:key/k\n\
-         worker:\n  nodePools: [{name: a, count: 1}]\nplugins:\n  cluster-autoscaler: {enabled: true}\n",
-    )
-    .unwrap();
-    let cluster = kube_aws::config::load_cluster(dir.path()).unwrap();
+    let cluster = autoscaler_cluster();
     let role_arn = kube_aws::irsa::role_arn(
         &cluster.config,
         &kube_aws::irsa::role_name(&cluster.config, "kube-system", "cluster-autoscaler"),
