@@ -306,7 +306,7 @@ pub async fn prepare_deploy_then(
     let baseline = baseline(&p.input, opts.running_version.as_deref());
     let rendered_dir = crate::aws::lifecycle::deploy::rendered_dir(&opts.dir);
     crate::render::write_rendered_then(&opts.dir, &rendered_dir, &rendered, before_swap)?;
-    let charts = crate::aws::lifecycle::deploy::charts_from_plan(&rendered_dir, &opts.cache_dir)?;
+    let charts = crate::aws::lifecycle::deploy::charts_from_plan(&rendered, &opts.cache_dir)?;
     let secrets = p
         .releases
         .plugins
@@ -322,6 +322,7 @@ pub async fn prepare_deploy_then(
         .collect();
     Ok(crate::aws::lifecycle::deploy::ArtifactsOptions {
         rendered_dir,
+        rendered,
         charts,
         secrets,
         baseline,
@@ -342,8 +343,7 @@ fn baseline(input: &RenderInput, running: Option<&str>) -> Option<crate::aws::li
     at_running.cluster.kubernetes_version = running.to_string();
     Some(crate::aws::lifecycle::deploy::Baseline {
         version: running.to_string(),
-        files: crate::render::render(&at_running)
-            .map(|r| r.files)
+        rendered: crate::render::render(&at_running)
             .map_err(|e| format!("rendering the work tree at the running {running}: {e}")),
     })
 }

@@ -302,8 +302,13 @@ pub enum RenderedError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{} is outside {}", path.display(), dir.display())]
     Outside { path: PathBuf, dir: PathBuf },
-    #[error("cannot index the rendered files: {detail}")]
-    Index { detail: String },
+    #[error("{from} names {to}, which is not among the rendered files: run `kube-aws render` again")]
+    UnknownReference { from: String, to: String },
+    #[error(
+        "{from} does not name {to} by its TemplateURL ({text}): was it edited after the render? \
+         run `kube-aws render` again (or drop --use-rendered)"
+    )]
+    ReferenceNotNamed { from: String, to: String, text: String },
     #[error(
         "rendered files refer to each other in a cycle ({}): they cannot be published under content-addressed keys",
         files.join(", ")

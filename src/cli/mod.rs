@@ -241,7 +241,8 @@ pub(crate) fn hooks(
     rendered: &std::path::Path,
     outputs: Option<&serde_json::Value>,
 ) -> anyhow::Result<()> {
-    Ok(global.work_tree().hooks(cluster, step, when, rendered, outputs)?)
+    global.work_tree().hooks(cluster, step, when, rendered, outputs)?;
+    Ok(())
 }
 
 /// Prints a value as pretty JSON on stdout.

@@ -44,9 +44,9 @@ impl WorkTree {
         Ok(lock)
     }
 
-    /// Runs one step's plugin hooks (src/plugin/exec), unless hooks are off.
-    /// A hook is a process waited for: an async operation calls this
-    /// between its awaits, never while other work of it runs.
+    /// Runs one step's plugin hooks (src/plugin/exec), unless hooks are off,
+    /// and returns how many ran. A hook is a process waited for: an async
+    /// operation calls this between its awaits, never while other work of it runs.
     pub fn hooks(
         &self,
         cluster: &Cluster,
@@ -54,9 +54,9 @@ impl WorkTree {
         when: When,
         rendered: &Path,
         outputs: Option<&serde_json::Value>,
-    ) -> Result<(), ExecError> {
+    ) -> Result<usize, ExecError> {
         if !self.hooks {
-            return Ok(());
+            return Ok(0);
         }
         crate::plugin::exec::run_hooks(&HookRun {
             cluster,
@@ -65,7 +65,6 @@ impl WorkTree {
             rendered,
             outputs,
             verbose: self.verbose,
-        })?;
-        Ok(())
+        })
     }
 }

@@ -127,6 +127,44 @@ pub fn stack(name: &str) -> String {
     format!("{STACKS_DIR}/{name}.json")
 }
 
+/// How a stack template names another rendered file, `path` (a stack):
+/// `${ArtifactBaseURL}/<path>`, the `Fn::Sub` string of the root's
+/// `TemplateURL`s (render/cfn/root.rs). Publish rewrites it to the
+/// content-addressed key (src/aws/publish/mod.rs), so the text is spelled here once.
+pub fn template_url(path: &str) -> String {
+    format!("${{ArtifactBaseURL}}/{path}")
+}
+
+/// [`template_url`] as it stands in a rendered template: a whole JSON
+/// string, quotes included, so that no longer name and no other text matches it.
+pub fn template_url_json(path: &str) -> String {
+    serde_json::Value::String(template_url(path)).to_string()
+}
+
+/// The stacks each stack template names by [`template_url_json`], from the
+/// files alone: what a render records in `Rendered::stack_refs`, found again
+/// in a rendered directory read back (`--use-rendered`).
+pub fn named_stacks(
+    files: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let stacks: Vec<&String> = files.keys().filter(|p| is_stack(p)).collect();
+    let mut out = std::collections::BTreeMap::new();
+    for from in &stacks {
+        let Ok(text) = std::str::from_utf8(&files[from.as_str()]) else {
+            continue;
+        };
+        let named: std::collections::BTreeSet<String> = stacks
+            .iter()
+            .filter(|to| to != &from && text.contains(&template_url_json(to)))
+            .map(|to| to.to_string())
+            .collect();
+        if !named.is_empty() {
+            out.insert(from.to_string(), named);
+        }
+    }
+    out
+}
+
 /// The stack name of a `stacks/<name>.json` path.
 pub fn stack_name(path: &str) -> Option<&str> {
     path.strip_prefix(STACKS_DIR)?.strip_prefix('/')?.strip_suffix(".json")

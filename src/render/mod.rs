@@ -18,7 +18,7 @@ pub mod timeouts;
 mod write;
 pub mod yaml;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use input::{AddonInput, HelmBinary, RenderInput};
 pub use summary::{summarize, Summary};
@@ -53,6 +53,10 @@ pub struct Rendered {
     pub files: BTreeMap<String, Vec<u8>>,
     /// Each role's IAM sizes against IAM's limits (not a file).
     pub iam: Vec<cfn::iam_size::RoleSize>,
+    /// The stacks each stack template names by its `TemplateURL`
+    /// (`layout::template_url`), from → to: the render's own names, which
+    /// publish rewrites to content-addressed keys (not a file).
+    pub stack_refs: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Rendered {
@@ -270,6 +274,13 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
     check_no_secrets_in_stacks(input)?;
     let stacks = cfn::render_stacks(input, &ctx, &plan, &bundle, &nodes)?;
     out.iam = cfn::iam_sizes(input, &ctx, &stacks)?;
+    // The root names every other stack by its TemplateURL (cfn/root.rs).
+    let nested: BTreeSet<String> = stacks
+        .iter()
+        .map(|(name, _)| layout::stack(name))
+        .filter(|path| path != layout::ROOT_TEMPLATE)
+        .collect();
+    out.stack_refs.insert(layout::ROOT_TEMPLATE.to_string(), nested);
     for (name, template) in stacks {
         for (section, limit) in TEMPLATE_QUOTAS {
             let count = template.get(section).and_then(|v| v.as_object()).map_or(0, |m| m.len());

@@ -390,3 +390,40 @@ fn example_api_is_narrowed_and_nodes_private() {
         }
     }
 }
+
+/// Issue 39: the publish takes the render's own stack references, not a
+/// scan. The example's render records that the root names each nested stack
+/// (network, control plane, every pool), and the same references are found
+/// again in the rendered directory read back (`--use-rendered`), by the one
+/// TemplateURL text both use (render/layout.rs `template_url`).
+#[test]
+fn the_renders_stack_references_are_what_the_rendered_directory_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let out = kube_aws(tmp.path(), &cache, &["init", "--example", "example"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = tmp.path().join("example");
+    let p = kube_aws::pipeline::prepare(&kube_aws::pipeline::PrepareOptions {
+        dir: tree.clone(),
+        cache_dir: cache,
+        require_charts: false,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = kube_aws::render::render(&p.input).unwrap_or_else(|e| panic!("{e}"));
+    let root = kube_aws::render::layout::ROOT_TEMPLATE;
+    let stacks: std::collections::BTreeSet<String> = r
+        .files
+        .keys()
+        .filter(|k| kube_aws::render::layout::is_stack(k) && k.as_str() != root)
+        .cloned()
+        .collect();
+    assert!(stacks.len() >= 3, "{stacks:?}");
+    assert_eq!(r.stack_refs.len(), 1, "{:?}", r.stack_refs);
+    assert_eq!(r.stack_refs[root], stacks);
+    assert_eq!(kube_aws::render::layout::named_stacks(&r.files), r.stack_refs);
+    let dir = tree.join("rendered");
+    kube_aws::render::write_rendered(&tree, &dir, &r).unwrap();
+    let read = kube_aws::aws::publish::read_rendered(&dir).unwrap();
+    assert_eq!(read.files, r.files);
+    assert_eq!(read.stack_refs, r.stack_refs);
+}

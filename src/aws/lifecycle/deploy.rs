@@ -20,17 +20,16 @@ use crate::aws::{AwsError, Clients};
 use crate::config::ClusterConfig;
 use crate::digest::Sha256Digest;
 use crate::render::layout;
+use crate::render::Rendered;
 
 pub use crate::render::layout::rendered_dir;
 
 /// The chart tarballs the addon plan's releases pin (`sha256`), found in the
 /// cache at `sha256/<hex>.tgz`.
-pub fn charts_from_plan(rendered: &Path, cache: &Path) -> Result<Vec<ChartTarball>, AwsError> {
-    let path = rendered.join(publish::ADDON_PLAN);
-    let Ok(bytes) = std::fs::read(&path) else {
+pub fn charts_from_plan(rendered: &Rendered, cache: &Path) -> Result<Vec<ChartTarball>, AwsError> {
+    let Some(plan) = publish::read_plan(&rendered.files)? else {
         return Ok(Vec::new());
     };
-    let plan = publish::parse_plan(&bytes, &path.display().to_string())?;
     // The releases' archives, and the helm client they are installed with
     // (its object is `charts/<sha256>.tgz` too: the installer reads it there).
     let cache = crate::chart::ChartCache::new(cache);
@@ -62,7 +61,11 @@ pub fn stack_tags(cluster: &ClusterConfig) -> Vec<(String, String)> {
 /// What `publish` needs besides the clients.
 #[derive(Debug, Clone)]
 pub struct ArtifactsOptions {
+    /// Where the render was written (the hooks' `rendered` directory).
     pub rendered_dir: PathBuf,
+    /// What the publish takes: the render as made in memory, or read back
+    /// when a post-render hook ran or with `--use-rendered`.
+    pub rendered: Rendered,
     pub charts: Vec<ChartTarball>,
     pub secrets: Vec<NamedSecret>,
     /// The same work tree rendered at the running Kubernetes version, when
@@ -122,7 +125,7 @@ pub async fn publish_artifacts(
     let prepared = publish::prepare(
         clients,
         &PublishInput {
-            rendered_dir: &opts.rendered_dir,
+            rendered: &opts.rendered,
             charts: &opts.charts,
             cluster,
             secrets: &opts.secrets,
@@ -289,19 +292,18 @@ mod tests {
 
     #[test]
     fn chart_digests_are_read_from_the_typed_plan() {
-        let dir = tempfile::tempdir().unwrap();
         let a = "a".repeat(64);
         let b = "B".repeat(64);
-        std::fs::create_dir_all(dir.path().join("addons")).unwrap();
-        std::fs::write(
-            dir.path().join(publish::ADDON_PLAN),
+        let mut rendered = Rendered::default();
+        rendered.files.insert(
+            publish::ADDON_PLAN.to_string(),
             format!(
                 r#"{{"helm": {{"binary": {{"sha256": "{}"}}}}, "releases": [{{"name": "x", "sha256": "sha256:{a}"}}, {{"name": "y", "sha256": "{b}"}}, {{"name": "z", "sha256": "nope"}}, {{"name": "w"}}]}}"#,
                 "c".repeat(64)
-            ),
-        )
-        .unwrap();
-        let charts = charts_from_plan(dir.path(), Path::new("/cache")).unwrap();
+            )
+            .into_bytes(),
+        );
+        let charts = charts_from_plan(&rendered, Path::new("/cache")).unwrap();
         let paths: Vec<String> = charts.iter().map(|c| c.path.display().to_string()).collect();
         // The releases' archives and the helm client they are installed with.
         assert_eq!(
@@ -313,14 +315,18 @@ mod tests {
             ]
         );
         // No release: no helm client to publish.
-        std::fs::write(
-            dir.path().join(publish::ADDON_PLAN),
+        rendered.files.insert(
+            publish::ADDON_PLAN.to_string(),
             format!(
                 r#"{{"helm": {{"binary": {{"sha256": "{}"}}}}, "releases": []}}"#,
                 "c".repeat(64)
-            ),
-        )
-        .unwrap();
-        assert!(charts_from_plan(dir.path(), Path::new("/cache")).unwrap().is_empty());
+            )
+            .into_bytes(),
+        );
+        assert!(charts_from_plan(&rendered, Path::new("/cache")).unwrap().is_empty());
+        // No plan: nothing to publish.
+        assert!(charts_from_plan(&Rendered::default(), Path::new("/cache"))
+            .unwrap()
+            .is_empty());
     }
 }

@@ -172,8 +172,8 @@ pub async fn plan_update(
     let version = crate::aws::lifecycle::update_order::check_version(&live, cluster)?;
     // Before anything is published: a render that would change the recorded
     // zones changes nothing (src/aws/state/zones.rs).
-    if let Ok(bytes) = std::fs::read(artifacts.rendered_dir.join(publish::ROOT_TEMPLATE)) {
-        if let Ok(root) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+    if let Some(bytes) = artifacts.rendered.get(publish::ROOT_TEMPLATE) {
+        if let Ok(root) = serde_json::from_slice::<serde_json::Value>(bytes) {
             crate::aws::state::zones::check_zone_count(&live, cluster, &root)?;
             crate::aws::state::role_names::check_role_names(&live, &root)?;
         }

@@ -22,7 +22,6 @@
 //! resources",
 //! https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/stack-failure-options.html).
 
-use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -36,8 +35,8 @@ use crate::config::VersionChange;
 pub struct Baseline {
     /// The running version it was rendered at (the stack's record).
     pub version: String,
-    /// The rendered files, by path; why not, when it could not be rendered.
-    pub files: Result<BTreeMap<String, Vec<u8>>, String>,
+    /// The render; why not, when it could not be rendered.
+    pub rendered: Result<crate::render::Rendered, String>,
 }
 
 /// Whether the update runs with rollback disabled: a version change, or
@@ -152,8 +151,8 @@ pub async fn check_alone(
         to: m.to.clone(),
         why,
     };
-    let files = match &artifacts.baseline {
-        Some(b) if b.version == m.from => b.files.clone().map_err(uncheckable)?,
+    let rendered = match &artifacts.baseline {
+        Some(b) if b.version == m.from => b.rendered.as_ref().map_err(|e| uncheckable(e.clone()))?,
         Some(b) => {
             return Err(uncheckable(format!(
             "the work tree was rendered at {} for the comparison, but the stack runs {}: run `kube-aws update` again",
@@ -169,13 +168,13 @@ pub async fn check_alone(
         }
     };
     let input = crate::aws::publish::PublishInput {
-        rendered_dir: &artifacts.rendered_dir,
+        rendered,
         charts: &artifacts.charts,
         cluster,
         secrets: &artifacts.secrets,
         previous,
     };
-    let prepared = crate::aws::publish::prepare_files(clients, &input, files).await?;
+    let prepared = crate::aws::publish::prepare(clients, &input).await?;
     let live_root = crate::aws::services::stack::live_template(clients, &live.stack_id).await?;
     let root = prepared.root_template();
     let ami: Vec<String> = crate::aws::publish::ami::ami_sources(&root)

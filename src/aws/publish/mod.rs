@@ -13,14 +13,19 @@
 //!   plus `secrets/bundle.json`, the latest one, written with the issuer's
 //!   documents only once the change is confirmed ([`publish_confirmed`]).
 //!
-//! References between stacks: a stack template that names another stack by its
-//! relative path (`stacks/network.json`), preceded by `/`, a quote, whitespace
-//! or the start, has that path rewritten to the content-addressed one before its
-//! own hash is taken (leaves first, so a change in a nested stack changes the
-//! root template). Render writes
-//! `"TemplateURL": {"Fn::Sub": "${ArtifactBaseURL}/stacks/network.json"}`.
-//! Other files are never rewritten: the cloud-configs name node paths such as
-//! `/etc/kube-aws/addons/plan.json` that must stay as they are.
+//! References between stacks come from the render's own names
+//! (`Rendered::stack_refs`: the root names each nested stack by its
+//! `TemplateURL`, `"${ArtifactBaseURL}/stacks/network.json"`,
+//! render/layout.rs `template_url`). Each is rewritten, as that whole JSON
+//! string, to the content-addressed key before the naming template's own hash
+//! is taken (leaves first, so a change in a nested stack changes the root
+//! template); a declared reference the template does not hold is refused.
+//! No other text is rewritten: the cloud-configs name node paths such as
+//! `/etc/kube-aws/addons/plan.json` that must stay as they are. The publish
+//! takes the render as `update` made it, in memory; `--use-rendered` and a
+//! post-render hook's output are read back from `rendered/`
+//! ([`read_rendered`]), their references found by the same text
+//! (render/layout.rs `named_stacks`).
 //!
 //! The root stack gets these parameters when its template declares them:
 //! `ArtifactBaseURL` (HTTPS URL of `s3URI/<cluster>`), `ArtifactS3URI`
@@ -50,6 +55,8 @@ use previous::PreviousBundle;
 use secrets::{NamedSecret, SecretBundle};
 
 pub use crate::render::layout::{content_addressed, ADDON_PLAN, ROOT_TEMPLATE, SECRET_BUNDLE};
+use crate::render::layout::{is_stack, template_url_json};
+use crate::render::Rendered;
 
 /// A chart tarball from the content-addressed cache.
 #[derive(Debug, Clone)]
@@ -61,7 +68,8 @@ pub struct ChartTarball {
 /// What to publish.
 #[derive(Debug)]
 pub struct PublishInput<'a> {
-    pub rendered_dir: &'a Path,
+    /// The render to publish (its files and their stack references).
+    pub rendered: &'a Rendered,
     pub charts: &'a [ChartTarball],
     pub cluster: &'a ClusterConfig,
     /// Plugin parameters marked `secret: true`.
@@ -114,8 +122,9 @@ pub struct Published {
 
 use crate::digest::{sha256_hex, Sha256Digest, Sha256Stream};
 
-/// Reads every file under the rendered directory, by relative path with `/`.
-pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> {
+/// Reads a rendered directory back: every file, by relative path with `/`,
+/// and the stacks each stack template names ([`crate::render::layout::named_stacks`]).
+pub fn read_rendered(dir: &Path) -> Result<Rendered, AwsError> {
     if !dir.join(ROOT_TEMPLATE).is_file() {
         return Err(RenderedError::Missing {
             path: dir.join(ROOT_TEMPLATE),
@@ -160,59 +169,49 @@ pub fn read_rendered(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, AwsError> 
             }
         }
     }
-    Ok(out)
+    Ok(Rendered {
+        stack_refs: crate::render::layout::named_stacks(&out),
+        files: out,
+        iam: Vec::new(),
+    })
 }
 
-// Only stack templates refer to other files by their rendered path.
-use crate::render::layout::is_stack;
-
-fn is_path_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
-}
-
-/// The other files a text names, with their byte ranges.
-fn references(text: &str, names: &[&str], matcher: &regex::Regex) -> Vec<(usize, usize, String)> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut at = 0;
-    while let Some(m) = matcher.find_at(text, at) {
-        let before_ok = m.start() == 0 || {
-            let b = bytes[m.start() - 1];
-            !is_path_char(b)
-                && (b == b'/' || b == b'"' || b == b'\'' || b.is_ascii_whitespace() || b == b'=' || b == b':')
+/// Plans the upload of rendered files: rewrites each stack reference `refs`
+/// declares (from → to) to its content-addressed key (leaves first) and
+/// hashes each result. Pure.
+pub fn plan_artifacts(
+    files: &BTreeMap<String, Vec<u8>>,
+    refs: &BTreeMap<String, BTreeSet<String>>,
+) -> Result<Vec<Artifact>, AwsError> {
+    for (from, names) in refs {
+        let Some(text) = files.get(from) else {
+            return Err(RenderedError::UnknownReference {
+                from: from.clone(),
+                to: from.clone(),
+            }
+            .into());
         };
-        let after_ok = m.end() == bytes.len() || !(is_path_char(bytes[m.end()]) || bytes[m.end()] == b'/');
-        if before_ok && after_ok && names.contains(&m.as_str()) {
-            out.push((m.start(), m.end(), m.as_str().to_string()));
-            at = m.end();
-        } else {
-            at = m.start() + 1;
+        for to in names {
+            if !files.contains_key(to) {
+                return Err(RenderedError::UnknownReference {
+                    from: from.clone(),
+                    to: to.clone(),
+                }
+                .into());
+            }
+            let needle = template_url_json(to);
+            if !std::str::from_utf8(text).is_ok_and(|t| t.contains(&needle)) {
+                return Err(RenderedError::ReferenceNotNamed {
+                    from: from.clone(),
+                    to: to.clone(),
+                    text: needle,
+                }
+                .into());
+            }
         }
     }
-    out
-}
-
-/// Plans the upload of rendered files: rewrites references to content-addressed
-/// keys (leaves first) and hashes each result. Pure.
-pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>, AwsError> {
-    let mut names: Vec<&str> = files.keys().map(String::as_str).filter(|n| is_stack(n)).collect();
-    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
-    let alternation = names.iter().map(|n| regex::escape(n)).collect::<Vec<_>>().join("|");
-    let matcher =
-        regex::Regex::new(&format!("(?:{alternation})")).map_err(|e| RenderedError::Index { detail: e.to_string() })?;
-
-    // Who refers to whom.
-    let mut refs: BTreeMap<&str, Vec<(usize, usize, String)>> = BTreeMap::new();
-    for (name, bytes) in files {
-        let found = match std::str::from_utf8(bytes) {
-            Ok(text) if !names.is_empty() && is_stack(name) => references(text, &names, &matcher)
-                .into_iter()
-                .filter(|(_, _, r)| r != name)
-                .collect(),
-            _ => Vec::new(),
-        };
-        refs.insert(name.as_str(), found);
-    }
+    let none = BTreeSet::new();
+    let refs_of = |name: &str| refs.get(name).unwrap_or(&none);
 
     // Leaves first (Kahn); a cycle cannot be content-addressed.
     let mut done: BTreeMap<String, String> = BTreeMap::new(); // rel → key
@@ -222,7 +221,7 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
         let ready: Vec<&str> = remaining
             .iter()
             .copied()
-            .filter(|n| refs[n].iter().all(|(_, _, r)| done.contains_key(r)))
+            .filter(|n| refs_of(n).iter().all(|r| done.contains_key(r)))
             .collect();
         if ready.is_empty() {
             let cycle: Vec<&str> = remaining.iter().copied().collect();
@@ -233,16 +232,12 @@ pub fn plan_artifacts(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<Artifact>
         }
         for name in ready {
             let body = match std::str::from_utf8(&files[name]) {
-                Ok(text) if !refs[name].is_empty() => {
-                    let mut s = String::with_capacity(text.len() + 64 * refs[name].len());
-                    let mut last = 0;
-                    for (start, end, r) in &refs[name] {
-                        s.push_str(&text[last..*start]);
-                        s.push_str(&done[r]);
-                        last = *end;
+                Ok(text) if !refs_of(name).is_empty() => {
+                    let mut text = text.to_string();
+                    for r in refs_of(name) {
+                        text = text.replace(&template_url_json(r), &template_url_json(&done[r]));
                     }
-                    s.push_str(&text[last..]);
-                    s.into_bytes()
+                    text.into_bytes()
                 }
                 _ => files[name].clone(),
             };
@@ -460,21 +455,11 @@ fn bundle_bytes(bundle: &SecretBundle) -> Result<Vec<u8>, AwsError> {
     serde_json::to_vec_pretty(bundle).map_err(|e| BundleError::Serialize { detail: e.to_string() }.into())
 }
 
-/// Plans a publish: reads the rendered files and the previous bundle
-/// (`input.previous`, src/aws/publish/previous.rs), builds the new bundle and the
+/// Plans a publish: the rendered files and the previous bundle
+/// (`input.previous`, src/aws/publish/previous.rs), the new bundle and the
 /// root parameters. Writes nothing.
 pub async fn prepare(clients: &Clients, input: &PublishInput<'_>) -> Result<Prepared, AwsError> {
-    prepare_files(clients, input, read_rendered(input.rendered_dir)?).await
-}
-
-/// [`prepare`] of rendered files already read (`input.rendered_dir` is not
-/// read): the version-change check prepares a render that is never written
-/// (src/aws/lifecycle/version_change.rs).
-pub async fn prepare_files(
-    clients: &Clients,
-    input: &PublishInput<'_>,
-    mut files: BTreeMap<String, Vec<u8>>,
-) -> Result<Prepared, AwsError> {
+    let mut files = input.rendered.files.clone();
     let location = Location::new(input.cluster)?;
     let addons = expected_addons(&files)?;
     let charts = input.charts.iter().map(chart_artifact).collect::<Result<Vec<_>, _>>()?;
@@ -494,7 +479,7 @@ pub async fn prepare_files(
     .await?;
     files.insert(SECRET_BUNDLE.to_string(), bundle_bytes(&bundle)?);
 
-    let mut artifacts = plan_artifacts(&files)?;
+    let mut artifacts = plan_artifacts(&files, &input.rendered.stack_refs)?;
     artifacts.extend(charts);
     let root = artifacts
         .iter()

@@ -9,20 +9,26 @@ fn files(list: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+fn refs(list: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
+    list.iter()
+        .map(|(from, to)| (from.to_string(), to.iter().map(|t| t.to_string()).collect()))
+        .collect()
+}
+
+const ROOT: &str = r#"{"TemplateURL": {"Fn::Sub": "${ArtifactBaseURL}/stacks/network.json"}}"#;
+
 #[test]
 fn stack_references_are_rewritten_leaves_first() {
     let f = files(&[
-        (
-            "stacks/root.json",
-            r#"{"TemplateURL": {"Fn::Sub": "${ArtifactBaseURL}/stacks/network.json"}}"#,
-        ),
+        ("stacks/root.json", ROOT),
         (
             "stacks/network.json",
             r#"{"UserData": "aws s3 cp ${S3}/userdata/controller.cloud-config -"}"#,
         ),
         ("userdata/controller.cloud-config", "#cloud-config\n"),
     ]);
-    let plan = plan_artifacts(&f).unwrap();
+    let r = refs(&[("stacks/root.json", &["stacks/network.json"])]);
+    let plan = plan_artifacts(&f, &r).unwrap();
     let by: BTreeMap<&str, &Artifact> = plan.iter().map(|a| (a.source.as_str(), a)).collect();
     // The cloud-config sits at the key render's stub names.
     let cc = by["userdata/controller.cloud-config"];
@@ -34,16 +40,19 @@ fn stack_references_are_rewritten_leaves_first() {
         r#"{"UserData": "aws s3 cp ${S3}/userdata/controller.cloud-config -"}"#
     );
     let root = std::str::from_utf8(&by["stacks/root.json"].body).unwrap();
-    assert!(
-        root.contains(&format!("/{}\"", by["stacks/network.json"].key)),
-        "{root}"
+    assert_eq!(
+        root,
+        format!(
+            r#"{{"TemplateURL": {{"Fn::Sub": "${{ArtifactBaseURL}}/{}"}}}}"#,
+            by["stacks/network.json"].key
+        )
     );
     assert_eq!(by["stacks/root.json"].sha256, sha256_hex(root.as_bytes()));
 
     // A change in a nested stack changes the root that leads to it.
     let mut g = f.clone();
     g.insert("stacks/network.json".into(), b"{}".to_vec());
-    let plan2 = plan_artifacts(&g).unwrap();
+    let plan2 = plan_artifacts(&g, &r).unwrap();
     let root2 = plan2.iter().find(|a| a.source == "stacks/root.json").unwrap();
     assert_ne!(root2.sha256, by["stacks/root.json"].sha256);
 }
@@ -52,7 +61,7 @@ fn stack_references_are_rewritten_leaves_first() {
 fn node_paths_in_cloud_configs_are_never_rewritten() {
     let cc = "#cloud-config\nwrite_files:\n  - path: /etc/kube-aws/addons/plan.json\n";
     let f = files(&[("addons/plan.json", "{}"), ("userdata/controller.cloud-config", cc)]);
-    let plan = plan_artifacts(&f).unwrap();
+    let plan = plan_artifacts(&f, &BTreeMap::new()).unwrap();
     let got = plan
         .iter()
         .find(|a| a.source == "userdata/controller.cloud-config")
@@ -61,31 +70,80 @@ fn node_paths_in_cloud_configs_are_never_rewritten() {
 }
 
 #[test]
-fn partial_names_are_not_references() {
-    let f = files(&[
-        ("stacks/x.json", "{}"),
-        (
-            "stacks/y.json",
-            "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"stacks/x.json\"",
-        ),
-    ]);
-    let plan = plan_artifacts(&f).unwrap();
+fn only_the_whole_template_url_is_rewritten() {
+    let text = r#"see stacks/x.json, "${ArtifactBaseURL}/stacks/x.json.bak", "${ArtifactBaseURL}/stacks/x.jsonl" and "${ArtifactBaseURL}/stacks/x.json""#;
+    let f = files(&[("stacks/x.json", "{}"), ("stacks/y.json", text)]);
+    let plan = plan_artifacts(&f, &refs(&[("stacks/y.json", &["stacks/x.json"])])).unwrap();
     let x = plan.iter().find(|a| a.source == "stacks/x.json").unwrap();
     let y = plan.iter().find(|a| a.source == "stacks/y.json").unwrap();
     assert_eq!(
         std::str::from_utf8(&y.body).unwrap(),
         format!(
-            "see stacks/x.json.bak, xstacks/x.json, stacks/x.jsonl and \"{}\"",
+            r#"see stacks/x.json, "${{ArtifactBaseURL}}/stacks/x.json.bak", "${{ArtifactBaseURL}}/stacks/x.jsonl" and "${{ArtifactBaseURL}}/{}""#,
             x.key
         )
+    );
+    // A stack named nowhere in the references is not rewritten, even where its URL stands.
+    let plan = plan_artifacts(&f, &BTreeMap::new()).unwrap();
+    let y = plan.iter().find(|a| a.source == "stacks/y.json").unwrap();
+    assert_eq!(y.body, text.as_bytes());
+}
+
+#[test]
+fn a_reference_the_template_does_not_hold_is_refused() {
+    // The root was edited (--use-rendered, a post-render hook) and no longer
+    // names the network stack as the render recorded.
+    let f = files(&[
+        (
+            "stacks/root.json",
+            r#"{"TemplateURL": "https://elsewhere/network.json"}"#,
+        ),
+        ("stacks/network.json", "{}"),
+    ]);
+    let err = plan_artifacts(&f, &refs(&[("stacks/root.json", &["stacks/network.json"])]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(r#"stacks/root.json does not name stacks/network.json by its TemplateURL ("${ArtifactBaseURL}/stacks/network.json")"#),
+        "{err}"
+    );
+    // A reference to a file the render does not hold.
+    let err = plan_artifacts(&f, &refs(&[("stacks/root.json", &["stacks/gone.json"])]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("stacks/root.json names stacks/gone.json, which is not among the rendered files"),
+        "{err}"
     );
 }
 
 #[test]
 fn reference_cycles_are_refused() {
-    let f = files(&[("stacks/x.json", "/stacks/y.json"), ("stacks/y.json", "/stacks/x.json")]);
-    let err = plan_artifacts(&f).unwrap_err().to_string();
+    let f = files(&[
+        ("stacks/x.json", r#""${ArtifactBaseURL}/stacks/y.json""#),
+        ("stacks/y.json", r#""${ArtifactBaseURL}/stacks/x.json""#),
+    ]);
+    let r = refs(&[
+        ("stacks/x.json", &["stacks/y.json"]),
+        ("stacks/y.json", &["stacks/x.json"]),
+    ]);
+    let err = plan_artifacts(&f, &r).unwrap_err().to_string();
     assert!(err.contains("cycle (stacks/x.json, stacks/y.json)"), "{err}");
+}
+
+#[test]
+fn a_rendered_directory_read_back_finds_its_references_by_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("stacks")).unwrap();
+    std::fs::create_dir_all(dir.path().join("userdata")).unwrap();
+    std::fs::write(dir.path().join("stacks/root.json"), ROOT).unwrap();
+    std::fs::write(dir.path().join("stacks/network.json"), "{}").unwrap();
+    // A path outside stacks/ or without the TemplateURL's text names nothing.
+    std::fs::write(dir.path().join("stacks/other.json"), "stacks/network.json").unwrap();
+    std::fs::write(dir.path().join("userdata/x.cloud-config"), ROOT).unwrap();
+    let read = read_rendered(dir.path()).unwrap();
+    assert_eq!(read.files.len(), 4);
+    assert_eq!(read.stack_refs, refs(&[("stacks/root.json", &["stacks/network.json"])]));
 }
 
 #[test]

@@ -130,7 +130,7 @@ pub(super) fn root_stack(
         json!({"Ref": key})
     };
     let out = |o: &str| json!({"Fn::GetAtt": ["Network", format!("Outputs.{o}")]});
-    let url = |s: &str| json!({"Fn::Sub": format!("${{ArtifactBaseURL}}/stacks/{s}.json")});
+    let url = |s: &str| json!({"Fn::Sub": crate::render::layout::template_url(&crate::render::layout::stack(s))});
     let mut r = Map::new();
     r.insert(
         "Network".into(),
