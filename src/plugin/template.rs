@@ -3,7 +3,10 @@
 //! The context is `{cluster, params, scope: {role, pool}}`; secret parameters
 //! appear as reference strings, never as their values.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -13,6 +16,18 @@ use tera::Context;
 use super::discover::PluginDef;
 use super::guard;
 use crate::located::{join_index, join_key, Located, Pos};
+
+thread_local! {
+    /// Each template as compiled and instrumented, by its name and text. A
+    /// plugin's file is rendered once per scope (each node role and pool)
+    /// with the same text, and tera's parse was the largest single piece of
+    /// an offline command (docs/testing.md, "A profile of validate"): it is
+    /// parsed once. A template renders with `&Tera`, and the guard's limits
+    /// live in its own thread-local state (guard.rs `begin`), so a compiled
+    /// template is reused as it was first built. Kept on the big-stack thread
+    /// (src/deep.rs) for its life: the templates of one command's input.
+    static COMPILED: RefCell<HashMap<(String, String), Rc<tera::Tera>>> = RefCell::new(HashMap::new());
+}
 
 static PARSE_POS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"-->\s*(\d+):(\d+)").unwrap());
 static BACKTICKED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`]+)`").unwrap());
@@ -81,11 +96,20 @@ impl<'a> Renderer<'a> {
         };
         let scan = guard::prescan(text).map_err(|r| fail(Some(guard::line_col(text, r.offset)), r.message))?;
         let outcome = crate::deep::on_big_stack(|| {
-            let mut tera = guard::tera();
-            if let Err(e) = tera.add_raw_template(name, text) {
-                return Outcome::Broken(chain(&e));
-            }
-            super::instrument::instrument(&mut tera, name, &scan);
+            let key = (name.to_string(), text.to_string());
+            let tera = match COMPILED.with(|c| c.borrow().get(&key).cloned()) {
+                Some(tera) => tera,
+                None => {
+                    let mut tera = guard::tera();
+                    if let Err(e) = tera.add_raw_template(name, text) {
+                        return Outcome::Broken(chain(&e));
+                    }
+                    super::instrument::instrument(&mut tera, name, &scan);
+                    let tera = Rc::new(tera);
+                    COMPILED.with(|c| c.borrow_mut().insert(key, Rc::clone(&tera)));
+                    tera
+                }
+            };
             guard::begin();
             let mut out = guard::Bounded::default();
             let rendered = tera.render_to(name, &self.ctx, &mut out);
