@@ -296,6 +296,8 @@ impl Resolve<'_> {
                 scopes.push(Scope::Pool(p.name.clone()));
             }
         }
+        // One renderer for the plugin: each scope changes its params and scope only.
+        let mut r = Renderer::new(def, self.cluster_ctx, &Value::Null, &Value::Null).with_service_accounts(&accounts);
         for scope in scopes {
             let values = if scope == Scope::Cluster {
                 cluster_values.clone()
@@ -306,7 +308,7 @@ impl Resolve<'_> {
                 }
             };
             let params = template_params(def, &values, &cluster_values, &scope, &mut self.out.secrets);
-            let r = Renderer::new(def, self.cluster_ctx, &params, &scope.context()).with_service_accounts(&accounts);
+            r.in_scope(&params, &scope.context());
             match &scope {
                 Scope::Cluster => {
                     service_accounts(cluster, &r, self.out, self.errors);

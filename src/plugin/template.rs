@@ -49,13 +49,26 @@ impl<'a> Renderer<'a> {
     pub fn new(def: &'a PluginDef, cluster: &Value, params: &Value, scope: &Value) -> Self {
         let mut ctx = Context::new();
         ctx.insert("cluster", cluster);
-        ctx.insert("params", params);
-        ctx.insert("scope", scope);
-        let params = params
+        let mut r = Renderer {
+            def,
+            ctx,
+            params: Vec::new(),
+        };
+        r.in_scope(params, scope);
+        r
+    }
+
+    /// The same plugin in another scope: only `params` and `scope` change.
+    /// The cluster's context (the largest value: every node pool is in it) is
+    /// converted once per plugin, not once per scope, which made a render's
+    /// cost grow with the square of the pools.
+    pub fn in_scope(&mut self, params: &Value, scope: &Value) {
+        self.ctx.insert("params", params);
+        self.ctx.insert("scope", scope);
+        self.params = params
             .as_object()
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default();
-        Renderer { def, ctx, params }
     }
 
     /// Adds `serviceAccounts`: the plugin's own service accounts by name, each

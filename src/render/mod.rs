@@ -247,9 +247,12 @@ pub fn render(input: &RenderInput) -> Result<Rendered, RenderError> {
     // Nodes: full cloud-configs, then the stubs that fetch them.
     let parts = cloudconfig::render_nodes(input, &ctx, &bundle)?;
     let mut nodes = BTreeMap::new();
-    for part in &parts {
-        out.put(layout::cloud_config(&part.role), part.cloud_config.as_bytes())?;
-        let stub = cloudconfig::render_stub(&ctx, part)?;
+    for mut part in parts {
+        // Moved, not copied: a pool's cloud-config holds the node program
+        // (about 340 KB), and a cluster may have 190 pools.
+        let cloud_config = std::mem::take(&mut part.cloud_config);
+        out.put(layout::cloud_config(&part.role), cloud_config.into_bytes())?;
+        let stub = cloudconfig::render_stub(&ctx, &part)?;
         let path = layout::stub(&part.role);
         if stub.len() + STUB_SUBSTITUTION_ROOM > STUB_LIMIT {
             return Err(RenderError::TooLarge {
