@@ -184,7 +184,7 @@ fn upgrade_order_control_plane_then_pools_then_addons() {
     // The plan the controllers read names the version its addons wait for,
     // and each release's wait condition is in the root stack after the
     // pools. (This tree has no release: every chart is out of reach here;
-    // render::install_order_and_wait_conditions checks a plan with four.)
+    // render::plan::install_order_and_wait_conditions checks a plan with four.)
     let plan: Value =
         serde_json::from_slice(&std::fs::read(tree.path().join("rendered/addons/plan.json")).unwrap()).unwrap();
     assert_eq!(plan["kubernetesVersion"], "1.36.5");
