@@ -22,7 +22,6 @@
 //! resources",
 //! https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/stack-failure-options.html).
 
-
 use serde_json::Value;
 
 use crate::aws::lifecycle::update_order::VersionMove;

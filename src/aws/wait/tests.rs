@@ -420,7 +420,7 @@ fn an_addon_status_failure_fails_the_wait_before_the_stack_notices() {
 
 /// A broken addon is named (issue 41): the status object the reconciler
 /// wrote for metrics-server crash-looping on a flag it does not know, as
-/// tests/it/real_node/addons.rs
+/// tests/it/real_node/addons/broken.rs
 /// `a_broken_metrics_server_is_named_by_the_reconciler_and_up_wait_exits_3`
 /// printed it on the real-node bed (its pod, helm's output, the namespace's
 /// events)

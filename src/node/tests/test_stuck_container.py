@@ -1,7 +1,7 @@
 """helm_release.stuck_container, last_words and container_problem: a failed
 release's crashing container named from its pods' JSON
 (recorded/pods-crashloop.json: `kubectl get pods -o json` of metrics-server
-given a flag it does not know, as tests/it/real_node/addons.rs
+given a flag it does not know, as tests/it/real_node/addons/broken.rs
 `a_broken_metrics_server_is_named_by_the_reconciler_and_up_wait_exits_3`
 printed it on the real-node bed; until stop 51 in tests/it/real_node.rs as
 `..._names_a_broken_addon_and_up_wait_exits_3`), and Reconciler.diagnose, the thin call that reads the pods and the
