@@ -5,7 +5,7 @@
 //! resource is left.
 
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
-use super::events::Terminal;
+use super::terminal::Terminal;
 use super::GlobalOptions;
 use std::time::Duration;
 

@@ -4,23 +4,21 @@
 mod backups;
 mod charts;
 mod completions;
-mod confirm;
 mod deploy_args;
 mod destroy;
-mod events;
 pub mod exit;
 mod init;
 mod kubeconfig;
 #[cfg(feature = "nodes")]
 mod nodes;
 mod plugins;
-mod progress_view;
 pub mod render;
 #[cfg(feature = "nodes")]
 mod restore;
 mod rotate;
 mod schema;
 mod status;
+mod terminal;
 mod up;
 mod update;
 mod validate;

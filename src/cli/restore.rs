@@ -4,7 +4,7 @@
 //! update.
 
 use super::deploy_args::{runtime, AwsArgs};
-use super::events::Terminal;
+use super::terminal::Terminal;
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::ops::restore::{self, RestoreOptions, RestoreOutcome};
 

@@ -3,7 +3,7 @@
 //! with `--wait`, follows an operation in progress first.
 
 use super::deploy_args::{runtime, AwsArgs, WaitArgs};
-use super::events::Terminal;
+use super::terminal::Terminal;
 use super::{print_json, GlobalOptions, OutputFormat};
 use crate::ops::status::{self, report_lines, StatusOptions, StatusOutcome};
 

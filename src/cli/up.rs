@@ -3,7 +3,7 @@
 //! (the operation: src/ops/up.rs).
 
 use super::deploy_args::{runtime, AwsArgs, PublishArgs, WaitArgs};
-use super::events::Terminal;
+use super::terminal::Terminal;
 use super::GlobalOptions;
 use crate::aws::services::stack::OnFailureMode;
 use crate::ops::up::{self, UpOptions};

@@ -3,7 +3,7 @@
 //! operation: src/ops/update.rs).
 
 use super::deploy_args::{runtime, AwsArgs, PublishArgs, WaitArgs};
-use super::events::Terminal;
+use super::terminal::Terminal;
 use super::GlobalOptions;
 use crate::ops::update::{self, UpdateOptions};
 

@@ -1,11 +1,15 @@
 //! The terminal side of an operation's [`Events`](crate::ops::Events): its
 //! report on stdout, its notes on stderr, `--wait`'s progress view, and the
-//! yes/no question (or `--yes`).
+//! yes/no question (or `--yes`). The commands' one terminal room: the
+//! question is `confirm.rs`, the view `progress_view.rs`.
 
-use super::confirm::confirm;
-use super::progress_view::ProgressView;
+mod confirm;
+mod progress_view;
+
 use crate::aws::lifecycle::deploy::ProgressSink;
 use crate::ops::{ConfirmError, Events};
+use confirm::confirm;
+use progress_view::ProgressView;
 
 /// What a deploy command shows on the terminal.
 pub struct Terminal {
