@@ -185,9 +185,8 @@ pub fn plan_artifacts(
 ) -> Result<Vec<Artifact>, AwsError> {
     for (from, names) in refs {
         let Some(text) = files.get(from) else {
-            return Err(RenderedError::UnknownReference {
-                from: from.clone(),
-                to: from.clone(),
+            return Err(RenderedError::Missing {
+                path: PathBuf::from(from),
             }
             .into());
         };

@@ -115,6 +115,14 @@ fn a_reference_the_template_does_not_hold_is_refused() {
         err.contains("stacks/root.json names stacks/gone.json, which is not among the rendered files"),
         "{err}"
     );
+    // A referring stack itself gone (a post-render hook removed it).
+    let err = plan_artifacts(&f, &refs(&[("stacks/gone.json", &["stacks/network.json"])]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("stacks/gone.json is missing: run `kube-aws render` first"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -73,8 +73,17 @@ fn upgrade_a_dex_oidc_flag_added_after_up_reaches_the_running_apiserver() {
     // credentials: a moto artifact, see MotoBed::recredential).
     bed.recredential(&mut c1, "ControllerRole");
     let t_reconfigure = Instant::now();
-    c1.node.sh("systemctl start kube-aws-reconfigure.service");
+    let started = c1.node.exec(&["systemctl", "start", "kube-aws-reconfigure.service"]);
     let took = t_reconfigure.elapsed();
+    assert!(
+        started.status.success(),
+        "kube-aws-reconfigure.service failed ({}):\n{}\n--- its journal ---\n{}\n{}",
+        started.status,
+        output_text(&started),
+        c1.node
+            .sh("journalctl -u kube-aws-reconfigure.service --no-pager -o cat | tail -60"),
+        c1.node.diagnostics()
+    );
     let journal = c1
         .node
         .sh("journalctl -u kube-aws-reconfigure.service --no-pager -o cat | tail -40");
