@@ -83,6 +83,21 @@ fn secs(t: &str) -> i64 {
     ((d[1] * 31 + d[2]) * 86400) + h[0] * 3600 + h[1] * 60 + h[2]
 }
 
+/// What a release waits for: its dependencies, and the bootstrap releases
+/// unless it is one.
+fn needs<'a>(r: &'a Value, bootstrap: &[&'a str]) -> Vec<&'a str> {
+    let mut before: Vec<&str> = r["dependsOn"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    if r["bootstrap"] != true {
+        before.extend(bootstrap.iter().copied());
+    }
+    before
+}
+
 /// The longest chain of release durations along the plan's dependencies
 /// (bootstrap releases come before every other).
 fn critical_path(plan: &Value, status: &BTreeMap<String, Value>) -> i64 {
@@ -97,16 +112,7 @@ fn critical_path(plan: &Value, status: &BTreeMap<String, Value>) -> i64 {
         .collect();
     for r in releases {
         let name = r["name"].as_str().unwrap();
-        let mut before: Vec<&str> = r["dependsOn"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_str().unwrap())
-            .collect();
-        if r["bootstrap"] != true {
-            before.extend(bootstrap.iter().copied());
-        }
-        let start = before.iter().map(|d| finish[*d]).max().unwrap_or(0);
+        let start = needs(r, &bootstrap).iter().map(|d| finish[*d]).max().unwrap_or(0);
         finish.insert(name.to_string(), start + dur(name));
     }
     finish.values().copied().max().unwrap_or(0)
@@ -128,18 +134,6 @@ fn scheduled(plan: &Value, status: &BTreeMap<String, Value>, concurrency: usize)
         .filter(|r| r["bootstrap"] == true)
         .map(|r| r["name"].as_str().unwrap())
         .collect();
-    fn needs<'a>(r: &'a Value, bootstrap: &[&'a str]) -> Vec<&'a str> {
-        let mut before: Vec<&str> = r["dependsOn"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_str().unwrap())
-            .collect();
-        if r["bootstrap"] != true {
-            before.extend(bootstrap.iter().copied());
-        }
-        before
-    }
     let mut now = 0;
     let mut done: BTreeMap<&str, i64> = BTreeMap::new();
     let mut running: Vec<(i64, &str)> = Vec::new();
