@@ -448,6 +448,18 @@ fn drain_timeout_is_a_pool_setting_and_an_undrained_pool_is_warned_about() {
         warnings[0].starts_with("node pool \"batch\": aws-node-termination-handler is off, so terminations"),
         "{warnings:?}"
     );
+    // Many undrained pools: one warning, naming eight and counting the rest.
+    let pools: String = (0..10).map(|i| format!("    - name: p{i}\n      count: 1\n")).collect();
+    let (code, err) = common::validate_work_tree(&format!("{MIXED_BASE}{pools}"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("aws-node-termination-handler is off").count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "node pools \"p0\", \"p1\", \"p2\", \"p3\", \"p4\", \"p5\", \"p6\", \"p7\" and 2 more: \
+             aws-node-termination-handler is off, so terminations of their nodes"
+        ),
+        "{err}"
+    );
     for bad in ["299", "7201"] {
         let (code, err) = common::validate_work_tree(
             &format!("{MIXED_BASE}    - name: a\n      count: 1\n      drainTimeoutSeconds: {bad}\n"),

@@ -201,10 +201,12 @@ pub fn render_warnings(input: &RenderInput) -> Vec<String> {
 /// handler would only delay each termination by its timeout). A roll, a
 /// scale-in, an AZ rebalance, an instance lifetime, a spot interruption or a
 /// kube-aws upgrade then stops their pods without honouring
-/// PodDisruptionBudgets. `validate` and `render` print one warning each.
+/// PodDisruptionBudgets. `validate` and `render` print one warning naming
+/// them (the first [`NAMED_POOLS`], then how many more: a cluster of 180
+/// pools got 180 copies of it before).
 pub fn undrained_pool_warnings(input: &RenderInput) -> Vec<String> {
     let default_hooks = NodeHooks::default();
-    input
+    let names: Vec<String> = input
         .cluster
         .worker
         .node_pools
@@ -218,18 +220,31 @@ pub fn undrained_pool_warnings(input: &RenderInput) -> Vec<String> {
                 .nth_managed_tag()
                 .is_none()
         })
-        .map(|p| {
-            format!(
-                "node pool {:?}: aws-node-termination-handler is off, so terminations of its nodes (rolls, \
-                 scale-in, AZ rebalancing, spot interruptions, kube-aws upgrades) will not drain them and \
-                 PodDisruptionBudgets are not honoured; enable it with `plugins: {{aws-node-termination-handler: \
-                 {{enabled: true}}}}`, then run `kube-aws charts lock` (its chart is not in the built-in lock; \
-                 docs/plugins/aws-node-termination-handler.md)",
-                p.name
-            )
-        })
-        .collect()
+        .map(|p| format!("{:?}", p.name))
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let mut which = names.iter().take(NAMED_POOLS).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > NAMED_POOLS {
+        which.push_str(&format!(" and {} more", names.len() - NAMED_POOLS));
+    }
+    let (noun, its) = if names.len() == 1 {
+        ("node pool", "its")
+    } else {
+        ("node pools", "their")
+    };
+    vec![format!(
+        "{noun} {which}: aws-node-termination-handler is off, so terminations of {its} nodes (rolls, \
+         scale-in, AZ rebalancing, spot interruptions, kube-aws upgrades) will not drain them and \
+         PodDisruptionBudgets are not honoured; enable it with `plugins: {{aws-node-termination-handler: \
+         {{enabled: true}}}}`, then run `kube-aws charts lock` (its chart is not in the built-in lock; \
+         docs/plugins/aws-node-termination-handler.md)"
+    )]
 }
+
+/// How many undrained pools the warning names before "and N more".
+const NAMED_POOLS: usize = 8;
 
 /// IMDSv2 only, one hop: a packet from a pod's network namespace takes a
 /// second hop, so pods cannot reach the node role's credentials. Their AWS
