@@ -16,7 +16,7 @@ pub struct Creds {
     pub token: Option<String>,
 }
 
-/// The aws CLI as `who`, against `env`'s moto.
+/// The aws CLI as `who`, against `env`'s moto (loaded once: super::aws_cli).
 pub fn aws_as(env: &Env, who: &Creds, args: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(super::tool("aws"));
     env.apply(&mut cmd);
@@ -25,7 +25,8 @@ pub fn aws_as(env: &Env, who: &Creds, args: &[&str]) -> (bool, String) {
     if let Some(t) = &who.token {
         cmd.env("AWS_SESSION_TOKEN", t);
     }
-    let o = cmd.args(args).args(["--output", "json"]).output().unwrap();
+    cmd.args(args).args(["--output", "json"]);
+    let o = super::aws_cli::output(&cmd);
     (o.status.success(), super::output_text(&o))
 }
 

@@ -380,11 +380,13 @@ impl MotoEnv {
             .env("NO_COLOR", "1");
     }
 
-    /// The real aws CLI against moto; panics with its stderr on failure.
+    /// The real aws CLI against moto (loaded once: [`aws_cli`]); panics
+    /// with its stderr on failure.
     pub fn aws(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(tool("aws"));
         self.apply(&mut cmd);
-        let out = cmd.args(args).output().unwrap();
+        cmd.args(args);
+        let out = aws_cli::output(&cmd);
         assert!(
             out.status.success(),
             "aws {args:?}: {}",
@@ -566,6 +568,7 @@ pub fn validate_work_tree(yaml: &str, files: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
+pub mod aws_cli;
 pub mod charts;
 pub mod iam;
 pub mod installer_bed;
