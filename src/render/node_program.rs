@@ -10,65 +10,40 @@ pub const LIB_DIR: &str = "/opt/kube-aws/lib/kube_aws_node";
 /// The launcher: `kube-aws-node COMMAND`.
 pub const LAUNCHER: &str = "/opt/kube-aws/bin/kube-aws-node";
 
-/// Every module of the package, as shipped: adding a module is one line here.
-pub const MODULES: &[(&str, &str)] = &[
-    ("__init__.py", include_str!("../node/kube_aws_node/__init__.py")),
-    ("addon_gates.py", include_str!("../node/kube_aws_node/addon_gates.py")),
-    ("addon_record.py", include_str!("../node/kube_aws_node/addon_record.py")),
-    ("apihost.py", include_str!("../node/kube_aws_node/apihost.py")),
-    ("awscall.py", include_str!("../node/kube_aws_node/awscall.py")),
-    ("bootstrap.py", include_str!("../node/kube_aws_node/bootstrap.py")),
-    ("bundle.py", include_str!("../node/kube_aws_node/bundle.py")),
-    ("certs.py", include_str!("../node/kube_aws_node/certs.py")),
-    ("cfn.py", include_str!("../node/kube_aws_node/cfn.py")),
-    ("cli.py", include_str!("../node/kube_aws_node/cli.py")),
-    ("console.py", include_str!("../node/kube_aws_node/console.py")),
-    ("csr_approver.py", include_str!("../node/kube_aws_node/csr_approver.py")),
-    ("defrag.py", include_str!("../node/kube_aws_node/defrag.py")),
-    ("encryption.py", include_str!("../node/kube_aws_node/encryption.py")),
-    ("etcd.py", include_str!("../node/kube_aws_node/etcd.py")),
-    ("etcd_backup.py", include_str!("../node/kube_aws_node/etcd_backup.py")),
-    (
-        "etcd_lifecycle.py",
-        include_str!("../node/kube_aws_node/etcd_lifecycle.py"),
-    ),
-    ("etcd_restore.py", include_str!("../node/kube_aws_node/etcd_restore.py")),
-    ("fsutil.py", include_str!("../node/kube_aws_node/fsutil.py")),
-    ("health.py", include_str!("../node/kube_aws_node/health.py")),
-    ("helm_release.py", include_str!("../node/kube_aws_node/helm_release.py")),
-    ("host_checks.py", include_str!("../node/kube_aws_node/host_checks.py")),
-    ("join_token.py", include_str!("../node/kube_aws_node/join_token.py")),
-    ("jsonio.py", include_str!("../node/kube_aws_node/jsonio.py")),
-    ("kubeadmcfg.py", include_str!("../node/kube_aws_node/kubeadmcfg.py")),
-    ("lease.py", include_str!("../node/kube_aws_node/lease.py")),
-    ("locks.py", include_str!("../node/kube_aws_node/locks.py")),
-    ("metrics.py", include_str!("../node/kube_aws_node/metrics.py")),
-    ("paths.py", include_str!("../node/kube_aws_node/paths.py")),
-    ("reconcile.py", include_str!("../node/kube_aws_node/reconcile.py")),
-    ("reconfigure.py", include_str!("../node/kube_aws_node/reconfigure.py")),
-    (
-        "restore_takeover.py",
-        include_str!("../node/kube_aws_node/restore_takeover.py"),
-    ),
-    ("retry.py", include_str!("../node/kube_aws_node/retry.py")),
-    ("schedule.py", include_str!("../node/kube_aws_node/schedule.py")),
-    ("sdkcall.py", include_str!("../node/kube_aws_node/sdkcall.py")),
-    ("secrets.py", include_str!("../node/kube_aws_node/secrets.py")),
-    ("testrestore.py", include_str!("../node/kube_aws_node/testrestore.py")),
-    ("upgrade.py", include_str!("../node/kube_aws_node/upgrade.py")),
-    ("webhook_cert.py", include_str!("../node/kube_aws_node/webhook_cert.py")),
-];
+/// The program's files, listed and gzipped by build.rs: `LAUNCHER_FILE`
+/// (text, gzip) and `MODULES` (name, text, gzip), every `*.py` of
+/// src/node/kube_aws_node, sorted.
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/node_program.rs"));
+}
+pub use generated::MODULES;
 
-const LAUNCHER_PY: &str = include_str!("../node/kube-aws-node");
+/// One file of the program on a node.
+pub struct ProgramFile {
+    pub path: String,
+    pub mode: &'static str,
+    pub text: &'static str,
+    /// `text` gzipped (build.rs), as the cloud-configs carry it
+    /// (`encoding: gz+b64`, which cloud-init's write_files decodes:
+    /// cloudinit/config/cc_write_files.py `canonicalize_extraction`).
+    pub gzip: &'static [u8],
+}
 
-/// (path, mode, content) of every file of the program on a node.
-pub fn files() -> Vec<(String, &'static str, &'static str)> {
-    let mut v = vec![(LAUNCHER.to_string(), "0755", LAUNCHER_PY)];
-    v.extend(
-        MODULES
-            .iter()
-            .map(|(name, text)| (format!("{LIB_DIR}/{name}"), "0644", *text)),
-    );
+/// Every file of the program on a node.
+pub fn files() -> Vec<ProgramFile> {
+    let (text, gzip) = generated::LAUNCHER_FILE;
+    let mut v = vec![ProgramFile {
+        path: LAUNCHER.to_string(),
+        mode: "0755",
+        text,
+        gzip,
+    }];
+    v.extend(MODULES.iter().map(|(name, text, gzip)| ProgramFile {
+        path: format!("{LIB_DIR}/{name}"),
+        mode: "0644",
+        text,
+        gzip,
+    }));
     v
 }
 
@@ -87,11 +62,21 @@ mod tests {
             .filter(|n| n.ends_with(".py"))
             .collect();
         on_disk.sort();
-        let shipped: Vec<String> = MODULES.iter().map(|(n, _)| n.to_string()).collect();
-        assert_eq!(
-            shipped, on_disk,
-            "src/render/node_program.rs MODULES must list every module, sorted"
-        );
-        assert!(files().iter().any(|(p, m, _)| p == LAUNCHER && *m == "0755"));
+        let shipped: Vec<String> = MODULES.iter().map(|(n, _, _)| n.to_string()).collect();
+        assert_eq!(shipped, on_disk, "build.rs must list every module, sorted");
+        assert!(files().iter().any(|f| f.path == LAUNCHER && f.mode == "0755"));
+    }
+
+    /// What the cloud-configs carry is the program: each gzip (build.rs)
+    /// decompresses to its file's text.
+    #[test]
+    fn each_gzip_is_its_files_text() {
+        use std::io::Read;
+        for f in files() {
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(f.gzip).read_to_string(&mut text).unwrap();
+            assert_eq!(text, f.text, "{}", f.path);
+            assert_eq!(f.gzip[9], 255, "{}: the gzip names no operating system", f.path);
+        }
     }
 }

@@ -195,7 +195,6 @@ fn render_is_deterministic_and_atomic() {
 
 /// The content of `path` in a rendered cloud-config's write_files.
 fn node_file(cloud_config: &Path, path: &str) -> String {
-    use base64::Engine;
     let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(cloud_config).unwrap()).unwrap();
     let entry = doc["write_files"]
         .as_sequence()
@@ -203,17 +202,7 @@ fn node_file(cloud_config: &Path, path: &str) -> String {
         .iter()
         .find(|f| f["path"].as_str() == Some(path))
         .unwrap_or_else(|| panic!("{path} not in {}", cloud_config.display()));
-    let content = entry["content"].as_str().unwrap();
-    if entry["encoding"].as_str() == Some("b64") {
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(content.trim())
-                .unwrap(),
-        )
-        .unwrap()
-    } else {
-        content.to_string()
-    }
+    String::from_utf8(crate::common::write_file_content(entry)).unwrap()
 }
 
 /// The kubelet flags of the JoinConfiguration in a node's kubeadm documents.

@@ -22,7 +22,6 @@ use crate::render_fixtures;
 use std::path::Path;
 use std::process::Command;
 
-use base64::Engine;
 use kube_aws::render::{self, write_rendered, RenderError, Rendered};
 use render_fixtures::*;
 
@@ -105,12 +104,7 @@ fn written_files(cloud_config: &str) -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .map(|f| {
-            let raw = f["content"].as_str().unwrap_or_default().to_string();
-            let content = if f["encoding"].as_str() == Some("b64") {
-                String::from_utf8(base64::engine::general_purpose::STANDARD.decode(raw).unwrap()).unwrap()
-            } else {
-                raw
-            };
+            let content = String::from_utf8(crate::common::write_file_content(f)).unwrap();
             (f["path"].as_str().unwrap().to_string(), content)
         })
         .collect()

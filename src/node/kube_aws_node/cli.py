@@ -3,8 +3,8 @@
 Invariant: COMMANDS is the one list of subcommands; each names its module and
 function, imported only when run. A function marked `aws` gets the node's Aws
 helper (region from /etc/kube-aws/runtime.json) as a second argument.
-Adding a subcommand is one line here (and its module in the shipping list,
-src/render/node_program.rs MODULES).
+Adding a subcommand is one line here (build.rs ships every module of the
+package: src/render/node_program.rs).
 """
 import importlib
 import sys

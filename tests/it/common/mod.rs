@@ -298,20 +298,38 @@ pub fn start_http(dir: &Path) -> Server {
     })
 }
 
-/// Writes every `write_files` entry of a cloud-config under `root`, with its
-/// mode, as cloud-init would (base64 entries decoded).
-pub fn write_cloud_config_files(cloud_config: &str, root: &Path) {
+/// The bytes a `write_files` entry writes, decoded as cloud-init decodes
+/// the encodings kube-aws renders (`b64`, `gz+b64`:
+/// cloudinit/config/cc_write_files.py `canonicalize_extraction`).
+pub fn write_file_content(entry: &serde_yaml::Value) -> Vec<u8> {
     use base64::Engine;
+    use std::io::Read;
+    let content = entry["content"].as_str().unwrap_or_default();
+    let b64 = || {
+        base64::engine::general_purpose::STANDARD
+            .decode(content.trim())
+            .unwrap()
+    };
+    match entry["encoding"].as_str() {
+        None => content.as_bytes().to_vec(),
+        Some("b64") => b64(),
+        Some("gz+b64") => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&b64()[..]).read_to_end(&mut out).unwrap();
+            out
+        }
+        Some(other) => panic!("write_files encoding {other:?} is not one kube-aws renders"),
+    }
+}
+
+/// Writes every `write_files` entry of a cloud-config under `root`, with its
+/// mode, as cloud-init would (encoded entries decoded).
+pub fn write_cloud_config_files(cloud_config: &str, root: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let doc: serde_yaml::Value = serde_yaml::from_str(cloud_config).unwrap();
     for f in doc["write_files"].as_sequence().unwrap() {
         let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
-        let content = f["content"].as_str().unwrap();
-        let bytes = if f["encoding"].as_str() == Some("b64") {
-            base64::engine::general_purpose::STANDARD.decode(content).unwrap()
-        } else {
-            content.as_bytes().to_vec()
-        };
+        let bytes = write_file_content(f);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, bytes).unwrap();
         let mode = u32::from_str_radix(f["permissions"].as_str().unwrap(), 8).unwrap();
