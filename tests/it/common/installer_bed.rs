@@ -465,7 +465,7 @@ impl Bed {
             // Every AWS call through the wrapper (src/node/kube_aws_node/sdkcall.py),
             // unless the caller asked for the node's in-process calls.
             .env("KUBE_AWS_AWS_CALLS", if self.in_process_calls { "" } else { "cli" })
-            .env("REAL_AWS", super::tool("aws"))
+            .env("REAL_AWS", super::aws_cli::shim())
             .env("FAKE_LOG", &log)
             .env("FAKE_STATE", self.path("state"))
             .env("KUBE_AWS_ROOT", &node)

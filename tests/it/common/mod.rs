@@ -381,8 +381,11 @@ impl MotoEnv {
 
     pub fn apply(&self, cmd: &mut Command) {
         let keys = self.keys.lock().unwrap().clone();
+        // The loaded aws CLI first ([`aws_cli::shim`]): a node script or a
+        // driver run on the host calls `aws` by name.
         let path = format!(
-            "{}:{}",
+            "{}:{}:{}",
+            aws_cli::shim_dir().display(),
             tools_bin().display(),
             std::env::var("PATH").unwrap_or_default()
         );

@@ -359,7 +359,7 @@ impl Cluster {
             .arg("bootstrap")
             .args(args)
             .env("PATH", path)
-            .env("REAL_AWS", common::tool("aws"))
+            .env("REAL_AWS", common::aws_cli::shim())
             // Every AWS call through the recording CLI, the in-process ones too
             // (src/node/kube_aws_node/sdkcall.py): the tests read its log.
             .env("KUBE_AWS_AWS_CALLS", "cli")
@@ -414,10 +414,8 @@ impl Cluster {
     pub(super) fn object(&self, key: &str) -> Option<String> {
         let mut cmd = Command::new(common::tool("aws"));
         self.moto.apply(&mut cmd);
-        let o = cmd
-            .args(["s3", "cp", &format!("s3://{BUCKET}/clusters/full/{key}"), "-"])
-            .output()
-            .unwrap();
+        cmd.args(["s3", "cp", &format!("s3://{BUCKET}/clusters/full/{key}"), "-"]);
+        let o = common::aws_cli::output(&cmd);
         o.status
             .success()
             .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
