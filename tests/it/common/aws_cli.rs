@@ -84,7 +84,12 @@ pub fn output(cmd: &Command) -> Output {
     let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
     let env: serde_json::Map<String, serde_json::Value> = cmd
         .get_envs()
-        .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned().into())))
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_string_lossy().into_owned(),
+                v?.to_string_lossy().into_owned().into(),
+            ))
+        })
         .collect();
     let request = serde_json::json!({"args": args, "env": env}).to_string();
     let socket = server().dir.join("socket");
