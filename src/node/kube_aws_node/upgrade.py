@@ -409,7 +409,9 @@ class Upgrader(object):
             return
         self.boot.say("kube-proxy is %s, not v%s: kubeadm upgrade node" % (image, self.version))
         self.boot.step("kubeadm-upgrade-node")
-        code = self.boot_sh(["kubeadm", "upgrade", "node", "--config", self.boot.upgrade_config(self.version)])
+        code = apply_with_retries(self.boot_sh, ["kubeadm", "upgrade", "node", "--config",
+                                                 self.boot.upgrade_config(self.version)], self.boot.say,
+                                  attempts=NODE_ATTEMPTS)
         if code != 0:
             self.report(phase="failed", step="kubeadm-upgrade-node",
                         message="kubeadm upgrade node exited %d (see the boot log)" % code)
@@ -430,19 +432,29 @@ class Upgrader(object):
 # and pauses), a busy minute is ridden out.
 APPLY_ATTEMPTS = 5
 APPLY_PAUSE = 10
+# `kubeadm upgrade node` (a later controller of a roll, right after its
+# join) first reads this node's API endpoint from its kube-apiserver mirror
+# Pod's annotation, waiting up to one API-call timeout (a minute by
+# default) for the kubelet to post the Pod: cmd/kubeadm/app/util/config/
+# cluster.go getAPIEndpointFromPodAnnotation @v1.36.5, "static pods were not
+# yet mirrored". On the real-node bed at load 20 the Pod came later than
+# that once ("could not retrieve API endpoints for node ... using pod
+# annotations: context deadline exceeded"), failing a join that had
+# succeeded. The same command again, as for apply.
+NODE_ATTEMPTS = 3
 
 
 def apply_with_retries(sh, args, say, attempts=None, sleep=time.sleep):
-    """Runs `args` (kubeadm upgrade apply) through `sh` (exit code back) up to
-    `attempts` times while it fails; the last exit code."""
+    """Runs `args` (`kubeadm upgrade apply` or `node`) through `sh` (exit
+    code back) up to `attempts` times while it fails; the last exit code."""
     attempts = attempts or APPLY_ATTEMPTS
     code = 1
     for i in range(attempts):
         code = sh(args)
         if code == 0 or i + 1 == attempts:
             return code
-        say("kubeadm upgrade apply exited %d; running it again (attempt %d of %d): kubeadm documents it as "
-            "idempotent" % (code, i + 2, attempts))
+        say("%s exited %d; running it again (attempt %d of %d): kubeadm documents it as "
+            "idempotent" % (" ".join(args[:3]), code, i + 2, attempts))
         sleep(paths.knob("RETRY_DELAY", APPLY_PAUSE))
     return code
 

@@ -267,6 +267,37 @@ class Join(unittest.TestCase):
         self.assertTrue(any("running it again (attempt 2 of 5)" in t for t in self.boot.said), self.boot.said)
         self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
 
+    def test_a_failed_upgrade_node_after_a_join_is_run_again(self):
+        # kubeadm upgrade node gave up waiting for this node's mirror Pod
+        # (the bed at load 20): the join stands, the second run upgrades.
+        sh = self.boot.sh
+        failed = []
+
+        def once_then_fine(args, capture=False):
+            if args[:3] == ["kubeadm", "upgrade", "node"] and not failed:
+                failed.append(True)
+                self.boot.sh_calls.append(list(args))
+                raise upgrade.UpgradeError("exit 1")
+            return sh(args, capture)
+        self.boot.sh = once_then_fine
+        u = FakeUpgrader(self.boot, "1.36.3", cluster_version="v1.36.3", proxy="v1.35.4")
+        self.assertEqual(u.join("/cfg", self.join), "join")
+        nodes = [c for c in self.boot.sh_calls if c[:3] == ["kubeadm", "upgrade", "node"]]
+        self.assertEqual(len(nodes), 2)
+        self.assertTrue(any("kubeadm upgrade node exited 1; running it again (attempt 2 of 3)" in t
+                            for t in self.boot.said), self.boot.said)
+        self.assertEqual(self.statuses()[-1], ("upgraded", "done"))
+
+    def test_an_upgrade_node_that_keeps_failing_fails_the_boot_after_three_runs(self):
+        self.boot.fail_on = ["kubeadm", "upgrade", "node"]
+        u = FakeUpgrader(self.boot, "1.36.3", cluster_version="v1.36.3", proxy="v1.35.4")
+        with self.assertRaises(UpgradeError) as e:
+            u.join("/cfg", self.join)
+        self.assertIn("kubeadm upgrade node exited 1", str(e.exception))
+        nodes = [c for c in self.boot.sh_calls if c[:3] == ["kubeadm", "upgrade", "node"]]
+        self.assertEqual(len(nodes), 3)
+        self.assertEqual(self.statuses()[-1], ("failed", "kubeadm-upgrade-node"))
+
     def test_the_etcd_pods_of_controllers_gone_are_deleted_before_the_join(self):
         # A restore's snapshot: the old controllers' etcd Pods (.1, .2), the
         # restorer's (.5) not mirrored yet, and one of another cluster's
