@@ -494,7 +494,9 @@ fn complete_or_dropped_wait_conditions_are_never_signalled() {
 fn independent_releases_install_side_by_side_with_whole_log_lines() {
     let mut bed = Bed::new();
     bed.publish(helm_v3(full()), |_| {});
-    let run = bed.run_with("", &[("FAKE_HELM_SLEEP", "1")]);
+    // Each install takes 4 s: the two side by side must overlap even when
+    // a loaded machine (make test at load 25) takes seconds between starts.
+    let run = bed.run_with("", &[("FAKE_HELM_SLEEP", "4")]);
     assert_eq!(run.code, 0, "{}\n{:#?}", run.stderr, run.log);
     let at = |what: &str| {
         run.position(what)
