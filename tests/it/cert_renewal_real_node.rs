@@ -158,6 +158,29 @@ fn renewal_lines(ctl: &bed::BedNode) -> String {
         .join("\n")
 }
 
+/// Looks until `look` holds, every 3 s for up to two minutes after the
+/// original certificates' expiry: a restart in progress answers wrong for
+/// seconds, an expired certificate that no component picked up for good.
+/// Returns how long it took; fails with the last answer, the renewal's
+/// journal and the node's diagnostics.
+fn holds_within(ctl: &bed::BedNode, what: &str, mut look: impl FnMut() -> Result<(), String>) -> Duration {
+    let since = Instant::now();
+    loop {
+        let last = match look() {
+            Ok(()) => return since.elapsed(),
+            Err(last) => last,
+        };
+        assert!(
+            since.elapsed() < Duration::from_secs(120),
+            "{what} after the original expiry, for {:.0}s: {last}\n{}\n{}",
+            since.elapsed().as_secs_f64(),
+            certs_journal(ctl),
+            ctl.node.diagnostics()
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+}
+
 fn now() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -235,32 +258,21 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
     // A restart in progress (this node's or the next renewal's) may answer
     // "etcd failed" for seconds; an expired certificate that no component
     // picked up fails for good: a bounded wait tells them apart.
-    let past = Instant::now();
-    loop {
+    let answered_after = holds_within(&ctl, "/readyz", || {
         let readyz = kctl(&["get", "--raw", "/readyz"]);
-        if String::from_utf8_lossy(&readyz.stdout).trim() == "ok" {
-            break;
+        match String::from_utf8_lossy(&readyz.stdout).trim() {
+            "ok" => Ok(()),
+            _ => Err(output_text(&readyz)),
         }
-        assert!(
-            past.elapsed() < Duration::from_secs(120),
-            "/readyz after the original expiry, for {:.0}s: {}\n{}\n{}",
-            past.elapsed().as_secs_f64(),
-            output_text(&readyz),
-            certs_journal(&ctl),
-            ctl.node.diagnostics()
-        );
-        std::thread::sleep(Duration::from_secs(3));
-    }
-    let answered_after = past.elapsed();
+    });
     // The node is Ready with its renewed credentials. The renewal restarts the
     // API server, etcd and the controller manager; under load the kubelet's
     // lease can lapse past the node monitor's grace period meanwhile, and the
     // controller manager marks the node Unknown until the kubelet's next
-    // status. A kubelet whose credentials expired never posts it again: a
-    // bounded wait tells the two apart (a single look failed once at load
-    // 25-52, docs/testing.md "Stop 56").
-    let ready_since = Instant::now();
-    loop {
+    // status. A kubelet whose credentials expired never posts it again: the
+    // same bounded wait tells the two apart (a single look failed once at
+    // load 25-52, docs/testing.md "Stop 56").
+    let ready_after = holds_within(&ctl, "the node's Ready condition", || {
         let ready = kctl(&[
             "get",
             "node",
@@ -270,18 +282,11 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         ]);
         let condition = String::from_utf8_lossy(&ready.stdout).trim().to_string();
         if condition.starts_with("True ") {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{condition:?}\n{}", output_text(&ready)))
         }
-        assert!(
-            ready_since.elapsed() < Duration::from_secs(120),
-            "the node is not Ready after the original expiry, for {:.0}s: {condition:?}\n{}\n{}\n{}",
-            ready_since.elapsed().as_secs_f64(),
-            output_text(&ready),
-            certs_journal(&ctl),
-            ctl.node.diagnostics()
-        );
-        std::thread::sleep(Duration::from_secs(3));
-    }
+    });
     eprintln!(
         "{test}: booted in {:.1}s; renewed {:.1}s after the start; apiserver.crt expired at {original}, renewed \
          to {renewed}; /readyz ok {}s after the original expiry (retried {:.1}s), the node Ready {:.1}s after that; the renewal's journal:\n{}",
@@ -289,7 +294,7 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
         renewed_at.as_secs_f64(),
         now() - original,
         answered_after.as_secs_f64(),
-        ready_since.elapsed().as_secs_f64(),
+        ready_after.as_secs_f64(),
         renewal_lines(&ctl)
     );
 }
