@@ -270,8 +270,9 @@ fn short_lived_certificates_are_renewed_by_the_timer_and_the_api_answers_after_t
     // lease can lapse past the node monitor's grace period meanwhile, and the
     // controller manager marks the node Unknown until the kubelet's next
     // status. A kubelet whose credentials expired never posts it again: the
-    // same bounded wait tells the two apart (a single look failed once at
-    // load 25-52, docs/testing.md "Stop 56").
+    // same bounded wait tells the two apart (a single look here is the likely
+    // cause of a failure at load 25-52 whose message was not seen,
+    // docs/testing.md "Stop 56").
     let ready_after = holds_within(&ctl, "the node's Ready condition", || {
         let ready = kctl(&[
             "get",
